@@ -1,0 +1,109 @@
+"""`pipelink build`: compile a component against its contract and embed the contract.
+
+The flags that must agree across components come from the contract, the header comes from the
+contract, and the contract rides in the object's non-loaded `.pipelink.contract` section, so an
+object can never travel without the contract it was compiled against.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from . import toolchain
+from .diagnostics import DiagnosticSink, Location
+from .header import generate_header
+from .inputs import embed_contract
+from .model import Contract
+
+
+@dataclass
+class BuildOptions:
+    archs: tuple[str, ...] | None = None   # None: every arch the contract lists
+    include_dirs: tuple[str, ...] = ()
+    defines: tuple[str, ...] = ()
+    extra_nvcc: tuple[str, ...] = ()
+    optimize: str = "-O3"
+    verbose: bool = False
+    nvcc_log: list[str] = field(default_factory=list)
+
+
+def pipelink_include_dir() -> Path:
+    return Path(str(resources.files("pipelink.include")))
+
+
+def gencode(arch: str) -> str:
+    num = arch[3:]
+    return f"-gencode=arch=compute_{num},code=lto_{num}"
+
+
+def nvcc_command(contract: Contract, source: Path, output: Path, header_dir: Path, opts: BuildOptions) -> list[str]:
+    archs = opts.archs or contract.targets.archs
+    cmd = [str(toolchain.nvcc_path()), "-dc", "-std=c++17", opts.optimize, *map(gencode, archs),
+           *contract.targets.flags.nvcc_options(),
+           f"-I{header_dir}", f"-I{pipelink_include_dir()}", f"-I{source.parent}"]
+    cmd += [f"-I{d}" for d in opts.include_dirs]
+    cmd += [f"-D{d}" for d in opts.defines]
+    cmd += list(opts.extra_nvcc)
+    cmd += [str(source), "-o", str(output)]
+    return cmd
+
+
+def build_component(contract: Contract, contract_bytes: bytes, source: str | Path, output: str | Path,
+                    sink: DiagnosticSink, opts: BuildOptions | None = None) -> bool:
+    """Compile `source` into `output` (an `nvcc -dc -dlto` host object with the contract inside).
+
+    Writes `output` only on success, atomically.
+    """
+    opts = opts or BuildOptions()
+    source, output = Path(source), Path(output)
+    if not source.is_file():
+        sink.error("PL002", f"cannot read source {source}", Location(file=str(source)))
+        return False
+    for arch in opts.archs or ():
+        if arch not in contract.targets.archs:
+            sink.error("PL034", f"{arch} is not among the contract's targets ({', '.join(contract.targets.archs)})",
+                       contract.at("/targets/archs"))
+            return False
+    with tempfile.TemporaryDirectory(prefix="pipelink-build-") as tmp:
+        tmp = Path(tmp)
+        (tmp / f"{contract.name}.pipelink.h").write_text(generate_header(contract))
+        obj = tmp / "component.o"
+        cmd = nvcc_command(contract, source, obj, tmp, opts)
+        opts.nvcc_log.append(" ".join(cmd))
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=toolchain.nvcc_env())
+        except OSError as exc:
+            sink.error("PL008", f"cannot run nvcc: {exc}", Location(file=str(source)))
+            return False
+        if proc.returncode != 0:
+            log = (proc.stderr + proc.stdout).strip()
+            sink.error("PL019", f"nvcc could not compile component '{contract.name}':\n{_indent(log)}",
+                       Location(file=str(source), component=contract.name))
+            return False
+        try:
+            staged = tmp / "with-contract.o"
+            embed_contract(obj, contract_bytes, staged)
+            output.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp_out = tempfile.mkstemp(dir=output.parent, prefix=f".{output.name}.")
+            os.close(fd)
+            shutil.copyfile(staged, tmp_out)  # /tmp may be another filesystem
+            os.replace(tmp_out, output)
+        except toolchain.ToolchainError as exc:
+            sink.error("PL008", str(exc), Location(file=str(output)))
+            return False
+        except OSError as exc:
+            sink.error("PL007", f"cannot write {output}: {exc.strerror or exc}", Location(file=str(output)))
+            return False
+    return True
+
+
+def _indent(text: str, limit: int = 40) -> str:
+    lines = text.splitlines()
+    if len(lines) > limit:
+        lines = lines[:limit] + [f"... ({len(lines) - limit} more lines)"]
+    return "\n".join("    " + ln for ln in lines)

@@ -1,0 +1,199 @@
+"""Checks over a set of contracts, before any pipeline is known (`pipelink check`).
+
+Only what holds whatever the wiring: flags every component must share, a target every component
+can go to, barrier ids nobody may share, and resource lower bounds (what the components need even
+when the allocator shares every byte and warp it may) against the device limits. Pure functions.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from .diagnostics import DiagnosticSink
+from .expr import ExprError
+from .model import DTYPE_BYTES, Contract
+from .targets import TARGETS, ltoir_archs_for
+
+
+def common_targets(contracts: list[Contract]) -> list[str]:
+    """Link targets every component can go into, in TARGETS order."""
+    out = []
+    for arch in TARGETS:
+        if all(any(a in ltoir_archs_for(arch) for a in c.targets.archs) for c in contracts):
+            out.append(arch)
+    return out
+
+
+def choose_target(contracts: list[Contract], requested: str | None, sink: DiagnosticSink) -> str | None:
+    """The link target: the requested one, else the first common target (base archs before 'a')."""
+    common = common_targets(contracts)
+    if requested:
+        if requested not in TARGETS:
+            sink.error("PL034", f"unknown target {requested!r}", hint="known: " + ", ".join(TARGETS))
+            return None
+        bad = [c for c in contracts if requested not in common and
+               not any(a in ltoir_archs_for(requested) for a in c.targets.archs)]
+        for c in bad:
+            sink.error("PL041", f"component '{c.name}' targets {', '.join(c.targets.archs)}, not {requested}",
+                       c.at("/targets/archs"))
+        return None if bad else requested
+    if not common:
+        _no_common_target(contracts, sink)
+        return None
+    return common[0]
+
+
+def _no_common_target(contracts: list[Contract], sink: DiagnosticSink) -> None:
+    first = contracts[0]
+    for c in contracts[1:]:
+        if not common_targets([first, c]):
+            sink.error("PL041", f"components '{first.name}' ({', '.join(first.targets.archs)}) and '{c.name}' "
+                       f"({', '.join(c.targets.archs)}) share no target", c.at("/targets/archs"),
+                       related=(first.at("/targets/archs"),))
+            return
+    sink.error("PL041", "the components share no target arch: " +
+               "; ".join(f"{c.name}: {', '.join(c.targets.archs)}" for c in contracts), contracts[0].at("/targets/archs"))
+
+
+def check_names(contracts: list[Contract], sink: DiagnosticSink) -> None:
+    for attr, code, what in (("name", "PL047", "component name"), ("symbol", "PL048", "entry symbol")):
+        seen: dict[str, Contract] = {}
+        for c in contracts:
+            key = c.name if attr == "name" else c.entry.symbol
+            if key in seen:
+                ptr = "/name" if attr == "name" else "/entry/symbol"
+                sink.error(code, f"{what} '{key}' is used by two components", c.at(ptr),
+                           related=(seen[key].at(ptr),))
+            seen.setdefault(key, c)
+
+
+def check_flags(contracts: list[Contract], sink: DiagnosticSink) -> None:
+    """-ftz/-prec-div/-prec-sqrt/-fmad must agree: LTO does not inline across different settings."""
+    by_flags: dict[tuple, list[Contract]] = defaultdict(list)
+    for c in contracts:
+        by_flags[tuple(sorted(c.targets.flags.as_dict().items()))].append(c)
+    if len(by_flags) <= 1:
+        return
+    groups = sorted(by_flags.items(), key=lambda kv: -len(kv[1]))
+    reference_flags, reference = groups[0][0], groups[0][1][0]
+    for flags, members in groups[1:]:
+        diff = [f"{k}={'true' if v else 'false'} vs {k}={'true' if dict(reference_flags)[k] else 'false'}"
+                for k, v in flags if dict(reference_flags)[k] != v]
+        for c in members:
+            sink.error("PL040", f"component '{c.name}' is compiled with {', '.join(diff)} of '{reference.name}'",
+                       c.at("/targets/compile_flags"), related=(reference.at("/targets/compile_flags"),))
+
+
+def check_geometry(contracts: list[Contract], sink: DiagnosticSink) -> dict[str, int]:
+    """Providers must agree; a consumer's range must admit what is provided. Returns the values."""
+    provided: dict[str, tuple[int, Contract]] = {}
+    for c in contracts:
+        for name, value in c.geometry.provides.items():
+            if name in provided and provided[name][0] != value:
+                other = provided[name][1]
+                sink.error("PL050", f"'{name}' is provided as {value} by '{c.name}' and as {provided[name][0]} by "
+                           f"'{other.name}'", c.at(f"/geometry/provides/{name}"),
+                           related=(other.at(f"/geometry/provides/{name}"),))
+            provided.setdefault(name, (value, c))
+    for c in contracts:
+        for name, rng in c.geometry.consumes.items():
+            if name in provided and not rng.admits(provided[name][0]):
+                value, provider = provided[name]
+                sink.error("PL051", f"'{c.name}' accepts {name} {rng.describe()}, but '{provider.name}' provides "
+                           f"{value}", c.at(f"/geometry/consumes/{name}"),
+                           related=(provider.at(f"/geometry/provides/{name}"),))
+    env = {k: v for k, (v, _) in provided.items()}
+    for c in contracts:
+        for name, rng in c.geometry.consumes.items():
+            if name not in env and rng.default is not None:
+                env[name] = rng.default
+    return env
+
+
+@dataclass(frozen=True)
+class SmemLowerBound:
+    persistent: int
+    scratch: int        # the largest phase's scratch: phases may share bytes
+    ports: int          # producers' smem ports; a zero-copy consumer adds nothing
+    mbarriers: int
+    unknown: tuple[str, ...]  # sizes that depend on geometry nobody provides
+
+    @property
+    def total(self) -> int:
+        return self.persistent + self.scratch + self.ports + self.mbarriers
+
+
+def smem_lower_bound(contracts: list[Contract], env: dict[str, int]) -> SmemLowerBound:
+    persistent = ports = mbars = 0
+    phases: dict[str, int] = defaultdict(int)
+    unknown = []
+
+    def size(c, what, e):
+        try:
+            return e.evaluate(env)
+        except ExprError:
+            unknown.append(f"{c.name}.{what}")
+            return 0
+
+    for c in contracts:
+        for b in c.buffers:
+            n = size(c, b.name, b.bytes)
+            if b.lifetime == "persistent":
+                persistent += n
+            else:
+                phases[b.phase] += n
+        for p in c.ports:
+            if p.space == "smem" and p.direction == "out":
+                elems = 1
+                for e in p.tile:
+                    elems *= size(c, p.name, e)
+                ports += elems * DTYPE_BYTES[p.dtype] * size(c, p.name, p.stages)
+        mbars += 8 * sum(m.count for m in c.barriers.mbarriers)
+    return SmemLowerBound(persistent, max(phases.values(), default=0), ports, mbars, tuple(unknown))
+
+
+def check_resources(contracts: list[Contract], arch: str, env: dict[str, int], sink: DiagnosticSink) -> None:
+    target = TARGETS[arch]
+    smem = smem_lower_bound(contracts, env)
+    if smem.total > target.smem_per_block:
+        biggest = max(contracts, key=lambda c: smem_lower_bound([c], env).total)
+        sink.error("PL042", f"the components need at least {smem.total} bytes of shared memory (persistent "
+                   f"{smem.persistent}, scratch {smem.scratch}, ports {smem.ports}, mbarriers {smem.mbarriers}); "
+                   f"{arch} allows {target.smem_per_block} per block", biggest.at("/smem"))
+    for c in contracts:
+        if c.threads.count > target.max_threads_per_block:
+            sink.error("PL043", f"'{c.name}' alone needs {c.threads.count} threads; {arch} allows "
+                       f"{target.max_threads_per_block}", c.at("/threads/warps"))
+        if c.max_registers and c.max_registers > target.max_regs_per_thread:
+            sink.error("PL046", f"'{c.name}' asks {c.max_registers} registers per thread; {arch} allows "
+                       f"{target.max_regs_per_thread}", c.at("/registers/max_per_thread"))
+    check_barriers(contracts, target.named_barriers - 1, sink)
+
+
+def check_barriers(contracts: list[Contract], free_ids: int, sink: DiagnosticSink) -> None:
+    owner: dict[int, tuple[Contract, int]] = {}
+    for c in contracts:
+        for i, bid in enumerate(c.barriers.hardcoded_ids):
+            if bid in owner:
+                other, j = owner[bid]
+                sink.error("PL045", f"barrier id {bid} is hard-coded by both '{other.name}' and '{c.name}': the two "
+                           "would release each other's waits", c.at(f"/barriers/hardcoded_ids/{i}"),
+                           related=(other.at(f"/barriers/hardcoded_ids/{j}"),))
+            owner.setdefault(bid, (c, i))
+    needed = len(owner) + sum(len(c.barriers.named) for c in contracts)
+    if needed > free_ids:
+        sink.error("PL044", f"the components need {needed} named barrier ids ({len(owner)} hard-coded, "
+                   f"{needed - len(owner)} to assign); only {free_ids} are free", contracts[0].at("/barriers"))
+
+
+def check_set(contracts: list[Contract], sink: DiagnosticSink, arch: str | None = None) -> str | None:
+    """Every set check; returns the chosen target arch (None if there is none)."""
+    if not contracts:
+        return None
+    check_names(contracts, sink)
+    check_flags(contracts, sink)
+    env = check_geometry(contracts, sink)
+    target = choose_target(contracts, arch, sink)
+    if target:
+        check_resources(contracts, target, env, sink)
+    return target

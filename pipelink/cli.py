@@ -1,0 +1,232 @@
+"""The `pipelink` command: a thin shell over the library. Exit codes: 0 ok, 1 a contract or link
+problem, 2 bad usage or unreadable input, 3 a bug in pipelink itself."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import traceback
+from pathlib import Path
+
+from .diagnostics import Diagnostic, DiagnosticSink, ExitCode, Location, render_all
+from .targets import TARGETS
+
+INTERNAL_ERROR = 3
+
+
+class UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # argparse would print usage and exit 2 itself; keep our format
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="pipelink", description="A contract-guided linker for fused GPU kernels.")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    ins = sub.add_parser("inspect", help="show what objects and contracts hold")
+    ins.add_argument("files", nargs="+", metavar="FILE")
+    ins.add_argument("--format", choices=("text", "json"), default="text")
+
+    chk = sub.add_parser("check", help="validate contracts (and objects) alone and as a set",
+                         description="Validate each contract, the set, and each object against its contract. "
+                                     f"Targets: {', '.join(TARGETS)}.")
+    chk.add_argument("files", nargs="+", metavar="FILE", help="contracts (.json) or objects")
+    chk.add_argument("--arch", help="the link target (default: the first target every component supports)")
+    chk.add_argument("--format", choices=("text", "json"), default="text")
+
+    hdr = sub.add_parser("header", help="write the header a component compiles against")
+    hdr.add_argument("contract")
+    hdr.add_argument("-o", "--output", help="file to write (default: stdout)")
+
+    bld = sub.add_parser("build", help="compile a component against its contract and embed the contract")
+    bld.add_argument("source")
+    bld.add_argument("--contract", required=True)
+    bld.add_argument("-o", "--output", required=True)
+    bld.add_argument("--arch", action="append", help="build only for this target (repeatable)")
+    bld.add_argument("-I", dest="include", action="append", default=[], help="include directory")
+    bld.add_argument("-D", dest="define", action="append", default=[], help="preprocessor definition")
+    bld.add_argument("-v", "--verbose", action="store_true")
+
+    demo = sub.add_parser("demo", help="build the shipped components, inspect and check them")
+    demo.add_argument("--build-dir", default="build/components")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        return _run(argv)
+    except UsageError as exc:
+        _emit([Diagnostic("PL001", str(exc))], "text")
+        return ExitCode.USAGE
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # a bug, not bad input: say so plainly
+        if os.environ.get("PIPELINK_TRACEBACK"):
+            traceback.print_exc()
+        print(f"internal error: {type(exc).__name__}: {exc}\n  = this is a bug in pipelink; rerun with "
+              "PIPELINK_TRACEBACK=1 and report the output", file=sys.stderr)
+        return INTERNAL_ERROR
+
+
+def _run(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    if args.command is None:
+        _parser().print_help()
+        return ExitCode.USAGE
+    return {"inspect": cmd_inspect, "check": cmd_check, "header": cmd_header, "build": cmd_build,
+            "demo": cmd_demo}[args.command](args)
+
+
+def _emit(diags, fmt: str) -> None:
+    diags = list(diags)
+    if diags and fmt == "text":
+        print(render_all(diags), file=sys.stderr)
+
+
+def cmd_inspect(args) -> int:
+    from .collect import is_contract_file
+    from .inputs import find_contract, read_input
+    from .loader import load_contract_bytes, load_contract_file
+    from .model import Source
+    from .report import contract_summary, contract_text, object_summary, object_text
+
+    sink = DiagnosticSink()
+    results, lines = [], []
+    for path in args.files:
+        try:
+            data = Path(path).read_bytes()
+        except OSError as exc:
+            sink.error("PL002", f"cannot read {path}: {exc.strerror or exc}", Location(file=path))
+            continue
+        if data and is_contract_file(data):
+            c = load_contract_file(path, sink)
+            if c:
+                results.append({"path": path, "format": "contract", "contract": contract_summary(c)})
+                lines += contract_text(c) + [""]
+            continue
+        for obj in read_input(path, sink):
+            item = object_summary(obj)
+            lines += object_text(obj)
+            inner = DiagnosticSink()
+            found = find_contract(obj, inner)
+            if found:
+                c = load_contract_bytes(found[0], Source(found[1]), inner)
+                item["contract"] = contract_summary(c) if c else None
+                lines += ["  " + ln for ln in (contract_text(c) if c else [f"contract at {found[1]} is invalid "
+                                                                           "(run `pipelink check`)"])]
+            else:
+                item["contract"] = None
+                lines.append("  contract  none (no .pipelink.contract section, no sidecar)")
+            results.append(item)
+            lines.append("")
+    return _finish(sink, args.format, {"inputs": results}, lines, partial_ok=True)
+
+
+def cmd_check(args) -> int:
+    from .collect import collect
+    from .report import contract_summary
+
+    sink = DiagnosticSink()
+    got = collect(args.files, sink, args.arch)
+    ok = not sink.has_errors
+    names = [c.name for c in got.components]
+    summary = (f"ok: {len(names)} component{'s' if len(names) != 1 else ''} ({', '.join(names)}) "
+               f"checked for {got.target}" if ok else
+               f"{len(sink.errors)} error{'s' if len(sink.errors) != 1 else ''}")
+    doc = {"ok": ok, "target": got.target,
+           "components": [dict(contract_summary(c.contract), object=c.obj.path if c.obj else None)
+                          for c in got.components] if ok else []}
+    return _finish(sink, args.format, doc, [summary])
+
+
+def cmd_header(args) -> int:
+    from .header import generate_header
+    from .loader import load_contract_file
+
+    sink = DiagnosticSink()
+    c = load_contract_file(args.contract, sink)
+    if c is None:
+        return _finish(sink, "text", {}, [])
+    text = generate_header(c)
+    if args.output:
+        try:
+            _atomic_write(Path(args.output), text.encode())
+        except OSError as exc:
+            sink.error("PL007", f"cannot write {args.output}: {exc.strerror or exc}", Location(file=args.output))
+            return _finish(sink, "text", {}, [])
+    else:
+        sys.stdout.write(text)
+    return ExitCode.OK
+
+
+def cmd_build(args) -> int:
+    from .build import BuildOptions, build_component
+    from .loader import load_contract_file
+
+    sink = DiagnosticSink()
+    c = load_contract_file(args.contract, sink)
+    if c is None:
+        return _finish(sink, "text", {}, [])
+    opts = BuildOptions(archs=tuple(args.arch) if args.arch else None, include_dirs=tuple(args.include),
+                        defines=tuple(args.define), verbose=args.verbose)
+    ok = build_component(c, Path(args.contract).read_bytes(), args.source, args.output, sink, opts)
+    if args.verbose:
+        for cmd in opts.nvcc_log:
+            print(cmd, file=sys.stderr)
+    return _finish(sink, "text", {}, [f"built {args.output} ({c.name} {c.version}, contract {c.hash[:16]})"]
+                   if ok else [])
+
+
+def cmd_demo(args) -> int:
+    from .collect import collect
+    from .shipped import build_shipped, shipped_pipelines
+
+    sink = DiagnosticSink()
+    print("== building the shipped components", flush=True)
+    objects = {o.stem: o for o in build_shipped(Path(args.build_dir), sink)}
+    if sink.has_errors:
+        return _finish(sink, "text", {}, [])
+    print("\n== pipelink inspect " + " ".join(str(o) for o in objects.values()), flush=True)
+    cmd_inspect(argparse.Namespace(files=[str(o) for o in objects.values()], format="text"))
+    for pipe in shipped_pipelines():
+        files = [str(objects[n]) for n in pipe.components]
+        print(f"== pipelink check {' '.join(files)}    # pipeline '{pipe.name}'", flush=True)
+        got = collect(files, sink)
+        if sink.has_errors:
+            break
+        print(f"ok: {', '.join(c.name for c in got.components)} checked for {got.target}\n", flush=True)
+    return _finish(sink, "text", {}, [])
+
+
+def _finish(sink: DiagnosticSink, fmt: str, doc: dict, lines: list[str], partial_ok: bool = False) -> int:
+    """Print the result (lines on success, or always with partial_ok) and the diagnostics."""
+    if fmt == "json":
+        doc = dict(doc, diagnostics=[d.to_json() for d in sink.items])
+        print(json.dumps(doc, indent=2))
+    else:
+        if lines and (partial_ok or not sink.has_errors):
+            print("\n".join(lines).rstrip())
+        _emit(sink.items, "text")
+        if lines and sink.has_errors and not partial_ok:
+            print(lines[-1], file=sys.stderr)
+    return int(sink.exit_code())
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

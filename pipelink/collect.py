@@ -1,0 +1,130 @@
+"""Collect components from the command line: files -> (contract, object) pairs, checked.
+
+Three passes, each stopping at its boundary when it found errors:
+  read       every file: objects, archives, fatbins, LTO-IR, or bare contract files
+  contracts  each object's contract (embedded section or sidecar), loaded and checked alone
+  verify     the set (flags, targets, geometry, resources) and each object against its contract
+             (LTO-IR for the target, the compile flags it was built with, its entry symbol, and the
+             contract marker that proves which contract it was compiled against)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import toolchain
+from .check import check_set
+from .diagnostics import DiagnosticSink, Location
+from .header import MARKER_HEX, marker_symbol, symbol_prefix
+from .inputs import InputObject, check_entry_symbol, find_contract, read_input, require_ltoir
+from .loader import load_contract_bytes
+from .model import Contract, Source
+from .targets import ltoir_archs_for
+
+
+@dataclass
+class Component:
+    contract: Contract
+    obj: InputObject | None  # None: a bare contract, checked without its code
+
+    @property
+    def name(self) -> str:
+        return self.contract.name
+
+
+@dataclass
+class Collected:
+    components: list[Component]
+    target: str | None
+
+
+def is_contract_file(data: bytes) -> bool:
+    head = data.lstrip()[:1]
+    return head in (b"{", b"[")
+
+
+def read_components(paths: list[str], sink: DiagnosticSink) -> list[Component]:
+    """The read and contracts passes."""
+    pending: list[tuple[bytes, Source, InputObject | None]] = []
+    for path in paths:
+        try:
+            data = Path(path).read_bytes()
+        except IsADirectoryError:
+            sink.error("PL002", f"{path} is a directory", Location(file=path))
+            continue
+        except OSError as exc:
+            sink.error("PL002", f"cannot read {path}: {exc.strerror or exc}", Location(file=path))
+            continue
+        if data and is_contract_file(data):
+            pending.append((data, Source(path), None))
+            continue
+        for obj in read_input(path, sink):
+            found = find_contract(obj, sink)
+            if found is not None:
+                text, origin = found
+                kind = "section .pipelink.contract" if origin.endswith("]") else "sidecar"
+                pending.append((text, Source(origin, kind, obj.path), obj))
+    if sink.has_errors:
+        return []
+    out = []
+    for text, source, obj in pending:
+        contract = load_contract_bytes(text, source, sink)
+        if contract is not None:
+            out.append(Component(contract, obj))
+    return [] if sink.has_errors else out
+
+
+def verify_object(comp: Component, arch: str, sink: DiagnosticSink) -> None:
+    """An object against its own contract, for the link target."""
+    c, obj = comp.contract, comp.obj
+    if not require_ltoir(obj, arch, sink):
+        return
+    accepted = ltoir_archs_for(arch)
+    for entry in obj.entries:
+        if entry.kind != "ltoir" or (entry.arch is not None and entry.arch not in accepted):
+            continue
+        actual = entry.compile_flags()
+        declared = c.targets.flags.as_dict()
+        diff = [f"{k}: contract {'true' if declared[k] else 'false'}, object {'true' if v else 'false'}"
+                for k, v in actual.items() if declared.get(k) != v]
+        if diff:
+            sink.error("PL016", f"{obj.path} was compiled with other flags than contract '{c.name}' declares "
+                       f"({'; '.join(diff)})", c.at("/targets/compile_flags"), related=(Location(file=obj.path),))
+    if not check_entry_symbol(obj, c.entry.symbol, arch, sink, contract_file=c.source.file):
+        return
+    check_marker(comp, arch, sink)
+
+
+def check_marker(comp: Component, arch: str, sink: DiagnosticSink) -> None:
+    """The object must define the marker whose name carries its contract's hash."""
+    c, obj = comp.contract, comp.obj
+    marker = marker_symbol(c)
+    try:
+        defined, _ = toolchain.probe_device_symbol(obj.link_input(), marker, arch, kind="variable")
+    except toolchain.ToolchainError as exc:
+        sink.error("PL008", f"could not run the nvJitLink probe for '{marker}': {exc}", Location(file=obj.path))
+        return
+    if defined:
+        return
+    prefix = symbol_prefix(c) + "contract__"
+    others = [s[len(prefix):] for s in obj.ptx_symbols if s.startswith(prefix)]
+    if others:
+        why = (f"it was compiled against contract hash {others[0]}, but the contract it ships with has hash "
+               f"{c.hash[:MARKER_HEX]}")
+    else:
+        why = (f"it defines no '{marker}', so it was not compiled against this contract's header "
+               f"(hash {c.hash[:MARKER_HEX]})")
+    sink.error("PL049", f"{obj.path}: {why}", c.at("/"), related=(Location(file=obj.path),))
+
+
+def collect(paths: list[str], sink: DiagnosticSink, arch: str | None = None) -> Collected:
+    components = read_components(paths, sink)
+    if not components:
+        return Collected([], None)
+    target = check_set([comp.contract for comp in components], sink, arch)
+    if sink.has_errors or target is None:
+        return Collected(components, target)
+    for comp in components:
+        if comp.obj is not None:
+            verify_object(comp, target, sink)
+    return Collected(components, target)

@@ -1,0 +1,219 @@
+"""Located diagnostics with stable codes.
+
+Every problem pipelink reports is a `Diagnostic`: a stable code (``PL0xx``), a message, where it is
+(file, JSON pointer into a contract, component) and a hint. Passes collect diagnostics into a
+`DiagnosticSink` and stop at the pass boundary, so a user sees every problem of a pass at once.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    OK = 0
+    LINK = 1  # a contract or link problem
+    USAGE = 2  # bad usage or unreadable input
+
+
+@dataclass(frozen=True)
+class Code:
+    code: str
+    title: str
+    exit: ExitCode
+    hint: str
+
+
+def _codes(*items: Code) -> dict[str, Code]:
+    return {c.code: c for c in items}
+
+
+U, L = ExitCode.USAGE, ExitCode.LINK
+
+# The registry. Codes are stable: never renumber, only add. docs/diagnostics.md lists them.
+CODES = _codes(
+    # usage and unreadable input (exit 2)
+    Code("PL001", "bad usage", U, "run `pipelink --help`"),
+    Code("PL002", "cannot read file", U, "check the path and its permissions"),
+    Code("PL003", "empty file", U, "the file has no bytes; rebuild it"),
+    Code("PL004", "unrecognized input format", U,
+         "pass a host object from `nvcc -dc -dlto`, an archive of them, a fatbin, LTO-IR, or a contract (.json)"),
+    Code("PL005", "truncated or corrupt object", U, "the file ends early or its headers are inconsistent; rebuild it"),
+    Code("PL006", "not valid JSON", U, "fix the JSON syntax at the location shown"),
+    Code("PL007", "cannot write output", U, "check that the output directory exists and is writable"),
+    Code("PL008", "toolchain unavailable", U, "reinstall pipelink so that its pinned CUDA 13.0 wheels are present"),
+    # inputs (exit 1)
+    Code("PL010", "no device code", L, "compile with `nvcc -dc -dlto -arch=sm_90` (the object holds host code only)"),
+    Code("PL011", "no LTO-IR", L, "compile with `-dlto` (or `-gencode arch=compute_90,code=lto_90`): pipelink links LTO-IR"),
+    Code("PL012", "no LTO-IR for the target arch", L, "rebuild for the target, e.g. `-arch=sm_90`"),
+    Code("PL013", "no contract", L,
+         "embed one (`pipelink build`, or objcopy --add-section .pipelink.contract=c.json) or put a sidecar "
+         "`<object>.contract.json` next to the object"),
+    Code("PL014", "entry symbol not defined by the object", L,
+         "the contract's entry.symbol must be an `extern \"C\" __device__` function defined in the object"),
+    Code("PL015", "LTO-IR rejected by nvJitLink", L,
+         "rebuild with the CUDA 13.0 toolchain pipelink pins (LTO-IR must not be newer than nvJitLink)"),
+    Code("PL016", "object compiled differently from its contract", L,
+         "rebuild the object with the flags its contract declares, or correct the contract"),
+    Code("PL017", "two contracts embedded", L, "an object carries one contract; remove the extra section or sidecar"),
+    Code("PL018", "debug device code", L, "drop -G/-g from device compilation: it disables inlining across components"),
+    Code("PL019", "component does not compile", L, "fix the compiler errors shown; the contract's header is "
+         "regenerated on every build"),
+    # one contract (exit 1)
+    Code("PL020", "schema violation", L, "see docs/contract.md for the field"),
+    Code("PL021", "unsupported contract version", L, "this pipelink reads contract format 1"),
+    Code("PL022", "duplicate name", L, "names must be unique within their list"),
+    Code("PL023", "warps do not add up", L, "threads.warps must equal the sum of the roles' warps"),
+    Code("PL024", "warpgroup alignment", L,
+         "a warpgroup-aligned role (or one using setmaxnreg) needs a multiple of 4 warps"),
+    Code("PL025", "invalid setmaxnreg", L, "setmaxnreg takes 24..256 in steps of 8 and needs the sm_90a target"),
+    Code("PL026", "barrier id out of range", L, "named barrier ids are 1..15 (0 is __syncthreads)"),
+    Code("PL027", "bad barrier thread count", L, "a named barrier's thread count is a positive multiple of 32, "
+         "at most the component's threads"),
+    Code("PL028", "bad expression", L, "expressions use integers, geometry parameters, runtime scalar parameters, "
+         "+ - * // % and min/max/ceil_div"),
+    Code("PL029", "unknown name", L, "declare the name where the expression or reference can see it"),
+    Code("PL030", "bad geometry range", L, "min <= max, and a parameter is either provided or consumed, not both"),
+    Code("PL031", "bad index map", L, "maps look like `ij->ij`, `ij->i`, `i->topk[i,:]`, `i->range(indptr[i], indptr[i+1])`"),
+    Code("PL032", "bad size", L, "sizes and alignments must be positive; alignments a power of two"),
+    Code("PL033", "registers over the limit", L, "at most 255 registers per thread and 64K per SM for the block"),
+    Code("PL034", "arch not supported", L, "known targets: see `pipelink check --help`"),
+    # a set of contracts (exit 1)
+    Code("PL040", "compile flags disagree", L,
+         "build every component with the same -ftz/-prec-div/-prec-sqrt/-fmad: LTO cannot inline across them"),
+    Code("PL041", "no common target arch", L, "build every component for one shared target, e.g. sm_90"),
+    Code("PL042", "shared memory over the device limit", L,
+         "shrink buffers, mark phase-local buffers as scratch so they can share bytes, or lower the stage count"),
+    Code("PL043", "threads over the device limit", L, "the components together need more than 1024 threads"),
+    Code("PL044", "named barriers over the device limit", L, "at most 15 named barriers are free (id 0 is __syncthreads)"),
+    Code("PL045", "hard-coded barrier id clash", L,
+         "two components hard-code the same barrier id; let the linker assign ids (barriers.named)"),
+    Code("PL046", "registers over the device limit", L, "lower registers.max_per_thread or the warp counts"),
+    Code("PL047", "duplicate component name", L, "each component in a link needs a distinct name"),
+    Code("PL048", "duplicate entry symbol", L, "two components define the same entry symbol"),
+    Code("PL049", "object compiled against another contract", L,
+         "the object is stale: rebuild it (`pipelink build`) against the contract it ships with"),
+    Code("PL050", "geometry provided twice with different values", L,
+         "one component provides a parameter; the others consume it"),
+    Code("PL051", "geometry outside a consumer's range", L,
+         "change the provider's value or widen the consumer's accepted range (and rebuild it)"),
+)
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where a problem is. Every field is optional; the more the better."""
+
+    file: str | None = None
+    pointer: str | None = None  # JSON pointer into the contract, e.g. /smem/buffers/1/bytes
+    component: str | None = None
+    line: int | None = None
+    column: int | None = None
+
+    def render(self) -> str:
+        parts = []
+        if self.file:
+            where = self.file
+            if self.line is not None:
+                where += f":{self.line}" + (f":{self.column}" if self.column is not None else "")
+            parts.append(where)
+        if self.pointer is not None:
+            parts.append(f"at {self.pointer or '/'}")
+        if self.component:
+            parts.append(f"component '{self.component}'")
+        return ", ".join(parts)
+
+    def to_json(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if v is not None}
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    code: str
+    message: str
+    location: Location = field(default_factory=Location)
+    hint: str | None = None  # None: the code's default hint
+    severity: str = "error"  # "error" | "warning" | "note"
+    related: tuple[Location, ...] = ()  # the other side of a clash
+
+    def __post_init__(self):
+        if self.code not in CODES:
+            raise ValueError(f"unregistered diagnostic code {self.code}")
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return CODES[self.code].exit if self.severity == "error" else ExitCode.OK
+
+    @property
+    def effective_hint(self) -> str:
+        return self.hint if self.hint is not None else CODES[self.code].hint
+
+    def render(self) -> str:
+        lines = [f"{self.severity}[{self.code}]: {self.message}"]
+        where = self.location.render()
+        if where:
+            lines.append(f"  --> {where}")
+        for rel in self.related:
+            lines.append(f"  >>> also {rel.render()}")
+        if self.effective_hint:
+            lines.append(f"  = hint: {self.effective_hint}")
+        return "\n".join(lines)
+
+    def to_json(self) -> dict:
+        out = {"severity": self.severity, "code": self.code, "message": self.message,
+               "location": self.location.to_json(), "hint": self.effective_hint}
+        if self.related:
+            out["related"] = [r.to_json() for r in self.related]
+        return out
+
+
+class DiagnosticSink:
+    """Collects the diagnostics of a pass; `errors` tells whether to stop at its boundary."""
+
+    def __init__(self) -> None:
+        self.items: list[Diagnostic] = []
+
+    def add(self, diag: Diagnostic) -> None:
+        self.items.append(diag)
+
+    def error(self, code: str, message: str, location: Location | None = None, hint: str | None = None,
+              related: tuple[Location, ...] = ()) -> None:
+        self.add(Diagnostic(code, message, location or Location(), hint, "error", related))
+
+    def warning(self, code: str, message: str, location: Location | None = None, hint: str | None = None) -> None:
+        self.add(Diagnostic(code, message, location or Location(), hint, "warning"))
+
+    def extend(self, diags) -> None:
+        self.items.extend(diags)
+
+    @property
+    def errors(self) -> list[Diagnostic]:
+        return [d for d in self.items if d.severity == "error"]
+
+    @property
+    def has_errors(self) -> bool:
+        return any(d.severity == "error" for d in self.items)
+
+    def exit_code(self) -> ExitCode:
+        """Usage problems (2) outrank link problems (1)."""
+        return max((d.exit_code for d in self.items), default=ExitCode.OK)
+
+
+class PipelinkError(Exception):
+    """Raised to stop at a pass boundary; carries the diagnostics collected so far."""
+
+    def __init__(self, diagnostics: list[Diagnostic]):
+        super().__init__("\n".join(d.render() for d in diagnostics))
+        self.diagnostics = list(diagnostics)
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return max((d.exit_code for d in self.diagnostics), default=ExitCode.LINK)
+
+
+def render_all(diags, fmt: str = "text") -> str:
+    diags = list(diags)
+    if fmt == "json":
+        return json.dumps([d.to_json() for d in diags], indent=2)
+    return "\n".join(d.render() for d in diags)

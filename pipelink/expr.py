@@ -1,0 +1,122 @@
+"""Integer size expressions in contracts: `"TILE_M * 64 * 4"`, `"ceil_div(M, TILE_M)"`.
+
+Sizes in a contract may depend on geometry (link-time constants) and on runtime scalar
+parameters (shapes known only at launch). An expression is parsed once, with Python's own parser
+restricted to integer arithmetic, so it can be evaluated at link time or turned into C++ for the
+generated glue.
+"""
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+FUNCTIONS = {"min": 2, "max": 2, "ceil_div": 2}
+_BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "/", ast.Mod: "%"}
+
+
+class ExprError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Expr:
+    """A parsed integer expression. `names` are its free variables."""
+
+    text: str
+    tree: ast.expr
+    names: frozenset[str]
+
+    @property
+    def is_constant(self) -> bool:
+        return not self.names
+
+    def evaluate(self, env: dict[str, int]) -> int:
+        missing = self.names - env.keys()
+        if missing:
+            raise ExprError(f"no value for {', '.join(sorted(missing))}")
+        return _eval(self.tree, env)
+
+    def to_c(self, rename=lambda n: n) -> str:
+        """C++ for the glue; `/` on non-negative ints is floor division there too."""
+        return _to_c(self.tree, rename)
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def parse(value: int | str) -> Expr:
+    """Parse an int or an expression string; raises ExprError with a readable reason."""
+    if isinstance(value, bool):
+        raise ExprError("a boolean is not a size")
+    if isinstance(value, int):
+        return Expr(str(value), ast.Constant(value), frozenset())
+    if not isinstance(value, str):
+        raise ExprError(f"expected an integer or an expression string, got {type(value).__name__}")
+    try:
+        tree = ast.parse(value.strip(), mode="eval").body
+    except SyntaxError as exc:
+        raise ExprError(f"cannot parse {value!r}: {exc.msg}") from None
+    names: set[str] = set()
+    _validate(tree, names, value)
+    return Expr(value, tree, frozenset(names))
+
+
+def _validate(node: ast.AST, names: set[str], text: str) -> None:
+    if isinstance(node, ast.Constant):
+        if isinstance(node.value, bool) or not isinstance(node.value, int):
+            raise ExprError(f"only integer literals are allowed in {text!r}")
+    elif isinstance(node, ast.Name):
+        names.add(node.id)
+    elif isinstance(node, ast.BinOp):
+        if type(node.op) not in _BINOPS:
+            raise ExprError(f"operator not allowed in {text!r} (use + - * // %)")
+        _validate(node.left, names, text)
+        _validate(node.right, names, text)
+    elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        _validate(node.operand, names, text)
+    elif isinstance(node, ast.Call):
+        if not isinstance(node.func, ast.Name) or node.func.id not in FUNCTIONS or node.keywords:
+            raise ExprError(f"only {', '.join(FUNCTIONS)} may be called in {text!r}")
+        if len(node.args) != FUNCTIONS[node.func.id]:
+            raise ExprError(f"{node.func.id} takes {FUNCTIONS[node.func.id]} arguments in {text!r}")
+        for arg in node.args:
+            _validate(arg, names, text)
+    else:
+        raise ExprError(f"not an integer expression: {text!r}")
+
+
+def _eval(node: ast.expr, env: dict[str, int]) -> int:
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Name):
+        return int(env[node.id])
+    if isinstance(node, ast.UnaryOp):
+        return -_eval(node.operand, env)
+    if isinstance(node, ast.Call):
+        a, b = (_eval(x, env) for x in node.args)
+        if node.func.id == "ceil_div":
+            if b == 0:
+                raise ExprError("ceil_div by zero")
+            return -(-a // b)
+        return min(a, b) if node.func.id == "min" else max(a, b)
+    a, b = _eval(node.left, env), _eval(node.right, env)
+    if isinstance(node.op, (ast.FloorDiv, ast.Mod)) and b == 0:
+        raise ExprError("division by zero")
+    return {ast.Add: a + b, ast.Sub: a - b, ast.Mult: a * b,
+            ast.FloorDiv: a // b if b else 0, ast.Mod: a % b if b else 0}[type(node.op)]
+
+
+def _to_c(node: ast.expr, rename) -> str:
+    if isinstance(node, ast.Constant):
+        return str(node.value)
+    if isinstance(node, ast.Name):
+        return rename(node.id)
+    if isinstance(node, ast.UnaryOp):
+        return f"(-{_to_c(node.operand, rename)})"
+    if isinstance(node, ast.Call):
+        a, b = (_to_c(x, rename) for x in node.args)
+        if node.func.id == "ceil_div":
+            return f"(({a} + {b} - 1) / {b})"
+        op = "<" if node.func.id == "min" else ">"
+        return f"(({a}) {op} ({b}) ? ({a}) : ({b}))"
+    return f"({_to_c(node.left, rename)} {_BINOPS[type(node.op)]} {_to_c(node.right, rename)})"

@@ -1,0 +1,34 @@
+// pipelink component support: what every component may use, whatever its contract.
+// Plain CUDA C++ with no standard-library includes, so NVRTC compiles it too.
+#pragma once
+
+namespace pl {
+
+// The tile a per-tile entry is called for. `coord` follows the contract's tile_sequence grid;
+// `stage` is the ring slot of the component's multi-stage ports for this tile.
+struct Tile {
+  int coord[3];
+  int linear;     // position in the component's tile sequence
+  int stage;      // ring slot (0 when the ports have one stage)
+  int iteration;  // how many tiles this CTA has walked before this one
+};
+
+// The block's dynamic shared memory. Every component sees the same base; the linker hands out
+// offsets inside it, so components never declare __shared__ arrays of their own.
+__device__ __forceinline__ unsigned char* dynamic_smem() {
+  extern __shared__ __align__(1024) unsigned char pl_dynamic_smem[];
+  return pl_dynamic_smem;
+}
+
+// Named barriers: `id` comes from the linker (a link-time constant), `threads` from the contract.
+__device__ __forceinline__ void barrier_sync(unsigned id, unsigned threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void barrier_arrive(unsigned id, unsigned threads) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
+__device__ __forceinline__ unsigned warp_index() { return threadIdx.x >> 5; }
+__device__ __forceinline__ unsigned lane_index() { return threadIdx.x & 31; }
+
+}  // namespace pl

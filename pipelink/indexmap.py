@@ -1,0 +1,125 @@
+"""Index maps from a component's task (tile) coordinates to event-tensor coordinates.
+
+    ij->ij                          one-to-one
+    ij->i                           reduction: every j of row i hits one event (count derived)
+    i->i,:                          broadcast: task i hits every event along the second dim
+    i->topk[i,:]                    data-dependent: the events are read from device tensor topk
+    i->range(indptr[i], indptr[i+1]) data-dependent: a variable number of events
+    ij->i//2, j                     affine terms over task indices
+
+The left side names the task dimensions (one letter each); the right side is either letters (a
+shorthand for one term per letter) or comma-separated terms.
+"""
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+
+
+class MapError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Term:
+    kind: str            # "index" (affine in task indices) | "all" (:) | "gather" | "range"
+    text: str
+    tensors: tuple[str, ...] = ()  # device tensors a data-dependent term reads
+
+
+@dataclass(frozen=True)
+class IndexMap:
+    text: str
+    task_dims: tuple[str, ...]
+    terms: tuple[Term, ...]
+
+    @property
+    def rank(self) -> int:
+        """Rank of the event tensor the map indexes."""
+        return len(self.terms)
+
+    @property
+    def tensors(self) -> tuple[str, ...]:
+        return tuple(t for term in self.terms for t in term.tensors)
+
+    @property
+    def kind(self) -> str:
+        kinds = {t.kind for t in self.terms}
+        if kinds & {"gather", "range"}:
+            return "data_dependent"
+        if "all" in kinds:
+            return "broadcast"
+        used = "".join(t.text for t in self.terms if t.kind == "index")
+        if all(d in used for d in self.task_dims) and len(self.terms) == len(self.task_dims):
+            return "one_to_one"
+        return "reduction"
+
+
+_LHS = re.compile(r"^[a-z]{1,3}$")
+
+
+def parse_map(text: str) -> IndexMap:
+    if "->" not in text:
+        raise MapError(f"{text!r} has no '->' between task and event coordinates")
+    lhs, rhs = (s.strip() for s in text.split("->", 1))
+    if not _LHS.match(lhs) or len(set(lhs)) != len(lhs):
+        raise MapError(f"the task side {lhs!r} must be 1-3 distinct lowercase letters, e.g. 'ij'")
+    dims = tuple(lhs)
+    if re.fullmatch(r"[a-z]+", rhs):  # shorthand: ij->ji
+        for ch in rhs:
+            if ch not in dims:
+                raise MapError(f"{ch!r} on the event side is not a task dimension of {lhs!r}")
+        return IndexMap(text, dims, tuple(Term("index", ch) for ch in rhs))
+    if not rhs:
+        raise MapError(f"{text!r} has an empty event side")
+    try:
+        sub = ast.parse(f"_[{rhs}]", mode="eval").body
+    except SyntaxError:
+        raise MapError(f"cannot parse the event side {rhs!r}") from None
+    items = sub.slice.elts if isinstance(sub.slice, ast.Tuple) else [sub.slice]
+    terms = tuple(_term(item, dims, text) for item in items)
+    return IndexMap(text, dims, terms)
+
+
+def _term(node: ast.AST, dims: tuple[str, ...], text: str) -> Term:
+    src = ast.unparse(node) if not isinstance(node, ast.Slice) else ":"
+    if isinstance(node, ast.Slice):
+        if node.lower or node.upper or node.step:
+            raise MapError(f"only a bare ':' is allowed as a slice in {text!r}")
+        return Term("all", ":")
+    if isinstance(node, ast.Subscript):  # topk[i, :]
+        if not isinstance(node.value, ast.Name):
+            raise MapError(f"a gathered tensor must be a parameter name in {text!r}")
+        inner = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+        for item in inner:
+            if not isinstance(item, ast.Slice):
+                _affine(item, dims, text)
+        return Term("gather", src, (node.value.id,))
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "range":
+        if len(node.args) != 2 or node.keywords:
+            raise MapError(f"range takes (begin, end) in {text!r}")
+        tensors = []
+        for arg in node.args:
+            if isinstance(arg, ast.Subscript) and isinstance(arg.value, ast.Name):
+                _affine(arg.slice, dims, text)
+                tensors.append(arg.value.id)
+            else:
+                _affine(arg, dims, text)
+        return Term("range", src, tuple(dict.fromkeys(tensors)))
+    _affine(node, dims, text)
+    return Term("index", src)
+
+
+def _affine(node: ast.AST, dims: tuple[str, ...], text: str) -> None:
+    """Task indices combined with integer literals by + - * // %."""
+    if isinstance(node, ast.Name):
+        if node.id not in dims:
+            raise MapError(f"{node.id!r} is not a task dimension in {text!r}")
+    elif isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
+        pass
+    elif isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod)):
+        _affine(node.left, dims, text)
+        _affine(node.right, dims, text)
+    else:
+        raise MapError(f"unsupported index term {ast.unparse(node)!r} in {text!r}")

@@ -1,0 +1,393 @@
+"""Contract loading: JSON -> schema -> semantic checks -> typed `Contract`.
+
+Every problem is reported at once, each with the file and a JSON pointer. Returns None when the
+contract cannot be used; never raises for bad input.
+"""
+from __future__ import annotations
+
+import functools
+import json
+from importlib import resources
+from pathlib import Path
+
+import jsonschema
+
+from . import expr as exprs
+from .diagnostics import DiagnosticSink, Location
+from .indexmap import MapError, parse_map
+from .model import (Barriers, Buffer, CompileFlags, Contract, Entry, EventNotify, Events, EventWait,
+                    Geometry, MBarrier, NamedBarrier, Param, ParamRange, Port, Role, Source, Targets,
+                    Threads, TileSequence)
+from .targets import TARGETS
+
+FORMAT_VERSION = 1
+SCHEMA_FILE = "contract-v1.schema.json"
+
+
+@functools.cache
+def schema() -> dict:
+    return json.loads(resources.files("pipelink.schema").joinpath(SCHEMA_FILE).read_text())
+
+
+@functools.cache
+def _validator():
+    return jsonschema.Draft202012Validator(schema())
+
+
+def load_contract_file(path: str | Path, sink: DiagnosticSink) -> Contract | None:
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        sink.error("PL002", f"cannot read contract: {exc.strerror or exc}", Location(file=str(path)))
+        return None
+    return load_contract_bytes(data, Source(str(path)), sink)
+
+
+def load_contract_bytes(data: bytes, source: Source, sink: DiagnosticSink) -> Contract | None:
+    where = Location(file=source.file)
+    if not data.strip():
+        sink.error("PL003", "the contract is empty", where)
+        return None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        sink.error("PL006", f"the contract is not UTF-8 text (byte {exc.start})", where)
+        return None
+    try:
+        raw = json.loads(text, object_pairs_hook=_reject_duplicate_keys)
+    except json.JSONDecodeError as exc:
+        sink.error("PL006", f"invalid JSON: {exc.msg}",
+                   Location(file=source.file, line=exc.lineno, column=exc.colno))
+        return None
+    except _DuplicateKey as exc:
+        sink.error("PL006", f"key {exc.key!r} appears twice in one JSON object", where,
+                   hint="JSON readers disagree on which copy wins; keep one")
+        return None
+    except RecursionError:
+        sink.error("PL006", "the JSON nests too deeply", where)
+        return None
+    return load_contract_dict(raw, source, sink)
+
+
+class _DuplicateKey(ValueError):
+    def __init__(self, key: str):
+        super().__init__(key)
+        self.key = key
+
+
+def _reject_duplicate_keys(pairs):
+    out = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
+def load_contract_dict(raw, source: Source, sink: DiagnosticSink) -> Contract | None:
+    if not isinstance(raw, dict):
+        sink.error("PL020", f"a contract is a JSON object, not {type(raw).__name__}", source.at(""))
+        return None
+    version = raw.get("pipelink_contract")
+    if version is not None and version != FORMAT_VERSION:
+        sink.error("PL021", f"contract format {version!r}; this pipelink reads format {FORMAT_VERSION}",
+                   source.at("/pipelink_contract"))
+        return None
+    before = len(sink.errors)
+    for err in sorted(_validator().iter_errors(raw), key=lambda e: list(map(str, e.absolute_path))):
+        sink.error("PL020", _schema_message(err), source.at(_pointer(err.absolute_path), raw.get("name")
+                                                              if isinstance(raw.get("name"), str) else None))
+    if len(sink.errors) > before:
+        return None
+    return _SemanticCheck(raw, source, sink).build()
+
+
+def _pointer(path) -> str:
+    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in path)
+
+
+def _schema_message(err: jsonschema.ValidationError) -> str:
+    if err.validator == "oneOf" and err.schema.get("oneOf") and any(
+            "expr" in json.dumps(s) or s.get("type") == "integer" for s in err.schema["oneOf"]):
+        return f"{err.instance!r} is not a size (an integer >= 0 or an expression string)"
+    msg = err.message
+    if len(msg) > 200:
+        msg = msg[:200] + "..."
+    return msg
+
+
+class _SemanticCheck:
+    """Checks inside one contract that the schema cannot express, then builds the model."""
+
+    def __init__(self, raw: dict, source: Source, sink: DiagnosticSink):
+        self.raw, self.source, self.sink = raw, source, sink
+        self.name = raw["name"]
+        self.failed = False
+
+    def error(self, code: str, message: str, pointer: str, hint: str | None = None) -> None:
+        self.failed = True
+        self.sink.error(code, message, self.source.at(pointer, self.name), hint)
+
+    def unique(self, items: list[dict], pointer: str, what: str) -> None:
+        seen: dict[str, int] = {}
+        for i, item in enumerate(items):
+            name = item["name"]
+            if name in seen:
+                self.error("PL022", f"{what} '{name}' is declared twice (first at {pointer}/{seen[name]})",
+                           f"{pointer}/{i}/name")
+            seen.setdefault(name, i)
+
+    def size_expr(self, value, pointer: str, allowed: set[str], what: str) -> exprs.Expr | None:
+        try:
+            e = exprs.parse(value)
+        except exprs.ExprError as exc:
+            self.error("PL028", f"{what}: {exc}", pointer)
+            return None
+        unknown = sorted(e.names - allowed)
+        if unknown:
+            self.error("PL029", f"{what} uses {', '.join(map(repr, unknown))}, which this contract does not "
+                       f"declare", pointer, hint=self._names_hint(allowed))
+            return None
+        return e
+
+    def _names_hint(self, allowed: set[str]) -> str:
+        shown = ", ".join(sorted(allowed)) or "none"
+        return f"names visible here: {shown}; declare geometry in geometry.provides/consumes"
+
+    def positive(self, e: exprs.Expr | None, env: dict[str, int], pointer: str, what: str) -> int | None:
+        """Evaluate where every name has a value; sizes must be > 0."""
+        if e is None or not e.names <= env.keys():
+            return None
+        try:
+            value = e.evaluate(env)
+        except exprs.ExprError as exc:
+            self.error("PL028", f"{what}: {exc}", pointer)
+            return None
+        if value <= 0:
+            self.error("PL032", f"{what} is {value} (from {e.text!r}); it must be positive", pointer)
+            return None
+        return value
+
+    # --- the sections, in schema order ---------------------------------------------------
+
+    def build(self) -> Contract | None:
+        raw = self.raw
+        entry = self.entry(raw["entry"])
+        targets = self.targets(raw["targets"])
+        threads = self.threads(raw["threads"], targets)
+        max_regs = raw.get("registers", {}).get("max_per_thread")
+        if max_regs is not None and max_regs * threads.count > 65536:
+            self.error("PL033", f"{max_regs} registers x {threads.count} threads = {max_regs * threads.count}, "
+                       f"over the 65536 registers of an SM", "/registers/max_per_thread")
+        geometry = self.geometry(raw.get("geometry", {}), entry)
+        link_names = set(geometry.provides) | set(geometry.consumes)
+        env = dict(geometry.provides)
+        env.update({k: r.default for k, r in geometry.consumes.items() if r.default is not None})
+        buffers = self.buffers(raw.get("smem", {}).get("buffers", []), link_names, env)
+        barriers = self.barriers(raw.get("barriers", {}), link_names, env, threads)
+        ports = self.ports(raw.get("ports", []), link_names, env, entry)
+        events = self.events(raw.get("events", {}), geometry, entry)
+        if self.failed:
+            return None
+        return Contract(
+            name=self.name, version=raw["version"], owner=raw.get("owner"), description=raw.get("description"),
+            entry=entry, targets=targets, threads=threads, max_registers=max_regs, buffers=buffers,
+            barriers=barriers, ports=ports, geometry=geometry, events=events, source=self.source, raw=raw)
+
+    def entry(self, raw: dict) -> Entry:
+        params = raw.get("params", [])
+        self.unique(params, "/entry/params", "parameter")
+        return Entry(symbol=raw["symbol"], invocation=raw.get("invocation", "per_tile"), params=tuple(
+            Param(p["name"], p["dtype"], p.get("pointer", False), p.get("const", False), f"/entry/params/{i}")
+            for i, p in enumerate(params)))
+
+    def targets(self, raw: dict) -> Targets:
+        for i, arch in enumerate(raw["archs"]):
+            if arch not in TARGETS:
+                self.error("PL034", f"unknown target {arch!r}", f"/targets/archs/{i}",
+                           hint="known: " + ", ".join(TARGETS))
+        flags = raw.get("compile_flags")
+        return Targets(tuple(raw["archs"]), CompileFlags(**(flags or {})), flags is not None)
+
+    def threads(self, raw: dict, targets: Targets) -> Threads:
+        warps = raw["warps"]
+        roles_raw = raw.get("roles") or [{"name": "main", "warps": warps}]
+        self.unique(roles_raw, "/threads/roles", "role")
+        total = sum(r["warps"] for r in roles_raw)
+        if total != warps:
+            self.error("PL023", f"threads.warps is {warps} but the roles add up to {total} "
+                       f"({' + '.join(str(r['warps']) for r in roles_raw)})", "/threads/warps")
+        roles = []
+        has_setmaxnreg_target = any(TARGETS[a].setmaxnreg for a in targets.archs if a in TARGETS)
+        for i, r in enumerate(roles_raw):
+            ptr = f"/threads/roles/{i}"
+            nreg = r.get("setmaxnreg")
+            if (r.get("warpgroup_aligned") or nreg is not None) and r["warps"] % 4:
+                self.error("PL024", f"role '{r['name']}' has {r['warps']} warps; a warpgroup-aligned role needs a "
+                           f"multiple of 4", f"{ptr}/warps")
+            if nreg is not None:
+                if not (24 <= nreg <= 256 and nreg % 8 == 0):
+                    self.error("PL025", f"setmaxnreg {nreg} is not in 24..256 in steps of 8", f"{ptr}/setmaxnreg")
+                if not has_setmaxnreg_target:
+                    self.error("PL025", f"role '{r['name']}' uses setmaxnreg but no target supports it "
+                               f"(targets: {', '.join(targets.archs)})", f"{ptr}/setmaxnreg",
+                               hint="add sm_90a to targets.archs and build with -arch=sm_90a")
+            roles.append(Role(r["name"], r["warps"], bool(r.get("warpgroup_aligned") or nreg is not None), nreg, ptr))
+        return Threads(warps, tuple(roles), raw.get("uses_syncthreads", False))
+
+    def geometry(self, raw: dict, entry: Entry) -> Geometry:
+        provides = dict(raw.get("provides", {}))
+        consumes = {}
+        for name, r in raw.get("consumes", {}).items():
+            ptr = f"/geometry/consumes/{name}"
+            if name in provides:
+                self.error("PL030", f"'{name}' is both provided and consumed", ptr)
+            rng = ParamRange(r.get("min"), r.get("max"), r.get("multiple_of"),
+                             tuple(r["one_of"]) if "one_of" in r else None, r.get("default"))
+            if rng.min is not None and rng.max is not None and rng.min > rng.max:
+                self.error("PL030", f"'{name}' has min {rng.min} > max {rng.max}", ptr)
+            if rng.default is not None and not rng.admits(rng.default):
+                self.error("PL030", f"the default {rng.default} of '{name}' is outside its own range "
+                           f"({rng.describe()})", f"{ptr}/default")
+            consumes[name] = rng
+        shapes = {p.name for p in entry.params if p.is_shape}
+        for name in sorted((set(provides) | set(consumes)) & shapes):
+            self.error("PL022", f"'{name}' is both a geometry parameter and a runtime parameter",
+                       f"/geometry/provides/{name}" if name in provides else f"/geometry/consumes/{name}")
+        seq = None
+        if "tile_sequence" in raw:
+            ts = raw["tile_sequence"]
+            allowed = set(provides) | set(consumes) | shapes
+            grid = tuple(self.size_expr(g, f"/geometry/tile_sequence/grid/{i}", allowed, "tile grid extent")
+                         for i, g in enumerate(ts["grid"]))
+            seq = TileSequence(tuple(g for g in grid if g is not None), ts.get("order", "row_major"),
+                               ts.get("distribution", "grid_stride"), "/geometry/tile_sequence")
+        return Geometry(provides, consumes, seq)
+
+    def buffers(self, raw: list, link_names: set[str], env: dict, ) -> tuple[Buffer, ...]:
+        self.unique(raw, "/smem/buffers", "smem buffer")
+        out = []
+        for i, b in enumerate(raw):
+            ptr = f"/smem/buffers/{i}"
+            size = self.size_expr(b["bytes"], f"{ptr}/bytes", link_names, f"buffer '{b['name']}' size")
+            self.positive(size, env, f"{ptr}/bytes", f"buffer '{b['name']}' size")
+            align = b.get("align", 16)
+            if align & (align - 1):
+                self.error("PL032", f"buffer '{b['name']}' alignment {align} is not a power of two", f"{ptr}/align")
+            lifetime = b.get("lifetime", "persistent")
+            phase = b.get("phase")
+            if lifetime == "scratch" and phase is None:
+                self.error("PL020", f"scratch buffer '{b['name']}' needs a phase: the bytes may be shared with "
+                           "other phases' scratch", f"{ptr}/phase")
+            if lifetime == "persistent" and phase is not None:
+                self.error("PL020", f"persistent buffer '{b['name']}' has a phase; phases are for scratch buffers",
+                           f"{ptr}/phase")
+            if size is not None:
+                out.append(Buffer(b["name"], size, align, lifetime, phase, ptr))
+        return tuple(out)
+
+    def barriers(self, raw: dict, link_names: set[str], env: dict, threads: Threads) -> Barriers:
+        named_raw, mbar_raw = raw.get("named", []), raw.get("mbarriers", [])
+        self.unique(named_raw + mbar_raw, "/barriers", "barrier")
+        named = []
+        for i, b in enumerate(named_raw):
+            ptr = f"/barriers/named/{i}/threads"
+            e = self.size_expr(b["threads"], ptr, link_names, f"barrier '{b['name']}' thread count")
+            n = self.positive(e, env, ptr, f"barrier '{b['name']}' thread count")
+            if n is not None and (n % 32 or n > threads.count):
+                self.error("PL027", f"barrier '{b['name']}' counts {n} threads; it must be a multiple of 32 and at "
+                           f"most the component's {threads.count} threads", ptr)
+            if e is not None:
+                named.append(NamedBarrier(b["name"], e, f"/barriers/named/{i}"))
+        mbars = []
+        for i, b in enumerate(mbar_raw):
+            ptr = f"/barriers/mbarriers/{i}"
+            e = self.size_expr(b.get("arrivals", 1), f"{ptr}/arrivals", link_names, f"mbarrier '{b['name']}' arrivals")
+            self.positive(e, env, f"{ptr}/arrivals", f"mbarrier '{b['name']}' arrivals")
+            if e is not None:
+                mbars.append(MBarrier(b["name"], e, b.get("count", 1), ptr))
+        ids = raw.get("hardcoded_ids", [])
+        for i, bid in enumerate(ids):
+            if not 1 <= bid <= 15:
+                self.error("PL026", f"hard-coded barrier id {bid} is outside 1..15", f"/barriers/hardcoded_ids/{i}",
+                           hint="id 0 is __syncthreads: declare threads.uses_syncthreads instead" if bid == 0 else None)
+        if len(named) + len(ids) > 15:
+            self.error("PL026", f"{len(named)} named and {len(ids)} hard-coded barriers exceed the 15 free ids",
+                       "/barriers")
+        return Barriers(tuple(named), tuple(mbars), tuple(ids))
+
+    def ports(self, raw: list, link_names: set[str], env: dict, entry: Entry) -> tuple[Port, ...]:
+        self.unique(raw, "/ports", "port")
+        params = {p.name: p for p in entry.params}
+        out = []
+        for i, p in enumerate(raw):
+            ptr = f"/ports/{i}"
+            space = p.get("space", "smem")
+            tile = []
+            for j, t in enumerate(p.get("tile", [])):
+                e = self.size_expr(t, f"{ptr}/tile/{j}", link_names, f"port '{p['name']}' tile extent")
+                self.positive(e, env, f"{ptr}/tile/{j}", f"port '{p['name']}' tile extent")
+                tile.append(e)
+            stages = self.size_expr(p.get("stages", 1), f"{ptr}/stages", link_names, f"port '{p['name']}' stages")
+            self.positive(stages, env, f"{ptr}/stages", f"port '{p['name']}' stages")
+            if space == "smem" and not p.get("tile"):
+                self.error("PL020", f"smem port '{p['name']}' needs a tile shape", f"{ptr}/tile")
+            if space == "smem" and "param" in p:
+                self.error("PL020", f"smem port '{p['name']}' names a parameter; only gmem ports do", f"{ptr}/param")
+            if space == "gmem":
+                pname = p.get("param")
+                param = params.get(pname) if pname else None
+                if pname is None:
+                    self.error("PL020", f"gmem port '{p['name']}' needs 'param': the pointer parameter it uses",
+                               f"{ptr}/param")
+                elif param is None or not param.pointer:
+                    self.error("PL029", f"gmem port '{p['name']}' names '{pname}', which is not a pointer parameter "
+                               "of the entry", f"{ptr}/param")
+                elif param.dtype != p["dtype"]:
+                    self.error("PL020", f"gmem port '{p['name']}' is {p['dtype']} but parameter '{pname}' is "
+                               f"{param.dtype}", f"{ptr}/dtype")
+            if stages is not None and None not in tile:
+                out.append(Port(p["name"], p["direction"], space, p["dtype"], tuple(tile),
+                                p.get("layout", "row_major"), p.get("swizzle", "none"), stages, p.get("param"), ptr))
+        return tuple(out)
+
+    def events(self, raw: dict, geometry: Geometry, entry: Entry) -> Events:
+        rank = len(geometry.tile_sequence.grid) if geometry.tile_sequence else None
+        shapes = {p.name for p in entry.params if p.is_shape}
+        int_pointers = {p.name for p in entry.params if p.pointer and not p.is_shape
+                        and p.dtype in {"i32", "u32", "i64", "u64", "i16", "u16", "i8", "u8"}}
+        allowed = set(geometry.provides) | set(geometry.consumes) | shapes
+        notifies, waits = [], []
+        for kind in ("notifies", "waits"):
+            items = raw.get(kind, [])
+            self.unique(items, f"/events/{kind}", "event")
+            for i, ev in enumerate(items):
+                ptr = f"/events/{kind}/{i}"
+                try:
+                    imap = parse_map(ev["map"])
+                except MapError as exc:
+                    self.error("PL031", str(exc), f"{ptr}/map")
+                    continue
+                if rank is not None and len(imap.task_dims) != rank:
+                    self.error("PL031", f"map {ev['map']!r} has {len(imap.task_dims)} task dimensions but the tile "
+                               f"grid has {rank}", f"{ptr}/map")
+                for t in imap.tensors:
+                    if t not in int_pointers:
+                        self.error("PL029", f"map {ev['map']!r} reads '{t}', which is not an integer pointer "
+                                   "parameter of the entry", f"{ptr}/map")
+                if kind == "notifies":
+                    shape = None
+                    if "shape" in ev:
+                        shape = tuple(self.size_expr(s, f"{ptr}/shape/{j}", allowed, "event extent")
+                                      for j, s in enumerate(ev["shape"]))
+                        if len(shape) != imap.rank:
+                            self.error("PL031", f"event '{ev['name']}' has rank {len(shape)} but its map "
+                                       f"{ev['map']!r} indexes rank {imap.rank}", f"{ptr}/shape")
+                        shape = tuple(s for s in shape if s is not None)
+                    notifies.append(EventNotify(ev["name"], ev["map"], shape, ptr))
+                else:
+                    count = ev.get("count", "auto")
+                    c = None if count == "auto" else self.size_expr(count, f"{ptr}/count", allowed, "wait count")
+                    waits.append(EventWait(ev["name"], ev["map"], c, ptr))
+        return Events(tuple(notifies), tuple(waits))

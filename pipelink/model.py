@@ -1,0 +1,271 @@
+"""Typed contract objects, as the rest of the linker sees them.
+
+Built by `pipelink.loader` only after the JSON passed the schema and the semantic checks, so
+everything here can be trusted: names are unique, expressions parse, warps add up. Each object
+keeps its JSON pointer so later passes can still say where a problem comes from.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+
+from .diagnostics import Location
+from .expr import Expr
+
+# Bytes per element of each dtype.
+DTYPE_BYTES = {"f64": 8, "f32": 4, "f16": 2, "bf16": 2, "fp8_e4m3": 1, "fp8_e5m2": 1, "i64": 8,
+               "u64": 8, "i32": 4, "u32": 4, "i16": 2, "u16": 2, "i8": 1, "u8": 1, "bool": 1}
+# The C++ type of each dtype in generated code.
+DTYPE_C = {"f64": "double", "f32": "float", "f16": "__half", "bf16": "__nv_bfloat16",
+           "fp8_e4m3": "__nv_fp8_e4m3", "fp8_e5m2": "__nv_fp8_e5m2", "i64": "long long",
+           "u64": "unsigned long long", "i32": "int", "u32": "unsigned", "i16": "short",
+           "u16": "unsigned short", "i8": "signed char", "u8": "unsigned char", "bool": "bool"}
+INTEGER_DTYPES = frozenset({"i64", "u64", "i32", "u32", "i16", "u16", "i8", "u8"})
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a contract came from: a sidecar/contract file, or a section of an object."""
+
+    file: str
+    origin: str = "file"  # "file" | "section .pipelink.contract" | "sidecar"
+    object_file: str | None = None
+
+    def at(self, pointer: str, component: str | None = None) -> Location:
+        return Location(file=self.file, pointer=pointer, component=component)
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    dtype: str
+    pointer: bool
+    const: bool
+    pointer_path: str
+
+    @property
+    def is_shape(self) -> bool:
+        """An integer scalar: usable in size expressions, known at launch."""
+        return not self.pointer and self.dtype in INTEGER_DTYPES
+
+    def c_decl(self) -> str:
+        base = DTYPE_C[self.dtype]
+        if self.pointer:
+            return f"{'const ' if self.const else ''}{base}* __restrict__ {self.name}"
+        return f"{base} {self.name}"
+
+
+@dataclass(frozen=True)
+class Entry:
+    symbol: str
+    invocation: str
+    params: tuple[Param, ...]
+
+
+@dataclass(frozen=True)
+class CompileFlags:
+    ftz: bool = False
+    prec_div: bool = True
+    prec_sqrt: bool = True
+    fmad: bool = True
+
+    def as_dict(self) -> dict[str, bool]:
+        return {"ftz": self.ftz, "prec_div": self.prec_div, "prec_sqrt": self.prec_sqrt, "fmad": self.fmad}
+
+    def nvcc_options(self) -> list[str]:
+        b = lambda v: "true" if v else "false"  # noqa: E731
+        return [f"-ftz={b(self.ftz)}", f"-prec-div={b(self.prec_div)}", f"-prec-sqrt={b(self.prec_sqrt)}",
+                f"-fmad={b(self.fmad)}"]
+
+
+@dataclass(frozen=True)
+class Targets:
+    archs: tuple[str, ...]
+    flags: CompileFlags
+    flags_declared: bool  # False: the contract relies on nvcc's defaults
+
+
+@dataclass(frozen=True)
+class Role:
+    name: str
+    warps: int
+    warpgroup_aligned: bool
+    setmaxnreg: int | None
+    pointer_path: str
+
+
+@dataclass(frozen=True)
+class Threads:
+    warps: int
+    roles: tuple[Role, ...]
+    uses_syncthreads: bool
+
+    @property
+    def count(self) -> int:
+        return self.warps * 32
+
+
+@dataclass(frozen=True)
+class Buffer:
+    name: str
+    bytes: Expr
+    align: int
+    lifetime: str  # "persistent" | "scratch"
+    phase: str | None
+    pointer_path: str
+
+
+@dataclass(frozen=True)
+class NamedBarrier:
+    name: str
+    threads: Expr
+    pointer_path: str
+
+
+@dataclass(frozen=True)
+class MBarrier:
+    name: str
+    arrivals: Expr
+    count: int
+    pointer_path: str
+
+
+@dataclass(frozen=True)
+class Barriers:
+    named: tuple[NamedBarrier, ...] = ()
+    mbarriers: tuple[MBarrier, ...] = ()
+    hardcoded_ids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Port:
+    name: str
+    direction: str  # "in" | "out"
+    space: str      # "smem" | "gmem"
+    dtype: str
+    tile: tuple[Expr, ...]
+    layout: str
+    swizzle: str
+    stages: Expr
+    param: str | None
+    pointer_path: str
+
+
+@dataclass(frozen=True)
+class ParamRange:
+    min: int | None = None
+    max: int | None = None
+    multiple_of: int | None = None
+    one_of: tuple[int, ...] | None = None
+    default: int | None = None
+
+    def admits(self, value: int) -> bool:
+        return ((self.min is None or value >= self.min) and (self.max is None or value <= self.max)
+                and (self.multiple_of is None or value % self.multiple_of == 0)
+                and (self.one_of is None or value in self.one_of))
+
+    def describe(self) -> str:
+        parts = []
+        if self.one_of is not None:
+            parts.append("one of " + ", ".join(map(str, self.one_of)))
+        if self.min is not None or self.max is not None:
+            parts.append(f"in [{self.min if self.min is not None else 1}, "
+                         f"{self.max if self.max is not None else 'inf'}]")
+        if self.multiple_of is not None:
+            parts.append(f"a multiple of {self.multiple_of}")
+        return " and ".join(parts) or "any positive integer"
+
+
+@dataclass(frozen=True)
+class TileSequence:
+    grid: tuple[Expr, ...]
+    order: str
+    distribution: str
+    pointer_path: str
+
+
+@dataclass(frozen=True)
+class Geometry:
+    provides: dict[str, int] = field(default_factory=dict)
+    consumes: dict[str, ParamRange] = field(default_factory=dict)
+    tile_sequence: TileSequence | None = None
+
+
+@dataclass(frozen=True)
+class EventNotify:
+    name: str
+    map: str
+    shape: tuple[Expr, ...] | None
+    pointer_path: str
+
+
+@dataclass(frozen=True)
+class EventWait:
+    name: str
+    map: str
+    count: Expr | None  # None: "auto", derived from the producers
+    pointer_path: str
+
+
+@dataclass(frozen=True)
+class Events:
+    notifies: tuple[EventNotify, ...] = ()
+    waits: tuple[EventWait, ...] = ()
+
+
+@dataclass(frozen=True)
+class Contract:
+    name: str
+    version: str
+    owner: str | None
+    description: str | None
+    entry: Entry
+    targets: Targets
+    threads: Threads
+    max_registers: int | None
+    buffers: tuple[Buffer, ...]
+    barriers: Barriers
+    ports: tuple[Port, ...]
+    geometry: Geometry
+    events: Events
+    source: Source
+    raw: dict = field(repr=False, compare=False, default_factory=dict)
+
+    @property
+    def hash(self) -> str:
+        """Content hash of what the code depends on (everything but prose), hex."""
+        return contract_hash(self.raw)
+
+    def at(self, pointer: str) -> Location:
+        return self.source.at(pointer, self.name)
+
+    def shape_params(self) -> dict[str, Param]:
+        return {p.name: p for p in self.entry.params if p.is_shape}
+
+    def geometry_env(self) -> dict[str, int]:
+        """Geometry values this contract knows alone: what it provides, and consumed defaults."""
+        env = dict(self.geometry.provides)
+        for name, rng in self.geometry.consumes.items():
+            if rng.default is not None:
+                env[name] = rng.default
+        return env
+
+    def port(self, name: str) -> Port | None:
+        return next((p for p in self.ports if p.name == name), None)
+
+
+_PROSE_KEYS = {"description", "owner", "$schema"}
+
+
+def _strip_prose(value):
+    if isinstance(value, dict):
+        return {k: _strip_prose(v) for k, v in value.items() if k not in _PROSE_KEYS}
+    if isinstance(value, list):
+        return [_strip_prose(v) for v in value]
+    return value
+
+
+def contract_hash(raw: dict) -> str:
+    canonical = json.dumps(_strip_prose(raw), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()

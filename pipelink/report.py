@@ -1,0 +1,98 @@
+"""Human and JSON views of inputs and contracts for `pipelink inspect` and `pipelink check`."""
+from __future__ import annotations
+
+from .inputs import InputObject
+from .model import DTYPE_BYTES, Contract
+
+
+def contract_summary(c: Contract) -> dict:
+    return {
+        "name": c.name,
+        "version": c.version,
+        "owner": c.owner,
+        "hash": c.hash[:16],
+        "source": c.source.file,
+        "entry": {"symbol": c.entry.symbol, "invocation": c.entry.invocation,
+                  "params": [p.c_decl() for p in c.entry.params]},
+        "archs": list(c.targets.archs),
+        "compile_flags": c.targets.flags.as_dict(),
+        "warps": c.threads.warps,
+        "roles": [{"name": r.name, "warps": r.warps, "warpgroup_aligned": r.warpgroup_aligned,
+                   "setmaxnreg": r.setmaxnreg} for r in c.threads.roles],
+        "uses_syncthreads": c.threads.uses_syncthreads,
+        "max_registers": c.max_registers,
+        "smem_buffers": [{"name": b.name, "bytes": str(b.bytes), "align": b.align, "lifetime": b.lifetime,
+                          "phase": b.phase} for b in c.buffers],
+        "named_barriers": [b.name for b in c.barriers.named],
+        "mbarriers": [b.name for b in c.barriers.mbarriers],
+        "hardcoded_barrier_ids": list(c.barriers.hardcoded_ids),
+        "ports": [{"name": p.name, "direction": p.direction, "space": p.space, "dtype": p.dtype,
+                   "tile": [str(e) for e in p.tile], "layout": p.layout, "stages": str(p.stages)} for p in c.ports],
+        "geometry": {"provides": dict(c.geometry.provides),
+                     "consumes": {k: r.describe() for k, r in c.geometry.consumes.items()},
+                     "tile_sequence": None if c.geometry.tile_sequence is None else {
+                         "grid": [str(g) for g in c.geometry.tile_sequence.grid],
+                         "order": c.geometry.tile_sequence.order,
+                         "distribution": c.geometry.tile_sequence.distribution}},
+        "events": {"notifies": [{"name": e.name, "map": e.map} for e in c.events.notifies],
+                   "waits": [{"name": e.name, "map": e.map} for e in c.events.waits]},
+    }
+
+
+def contract_text(c: Contract, indent: str = "  ") -> list[str]:
+    s = contract_summary(c)
+    lines = [f"contract {c.name} {c.version}" + (f" ({c.owner})" if c.owner else "") + f"  hash {s['hash']}",
+             f"{indent}from      {c.source.file}",
+             f"{indent}entry     {c.entry.symbol}({', '.join(s['entry']['params'])})  [{c.entry.invocation}]",
+             f"{indent}targets   {', '.join(c.targets.archs)}  "
+             + " ".join(f"{k}={'1' if v else '0'}" for k, v in s["compile_flags"].items()),
+             f"{indent}threads   {c.threads.warps} warps: "
+             + ", ".join(f"{r.name} {r.warps}" + (" (warpgroup)" if r.warpgroup_aligned else "")
+                         + (f" setmaxnreg {r.setmaxnreg}" if r.setmaxnreg else "") for r in c.threads.roles)
+             + ("; calls __syncthreads" if c.threads.uses_syncthreads else "")
+             + (f"; <= {c.max_registers} regs/thread" if c.max_registers else "")]
+    for b in c.buffers:
+        lines.append(f"{indent}smem      {b.name}: {b.bytes} bytes, align {b.align}, {b.lifetime}"
+                     + (f" (phase {b.phase})" if b.phase else ""))
+    for p in c.ports:
+        per = f"{DTYPE_BYTES[p.dtype]}B"
+        lines.append(f"{indent}port      {p.direction:3} {p.name}: {p.space} {p.dtype}[{', '.join(map(str, p.tile))}]"
+                     f" {p.layout} x{p.stages} stages ({per}/elem)")
+    if c.barriers.named or c.barriers.mbarriers or c.barriers.hardcoded_ids:
+        lines.append(f"{indent}barriers  named: {', '.join(b.name for b in c.barriers.named) or '-'}; mbarriers: "
+                     f"{', '.join(b.name for b in c.barriers.mbarriers) or '-'}; hard-coded ids: "
+                     f"{', '.join(map(str, c.barriers.hardcoded_ids)) or '-'}")
+    g = s["geometry"]
+    if g["provides"] or g["consumes"]:
+        lines.append(f"{indent}geometry  provides {g['provides'] or '-'}; consumes "
+                     + (", ".join(f"{k} {v}" for k, v in g["consumes"].items()) or "-"))
+    if g["tile_sequence"]:
+        ts = g["tile_sequence"]
+        lines.append(f"{indent}tiles     grid [{', '.join(ts['grid'])}] {ts['order']}, {ts['distribution']}")
+    for e in c.events.notifies:
+        lines.append(f"{indent}notifies  {e.name} {e.map}")
+    for e in c.events.waits:
+        lines.append(f"{indent}waits     {e.name} {e.map}")
+    return lines
+
+
+def object_summary(obj: InputObject) -> dict:
+    return {
+        "path": obj.path,
+        "format": obj.format,
+        "entries": [{"kind": e.kind, "arch": e.arch, "options": e.options, "compressed": e.compressed,
+                     "payload_bytes": e.payload_size} for e in obj.entries],
+        "symbols": list(obj.ptx_symbols),
+        "embedded_contract": obj.embedded_contract is not None,
+    }
+
+
+def object_text(obj: InputObject) -> list[str]:
+    lines = [f"{obj.path}: {obj.format}, {len(obj.entries)} fatbin entr{'y' if len(obj.entries) == 1 else 'ies'}"]
+    for e in obj.entries:
+        lines.append(f"  {e.kind:6} {e.arch or '?':7} {e.payload_size:>8} B"
+                     f"{' zstd' if e.compressed and e.kind != 'ltoir' else ' compressed' if e.compressed else ''}"
+                     + (f"  [{e.options}]" if e.options else ""))
+    if obj.ptx_symbols:
+        lines.append(f"  symbols  {', '.join(obj.ptx_symbols)}")
+    return lines

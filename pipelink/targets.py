@@ -1,0 +1,62 @@
+"""Per-target limits the checks and the allocator work against.
+
+Numbers from the CUDA C++ Programming Guide's compute-capability table; sm_90 values were also
+checked on an H200 (see docs/toolchain.md).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Target:
+    arch: str                  # "sm_90a"
+    smem_per_block: int        # max dynamic smem per block after opt-in, bytes
+    smem_per_sm: int
+    named_barriers: int        # ids 0..n-1; 0 is __syncthreads
+    max_threads_per_block: int
+    regs_per_sm: int
+    max_regs_per_thread: int
+    max_warps_per_sm: int
+    setmaxnreg: bool           # warpgroup register reconfiguration (arch-specific "a" targets)
+
+    @property
+    def base(self) -> str:
+        """sm_90a -> sm_90: LTO-IR for the family target."""
+        return self.arch.rstrip("af")
+
+    @property
+    def free_barrier_ids(self) -> range:
+        return range(1, self.named_barriers)
+
+
+KB = 1024
+TARGETS: dict[str, Target] = {t.arch: t for t in (
+    Target("sm_80", 163 * KB, 164 * KB, 16, 1024, 65536, 255, 64, False),
+    Target("sm_86", 99 * KB, 100 * KB, 16, 1024, 65536, 255, 48, False),
+    Target("sm_87", 163 * KB, 164 * KB, 16, 1024, 65536, 255, 48, False),
+    Target("sm_89", 99 * KB, 100 * KB, 16, 1024, 65536, 255, 48, False),
+    Target("sm_90", 227 * KB, 228 * KB, 16, 1024, 65536, 255, 64, False),
+    Target("sm_90a", 227 * KB, 228 * KB, 16, 1024, 65536, 255, 64, True),
+    Target("sm_100", 227 * KB, 228 * KB, 16, 1024, 65536, 255, 64, False),
+    Target("sm_100a", 227 * KB, 228 * KB, 16, 1024, 65536, 255, 64, True),
+    Target("sm_120", 99 * KB, 100 * KB, 16, 1024, 65536, 255, 48, False),
+    Target("sm_120a", 99 * KB, 100 * KB, 16, 1024, 65536, 255, 48, False),
+)}
+
+DEFAULT_TARGET = "sm_90"
+
+
+def target(arch: str) -> Target | None:
+    return TARGETS.get(arch)
+
+
+def ltoir_archs_for(link_arch: str) -> tuple[str, ...]:
+    """LTO-IR archs pipelink accepts for a link for `link_arch`: the arch itself and its family base.
+
+    nvJitLink would also JIT older LTO-IR (sm_80 into sm_90), but code guarded by __CUDA_ARCH__
+    was then compiled for the older arch; pipelink refuses that rather than link it silently.
+    An sm_90a component (arch-specific features such as setmaxnreg) needs an sm_90a link.
+    """
+    base = link_arch.rstrip("af")
+    return (link_arch,) if base == link_arch else (link_arch, base)

@@ -1,0 +1,236 @@
+"""The CUDA toolchain pipelink drives: the pinned nvcc wheel, NVRTC and nvJitLink.
+
+Nothing here needs a GPU. The toolchain comes from the pinned 13.0.88 wheels, never from a
+system CUDA install, so every machine links with the same versions.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+PINNED_CUDA = "13.0"
+
+
+class ToolchainError(Exception):
+    """A toolchain call failed; `log` holds what the tool said."""
+
+    def __init__(self, message: str, log: str = ""):
+        super().__init__(message + (f"\n{log}" if log else ""))
+        self.message = message
+        self.log = log
+
+
+@functools.cache
+def cuda_root() -> Path:
+    """The `nvidia/cu13` folder of the pinned wheels (bin/nvcc, include/, lib/)."""
+    try:
+        import nvidia  # namespace package of the NVIDIA wheels
+    except ImportError as exc:  # pragma: no cover - install problem
+        raise ToolchainError("the nvidia CUDA wheels are not installed") from exc
+    for base in getattr(nvidia, "__path__", []):
+        root = Path(base) / "cu13"
+        if (root / "bin" / "nvcc").exists():
+            return root
+    raise ToolchainError("nvcc from the nvidia-cuda-nvcc==13.0.88 wheel was not found")
+
+
+def nvcc_path() -> Path:
+    return cuda_root() / "bin" / "nvcc"
+
+
+def cuda_include_dirs() -> list[Path]:
+    """Headers for components: the CUDA runtime headers and CCCL (CUB, libcu++, Thrust)."""
+    inc = cuda_root() / "include"
+    dirs = [inc]
+    if (inc / "cccl").is_dir():
+        dirs.append(inc / "cccl")
+    return dirs
+
+
+def nvcc_env() -> dict:
+    """Environment for running the wheel's nvcc: its own bin first, and its libraries."""
+    env = dict(os.environ)
+    root = cuda_root()
+    env["PATH"] = f"{root / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    env["LD_LIBRARY_PATH"] = f"{root / 'lib'}{os.pathsep}{env.get('LD_LIBRARY_PATH', '')}"
+    return env
+
+
+def objcopy_path() -> str | None:
+    return shutil.which("objcopy")
+
+
+# --- NVRTC ---------------------------------------------------------------------------------
+
+def nvrtc_to_ltoir(source: str, name: str, options: list[str]) -> bytes:
+    """Compile CUDA C++ source to LTO-IR with NVRTC."""
+    from cuda.bindings import nvrtc
+
+    err, prog = nvrtc.nvrtcCreateProgram(source.encode(), name.encode(), 0, [], [])
+    _check_nvrtc(err, "nvrtcCreateProgram")
+    try:
+        opts = [o.encode() for o in options]
+        (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
+        if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            raise ToolchainError(f"NVRTC could not compile {name}", _nvrtc_log(prog))
+        err, size = nvrtc.nvrtcGetLTOIRSize(prog)
+        _check_nvrtc(err, "nvrtcGetLTOIRSize")
+        buf = b" " * size
+        (err,) = nvrtc.nvrtcGetLTOIR(prog, buf)
+        _check_nvrtc(err, "nvrtcGetLTOIR")
+        return bytes(buf)
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+
+
+def _nvrtc_log(prog) -> str:
+    from cuda.bindings import nvrtc
+
+    err, size = nvrtc.nvrtcGetProgramLogSize(prog)
+    buf = b" " * size
+    nvrtc.nvrtcGetProgramLog(prog, buf)
+    return buf.rstrip(b"\x00 ").decode(errors="replace")
+
+
+def _check_nvrtc(err, what: str) -> None:
+    from cuda.bindings import nvrtc
+
+    if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+        raise ToolchainError(f"{what} failed: {err}")
+
+
+def nvrtc_version() -> tuple[int, int]:
+    from cuda.bindings import nvrtc
+
+    err, major, minor = nvrtc.nvrtcVersion()
+    _check_nvrtc(err, "nvrtcVersion")
+    return (major, minor)
+
+
+# --- nvJitLink -----------------------------------------------------------------------------
+
+@dataclass
+class LinkInput:
+    """One input of an nvJitLink call. kind: 'object' | 'ltoir' | 'fatbin' | 'library' | 'cubin' | 'ptx'."""
+
+    kind: str
+    data: bytes
+    name: str
+
+
+@dataclass
+class LinkOutput:
+    cubin: bytes | None
+    ptx: str | None
+    info_log: str
+    error_log: str = ""
+    options: list[str] = field(default_factory=list)
+
+
+def nvjitlink_version() -> tuple[int, int]:
+    from cuda.bindings import nvjitlink
+
+    return tuple(nvjitlink.version())
+
+
+def nvjitlink_link(inputs: list[LinkInput], options: list[str], want_ptx: bool = False) -> LinkOutput:
+    """Run nvJitLink over `inputs`. Raises ToolchainError with the error log on failure."""
+    from cuda.bindings import nvjitlink
+
+    kinds = {
+        "cubin": nvjitlink.InputType.CUBIN,
+        "ptx": nvjitlink.InputType.PTX,
+        "ltoir": nvjitlink.InputType.LTOIR,
+        "fatbin": nvjitlink.InputType.FATBIN,
+        "object": nvjitlink.InputType.OBJECT,
+        "library": nvjitlink.InputType.LIBRARY,
+    }
+    handle = nvjitlink.create(len(options), options)
+    try:
+        try:
+            for inp in inputs:
+                nvjitlink.add_data(handle, kinds[inp.kind], inp.data, len(inp.data), inp.name)
+            nvjitlink.complete(handle)
+        except nvjitlink.nvJitLinkError as exc:
+            raise ToolchainError(f"nvJitLink failed: {exc}", _jitlink_log(handle, error=True)) from None
+        info = _jitlink_log(handle, error=False)
+        if want_ptx:
+            size = nvjitlink.get_linked_ptx_size(handle)
+            buf = bytearray(size)
+            nvjitlink.get_linked_ptx(handle, buf)
+            return LinkOutput(None, bytes(buf).rstrip(b"\x00").decode(), info, options=list(options))
+        size = nvjitlink.get_linked_cubin_size(handle)
+        buf = bytearray(size)
+        nvjitlink.get_linked_cubin(handle, buf)
+        return LinkOutput(bytes(buf), None, info, options=list(options))
+    finally:
+        nvjitlink.destroy(handle)
+
+
+def _jitlink_log(handle, error: bool) -> str:
+    from cuda.bindings import nvjitlink
+
+    try:
+        if error:
+            size = nvjitlink.get_error_log_size(handle)
+            buf = bytearray(size)
+            nvjitlink.get_error_log(handle, buf)
+        else:
+            size = nvjitlink.get_info_log_size(handle)
+            buf = bytearray(size)
+            nvjitlink.get_info_log(handle, buf)
+    except Exception:  # the log is best effort; the failure itself is already reported
+        return ""
+    return bytes(buf).rstrip(b"\x00").decode(errors="replace").strip()
+
+
+def probe_device_symbol(inp: LinkInput, symbol: str, arch: str, kind: str = "function") -> tuple[bool, str]:
+    """Does `inp` define the `extern "C" __device__` function (or const variable) `symbol` for `arch`?
+
+    LTO-IR is opaque, so ask nvJitLink itself: link a one-line kernel that takes the symbol's
+    address against the input. Returns (defined, log). This also proves that the pinned nvJitLink
+    can read the input's LTO-IR at all.
+    """
+    decl = (f'extern "C" __device__ void {symbol}();' if kind == "function"
+            else f'extern "C" __device__ const unsigned {symbol};')
+    src = (f"{decl}\n"
+           f'extern "C" __global__ void __pipelink_probe(const void** out) {{ *out = (const void*)&{symbol}; }}\n')
+    probe = nvrtc_to_ltoir(src, "pipelink_probe.cu", [f"-arch={arch}", "-dlto", "-rdc=true"])
+    try:
+        out = nvjitlink_link([LinkInput("ltoir", probe, "pipelink_probe"), inp], [f"-arch={arch}", "-lto"])
+    except ToolchainError as exc:
+        return False, exc.log
+    # nvJitLink does not fail on an undefined extern variable: it turns it into a zero-filled
+    # definition in .nv.global (NOBITS). A defined constant has bytes; look in the cubin.
+    if kind != "function" and symbol not in defined_symbols(out.cubin):
+        return False, f"undefined reference to '{symbol}' (nvJitLink would have zero-filled it)"
+    return True, ""
+
+
+def defined_symbols(cubin: bytes) -> set[str]:
+    """Names the cubin defines with contents: functions, and variables in sections that hold bytes.
+
+    A variable in a NOBITS section (.nv.global) is either a zero-initialized __device__ variable
+    or an extern nobody defined; nvJitLink treats both alike.
+    """
+    import io
+
+    from elftools.elf.elffile import ELFFile
+    from elftools.elf.sections import SymbolTableSection
+
+    elf = ELFFile(io.BytesIO(cubin))
+    sections = list(elf.iter_sections())
+    out = set()
+    for sec in sections:
+        if not isinstance(sec, SymbolTableSection):
+            continue
+        for sym in sec.iter_symbols():
+            idx = sym["st_shndx"]
+            if not sym.name or not isinstance(idx, int) or sym["st_info"]["type"] == "STT_SECTION":
+                continue
+            if sections[idx]["sh_type"] != "SHT_NOBITS":
+                out.add(sym.name)
+    return out
