@@ -353,7 +353,8 @@ class _SemanticCheck:
         return tuple(out)
 
     def events(self, raw: dict, geometry: Geometry, entry: Entry) -> Events:
-        rank = len(geometry.tile_sequence.grid) if geometry.tile_sequence else None
+        grid = self.raw.get("geometry", {}).get("tile_sequence", {}).get("grid")
+        rank = len(grid) if grid else None  # from the JSON: a bad extent must not cascade
         shapes = {p.name for p in entry.params if p.is_shape}
         int_pointers = {p.name for p in entry.params if p.pointer and not p.is_shape
                         and p.dtype in {"i32", "u32", "i64", "u64", "i16", "u16", "i8", "u8"}}

@@ -1,0 +1,54 @@
+import pytest
+
+from pipelink.expr import ExprError, parse
+
+
+@pytest.mark.parametrize("text,env,value", [
+    (128, {}, 128),
+    ("TILE_M * 64 * 4", {"TILE_M": 32}, 8192),
+    ("ceil_div(M, TILE_M)", {"M": 100, "TILE_M": 32}, 4),
+    ("ceil_div(M, TILE_M)", {"M": 96, "TILE_M": 32}, 3),
+    ("max(A, B) - min(A, B) + A // B % 3", {"A": 7, "B": 2}, 5 + 3 % 3),
+    ("-A + 10", {"A": 3}, 7),
+])
+def test_evaluate(text, env, value):
+    e = parse(text)
+    assert e.evaluate(env) == value
+
+
+def test_names_and_constant():
+    e = parse("ceil_div(M, TILE_M) * STAGES")
+    assert e.names == {"M", "TILE_M", "STAGES"}
+    assert not e.is_constant
+    assert parse(3).is_constant
+
+
+@pytest.mark.parametrize("bad", ["2 ** 3", "a.b", "f(1)", "min(1)", "1.5", "'x'", "a if b else c", "", "(",
+                                 "__import__('os')", "[1]", "True", "x < 3"])
+def test_rejects(bad):
+    with pytest.raises(ExprError):
+        parse(bad)
+
+
+def test_rejects_bool_and_float():
+    with pytest.raises(ExprError):
+        parse(True)
+    with pytest.raises(ExprError):
+        parse(2.0)
+
+
+def test_missing_name_and_division_by_zero():
+    with pytest.raises(ExprError, match="no value for M"):
+        parse("M + 1").evaluate({})
+    with pytest.raises(ExprError):
+        parse("A // B").evaluate({"A": 1, "B": 0})
+    with pytest.raises(ExprError):
+        parse("ceil_div(A, B)").evaluate({"A": 1, "B": 0})
+
+
+def test_to_c_matches_python():
+    e = parse("ceil_div(M, T) * 4 + max(M, T) % 5")
+    c = e.to_c()
+    env = {"M": 70, "T": 32}
+    assert c == "((((M + T - 1) / T) * 4) + (((M) > (T) ? (M) : (T)) % 5))"
+    assert e.evaluate(env) == 3 * 4 + 70 % 5

@@ -1,0 +1,27 @@
+import pytest
+
+from pipelink.indexmap import MapError, parse_map
+
+
+@pytest.mark.parametrize("text,kind,rank,tensors", [
+    ("ij->ij", "one_to_one", 2, ()),
+    ("ij->ji", "one_to_one", 2, ()),
+    ("ij->i", "reduction", 1, ()),
+    ("i->i,:", "broadcast", 2, ()),
+    ("i->topk[i,:]", "data_dependent", 1, ("topk",)),
+    ("i->range(indptr[i], indptr[i+1])", "data_dependent", 1, ("indptr",)),
+    ("ij->i//2, j", "one_to_one", 2, ()),
+    ("ijk->k", "reduction", 1, ()),
+])
+def test_kinds(text, kind, rank, tensors):
+    m = parse_map(text)
+    assert m.kind == kind
+    assert m.rank == rank
+    assert m.tensors == tensors
+
+
+@pytest.mark.parametrize("bad", ["ij", "ii->i", "ij->k", "IJ->ij", "abcd->a", "i->", "i->x[j]", "i->range(1)",
+                                 "i->i**2", "i->1:2", "i->f(i)", "->i", "i->topk[i,"])
+def test_rejects(bad):
+    with pytest.raises(MapError):
+        parse_map(bad)
