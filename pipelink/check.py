@@ -71,17 +71,20 @@ def check_flags(contracts: list[Contract], sink: DiagnosticSink) -> None:
     """-ftz/-prec-div/-prec-sqrt/-fmad must agree: LTO does not inline across different settings."""
     by_flags: dict[tuple, list[Contract]] = defaultdict(list)
     for c in contracts:
-        by_flags[tuple(sorted(c.targets.flags.as_dict().items()))].append(c)
+        by_flags[tuple(c.targets.flags.as_dict().items())].append(c)
     if len(by_flags) <= 1:
         return
-    groups = sorted(by_flags.items(), key=lambda kv: -len(kv[1]))
-    reference_flags, reference = groups[0][0], groups[0][1][0]
+    groups = sorted(by_flags.items(), key=lambda kv: -len(kv[1]))  # the majority is the reference
+    reference = dict(groups[0][0])
+    ref_c = groups[0][1][0]
+    show = lambda k, v: f"{k}={'true' if v else 'false'}"  # noqa: E731
     for flags, members in groups[1:]:
-        diff = [f"{k}={'true' if v else 'false'} vs {k}={'true' if dict(reference_flags)[k] else 'false'}"
-                for k, v in flags if dict(reference_flags)[k] != v]
+        keys = [k for k, v in flags if reference[k] != v]
+        mine = ", ".join(show(k, dict(flags)[k]) for k in keys)
+        theirs = ", ".join(show(k, reference[k]) for k in keys)
         for c in members:
-            sink.error("PL040", f"component '{c.name}' is compiled with {', '.join(diff)} of '{reference.name}'",
-                       c.at("/targets/compile_flags"), related=(reference.at("/targets/compile_flags"),))
+            sink.error("PL040", f"component '{c.name}' is compiled with {mine} but '{ref_c.name}' with {theirs}",
+                       c.at("/targets/compile_flags"), related=(ref_c.at("/targets/compile_flags"),))
 
 
 def check_geometry(contracts: list[Contract], sink: DiagnosticSink) -> dict[str, int]:

@@ -38,9 +38,14 @@ class Collected:
     target: str | None
 
 
-def is_contract_file(data: bytes) -> bool:
-    head = data.lstrip()[:1]
-    return head in (b"{", b"[")
+OBJECT_SUFFIXES = {".o", ".obj", ".a", ".lib", ".ltoir", ".fatbin", ".cubin"}
+
+
+def is_contract_file(path: str, data: bytes) -> bool:
+    """A JSON document not named like an object. (`x.o` holding JSON is a bad object, not a contract.)"""
+    if Path(path).suffix.lower() in OBJECT_SUFFIXES:
+        return False
+    return data.lstrip()[:1] in (b"{", b"[")
 
 
 def read_components(paths: list[str], sink: DiagnosticSink) -> list[Component]:
@@ -55,10 +60,13 @@ def read_components(paths: list[str], sink: DiagnosticSink) -> list[Component]:
         except OSError as exc:
             sink.error("PL002", f"cannot read {path}: {exc.strerror or exc}", Location(file=path))
             continue
-        if data and is_contract_file(data):
+        if data and is_contract_file(path, data):
             pending.append((data, Source(path), None))
             continue
         for obj in read_input(path, sink):
+            if not any(e.kind == "ltoir" for e in obj.entries):
+                require_ltoir(obj, "sm_90", sink)  # no LTO-IR for any arch: say so before the contract
+                continue
             found = find_contract(obj, sink)
             if found is not None:
                 text, origin = found

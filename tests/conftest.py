@@ -81,3 +81,16 @@ def built_objects(tmp_path_factory) -> dict[str, Path]:
         _run(["gcc", "-c", "two.c", "-o", "two_contracts.o"], d)
         paths["two_contracts.o"] = d / "two_contracts.o"
     return paths
+
+
+@pytest.fixture(scope="session")
+def shipped_objects(tmp_path_factory) -> dict[str, Path]:
+    """The shipped components, built with `pipelink build` (contract embedded), by name."""
+    from pipelink.diagnostics import DiagnosticSink
+    from pipelink.shipped import build_shipped
+
+    d = tmp_path_factory.mktemp("shipped")
+    sink = DiagnosticSink()
+    objects = build_shipped(d, sink, log=lambda *_: None)
+    assert not sink.items, [x.render() for x in sink.items]
+    return {o.stem: o for o in objects}

@@ -1,0 +1,250 @@
+"""The `pipelink` command end to end on real objects: what users see, and exit codes."""
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from comp_contract import COMP_CONTRACT, write_sidecar
+from pipelink.cli import main
+from pipelink.inputs import embed_contract
+
+ROWSUM = ["tile_load", "tile_transform", "block_rowsum"]
+RING = ["ring_load", "ring_dot"]
+
+
+def run(capsys, *argv):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    return code, out, err
+
+
+# --- success -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("names", [ROWSUM, RING], ids=["rowsum", "ring"])
+def test_check_shipped_pipeline(capsys, shipped_objects, names):
+    code, out, err = run(capsys, "check", *(shipped_objects[n] for n in names))
+    assert code == 0, err
+    assert f"ok: {len(names)} components ({', '.join(names)}) checked for sm_90" in out
+
+
+def test_check_json(capsys, shipped_objects):
+    code, out, _ = run(capsys, "check", "--format", "json", *(shipped_objects[n] for n in RING))
+    doc = json.loads(out)
+    assert code == 0 and doc["ok"] and doc["target"] == "sm_90" and doc["diagnostics"] == []
+    assert [c["name"] for c in doc["components"]] == RING
+    assert doc["components"][1]["roles"][0]["warpgroup_aligned"] is True
+
+
+def test_check_for_sm90a(capsys, shipped_objects):
+    code, out, _ = run(capsys, "check", "--arch", "sm_90a", *(shipped_objects[n] for n in ROWSUM))
+    assert code == 0 and "checked for sm_90a" in out
+
+
+def test_check_bare_contracts(capsys):
+    from pipelink.shipped import REPO
+    code, out, _ = run(capsys, "check", *(REPO / "contracts" / f"{n}.json" for n in ROWSUM))
+    assert code == 0 and "checked for sm_90" in out
+
+
+def test_inspect_text(capsys, shipped_objects):
+    code, out, _ = run(capsys, "inspect", shipped_objects["block_rowsum"])
+    assert code == 0
+    assert "host-object, 2 fatbin entries" in out
+    assert "ltoir  sm_90 " in out and "ltoir  sm_90a" in out and "-ftz=0 -prec_div=1" in out
+    assert "contract block_rowsum 1.0.0 (reduction-team)" in out
+    assert "smem      reduce_temp: 64 bytes, align 16, scratch (phase reduce)" in out
+
+
+def test_inspect_json(capsys, shipped_objects, built_objects):
+    code, out, _ = run(capsys, "inspect", "--format", "json", shipped_objects["ring_dot"], built_objects["good.o"])
+    doc = json.loads(out)
+    assert code == 0
+    ring, good = doc["inputs"]
+    assert ring["contract"]["entry"]["symbol"] == "ring_dot" and ring["embedded_contract"]
+    assert {e["kind"] for e in good["entries"]} == {"ptx", "ltoir"} and "comp_scale" in good["symbols"]
+    assert good["contract"] is None
+
+
+def test_header_command(capsys, tmp_path):
+    from pipelink.shipped import REPO
+    out_file = tmp_path / "ring_dot.pipelink.h"
+    code, _, _ = run(capsys, "header", REPO / "contracts" / "ring_dot.json", "-o", out_file)
+    assert code == 0
+    assert 'extern "C" __device__ void ring_dot(pl::Tile tile, const float* __restrict__ w' in out_file.read_text()
+
+
+def test_build_command(capsys, tmp_path):
+    from pipelink.shipped import REPO
+    out_file = tmp_path / "t.o"
+    code, out, err = run(capsys, "build", REPO / "components/tile_transform/tile_transform.cu", "--contract",
+                         REPO / "contracts/tile_transform.json", "-o", out_file, "--arch", "sm_90")
+    assert code == 0, err
+    assert "built" in out and out_file.is_file()
+    code, out, _ = run(capsys, "inspect", out_file)
+    assert "ltoir  sm_90 " in out and "sm_90a" not in out.split("contract")[0]
+
+
+def test_build_compile_error_writes_nothing(capsys, tmp_path):
+    from pipelink.shipped import REPO
+    src = tmp_path / "broken.cu"
+    src.write_text('#include "tile_transform.pipelink.h"\nextern "C" __device__ void tile_transform(pl::Tile t, '
+                   'int wrong) {}\n')
+    out_file = tmp_path / "broken.o"
+    code, _, err = run(capsys, "build", src, "--contract", REPO / "contracts/tile_transform.json", "-o", out_file)
+    assert code == 1 and "error[PL019]" in err and "tile_transform" in err
+    assert not out_file.exists() and list(tmp_path.iterdir()) == [src]
+
+
+# --- every class of bad input: a located diagnostic, a hint, exit 1 or 2, no traceback ------------
+
+def _bad(capsys, path, code, exit_code, *more):
+    got, out, err = run(capsys, "check", path, *more)
+    assert got == exit_code, err
+    assert f"error[{code}]" in err, err
+    assert str(path.name) in err
+    assert "= hint: " in err
+    return err
+
+
+def test_empty_file(capsys, built_objects):
+    _bad(capsys, built_objects["empty.o"], "PL003", 2)
+
+
+def test_random_bytes(capsys, built_objects):
+    _bad(capsys, built_objects["random.o"], "PL004", 2)
+
+
+def test_truncated_object(capsys, built_objects):
+    _bad(capsys, built_objects["half.o"], "PL005", 2)
+
+
+def test_text_file_as_object(capsys, tmp_path):
+    p = tmp_path / "notes.o"
+    p.write_text("these are my notes\n")
+    assert "looks like text" in _bad(capsys, p, "PL004", 2)
+
+
+def test_json_file_as_object(capsys, tmp_path):
+    p = tmp_path / "comp.o"
+    p.write_text(json.dumps(COMP_CONTRACT))
+    assert "looks like JSON" in _bad(capsys, p, "PL004", 2)
+
+
+def test_host_only_object(capsys, built_objects):
+    _bad(capsys, built_objects["host.o"], "PL010", 1)
+
+
+def test_object_without_ltoir(capsys, built_objects):
+    err = _bad(capsys, built_objects["nolto.o"], "PL011", 1)
+    assert "-dlto" in err
+
+
+def test_object_for_another_arch(capsys, built_objects, tmp_path):
+    obj = tmp_path / "sm80.o"
+    shutil.copy(built_objects["sm80_fast.o"], obj)
+    write_sidecar(obj, targets={"archs": ["sm_90"], "compile_flags": {"ftz": True, "prec_div": False,
+                                                                       "prec_sqrt": False, "fmad": True}})
+    err = _bad(capsys, obj, "PL012", 1)
+    assert "LTO-IR for sm_80 only, not for sm_90" in err
+
+
+def test_object_without_contract(capsys, built_objects):
+    _bad(capsys, built_objects["good.o"], "PL013", 1)
+
+
+def test_entry_symbol_not_in_object(capsys, built_objects, tmp_path):
+    obj = tmp_path / "comp.o"
+    shutil.copy(built_objects["good.o"], obj)
+    write_sidecar(obj, entry={"symbol": "comp_scal"})
+    got, _, err = run(capsys, "check", obj)
+    assert got == 1 and "error[PL014]" in err and "did you mean 'comp_scale'" in err
+    assert "at /entry/symbol" in err and "comp.o.contract.json" in err
+
+
+def test_invalid_json_contract(capsys, tmp_path):
+    p = tmp_path / "c.json"
+    p.write_text('{"name": "x",\n "version": }')
+    err = _bad(capsys, p, "PL006", 2)
+    assert "c.json:2:" in err
+
+
+def test_schema_violation_with_pointer(capsys, tmp_path):
+    p = tmp_path / "c.json"
+    p.write_text(json.dumps(dict(COMP_CONTRACT, threads={"warps": 0})))
+    err = _bad(capsys, p, "PL020", 1)
+    assert "at /threads/warps" in err
+
+
+def test_flags_differ_between_components(capsys, shipped_objects, tmp_path):
+    """A real build of tile_transform with -ftz=true next to the shipped tile_load."""
+    from pipelink.shipped import REPO
+    contract = json.loads((REPO / "contracts/tile_transform.json").read_text())
+    contract["targets"]["compile_flags"]["ftz"] = True
+    cpath = tmp_path / "tile_transform_ftz.json"
+    cpath.write_text(json.dumps(contract))
+    obj = tmp_path / "tile_transform_ftz.o"
+    code, _, err = run(capsys, "build", REPO / "components/tile_transform/tile_transform.cu", "--contract", cpath,
+                       "-o", obj, "--arch", "sm_90")
+    assert code == 0, err
+    code, out, _ = run(capsys, "inspect", obj)
+    assert "-ftz=1" in out
+    got, _, err = run(capsys, "check", shipped_objects["tile_load"], obj)
+    assert got == 1 and "error[PL040]" in err and "'tile_transform' is compiled with ftz=true but 'tile_load' with ftz=false" in err
+
+
+def test_object_flags_differ_from_its_contract(capsys, shipped_objects, tmp_path):
+    from pipelink.shipped import REPO
+    contract = json.loads((REPO / "contracts/tile_load.json").read_text())
+    contract["targets"]["compile_flags"]["fmad"] = False
+    obj = tmp_path / "tile_load.o"
+    embed_contract(shipped_objects["tile_load"], json.dumps(contract).encode(), obj)
+    got, _, err = run(capsys, "check", obj)
+    assert got == 1 and "error[PL016]" in err and "fmad: contract false, object true" in err
+
+
+def test_stale_build(capsys, shipped_objects, tmp_path):
+    """The object was compiled against one contract and ships with an edited one."""
+    from pipelink.shipped import REPO
+    contract = json.loads((REPO / "contracts/tile_transform.json").read_text())
+    contract["geometry"]["consumes"]["TILE_N"]["max"] = 512
+    obj = tmp_path / "tile_transform.o"
+    embed_contract(shipped_objects["tile_transform"], json.dumps(contract).encode(), obj)
+    got, _, err = run(capsys, "check", obj)
+    assert got == 1 and "error[PL049]" in err and "not compiled against this contract" in err
+
+
+def test_barrier_clash_between_components(capsys, tmp_path):
+    a = dict(COMP_CONTRACT, name="a", entry={"symbol": "a"}, barriers={"hardcoded_ids": [1, 2]})
+    b = dict(COMP_CONTRACT, name="b", entry={"symbol": "b"}, barriers={"hardcoded_ids": [2]})
+    pa, pb = tmp_path / "a.json", tmp_path / "b.json"
+    pa.write_text(json.dumps(a))
+    pb.write_text(json.dumps(b))
+    got, _, err = run(capsys, "check", pa, pb)
+    assert got == 1 and "error[PL045]: barrier id 2 is hard-coded by both 'a' and 'b'" in err
+    assert ">>> also " in err and "a.json" in err
+
+
+def test_usage_errors(capsys, tmp_path):
+    got, _, err = run(capsys, "check")
+    assert got == 2 and "error[PL001]" in err
+    got, _, err = run(capsys, "frobnicate")
+    assert got == 2 and "error[PL001]" in err
+    got, _, err = run(capsys, "check", tmp_path / "missing.o")
+    assert got == 2 and "error[PL002]" in err and "missing.o" in err
+    got, _, err = run(capsys, "check", tmp_path)
+    assert got == 2 and "error[PL002]" in err
+
+
+def test_usage_error_over_link_error(capsys, built_objects):
+    """Unreadable input (2) outranks a contract problem (1) when both occur."""
+    got, _, err = run(capsys, "check", built_objects["empty.o"], built_objects["good.o"])
+    assert got == 2 and "PL003" in err
+
+
+def test_console_script_has_no_traceback(built_objects):
+    proc = subprocess.run([sys.executable, "-m", "pipelink.cli", "check", str(built_objects["random.o"])],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and "error[PL004]" in proc.stderr and "Traceback" not in proc.stderr
