@@ -93,7 +93,10 @@ def _term(node: ast.AST, dims: tuple[str, ...], text: str) -> Term:
             raise MapError(f"a gathered tensor must be a parameter name in {text!r}")
         inner = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
         for item in inner:
-            if not isinstance(item, ast.Slice):
+            if isinstance(item, ast.Slice):
+                if item.lower or item.upper or item.step:
+                    raise MapError(f"only a bare ':' is allowed as a slice in {text!r}")
+            else:
                 _affine(item, dims, text)
         return Term("gather", src, (node.value.id,))
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "range":

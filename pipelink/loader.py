@@ -29,9 +29,16 @@ def schema() -> dict:
     return json.loads(resources.files("pipelink.schema").joinpath(SCHEMA_FILE).read_text())
 
 
+def _is_strict_integer(checker, instance) -> bool:
+    # JSON Schema counts 4.0 as an integer; a contract must not (it would reach C++ as "4.0").
+    return isinstance(instance, int) and not isinstance(instance, bool)
+
+
 @functools.cache
 def _validator():
-    return jsonschema.Draft202012Validator(schema())
+    base = jsonschema.Draft202012Validator
+    checker = base.TYPE_CHECKER.redefine("integer", _is_strict_integer)
+    return jsonschema.validators.extend(base, type_checker=checker)(schema())
 
 
 def load_contract_file(path: str | Path, sink: DiagnosticSink) -> Contract | None:
@@ -208,7 +215,8 @@ class _SemanticCheck:
                 self.error("PL034", f"unknown target {arch!r}", f"/targets/archs/{i}",
                            hint="known: " + ", ".join(TARGETS))
         flags = raw.get("compile_flags")
-        return Targets(tuple(raw["archs"]), CompileFlags(**(flags or {})), flags is not None)
+        known = {k: v for k, v in (flags or {}).items() if k in CompileFlags.__dataclass_fields__}
+        return Targets(tuple(raw["archs"]), CompileFlags(**known), flags is not None)
 
     def threads(self, raw: dict, targets: Targets) -> Threads:
         warps = raw["warps"]
@@ -247,14 +255,23 @@ class _SemanticCheck:
                              tuple(r["one_of"]) if "one_of" in r else None, r.get("default"))
             if rng.min is not None and rng.max is not None and rng.min > rng.max:
                 self.error("PL030", f"'{name}' has min {rng.min} > max {rng.max}", ptr)
+            if rng.one_of is not None and not any(rng.admits(v) for v in rng.one_of):
+                self.error("PL030", f"no value of one_of {list(rng.one_of)} for '{name}' satisfies its own "
+                           f"min/max/multiple_of", ptr)
             if rng.default is not None and not rng.admits(rng.default):
                 self.error("PL030", f"the default {rng.default} of '{name}' is outside its own range "
                            f"({rng.describe()})", f"{ptr}/default")
             consumes[name] = rng
         shapes = {p.name for p in entry.params if p.is_shape}
-        for name in sorted((set(provides) | set(consumes)) & shapes):
-            self.error("PL022", f"'{name}' is both a geometry parameter and a runtime parameter",
-                       f"/geometry/provides/{name}" if name in provides else f"/geometry/consumes/{name}")
+        params = {p.name for p in entry.params}
+        reserved = {"WARPS", "THREADS"} | {f"{r['name'].upper()}_WARPS" for r in self.raw["threads"].get("roles", [])}
+        for name in sorted(set(provides) | set(consumes)):
+            ptr = f"/geometry/provides/{name}" if name in provides else f"/geometry/consumes/{name}"
+            if name in params:
+                self.error("PL022", f"'{name}' is both a geometry parameter and an entry parameter", ptr)
+            elif name in reserved:
+                self.error("PL022", f"'{name}' is a name the generated header defines itself", ptr,
+                           hint="rename the geometry parameter")
         seq = None
         if "tile_sequence" in raw:
             ts = raw["tile_sequence"]
@@ -344,6 +361,9 @@ class _SemanticCheck:
                 elif param is None or not param.pointer:
                     self.error("PL029", f"gmem port '{p['name']}' names '{pname}', which is not a pointer parameter "
                                "of the entry", f"{ptr}/param")
+                elif p["direction"] == "out" and param.const:
+                    self.error("PL020", f"gmem port '{p['name']}' is an output but parameter '{pname}' is a const "
+                               "pointer", f"{ptr}/param")
                 elif param.dtype != p["dtype"]:
                     self.error("PL020", f"gmem port '{p['name']}' is {p['dtype']} but parameter '{pname}' is "
                                f"{param.dtype}", f"{ptr}/dtype")

@@ -256,11 +256,13 @@ class Contract:
 
 
 _PROSE_KEYS = {"description", "owner", "$schema"}
+_NAME_MAPS = {"provides", "consumes"}  # their keys are geometry names, not fields
 
 
-def _strip_prose(value):
+def _strip_prose(value, keys_are_names: bool = False):
     if isinstance(value, dict):
-        return {k: _strip_prose(v) for k, v in value.items() if k not in _PROSE_KEYS}
+        return {k: _strip_prose(v, k in _NAME_MAPS and not keys_are_names) for k, v in value.items()
+                if keys_are_names or k not in _PROSE_KEYS}
     if isinstance(value, list):
         return [_strip_prose(v) for v in value]
     return value

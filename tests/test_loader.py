@@ -117,6 +117,35 @@ def test_schema_violations_all_reported_with_pointers():
     assert all(d.location.file == "c.json" and d.exit_code == 1 for d in sink.items)
 
 
+def test_float_is_not_an_integer():
+    _, sink = load(base_contract(threads={"warps": 8.0, "roles": [{"name": "a", "warps": 8}]}))
+    assert codes(sink) == [("PL020", "/threads/warps")]
+
+
+def test_zero_size_is_a_schema_violation():
+    c = base_contract()
+    c["smem"]["buffers"][1]["bytes"] = 0
+    _, sink = load(c)
+    assert codes(sink) == [("PL020", "/smem/buffers/1/bytes")]
+
+
+def test_compile_flags_description_is_allowed():
+    c = base_contract()
+    c["targets"]["compile_flags"]["description"] = "nvcc defaults"
+    contract, sink = load(c)
+    assert contract is not None and not contract.targets.flags.ftz
+
+
+def test_hash_keeps_geometry_named_like_prose():
+    def with_owner(v):
+        c = base_contract()
+        c["geometry"]["provides"]["owner"] = v
+        return c
+    a, _ = load(with_owner(1))
+    b, _ = load(with_owner(2))
+    assert a is not None and a.hash != b.hash
+
+
 def test_size_neither_int_nor_string():
     c = base_contract()
     c["smem"]["buffers"][0]["bytes"] = 1.5
@@ -162,7 +191,14 @@ CASES = {
                              [("PL029", "/smem/buffers/0/bytes")]),
     "runtime_shape_in_smem_size": (lambda c: c["smem"]["buffers"][0].update(bytes="M * 4"),
                                    [("PL029", "/smem/buffers/0/bytes")]),
-    "zero_size": (lambda c: c["smem"]["buffers"][1].update(bytes=0), [("PL032", "/smem/buffers/1/bytes")]),
+    "zero_size": (lambda c: c["smem"]["buffers"][1].update(bytes="TILE_M - 64"), [("PL032", "/smem/buffers/1/bytes")]),
+    "one_of_outside_own_range": (lambda c: c["geometry"]["consumes"]["TILE_N"].update(one_of=[48]),
+                                 [("PL030", "/geometry/consumes/TILE_N"), ("PL030", "/geometry/consumes/TILE_N/default")]),
+    "geometry_named_like_pointer_param": (lambda c: c["geometry"]["provides"].update(x=4),
+                                          [("PL022", "/geometry/provides/x")]),
+    "geometry_named_like_header_constant": (lambda c: c["geometry"]["provides"].update(WARPS=4),
+                                            [("PL022", "/geometry/provides/WARPS")]),
+    "output_port_on_const_pointer": (lambda c: c["ports"][0].update(direction="out"), [("PL020", "/ports/0/param")]),
     "align_not_power_of_two": (lambda c: c["smem"]["buffers"][0].update(align=48), [("PL032", "/smem/buffers/0/align")]),
     "scratch_without_phase": (lambda c: c["smem"]["buffers"][1].pop("phase"), [("PL020", "/smem/buffers/1/phase")]),
     "persistent_with_phase": (lambda c: c["smem"]["buffers"][0].update(phase="main"),
@@ -208,7 +244,7 @@ def test_semantic_error(case):
 def test_many_problems_reported_at_once():
     def fn(c):
         c["threads"]["warps"] = 9
-        c["smem"]["buffers"][1]["bytes"] = 0
+        c["smem"]["buffers"][1]["bytes"] = "TILE_M - 64"
         c["barriers"]["hardcoded_ids"] = [0]
         c["events"]["notifies"][0]["map"] = "nope"
     _, sink = mutate(fn)
@@ -276,3 +312,10 @@ def test_mutated_contracts_only_diagnose(path, value):
 def test_random_bytes_only_diagnose(data):
     _, sink = load(b"{" + data)
     assert sink.has_errors
+
+
+def test_every_code_is_documented():
+    from pipelink.diagnostics import CODES
+    doc = (REPO / "docs" / "diagnostics.md").read_text()
+    for code in CODES.values():
+        assert f"| {code.code} | {int(code.exit)} | {code.title} |" in doc
