@@ -6,6 +6,7 @@ object can never travel without the contract it was compiled against.
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -17,7 +18,7 @@ from pathlib import Path
 from . import toolchain
 from .diagnostics import DiagnosticSink, Location
 from .header import generate_header
-from .inputs import embed_contract
+from .inputs import SOURCE_SECTION, embed_contract
 from .model import Contract
 
 
@@ -87,7 +88,8 @@ def build_component(contract: Contract, contract_bytes: bytes, source: str | Pat
             return False
         try:
             staged = tmp / "with-contract.o"
-            embed_contract(obj, contract_bytes, staged)
+            source_doc = json.dumps({"file": source.name, "source": source.read_text()}).encode()
+            embed_contract(obj, contract_bytes, staged, {SOURCE_SECTION: source_doc})
             output.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp_out = tempfile.mkstemp(dir=output.parent, prefix=f".{output.name}.")
             os.close(fd)

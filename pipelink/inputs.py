@@ -25,6 +25,7 @@ __all__ = ["FatbinEntry", "InputObject", "read_input", "read_bytes", "require_lt
            "find_contract", "embed_contract", "check_entry_symbol", "CONTRACT_SECTION"]
 
 CONTRACT_SECTION = ".pipelink.contract"
+SOURCE_SECTION = ".pipelink.source"  # the component's source, for the one-unit control
 FATBIN_SECTIONS = ("__nv_relfatbin", ".nv_fatbin")  # nvcc -dc, and whole-program nvcc -c
 
 _CONTRACT_HINT = ("contracts go to `pipelink check`, or next to their object as `<object>.contract.json`; "
@@ -41,6 +42,7 @@ class InputObject:
     ptx_symbols: list[str] = field(default_factory=list)
     embedded_contract: bytes | None = None
     file: str | None = None   # the file on disk it came from ("lib.a" for a member); None for bytes
+    embedded_source: bytes | None = None  # JSON {"file", "source"} written by `pipelink build`
 
     def ltoir_archs(self) -> list[str]:
         """Archs of the LTO-IR entries; raw LTO-IR (arch unknown) contributes none."""
@@ -117,7 +119,9 @@ def _read_elf(data: bytes, name: str, file: str | None, sink: DiagnosticSink) ->
         sink.error("PL017", f"{name} holds {len(contracts)} {CONTRACT_SECTION} sections", Location(file=name))
     # A contract from a `section(...)`-attributed C array ends in the array's NUL: not JSON.
     contract = contracts[0].rstrip(b"\0") if contracts else None
-    return InputObject(name, "host-object", "object", data, entries, ptx_symbols(entries), contract, file)
+    sources = elf.section_data(data, SOURCE_SECTION)
+    return InputObject(name, "host-object", "object", data, entries, ptx_symbols(entries), contract, file,
+                       sources[0] if sources else None)
 
 
 def _read_archive(data: bytes, name: str, file: str | None, sink: DiagnosticSink) -> list[InputObject]:
@@ -246,22 +250,26 @@ def find_contract(obj: InputObject, sink: DiagnosticSink) -> tuple[bytes, str] |
     return None
 
 
-def embed_contract(obj_path: str | os.PathLike, contract_bytes: bytes, out_path: str | os.PathLike) -> None:
-    """Write `out_path`: the object with `contract_bytes` in a non-loaded `.pipelink.contract` section.
-
-    An existing contract section is replaced. Raises toolchain.ToolchainError if objcopy fails.
+def embed_contract(obj_path: str | os.PathLike, contract_bytes: bytes, out_path: str | os.PathLike,
+                   extra_sections: dict[str, bytes] | None = None) -> None:
+    """Write `out_path`: the object with `contract_bytes` in a non-loaded `.pipelink.contract` section
+    (and any `extra_sections`, likewise non-loaded). Existing sections of those names are replaced.
+    Raises toolchain.ToolchainError if objcopy fails.
     """
     objcopy = toolchain.objcopy_path()
     if objcopy is None:
         raise toolchain.ToolchainError("objcopy (GNU binutils) was not found on PATH")
+    sections = {CONTRACT_SECTION: contract_bytes, **(extra_sections or {})}
+    present = _section_names(obj_path)
     with tempfile.TemporaryDirectory(prefix="pipelink-") as tmp:
-        blob = Path(tmp) / "contract.json"
-        blob.write_bytes(contract_bytes)
-        if _has_contract_section(obj_path):
-            args = ["--update-section", f"{CONTRACT_SECTION}={blob}"]
-        else:
-            args = ["--add-section", f"{CONTRACT_SECTION}={blob}",
-                    "--set-section-flags", f"{CONTRACT_SECTION}=noload,readonly"]
+        args = []
+        for i, (section, data) in enumerate(sections.items()):
+            blob = Path(tmp) / f"section{i}.bin"
+            blob.write_bytes(data)
+            if section in present:
+                args += ["--update-section", f"{section}={blob}"]
+            else:
+                args += ["--add-section", f"{section}={blob}", "--set-section-flags", f"{section}=noload,readonly"]
         proc = subprocess.run([objcopy, *args, os.fspath(obj_path), os.fspath(out_path)],
                               capture_output=True, text=True)
     if proc.returncode != 0:
@@ -269,12 +277,12 @@ def embed_contract(obj_path: str | os.PathLike, contract_bytes: bytes, out_path:
                                        (proc.stderr or proc.stdout).strip())
 
 
-def _has_contract_section(path: str | os.PathLike) -> bool:
+def _section_names(path: str | os.PathLike) -> set[str]:
     try:
         elf = parse_elf(Path(path).read_bytes())
     except (OSError, CorruptError, UnsupportedError):
-        return False  # objcopy will say what is wrong with the file
-    return any(s.name == CONTRACT_SECTION for s in elf.sections)
+        return set()  # objcopy will say what is wrong with the file
+    return {s.name for s in elf.sections}
 
 
 # --- the entry symbol ------------------------------------------------------------------------

@@ -1,0 +1,103 @@
+"""Emit: the manifest (what a launcher needs) and the link map (a plain table anyone can grep)."""
+from __future__ import annotations
+
+import ast
+import hashlib
+
+from . import __version__
+from .allocate import Allocation
+from .expr import Expr
+from .resolve import Resolved
+
+
+def substitute(e: Expr, values: dict[str, int]) -> str:
+    """The expression with link-time names replaced by their values: `ceil_div(M, TILE_M)` -> `ceil_div(M, 32)`."""
+    class _Sub(ast.NodeTransformer):
+        def visit_Name(self, node):
+            return ast.copy_location(ast.Constant(values[node.id]), node) if node.id in values else node
+    return ast.unparse(_Sub().visit(ast.parse(e.text.strip() if isinstance(e.text, str) else str(e), mode="eval")))
+
+
+def manifest(r: Resolved, a: Allocation, arch: str, cubin: bytes, kernel_info=None) -> dict:
+    doc = {
+        "manifest": 1,
+        "pipelink": __version__,
+        "kernel": r.name,
+        "target": arch,
+        "schedule": r.schedule,
+        "block": [a.block_threads, 1, 1],
+        "dynamic_smem": a.smem_bytes,
+        "params": [{"name": p.name, "dtype": p.dtype, "pointer": p.pointer, "const": p.const} for p in r.params],
+        "tiles": [substitute(e, r.geometry) for e in r.tiles.grid],
+        "tile_order": r.tiles.order,
+        "distribution": r.tiles.distribution,
+        "geometry": dict(sorted(r.geometry.items())),
+        "components": [{"name": c.name, "version": c.contract.version, "contract_hash": c.contract.hash[:16],
+                        "object": c.obj.path if c.obj else None} for c in r.components],
+        "cubin_sha256": hashlib.sha256(cubin).hexdigest(),
+    }
+    if kernel_info is not None:
+        doc["resources"] = {"registers": kernel_info.registers, "frame_bytes": kernel_info.frame_bytes,
+                            "static_smem": kernel_info.static_smem_bytes, "named_barriers": kernel_info.num_barriers}
+    return doc
+
+
+def link_map(r: Resolved, a: Allocation, arch: str, kernel_info=None) -> str:
+    out = [f"# pipelink link map: kernel {r.name}, target {arch}, schedule {r.schedule}",
+           f"# block {a.block_threads} threads ({a.block_warps} warps), dynamic smem {a.smem_bytes} bytes"
+           + (f", registers <= {a.registers}" if a.registers else ""), ""]
+    out += ["## shared memory", f"{'offset':>8} {'bytes':>8} {'align':>5}  {'lifetime':<14} item"]
+    readers = {(w.producer, w.out_port.name): [] for w in r.wires}
+    for w in r.wires:
+        if w.kind != "relayout":
+            readers[(w.producer, w.out_port.name)].append(f"{w.consumer}.{w.in_port.name}")
+    for p in a.smem:
+        extra = ""
+        if p.item.kind == "port":
+            comp, port = p.item.key.split(" ", 1)[1].split(".", 1)
+            also = readers.get((comp, port))
+            extra = f"  (read as {', '.join(also)})" if also else ""
+        out.append(f"{p.offset:>8} {p.item.size:>8} {p.item.align:>5}  {p.item.lifetime.describe():<14} "
+                   f"{p.item.key}{extra}")
+    out += ["", "## named barriers", f"{'id':>4}  owner"]
+    out.append(f"{0:>4}  __syncthreads" + (" (glue: between steps)" if r.schedule == "sequential" else " (glue: once, "
+                                                                                                         "after ring setup)"))
+    for bid, comp in sorted(a.hardcoded_ids.items()):
+        out.append(f"{bid:>4}  {comp} (hard-coded)")
+    for (comp, name), bid in sorted(a.barrier_id.items(), key=lambda kv: kv[1]):
+        out.append(f"{bid:>4}  {comp}.{name}")
+    out += ["", "## warps", f"{'warps':>7}  owner"]
+    for c in r.components:
+        b, n = a.warp_begin[c.name], c.contract.threads.warps
+        roles = ", ".join(f"{role.name} {a.role_begin[(c.name, role.name)]}-"
+                          f"{a.role_begin[(c.name, role.name)] + role.warps - 1}" for role in c.contract.threads.roles)
+        out.append(f"{b:>3}-{b + n - 1:<3}  {c.name} ({roles})" + (f", step {a.steps[c.name]}"
+                                                                  if r.schedule == "sequential" else ""))
+    out += ["", "## registers per thread"]
+    for c in r.components:
+        out.append(f"  {c.name}: {c.contract.max_registers or 'any'}")
+    out.append(f"  kernel budget: {a.registers or 'none'}" + (f"; linked kernel uses {kernel_info.registers}"
+                                                              if kernel_info else ""))
+    out += ["", "## wires"]
+    for w in r.wires:
+        shape = "x".join(map(str, w.tile))
+        out.append(f"  {w}  {w.kind}  {w.out_port.dtype}[{shape}] x{w.stages} ({'explicit' if w.explicit else 'auto'})")
+    out += ["", "## geometry"]
+    for name, value in sorted(r.geometry.items()):
+        providers = [c.name for c in r.components if name in c.contract.geometry.provides]
+        consumers = [f"{c.name} {c.contract.geometry.consumes[name].describe()}" for c in r.components
+                     if name in c.contract.geometry.consumes]
+        src = f"provided by {', '.join(providers)}" if providers else "default"
+        out.append(f"  {name} = {value}  ({src}" + (f"; consumed by {'; '.join(consumers)}" if consumers else "") + ")")
+    out += ["", "## kernel parameters"]
+    for i, p in enumerate(r.params):
+        out.append(f"  {i}  {p.c_decl()}  ({', '.join(p.users)})")
+    out += ["", "## tiles",
+            f"  grid [{', '.join(substitute(e, r.geometry) for e in r.tiles.grid)}] {r.tiles.order}, "
+            f"{r.tiles.distribution} (from {r.tiles_owner})"]
+    if kernel_info is not None:
+        out += ["", "## linked kernel (read from the cubin)",
+                f"  registers {kernel_info.registers}, frame {kernel_info.frame_bytes} B, stack "
+                f"{kernel_info.max_stack_bytes} B, static smem {kernel_info.static_smem_bytes} B, named barriers "
+                f"{kernel_info.num_barriers}, calls {'yes' if kernel_info.calls else 'none'}"]
+    return "\n".join(out) + "\n"

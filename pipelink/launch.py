@@ -1,0 +1,709 @@
+"""Run a linked cubin through the CUDA driver: load it, pack arguments, size the grid, launch.
+
+The linker hands over a cubin and a manifest (kernel name, block, dynamic shared memory, the
+parameters with their dtypes, and the tile-count expressions). `Kernel.load` puts the cubin into
+the device's primary context, the one PyTorch and CuPy use, so their device pointers are valid
+here. Arguments are checked against the manifest before anything reaches the driver: a wrong
+dtype or a strided view would otherwise be read as garbage without any error.
+
+Only the driver calls need a GPU; binding, packing, the float conversions and the grid arithmetic
+are pure and are unit-tested without one. Neither torch nor numpy is imported at module load.
+"""
+from __future__ import annotations
+
+import ctypes
+import math
+import operator
+import struct
+from dataclasses import dataclass, field
+
+from . import expr as _expr
+from .model import DTYPE_BYTES, INTEGER_DTYPES
+
+MANIFEST_VERSION = 1
+MAX_BLOCK_THREADS = 1024
+DLPACK_CUDA = 2  # kDLCUDA in DLPack's DLDeviceType; managed (13) and pinned host (3) are refused
+
+
+class LaunchError(Exception):
+    """A driver call failed. `result` is the CUresult name, `what` the call and its subject."""
+
+    def __init__(self, what: str, result: str | None = None, detail: str = ""):
+        self.what = what
+        self.result = result
+        self.detail = detail
+        message = f"{what} failed"
+        if result:
+            message += f": {result}"
+        if detail:
+            message += f" ({detail})"
+        super().__init__(message)
+
+    def with_hint(self, hint: str) -> "LaunchError":
+        """The same failure with a hint appended to its detail."""
+        return LaunchError(self.what, self.result, "; ".join(x for x in (self.detail, hint) if x))
+
+
+class ArgumentError(TypeError, ValueError):
+    """A kernel argument does not fit its parameter. A TypeError, and a ValueError for ranges."""
+
+
+# --- the driver ----------------------------------------------------------------------------
+
+def _driver():
+    # Imported on first use: the module must import on machines without CUDA at all.
+    from cuda.bindings import driver
+
+    return driver
+
+
+def _error_text(err) -> tuple[str, str]:
+    """(CUresult name, the driver's description); the description is best effort."""
+    name = getattr(err, "name", None) or str(err)
+    try:
+        e, text = _driver().cuGetErrorString(err)
+        if e == _driver().CUresult.CUDA_SUCCESS and text:
+            return name, text.decode(errors="replace")
+    except Exception:  # no libcuda: the name alone still says what happened
+        pass
+    return name, ""
+
+
+def _call(what: str, fn, *args):
+    """Call a cuda-bindings driver function; raise LaunchError unless it returned CUDA_SUCCESS.
+
+    cuda-bindings returns `(CUresult, *outputs)`; the outputs come back as None, one value, or a
+    tuple. It raises (instead of returning an error) when libcuda is missing or an argument has
+    the wrong Python type; those become LaunchError too.
+    """
+    drv = _driver()
+    try:
+        out = fn(*args)
+    except Exception as exc:
+        raise LaunchError(what, type(exc).__name__, str(exc)) from exc
+    err, rest = out[0], out[1:]
+    if err != drv.CUresult.CUDA_SUCCESS:
+        name, text = _error_text(err)
+        raise LaunchError(what, name, text)
+    if not rest:
+        return None
+    return rest[0] if len(rest) == 1 else rest
+
+
+def gpu_available() -> bool:
+    """True when the driver initialises and sees at least one device. Never raises."""
+    try:
+        drv = _driver()
+        (err,) = drv.cuInit(0)
+        if err != drv.CUresult.CUDA_SUCCESS:
+            return False
+        err, count = drv.cuDeviceGetCount()
+        return err == drv.CUresult.CUDA_SUCCESS and count > 0
+    except Exception:
+        return False
+
+
+# --- the manifest --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ParamSpec:
+    """One kernel parameter as the manifest declares it."""
+
+    name: str
+    dtype: str
+    pointer: bool
+    const: bool
+
+    @property
+    def is_shape(self) -> bool:
+        """An integer scalar: a value the tile expressions may use."""
+        return not self.pointer and self.dtype in INTEGER_DTYPES
+
+    def describe(self) -> str:
+        return f"{'const ' if self.const else ''}{self.dtype}*" if self.pointer else self.dtype
+
+
+def _manifest_error(kernel: str, message: str) -> ValueError:
+    return ValueError(f"manifest of kernel '{kernel}': {message}")
+
+
+def _parse_params(kernel: str, raw) -> tuple[ParamSpec, ...]:
+    if not isinstance(raw, list):
+        raise _manifest_error(kernel, "'params' must be a list")
+    params, seen = [], set()
+    for i, p in enumerate(raw):
+        if not isinstance(p, dict) or not isinstance(p.get("name"), str) or not p["name"].isidentifier():
+            raise _manifest_error(kernel, f"params[{i}] needs an identifier 'name'")
+        name = p["name"]
+        if name in seen:
+            raise _manifest_error(kernel, f"parameter '{name}' appears twice")
+        seen.add(name)
+        if p.get("dtype") not in DTYPE_BYTES:
+            raise _manifest_error(kernel, f"parameter '{name}' has unknown dtype {p.get('dtype')!r}")
+        if not isinstance(p.get("pointer"), bool) or not isinstance(p.get("const", False), bool):
+            raise _manifest_error(kernel, f"parameter '{name}': 'pointer' and 'const' must be booleans")
+        params.append(ParamSpec(name, p["dtype"], p["pointer"], p.get("const", False)))
+    return tuple(params)
+
+
+def _parse_block(kernel: str, raw) -> tuple[int, int, int]:
+    ok = isinstance(raw, list) and 1 <= len(raw) <= 3 and all(
+        isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in raw)
+    if not ok:
+        raise _manifest_error(kernel, f"'block' must be 1 to 3 positive integers, got {raw!r}")
+    block = tuple(raw) + (1,) * (3 - len(raw))
+    if math.prod(block) > MAX_BLOCK_THREADS:
+        raise _manifest_error(kernel, f"block {list(block)} has more than {MAX_BLOCK_THREADS} threads")
+    return block
+
+
+def _parse_tiles(kernel: str, raw) -> tuple[_expr.Expr, ...]:
+    if not isinstance(raw, list):
+        raise _manifest_error(kernel, "'tiles' must be a list of integer expressions")
+    try:
+        return tuple(_expr.parse(t) for t in raw)
+    except _expr.ExprError as exc:
+        raise _manifest_error(kernel, f"bad tile expression: {exc}") from None
+
+
+# --- scalar conversions --------------------------------------------------------------------
+
+def _round_to_small_float(x: float, exp_bits: int, man_bits: int, max_bits: int,
+                          inf_bits: int | None, nan_bits: int) -> int:
+    """The bit pattern of `x` in a small binary float format, rounded to nearest even.
+
+    Works from the double directly (no detour through f32, which could round twice). Raises
+    OverflowError for a finite value beyond the largest finite one, and for an infinity where the
+    format has none (fp8 e4m3fn).
+    """
+    if math.isnan(x):
+        return nan_bits
+    sign = 1 << (exp_bits + man_bits) if math.copysign(1.0, x) < 0 else 0
+    a = abs(x)
+    if math.isinf(a):
+        if inf_bits is None:
+            raise OverflowError("the format has no infinity")
+        return sign | inf_bits
+    if a == 0:
+        return sign
+    bias = (1 << (exp_bits - 1)) - 1
+    emin = 1 - bias
+    _, e = math.frexp(a)  # a = m * 2**e with 0.5 <= m < 1: the leading bit is worth 2**(e-1)
+    ulp_exp = max(e - 1, emin) - man_bits
+    n = round(math.ldexp(a, -ulp_exp))  # exact scaling; round() on a float ties to even
+    if e - 1 < emin:
+        bits = n  # subnormal; n == 2**man_bits carries into the smallest normal by itself
+    else:
+        bits = ((e - 1 + bias) << man_bits) + n - (1 << man_bits)  # a mantissa carry bumps the exponent
+    if bits > max_bits:
+        raise OverflowError(f"{x!r} is beyond the largest finite value")
+    return sign | bits
+
+
+def float_to_bf16_bits(x: float) -> int:
+    """bfloat16 bits of `x`, round to nearest even (1.0 -> 0x3f80)."""
+    return _round_to_small_float(x, 8, 7, 0x7F7F, 0x7F80, 0x7FC0)
+
+
+def float_to_f16_bits(x: float) -> int:
+    """IEEE half bits of `x` (1.0 -> 0x3c00), via struct's 'e', which rounds to nearest even."""
+    return struct.unpack("<H", struct.pack("<e", x))[0]
+
+
+def float_to_fp8_e4m3_bits(x: float) -> int:
+    """float8_e4m3fn bits (no infinity, max 448, NaN 0x7f), round to nearest even."""
+    return _round_to_small_float(x, 4, 3, 0x7E, None, 0x7F)
+
+
+def float_to_fp8_e5m2_bits(x: float) -> int:
+    """float8_e5m2 bits (IEEE-like, max 57344), round to nearest even."""
+    return _round_to_small_float(x, 5, 2, 0x7B, 0x7C, 0x7E)
+
+
+_INT_CTYPES = {"i64": ctypes.c_int64, "u64": ctypes.c_uint64, "i32": ctypes.c_int32,
+               "u32": ctypes.c_uint32, "i16": ctypes.c_int16, "u16": ctypes.c_uint16,
+               "i8": ctypes.c_int8, "u8": ctypes.c_uint8}
+# The 16/8-bit floats travel as their bit pattern: the driver copies bytes, sized by the kernel.
+_SMALL_FLOATS = {"f16": (float_to_f16_bits, ctypes.c_uint16), "bf16": (float_to_bf16_bits, ctypes.c_uint16),
+                 "fp8_e4m3": (float_to_fp8_e4m3_bits, ctypes.c_uint8),
+                 "fp8_e5m2": (float_to_fp8_e5m2_bits, ctypes.c_uint8)}
+
+
+def int_range(dtype: str) -> tuple[int, int]:
+    """Inclusive range of an integer dtype."""
+    bits = DTYPE_BYTES[dtype] * 8
+    if dtype.startswith("u"):
+        return 0, (1 << bits) - 1
+    return -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+
+
+# --- arrays and tensors --------------------------------------------------------------------
+
+# torch dtype names (str(dtype) without "torch.") -> manifest dtype; torch is never imported for this.
+_TORCH_DTYPES = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "float64": "f64",
+                 "int32": "i32", "int64": "i64", "uint8": "u8", "int8": "i8", "int16": "i16",
+                 "bool": "bool", "float8_e4m3fn": "fp8_e4m3", "float8_e5m2": "fp8_e5m2",
+                 "uint16": "u16", "uint32": "u32", "uint64": "u64"}
+# __cuda_array_interface__ typestr -> manifest dtype.
+_TYPESTRS = {"<f4": "f32", "<f2": "f16", "<f8": "f64", "<i4": "i32", "<i8": "i64", "<u4": "u32",
+             "<u8": "u64", "|u1": "u8", "|i1": "i8", "<i2": "i16", "<u2": "u16", "|b1": "bool"}
+# NumPy/CuPy have no bfloat16: an ml_dtypes bfloat16 array reports an opaque 2-byte void ('<V2';
+# plain NumPy writes '|V2'). A void says nothing about its contents, so it is taken only where the
+# parameter is bf16; for any other 2-byte parameter it stays a mismatch.
+_BF16_VOID_TYPESTRS = {"<V2", "|V2"}
+
+
+def _is_torch_like(value) -> bool:
+    return all(hasattr(value, a) for a in ("data_ptr", "dtype", "is_contiguous", "device"))
+
+
+def _cuda_array_interface(value):
+    try:
+        return getattr(value, "__cuda_array_interface__", None)
+    except Exception:  # some objects raise something other than AttributeError for host data
+        return None
+
+
+def _is_array_like(value) -> bool:
+    """A tensor or device array: never a scalar argument (pass `.item()`)."""
+    return _is_torch_like(value) or _cuda_array_interface(value) is not None or hasattr(value, "__dlpack__")
+
+
+def _c_contiguous(shape, strides, itemsize: int) -> bool:
+    """Row-major and dense. Strides of size-1 dimensions do not matter; empty arrays are dense."""
+    if strides is None or any(d == 0 for d in shape):
+        return True
+    expected = itemsize
+    for dim, stride in zip(reversed(tuple(shape)), reversed(tuple(strides))):
+        if dim != 1 and stride != expected:
+            return False
+        expected *= dim
+    return True
+
+
+def _stream_handle(stream) -> int:
+    """A CUstream handle as an int: None is the legacy default stream (0)."""
+    if stream is None:
+        return 0
+    if isinstance(stream, bool):
+        raise TypeError("stream must be None, an int handle or a stream object, not a bool")
+    if isinstance(stream, int):
+        return stream
+    if hasattr(stream, "cuda_stream"):  # torch.cuda.Stream
+        return int(stream.cuda_stream)
+    if hasattr(stream, "ptr"):  # cupy.cuda.Stream
+        return int(stream.ptr)
+    if hasattr(stream, "__cuda_stream__"):  # the CUDA stream protocol (cuda.core): (version, handle)
+        return int(stream.__cuda_stream__()[1])
+    try:
+        return int(stream)  # cuda.bindings CUstream
+    except (TypeError, ValueError):
+        raise TypeError(f"cannot take a CUDA stream handle from {type(stream).__name__}") from None
+
+
+def _grid_dims(grid) -> tuple[int, int, int]:
+    dims = (grid,) if isinstance(grid, int) else tuple(grid)
+    if not 1 <= len(dims) <= 3 or any(isinstance(d, bool) or not isinstance(d, int) for d in dims):
+        raise TypeError(f"grid must be an int or 1 to 3 ints, got {grid!r}")
+    if any(d < 1 for d in dims):
+        raise ValueError(f"grid {grid!r} has an empty dimension")
+    return dims + (1,) * (3 - len(dims))
+
+
+# --- the kernel ----------------------------------------------------------------------------
+
+@dataclass
+class Kernel:
+    """A loaded kernel. Build one with `Kernel.load`; `Kernel(manifest)` alone packs and checks
+    arguments but cannot launch (tests use that)."""
+
+    manifest: dict
+    module: object = None
+    function: object = None
+    device: int = 0
+    context: object = field(default=None, repr=False)
+    params: tuple[ParamSpec, ...] = field(init=False, repr=False)
+    block: tuple[int, int, int] = field(init=False, repr=False)
+    dynamic_smem: int = field(init=False, repr=False)
+    tiles: tuple[_expr.Expr, ...] = field(init=False, repr=False)
+    _cu_device: object = field(default=None, init=False, repr=False)
+    _resident: int | None = field(default=None, init=False, repr=False)
+
+    def __post_init__(self):
+        m = self.manifest
+        if not isinstance(m, dict) or not isinstance(m.get("kernel"), str) or not m["kernel"]:
+            raise ValueError("a manifest is a dict with the kernel's name under 'kernel'")
+        if m.get("manifest", MANIFEST_VERSION) != MANIFEST_VERSION:
+            raise _manifest_error(m["kernel"], f"manifest version {m['manifest']!r}, expected {MANIFEST_VERSION}")
+        self.params = _parse_params(self.name, m.get("params", []))
+        self.block = _parse_block(self.name, m.get("block"))
+        smem = m.get("dynamic_smem", 0)
+        if not isinstance(smem, int) or isinstance(smem, bool) or smem < 0:
+            raise _manifest_error(self.name, f"'dynamic_smem' must be a non-negative integer, got {smem!r}")
+        self.dynamic_smem = smem
+        self.tiles = _parse_tiles(self.name, m.get("tiles", []))
+
+    @property
+    def name(self) -> str:
+        return self.manifest["kernel"]
+
+    @property
+    def block_threads(self) -> int:
+        return math.prod(self.block)
+
+    # --- loading ---------------------------------------------------------------------------
+
+    @classmethod
+    def load(cls, cubin: bytes, manifest: dict, device: int = 0) -> "Kernel":
+        """Load `cubin` into the primary context of `device` and find the manifest's kernel."""
+        kernel = cls(manifest, device=device)  # the manifest is checked before the driver is touched
+        image = bytes(cubin)
+        if not image:
+            raise ValueError(f"empty cubin for kernel '{kernel.name}'")
+        drv = _driver()
+        _call("cuInit", drv.cuInit, 0)
+        kernel._cu_device = _call(f"cuDeviceGet({device})", drv.cuDeviceGet, device)
+        # The primary context is the one the CUDA runtime (torch, cupy) uses: pointers are shared.
+        kernel.context = _call(f"cuDevicePrimaryCtxRetain on device {device}",
+                               drv.cuDevicePrimaryCtxRetain, kernel._cu_device)
+        try:
+            _call("cuCtxSetCurrent", drv.cuCtxSetCurrent, kernel.context)
+            kernel._load_module(image)
+            kernel.function = _call(f"cuModuleGetFunction for kernel '{kernel.name}'",
+                                    drv.cuModuleGetFunction, kernel.module, kernel.name.encode())
+            kernel._configure()
+        except BaseException:
+            kernel.unload()
+            raise
+        return kernel
+
+    def _load_module(self, image: bytes) -> None:
+        drv = _driver()
+        try:
+            self.module = _call(f"cuModuleLoadData for kernel '{self.name}'", drv.cuModuleLoadData, image)
+        except LaunchError as exc:
+            # The usual cause is a cubin for another architecture: say which two.
+            target, arch = self.manifest.get("target"), self._device_arch()
+            if target and arch and target.removesuffix("a") != arch:
+                raise exc.with_hint(f"the cubin is for {target}, device {self.device} is {arch}") from exc.__cause__
+            raise
+
+    def _device_arch(self) -> str | None:
+        """'sm_90' for the device, or None when the driver cannot say."""
+        drv = _driver()
+        try:
+            major = _call("cuDeviceGetAttribute", drv.cuDeviceGetAttribute,
+                          drv.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, self._cu_device)
+            minor = _call("cuDeviceGetAttribute", drv.cuDeviceGetAttribute,
+                          drv.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, self._cu_device)
+        except LaunchError:
+            return None
+        return f"sm_{major}{minor}"
+
+    def _configure(self) -> None:
+        """Opt in to the dynamic shared memory (needed above 48 KB), then check the block fits."""
+        drv = _driver()
+        fa = drv.CUfunction_attribute
+        try:
+            _call(f"cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES={self.dynamic_smem}) for kernel '{self.name}'",
+                  drv.cuFuncSetAttribute, self.function, fa.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                  self.dynamic_smem)
+        except LaunchError as exc:
+            raise exc.with_hint(self._smem_budget()) from exc.__cause__
+        limit = _call(f"cuFuncGetAttribute(MAX_THREADS_PER_BLOCK) for kernel '{self.name}'",
+                      drv.cuFuncGetAttribute, fa.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, self.function)
+        if self.block_threads > limit:
+            raise LaunchError(f"checking the block of kernel '{self.name}'", None,
+                              f"block {list(self.block)} has {self.block_threads} threads; the compiled "
+                              f"kernel allows at most {limit} (its register use limits it)")
+
+    def _smem_budget(self) -> str:
+        """Why a dynamic shared memory size may not fit: the device's opt-in limit and static use."""
+        drv = _driver()
+        try:
+            optin = _call("cuDeviceGetAttribute", drv.cuDeviceGetAttribute,
+                          drv.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+                          self._cu_device)
+            static = _call("cuFuncGetAttribute", drv.cuFuncGetAttribute,
+                           drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, self.function)
+        except LaunchError:
+            return ""
+        return (f"the device allows {optin} B of shared memory per block; the kernel uses {static} B "
+                f"statically, leaving {optin - static} B for the {self.dynamic_smem} B asked for")
+
+    def unload(self) -> None:
+        """Unload the module and release the primary context. Safe to call twice."""
+        if self.module is None and self.context is None:
+            return
+        drv = _driver()
+        try:
+            if self.module is not None:
+                _call("cuCtxSetCurrent", drv.cuCtxSetCurrent, self.context)
+                _call(f"cuModuleUnload for kernel '{self.name}'", drv.cuModuleUnload, self.module)
+        finally:
+            self.module = self.function = None
+            self._resident = None
+            if self.context is not None:
+                self.context = None
+                _call(f"cuDevicePrimaryCtxRelease on device {self.device}",
+                      drv.cuDevicePrimaryCtxRelease, self._cu_device)
+
+    def __enter__(self) -> "Kernel":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.unload()
+
+    def _require_loaded(self, doing: str) -> None:
+        if self.function is None:
+            raise LaunchError(f"{doing} for kernel '{self.name}'", None, "the kernel is not loaded (use Kernel.load)")
+
+    # --- arguments -------------------------------------------------------------------------
+
+    def bind(self, args: tuple, kwargs: dict) -> list:
+        """The Python values of the arguments in parameter order, checked for missing/extra ones."""
+        names = [p.name for p in self.params]
+        if len(args) > len(names):
+            raise ArgumentError(f"kernel '{self.name}' takes {len(names)} arguments ({', '.join(names)}) "
+                                f"but {len(args)} were given")
+        bound = dict(zip(names, args))
+        for key, value in kwargs.items():
+            if key not in names:
+                raise ArgumentError(f"kernel '{self.name}' has no parameter '{key}' (it has {', '.join(names)})")
+            if key in bound:
+                raise ArgumentError(f"argument '{key}' of kernel '{self.name}' given by position and by keyword")
+            bound[key] = value
+        missing = [n for n in names if n not in bound]
+        if missing:
+            raise ArgumentError(f"kernel '{self.name}' is missing argument(s) {', '.join(map(repr, missing))}")
+        return [bound[n] for n in names]
+
+    def pack_args(self, *args, **kwargs) -> list:
+        """ctypes objects, one per parameter in order, holding the bytes the kernel receives."""
+        return [self.pack_one(p, v) for p, v in zip(self.params, self.bind(args, kwargs))]
+
+    def pack_one(self, param: ParamSpec, value):
+        if param.pointer:
+            return ctypes.c_void_p(self._pointer(param, value))
+        return self._scalar(param, value)
+
+    def _pointer(self, param: ParamSpec, value) -> int:
+        """The device address an argument for a pointer parameter stands for, after the checks."""
+        if _is_torch_like(value):
+            return self._torch_pointer(param, value)
+        cai = _cuda_array_interface(value)
+        if cai is not None:
+            return self._cai_pointer(param, cai)
+        if hasattr(value, "__dlpack__") and hasattr(value, "__dlpack_device__"):
+            return self._dlpack_pointer(param, value)
+        if isinstance(value, int) and not isinstance(value, bool):
+            if not 0 <= value < 1 << 64:
+                raise ArgumentError(f"argument '{param.name}': {value} is not a 64-bit device address")
+            return value  # a raw device pointer: the caller vouches for it
+        raise ArgumentError(f"argument '{param.name}' is a pointer ({param.describe()}): expected a CUDA tensor "
+                            f"or array, or a device pointer int, got {type(value).__name__}")
+
+    def _check_device(self, param: ParamSpec, where: str, ordinal: int | None) -> None:
+        if ordinal is not None and ordinal != self.device:
+            raise ArgumentError(f"argument '{param.name}' is on {where}, but kernel '{self.name}' "
+                                f"runs on cuda:{self.device}")
+
+    def _torch_pointer(self, param: ParamSpec, t) -> int:
+        dev = t.device
+        kind = getattr(dev, "type", str(dev).split(":")[0])
+        if kind != "cuda":
+            raise ArgumentError(f"argument '{param.name}' is a {kind} tensor; kernel '{self.name}' needs it "
+                                f"on cuda:{self.device}")
+        index = getattr(dev, "index", None)
+        self._check_device(param, f"cuda:{index}", index)
+        name = str(t.dtype).removeprefix("torch.")
+        if _TORCH_DTYPES.get(name) != param.dtype:
+            raise ArgumentError(f"argument '{param.name}' is a {param.describe()} parameter but the tensor's "
+                                f"dtype is {t.dtype} ({_TORCH_DTYPES.get(name, 'no pipelink dtype')})")
+        if not t.is_contiguous():
+            raise ArgumentError(f"argument '{param.name}' is not contiguous; the kernel indexes it densely "
+                                f"(pass .contiguous())")
+        return int(t.data_ptr())
+
+    def _cai_pointer(self, param: ParamSpec, cai: dict) -> int:
+        typestr = cai.get("typestr")
+        dtype = _TYPESTRS.get(typestr)
+        if param.dtype == "bf16" and typestr in _BF16_VOID_TYPESTRS:
+            dtype = "bf16"
+        if dtype != param.dtype:
+            raise ArgumentError(f"argument '{param.name}' is a {param.describe()} parameter but the array's "
+                                f"typestr is {typestr!r} ({dtype or 'no pipelink dtype'})")
+        if cai.get("mask") is not None:
+            raise ArgumentError(f"argument '{param.name}' is a masked array; the kernel cannot honour a mask")
+        itemsize = DTYPE_BYTES[param.dtype]
+        if not _c_contiguous(cai.get("shape", ()), cai.get("strides"), itemsize):
+            raise ArgumentError(f"argument '{param.name}' is not C-contiguous (shape {tuple(cai.get('shape', ()))}, "
+                                f"strides {tuple(cai['strides'])}); pass a contiguous copy")
+        ptr, readonly = cai["data"]
+        if readonly and not param.const:
+            raise ArgumentError(f"argument '{param.name}' is read-only but kernel '{self.name}' writes through it")
+        if ptr:
+            ordinal = self.pointer_device(ptr)
+            if ordinal == -1:
+                raise ArgumentError(f"argument '{param.name}' (address {ptr:#x}) is not CUDA device memory")
+            self._check_device(param, f"cuda:{ordinal}", ordinal)
+        return int(ptr)
+
+    def _dlpack_pointer(self, param: ParamSpec, value) -> int:
+        dev_type, dev_id = value.__dlpack_device__()
+        if int(dev_type) != DLPACK_CUDA:
+            raise ArgumentError(f"argument '{param.name}' is not in CUDA device memory (DLPack device type "
+                                f"{int(dev_type)}; only {DLPACK_CUDA}, CUDA, is accepted)")
+        self._check_device(param, f"cuda:{dev_id}", int(dev_id))
+        try:
+            from torch.utils import dlpack
+        except ImportError:
+            raise ArgumentError(f"argument '{param.name}' offers only __dlpack__; reading its pointer needs torch, "
+                                f"which is not importable. Pass a torch tensor, an object with "
+                                f"__cuda_array_interface__, or a device pointer int") from None
+        return self._torch_pointer(param, dlpack.from_dlpack(value))
+
+    def pointer_device(self, ptr: int) -> int | None:
+        """Device ordinal owning `ptr`; -1 when it is not CUDA memory; None when nobody can tell
+        (the kernel is not loaded, so there is no driver to ask)."""
+        if self.function is None:
+            return None
+        drv = _driver()
+        err, ordinal = drv.cuPointerGetAttribute(
+            drv.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr)
+        if err == drv.CUresult.CUDA_ERROR_INVALID_VALUE:  # not allocated, mapped or registered by CUDA
+            return -1
+        if err != drv.CUresult.CUDA_SUCCESS:
+            name, text = _error_text(err)
+            raise LaunchError(f"cuPointerGetAttribute(DEVICE_ORDINAL, {ptr:#x})", name, text)
+        return int(ordinal)
+
+    def _scalar(self, param: ParamSpec, value):
+        if _is_array_like(value):
+            raise ArgumentError(f"argument '{param.name}' is a scalar {param.dtype}, got a {type(value).__name__} "
+                                f"(pass a Python number, e.g. .item())")
+        if param.dtype in INTEGER_DTYPES:
+            return self._int_scalar(param, value)
+        if param.dtype == "bool":
+            return self._bool_scalar(param, value)
+        if isinstance(value, (str, bytes)) or not (hasattr(type(value), "__float__")
+                                                   or hasattr(type(value), "__index__")):
+            raise ArgumentError(f"argument '{param.name}' is a {param.dtype}, got {type(value).__name__}")
+        try:
+            x = float(value)
+            if param.dtype == "f64":
+                return ctypes.c_double(x)
+            if param.dtype == "f32":
+                struct.pack("<f", x)  # raises OverflowError where c_float would silently give inf
+                return ctypes.c_float(x)
+            convert, ctype = _SMALL_FLOATS[param.dtype]
+            return ctype(convert(x))
+        except OverflowError:
+            raise ArgumentError(f"argument '{param.name}' = {value!r} is out of range for {param.dtype}") from None
+
+    def _int_scalar(self, param: ParamSpec, value):
+        try:
+            v = operator.index(value)
+        except TypeError:
+            raise ArgumentError(f"argument '{param.name}' is an integer ({param.dtype}), "
+                                f"got {type(value).__name__}") from None
+        lo, hi = int_range(param.dtype)
+        if not lo <= v <= hi:
+            raise ArgumentError(f"argument '{param.name}' = {v} is out of range for {param.dtype} [{lo}, {hi}]")
+        return _INT_CTYPES[param.dtype](v)
+
+    def _bool_scalar(self, param: ParamSpec, value):
+        if isinstance(value, bool) or type(value).__name__ == "bool_":  # numpy.bool_ has no __index__
+            return ctypes.c_bool(bool(value))
+        try:
+            v = operator.index(value)
+        except TypeError:
+            v = None
+        if v not in (0, 1):
+            raise ArgumentError(f"argument '{param.name}' is a bool, got {value!r}")
+        return ctypes.c_bool(v)
+
+    # --- the grid --------------------------------------------------------------------------
+
+    def total_tiles(self, **shapes) -> int:
+        """The product of the tile expressions over `shapes` (1 when the manifest lists none)."""
+        total = 1
+        for tile in self.tiles:
+            try:
+                n = tile.evaluate(shapes)
+            except _expr.ExprError as exc:
+                raise ArgumentError(f"tile count {tile.text!r} of kernel '{self.name}': {exc}") from None
+            if n < 0:
+                raise ArgumentError(f"tile count {tile.text!r} of kernel '{self.name}' is {n} for {shapes}")
+            total *= n
+        return total
+
+    def num_sms(self) -> int:
+        """Multiprocessors on the device (monkeypatch in tests)."""
+        self._require_loaded("cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)")
+        drv = _driver()
+        return _call(f"cuDeviceGetAttribute(MULTIPROCESSOR_COUNT) on device {self.device}", drv.cuDeviceGetAttribute,
+                     drv.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, self._cu_device)
+
+    def max_active_blocks_per_sm(self) -> int:
+        """Blocks of this kernel one multiprocessor holds at once, given block and dynamic smem."""
+        what = f"cuOccupancyMaxActiveBlocksPerMultiprocessor for kernel '{self.name}'"
+        self._require_loaded(what)
+        drv = _driver()
+        return _call(what, drv.cuOccupancyMaxActiveBlocksPerMultiprocessor, self.function,
+                     self.block_threads, self.dynamic_smem)
+
+    def resident_blocks(self) -> int:
+        """Blocks the whole device holds at once; asked of the driver once per load."""
+        if self._resident is None:
+            per_sm = self.max_active_blocks_per_sm()
+            if per_sm < 1:
+                raise LaunchError(f"occupancy of kernel '{self.name}'", None,
+                                  f"no block of {self.block_threads} threads with {self.dynamic_smem} B dynamic "
+                                  f"shared memory fits on a multiprocessor")
+            self._resident = self.num_sms() * per_sm
+        return self._resident
+
+    def grid_for(self, **shapes) -> int:
+        """Blocks for a persistent grid-stride launch: every tile, but no more than fit at once."""
+        return max(1, min(self.total_tiles(**shapes), self.resident_blocks()))
+
+    def shape_env(self, values: list) -> dict[str, int]:
+        """Integer scalar arguments by name: what the tile expressions are evaluated over."""
+        return {p.name: operator.index(v) for p, v in zip(self.params, values) if p.is_shape}
+
+    # --- launching -------------------------------------------------------------------------
+
+    def launch(self, *args, grid=None, stream=None, **kwargs) -> None:
+        """Launch asynchronously on `stream` (None: the legacy default stream, 0).
+
+        grid=None sizes the grid with `grid_for` over the integer scalar arguments. A parameter
+        named `grid` or `stream` must be passed by position.
+        """
+        values = self.bind(args, kwargs)
+        packed = [self.pack_one(p, v) for p, v in zip(self.params, values)]
+        if grid is None:
+            env = self.shape_env(values)
+            unknown = sorted(set().union(*(t.names for t in self.tiles)) - env.keys())
+            if unknown:
+                raise ArgumentError(f"the tile counts of kernel '{self.name}' use {', '.join(unknown)}, which "
+                                    f"are not integer parameters: pass grid= (e.g. kernel.grid_for(...))")
+            grid = self.grid_for(**env)
+        self.launch_packed(packed, _grid_dims(grid), _stream_handle(stream))
+
+    def launch_packed(self, packed: list, grid: tuple[int, int, int], stream: int = 0) -> None:
+        """cuLaunchKernel with already packed arguments (the ctypes objects of `pack_args`)."""
+        what = f"cuLaunchKernel for kernel '{self.name}'"
+        self._require_loaded(what)
+        if len(packed) != len(self.params):
+            raise ArgumentError(f"{len(packed)} packed arguments for {len(self.params)} parameters")
+        drv = _driver()
+        _call("cuCtxSetCurrent", drv.cuCtxSetCurrent, self.context)  # this thread may have none current
+        # kernelParams as the address of a void*[n], each pointing at one ctypes value: the form
+        # every cuda-bindings version takes as-is. `packed` and `slots` live until the call returns,
+        # and cuLaunchKernel copies the values before it returns.
+        slots = (ctypes.c_void_p * max(len(packed), 1))(*[ctypes.addressof(a) for a in packed])
+        kernel_params = ctypes.addressof(slots) if packed else 0
+        _call(f"{what} (grid {list(grid)}, block {list(self.block)}, {self.dynamic_smem} B dynamic smem)",
+              drv.cuLaunchKernel, self.function, *grid, *self.block, self.dynamic_smem,
+              drv.CUstream(stream), kernel_params, 0)

@@ -1,0 +1,171 @@
+"""The link: a list of named passes over one context. Each pass adds to the context and to the
+diagnostics; the driver stops at the first pass boundary with errors and returns what it has.
+
+    read -> check -> resolve -> allocate -> generate -> compile -> link -> verify -> emit
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from . import toolchain
+from .allocate import Allocation, allocate
+from .build import pipelink_include_dir
+from .collect import Component, read_components, verify_object
+from .check import check_set
+from .diagnostics import Diagnostic, DiagnosticSink, Location, PipelinkError
+from .emit import link_map, manifest
+from .glue import generate_glue
+from .monolithic import generate_monolithic
+from .pipeline import PipelineSpec
+from .resolve import Resolved, resolve
+
+
+@dataclass
+class LinkOptions:
+    arch: str | None = None              # None: the first target every component supports
+    pipeline: PipelineSpec = field(default_factory=PipelineSpec)
+    monolithic: bool = False             # also generate the one-unit control source
+    optimize: bool = True
+
+
+@dataclass
+class LinkContext:
+    inputs: list[str]
+    options: LinkOptions
+    sink: DiagnosticSink = field(default_factory=DiagnosticSink)
+    components: list[Component] = field(default_factory=list)
+    target: str | None = None
+    resolved: Resolved | None = None
+    allocation: Allocation | None = None
+    glue: str | None = None
+    glue_ltoir: bytes | None = None
+    cubin: bytes | None = None
+    kernel_info: object = None
+    manifest: dict | None = None
+    link_map: str | None = None
+    monolithic: str | None = None
+    nvjitlink_options: list[str] = field(default_factory=list)
+    timings: list[tuple[str, float]] = field(default_factory=list)
+
+
+def pass_read(ctx: LinkContext) -> None:
+    ctx.components = read_components(ctx.inputs, ctx.sink)
+
+
+def pass_check(ctx: LinkContext) -> None:
+    ctx.target = check_set([c.contract for c in ctx.components], ctx.sink, ctx.options.arch)
+    if ctx.target and not ctx.sink.has_errors:
+        for comp in ctx.components:
+            verify_object(comp, ctx.target, ctx.sink)
+
+
+def pass_resolve(ctx: LinkContext) -> None:
+    ctx.resolved = resolve(ctx.components, ctx.options.pipeline, ctx.sink)
+
+
+def pass_allocate(ctx: LinkContext) -> None:
+    ctx.allocation = allocate(ctx.resolved, ctx.target, ctx.sink)
+
+
+def pass_generate(ctx: LinkContext) -> None:
+    ctx.glue = generate_glue(ctx.resolved, ctx.allocation)
+    if ctx.options.monolithic:
+        ctx.monolithic = generate_monolithic(ctx.resolved, ctx.glue, ctx.sink)
+
+
+def glue_options(ctx: LinkContext) -> list[str]:
+    flags = ctx.components[0].contract.targets.flags  # every component agrees (PL040)
+    return [f"-arch={ctx.target}", "-dlto", "-rdc=true", "-std=c++17", f"-I{pipelink_include_dir()}",
+            *flags.nvcc_options()]
+
+
+def pass_compile(ctx: LinkContext) -> None:
+    try:
+        ctx.glue_ltoir = toolchain.nvrtc_to_ltoir(ctx.glue, f"{ctx.resolved.name}_glue.cu", glue_options(ctx))
+    except toolchain.ToolchainError as exc:
+        ctx.sink.error("PL075", f"NVRTC could not compile the generated glue:\n{exc.log}")
+
+
+def jitlink_options(ctx: LinkContext) -> list[str]:
+    opts = [f"-arch={ctx.target}", "-lto", "-O3" if ctx.options.optimize else "-O0"]
+    if ctx.allocation.registers:
+        opts.append(f"-maxrregcount={ctx.allocation.registers}")
+    return opts
+
+
+def pass_link(ctx: LinkContext) -> None:
+    inputs = [toolchain.LinkInput("ltoir", ctx.glue_ltoir, f"{ctx.resolved.name}_glue")]
+    inputs += [c.obj.link_input() for c in ctx.resolved.components]
+    ctx.nvjitlink_options = jitlink_options(ctx)
+    try:
+        ctx.cubin = toolchain.nvjitlink_link(inputs, ctx.nvjitlink_options).cubin
+    except toolchain.ToolchainError as exc:
+        ctx.sink.error("PL074", f"nvJitLink failed: {exc.message}\n{exc.log}")
+
+
+def pass_verify(ctx: LinkContext) -> None:
+    from .verify import verify_cubin
+    ctx.kernel_info = verify_cubin(ctx.cubin, ctx.resolved, ctx.allocation, ctx.target, ctx.sink)
+
+
+def pass_emit(ctx: LinkContext) -> None:
+    ctx.manifest = manifest(ctx.resolved, ctx.allocation, ctx.target, ctx.cubin, ctx.kernel_info)
+    ctx.link_map = link_map(ctx.resolved, ctx.allocation, ctx.target, ctx.kernel_info)
+
+
+PASSES = [("read", pass_read), ("check", pass_check), ("resolve", pass_resolve), ("allocate", pass_allocate),
+          ("generate", pass_generate), ("compile", pass_compile), ("link", pass_link), ("verify", pass_verify),
+          ("emit", pass_emit)]
+
+
+def run_passes(inputs: list[str], options: LinkOptions | None = None, until: str | None = None) -> LinkContext:
+    ctx = LinkContext(list(inputs), options or LinkOptions())
+    for name, fn in PASSES:
+        start = time.perf_counter()
+        fn(ctx)
+        ctx.timings.append((name, time.perf_counter() - start))
+        if ctx.sink.has_errors or name == until:
+            break
+    return ctx
+
+
+@dataclass
+class LinkResult:
+    """What `pipelink.link` returns: the cubin, its manifest and link map, and every diagnostic."""
+
+    cubin: bytes | None
+    manifest: dict | None
+    link_map: str | None
+    glue: str | None
+    monolithic: str | None
+    diagnostics: list[Diagnostic]
+    timings: list[tuple[str, float]]
+    context: LinkContext = field(repr=False)
+
+    @property
+    def ok(self) -> bool:
+        return self.cubin is not None and not any(d.severity == "error" for d in self.diagnostics)
+
+    def raise_on_error(self) -> "LinkResult":
+        if not self.ok:
+            raise PipelinkError([d for d in self.diagnostics if d.severity == "error"] or
+                                [Diagnostic("PL074", "the link produced no cubin")])
+        return self
+
+    def kernel(self, device: int = 0):
+        """Load the linked kernel on `device` (needs a GPU)."""
+        from .launch import Kernel
+        self.raise_on_error()
+        return Kernel.load(self.cubin, self.manifest, device)
+
+
+def link(inputs: list[str], options: LinkOptions | None = None) -> LinkResult:
+    """Link component objects into one fused kernel. Never raises for bad input: see `diagnostics`."""
+    ctx = run_passes(inputs, options)
+    ok = not ctx.sink.has_errors and ctx.manifest is not None
+    return LinkResult(ctx.cubin if ok else None, ctx.manifest if ok else None, ctx.link_map if ok else None,
+                      ctx.glue, ctx.monolithic, list(ctx.sink.items), ctx.timings, ctx)
+
+
+__all__ = ["LinkOptions", "LinkResult", "link", "run_passes", "PASSES", "Location"]

@@ -1,0 +1,307 @@
+"""Resolve: wire ports, give every geometry name its link-time value, check every wire.
+
+Pure: contracts and the pipeline spec in, a `Resolved` pipeline (or diagnostics) out.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import networkx as nx
+
+from .collect import Component
+from .diagnostics import DiagnosticSink, Location
+from .expr import Expr, ExprError
+from .model import Param, Port, TileSequence
+from .pipeline import PipelineSpec, WireSpec
+
+
+@dataclass(frozen=True)
+class Wire:
+    producer: str
+    out_port: Port
+    consumer: str
+    in_port: Port
+    kind: str                 # "zero_copy" | "relayout" | "ring"
+    stages: int
+    tile: tuple[int, ...]
+    explicit: bool
+
+    def __str__(self) -> str:
+        return f"{self.producer}.{self.out_port.name} -> {self.consumer}.{self.in_port.name}"
+
+
+@dataclass(frozen=True)
+class KernelParam:
+    name: str
+    dtype: str
+    pointer: bool
+    const: bool
+    users: tuple[str, ...]
+
+    def c_decl(self) -> str:
+        return Param(self.name, self.dtype, self.pointer, self.const, "").c_decl()
+
+
+@dataclass
+class Resolved:
+    name: str
+    components: list[Component]        # pipeline order
+    order: list[str]                   # topological order of the wire graph (the sequential steps)
+    wires: list[Wire]
+    geometry: dict[str, int]
+    schedule: str
+    tiles: TileSequence
+    tiles_owner: str
+    params: list[KernelParam]
+
+    def component(self, name: str) -> Component:
+        return next(c for c in self.components if c.name == name)
+
+
+SAMPLE_SHAPES = (1, 2, 3, 17, 64, 100, 129, 1000, 4096, 5003)
+
+
+def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSink) -> Resolved | None:
+    comps = _order(components, spec, sink)
+    if comps is None:
+        return None
+    by_name = {c.name: c for c in comps}
+    geometry = _geometry(comps, sink)
+    wires_spec = _explicit_wires(spec.wires, by_name, sink)
+    if sink.has_errors:
+        return None
+    wires_spec += _auto_wires(comps, wires_spec, sink)
+    schedule = spec.schedule or _infer_schedule(wires_spec, by_name, geometry)
+    wires = [w for w in (_check_wire(ws, explicit, by_name, schedule, geometry, sink) for ws, explicit in wires_spec)
+             if w]
+    order = _topological(comps, wires, sink)
+    tiles = _tile_sequence(comps, sink)
+    params = _params(comps, sink)
+    for c in comps:
+        if c.contract.entry.symbol == spec.name:
+            sink.error("PL077", f"the kernel name '{spec.name}' is the entry symbol of '{c.name}'",
+                       Location(file=spec.source, pointer="/name"), hint="name the pipeline differently")
+    if schedule == "warp_specialized":
+        for c in comps:
+            if c.contract.threads.uses_syncthreads and len(comps) > 1:
+                sink.error("PL071", f"'{c.name}' calls __syncthreads, which would wait for the warps of the other "
+                           "components too", c.contract.at("/threads/uses_syncthreads"))
+    if sink.has_errors or tiles is None or order is None:
+        return None
+    return Resolved(spec.name, comps, order, wires, geometry, schedule, tiles[0], tiles[1], params)
+
+
+def _order(components: list[Component], spec: PipelineSpec, sink: DiagnosticSink) -> list[Component] | None:
+    if not spec.components:
+        return list(components)
+    by_name = {c.name: c for c in components}
+    missing = [n for n in spec.components if n not in by_name]
+    extra = [c.name for c in components if c.name not in spec.components]
+    for n in missing:
+        sink.error("PL001", f"the pipeline names component '{n}', but no input provides it",
+                   Location(file=spec.source, pointer="/components"),
+                   hint="inputs provide: " + ", ".join(by_name))
+    for n in extra:
+        sink.error("PL001", f"input component '{n}' is not in the pipeline", Location(file=spec.source,
+                                                                                       pointer="/components"))
+    return None if missing or extra else [by_name[n] for n in spec.components]
+
+
+def _geometry(comps: list[Component], sink: DiagnosticSink) -> dict[str, int]:
+    """Every geometry name's link-time value: the provider's, else the consumer's default."""
+    env: dict[str, int] = {}
+    for c in comps:
+        env.update(c.contract.geometry.provides)  # conflicts were reported by check (PL050)
+    for c in comps:
+        for name, rng in c.contract.geometry.consumes.items():
+            if name not in env:
+                if rng.default is None:
+                    sink.error("PL052", f"'{c.name}' consumes {name}, but no component provides it and the contract "
+                               "gives no default", c.contract.at(f"/geometry/consumes/{name}"))
+                    continue
+                env[name] = rng.default
+            if not rng.admits(env[name]):  # a default taken from another consumer
+                sink.error("PL051", f"'{c.name}' accepts {name} {rng.describe()}, but the link gives it "
+                           f"{env[name]}", c.contract.at(f"/geometry/consumes/{name}"))
+    return env
+
+
+def _explicit_wires(specs, by_name, sink) -> list[tuple[WireSpec, bool]]:
+    out = []
+    for w in specs:
+        ok = True
+        for comp, port, direction in ((w.producer, w.out_port, "out"), (w.consumer, w.in_port, "in")):
+            c = by_name.get(comp)
+            p = c.contract.port(port) if c else None
+            if c is None:
+                sink.error("PL062", f"wire '{w}' names component '{comp}', which is not in the link",
+                           hint="components: " + ", ".join(by_name))
+                ok = False
+            elif p is None or p.direction != direction or p.space != "smem":
+                have = [q.name for q in c.contract.ports if q.direction == direction and q.space == "smem"]
+                sink.error("PL062", f"wire '{w}': '{comp}' has no shared-memory {direction} port '{port}'",
+                           c.contract.at("/ports"), hint=f"its {direction} ports: {', '.join(have) or 'none'}")
+                ok = False
+        if ok:
+            out.append((w, True))
+    return out
+
+
+def _auto_wires(comps, explicit, sink) -> list[tuple[WireSpec, bool]]:
+    """Each unwired smem input takes the one smem output of another component with its dtype."""
+    wired = {(w.consumer, w.in_port) for w, _ in explicit}
+    out = []
+    for c in comps:
+        for p in c.contract.ports:
+            if p.direction != "in" or p.space != "smem" or (c.name, p.name) in wired:
+                continue
+            cands = [(o.name, q) for o in comps if o.name != c.name for q in o.contract.ports
+                     if q.direction == "out" and q.space == "smem" and q.dtype == p.dtype]
+            if len(cands) == 1:
+                prod, q = cands[0]
+                text = f"{prod}.{q.name}->{c.name}.{p.name}"
+                out.append((WireSpec(prod, q.name, c.name, p.name, text), False))
+            elif not cands:
+                sink.error("PL060", f"input port '{c.name}.{p.name}' ({p.dtype}) has no producer: no other component "
+                           f"has a shared-memory {p.dtype} output", c.contract.at(p.pointer_path))
+            else:
+                sink.error("PL061", f"input port '{c.name}.{p.name}' could take any of "
+                           f"{', '.join(f'{n}.{q.name}' for n, q in cands)}", c.contract.at(p.pointer_path))
+    return out
+
+
+def _infer_schedule(wires, by_name, geometry) -> str:
+    """Multi-stage ports mean a ring between concurrent warps; otherwise steps on the same warps."""
+    for w, _ in wires:
+        stages = by_name[w.producer].contract.port(w.out_port).stages
+        try:
+            if stages.evaluate(geometry) > 1:
+                return "warp_specialized"
+        except ExprError:
+            continue
+    return "sequential"
+
+
+def _check_wire(ws: WireSpec, explicit: bool, by_name, schedule: str, geometry, sink) -> Wire | None:
+    prod, cons = by_name[ws.producer], by_name[ws.consumer]
+    out, inp = prod.contract.port(ws.out_port), cons.contract.port(ws.in_port)
+    where, other = cons.contract.at(inp.pointer_path), prod.contract.at(out.pointer_path)
+    ok = True
+    if out.dtype != inp.dtype:
+        sink.error("PL063", f"wire '{ws}': '{ws.producer}' produces {out.dtype}, '{ws.consumer}' expects {inp.dtype}",
+                   where, related=(other,))
+        ok = False
+    try:
+        t_out, t_in = _values(out.tile, geometry), _values(inp.tile, geometry)
+        s_out, s_in = out.stages.evaluate(geometry), inp.stages.evaluate(geometry)
+    except ExprError:
+        return None  # a geometry value is missing: reported as PL052
+    if t_out != t_in:
+        sink.error("PL064", f"wire '{ws}': '{ws.producer}' produces tiles {_shape(out.tile, t_out)}, "
+                   f"'{ws.consumer}' expects {_shape(inp.tile, t_in)}", where, related=(other,))
+        ok = False
+    if s_out != s_in:
+        sink.error("PL066", f"wire '{ws}': '{ws.producer}' has {s_out} stages, '{ws.consumer}' expects {s_in}",
+                   where, related=(other,))
+        ok = False
+    same_layout = (out.layout, out.swizzle) == (inp.layout, inp.swizzle)
+    if schedule == "warp_specialized":
+        kind = "ring"
+        if not same_layout:
+            sink.error("PL065", f"wire '{ws}': '{ws.producer}' writes {out.layout}/{out.swizzle}, '{ws.consumer}' "
+                       f"reads {inp.layout}/{inp.swizzle}, and the two run concurrently", where, related=(other,))
+            ok = False
+    else:
+        kind = "zero_copy" if same_layout else "relayout"
+        if not same_layout and (len(t_out) != 2 or out.swizzle != "none" or inp.swizzle != "none" or s_out != 1):
+            sink.error("PL065", f"wire '{ws}': no re-layout from {out.layout}/{out.swizzle} to "
+                       f"{inp.layout}/{inp.swizzle} for this tile", where, related=(other,))
+            ok = False
+    return Wire(ws.producer, out, ws.consumer, inp, kind, s_out, tuple(t_out), explicit) if ok else None
+
+
+def _values(exprs: tuple[Expr, ...], geometry) -> list[int]:
+    return [e.evaluate(geometry) for e in exprs]
+
+
+def _shape(exprs, values) -> str:
+    return "[" + ", ".join(f"{e}={v}" if not e.is_constant else str(v) for e, v in zip(exprs, values)) + "]"
+
+
+def _topological(comps, wires, sink) -> list[str] | None:
+    g = nx.DiGraph()
+    rank = {c.name: i for i, c in enumerate(comps)}
+    g.add_nodes_from(rank)
+    g.add_edges_from((w.producer, w.consumer) for w in wires)
+    try:
+        return list(nx.lexicographical_topological_sort(g, key=lambda n: rank[n]))
+    except nx.NetworkXUnfeasible:
+        cycle = " -> ".join(a for a, _ in nx.find_cycle(g))
+        sink.error("PL068", f"the wires form a cycle: {cycle}")
+        return None
+
+
+def _tile_sequence(comps, sink) -> tuple[TileSequence, str] | None:
+    """One tile loop serves every component, so every declared sequence must agree with the first."""
+    declared = [(c, c.contract.geometry.tile_sequence) for c in comps if c.contract.geometry.tile_sequence]
+    if not declared:
+        sink.error("PL072", "no component declares a tile sequence, so the kernel does not know its tiles",
+                   comps[0].contract.at("/geometry"))
+        return None
+    (first, seq), geometry = declared[0], {}
+    for c in comps:
+        geometry.update(c.contract.geometry.provides)
+    for c in comps:
+        for k, r in c.contract.geometry.consumes.items():
+            geometry.setdefault(k, r.default)
+    for c, other in declared[1:]:
+        why = _sequence_difference(seq, other, geometry)
+        if why:
+            sink.error("PL067", f"'{c.name}' walks its tiles differently from '{first.name}': {why}",
+                       c.contract.at(other.pointer_path), related=(first.contract.at(seq.pointer_path),))
+    return seq, first.name
+
+
+def _sequence_difference(a: TileSequence, b: TileSequence, geometry) -> str | None:
+    if len(a.grid) != len(b.grid):
+        return f"a {len(b.grid)}-d grid against a {len(a.grid)}-d one"
+    if a.order != b.order:
+        return f"order {b.order} against {a.order}"
+    if a.distribution != b.distribution:
+        return f"distribution {b.distribution} against {a.distribution}"
+    shapes = sorted({n for e in a.grid + b.grid for n in e.names} - set(geometry))
+    for values in itertools.islice(itertools.product(SAMPLE_SHAPES, repeat=len(shapes)), 400):
+        env = dict(geometry, **dict(zip(shapes, values)))
+        try:
+            ga, gb = [e.evaluate(env) for e in a.grid], [e.evaluate(env) for e in b.grid]
+        except ExprError:
+            continue
+        if ga != gb:
+            shown = ", ".join(f"{k}={v}" for k, v in zip(shapes, values))
+            return (f"grid [{', '.join(map(str, b.grid))}] = {gb} against [{', '.join(map(str, a.grid))}] = {ga} "
+                    f"at {shown}")
+    return None
+
+
+def _params(comps, sink) -> list[KernelParam]:
+    """The fused kernel's parameters: every component's, merged by name."""
+    merged: dict[str, KernelParam] = {}
+    first: dict[str, Component] = {}
+    for c in comps:
+        for p in c.contract.entry.params:
+            have = merged.get(p.name)
+            if have is None:
+                merged[p.name] = KernelParam(p.name, p.dtype, p.pointer, p.const, (c.name,))
+                first[p.name] = c
+            elif (have.dtype, have.pointer) != (p.dtype, p.pointer):
+                sink.error("PL069", f"parameter '{p.name}' is {_kind(p.dtype, p.pointer)} in '{c.name}' but "
+                           f"{_kind(have.dtype, have.pointer)} in '{first[p.name].name}'",
+                           c.contract.at(p.pointer_path), related=(first[p.name].contract.at("/entry/params"),))
+            else:
+                merged[p.name] = KernelParam(p.name, p.dtype, p.pointer, have.const and p.const, have.users + (c.name,))
+    return list(merged.values())
+
+
+def _kind(dtype: str, pointer: bool) -> str:
+    return f"a {dtype} pointer" if pointer else f"a {dtype} scalar"

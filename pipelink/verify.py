@@ -1,0 +1,64 @@
+"""Verify: trust the contracts, then check the linked cubin. What the kernel really uses is read from
+its `.nv.info` attributes and compared with the allocation, the contracts and the device."""
+from __future__ import annotations
+
+from .allocate import Allocation
+from .cubin import CubinError, KernelInfo, global_variables, read_cubin
+from .diagnostics import DiagnosticSink
+from .header import marker_symbol
+from .resolve import Resolved
+from .targets import TARGETS
+
+
+def verify_cubin(cubin: bytes, r: Resolved, a: Allocation, arch: str, sink: DiagnosticSink) -> KernelInfo | None:
+    target = TARGETS[arch]
+    try:
+        kernels = read_cubin(cubin)
+        variables = global_variables(cubin)
+    except CubinError as exc:
+        sink.error("PL073", f"cannot read the linked cubin: {exc}")
+        return None
+    info = kernels.get(r.name)
+    if info is None:
+        sink.error("PL073", f"the linked cubin has no kernel '{r.name}' (it has: {', '.join(kernels) or 'none'})")
+        return None
+    # A marker left undefined is zero-filled by nvJitLink (NOBITS): a stale component build.
+    for comp in r.components:
+        marker = marker_symbol(comp.contract)
+        section = variables.get(marker, (None, 0))[0]
+        if section is not None and section.startswith(".nv.global") and not section.endswith(".init"):
+            sink.error("PL049", f"'{comp.name}' ({comp.obj.path if comp.obj else '?'}) was not compiled against the "
+                       f"contract it ships with: the link found no {marker}", comp.contract.at("/"))
+    if a.registers and info.registers > a.registers:
+        sink.error("PL073", f"the kernel uses {info.registers} registers per thread; the contracts allow "
+                   f"{a.registers}")
+    if info.registers * a.block_threads > target.regs_per_sm:
+        sink.error("PL073", f"{info.registers} registers x {a.block_threads} threads exceeds an SM's "
+                   f"{target.regs_per_sm}")
+    if info.frame_bytes or info.max_stack_bytes:
+        sink.warning("PL073", f"the kernel spills or uses a stack: {info.frame_bytes} bytes of frame, "
+                     f"{info.max_stack_bytes} of stack per thread", hint="lower a component's register pressure, "
+                     "or raise registers.max_per_thread where the block size allows")
+    if info.static_smem_bytes:
+        sink.warning("PL073", f"components declare {info.static_smem_bytes} bytes of static __shared__ memory "
+                     "outside the linker's arena", hint="declare them as smem buffers in the contract")
+    if info.static_smem_bytes + a.smem_bytes > target.smem_per_block:
+        sink.error("PL073", f"static {info.static_smem_bytes} + dynamic {a.smem_bytes} bytes of shared memory "
+                   f"exceed {target.smem_per_block}")
+    expected = expected_barrier_count(a)
+    if info.num_barriers is not None and info.num_barriers > expected:
+        sink.warning("PL073", f"the kernel uses {info.num_barriers} named barriers but the allocation assigned ids "
+                     f"below {expected}: " + ("barrier ids were not link-time constants (16 means ptxas could not "
+                                               "see them)" if info.num_barriers == 16 else
+                                               "a component uses an id its contract does not declare"),
+                     hint="use the header's bar_<name>()/sync_<name>() and declare hard-coded ids")
+    if info.calls:
+        sink.warning("PL073", "the kernel still calls functions: a component was not inlined (__noinline__, -G, or "
+                     "an object without LTO-IR); linking is then not free")
+    return info
+
+
+def expected_barrier_count(a: Allocation) -> int:
+    """Highest barrier id the kernel may use, plus one (id 0 is __syncthreads)."""
+    ids = list(a.barrier_id.values()) + list(a.hardcoded_ids)
+    return max(ids, default=0) + 1
