@@ -52,7 +52,25 @@ def _parser() -> argparse.ArgumentParser:
     bld.add_argument("-D", dest="define", action="append", default=[], help="preprocessor definition")
     bld.add_argument("-v", "--verbose", action="store_true")
 
-    demo = sub.add_parser("demo", help="build the shipped components, inspect and check them")
+    lnk = sub.add_parser("link", help="link component objects into one fused kernel",
+                         description="Check, allocate, generate the glue, link with nvJitLink LTO, verify, emit. "
+                                     "Nothing is written unless the whole link succeeds.")
+    lnk.add_argument("files", nargs="+", metavar="FILE", help="component objects (with contracts)")
+    lnk.add_argument("-o", "--output", help="the cubin (default: <kernel>.cubin)")
+    lnk.add_argument("--pipeline", help="a pipeline file: components' order, wires, schedule, kernel name")
+    lnk.add_argument("--wire", action="append", default=[], metavar="P.OUT=C.IN", help="wire two ports (repeatable)")
+    lnk.add_argument("--schedule", choices=("sequential", "warp_specialized"))
+    lnk.add_argument("--name", help="the kernel's name (default: the pipeline's, or pipelink_fused)")
+    lnk.add_argument("--arch", help="the link target (default: the first target every component supports)")
+    lnk.add_argument("--map", metavar="FILE", help="write the link map")
+    lnk.add_argument("--manifest", metavar="FILE", help="where to write the manifest (default: <output>.json)")
+    lnk.add_argument("--emit-glue", metavar="FILE", help="also write the generated glue source")
+    lnk.add_argument("--emit-monolithic", metavar="FILE", help="also write the one-unit control source")
+    lnk.add_argument("-v", "--verbose", action="store_true", help="say what each pass decided")
+    lnk.add_argument("--time", action="store_true", help="show each pass's time")
+    lnk.add_argument("--format", choices=("text", "json"), default="text")
+
+    demo = sub.add_parser("demo", help="build the shipped components, link the default pipeline, run it on a GPU")
     demo.add_argument("--build-dir", default="build/components")
     return p
 
@@ -80,7 +98,7 @@ def _run(argv: list[str]) -> int:
         _parser().print_help()
         return ExitCode.USAGE
     return {"inspect": cmd_inspect, "check": cmd_check, "header": cmd_header, "build": cmd_build,
-            "demo": cmd_demo}[args.command](args)
+            "link": cmd_link, "demo": cmd_demo}[args.command](args)
 
 
 def _emit(diags, fmt: str) -> None:
@@ -183,25 +201,85 @@ def cmd_build(args) -> int:
                    if ok else [])
 
 
-def cmd_demo(args) -> int:
-    from .collect import collect
-    from .shipped import build_shipped, shipped_pipelines
+def _link_options(args, sink: DiagnosticSink):
+    from .linker import LinkOptions
+    from .pipeline import PipelineSpec, load_pipeline, parse_wire
+
+    spec = load_pipeline(args.pipeline, sink) if args.pipeline else PipelineSpec()
+    if spec is None:
+        return None
+    wires = [w for w in (parse_wire(t, sink) for t in args.wire) if w]
+    if sink.has_errors:
+        return None
+    spec.wires = tuple(spec.wires) + tuple(wires)
+    spec.schedule = args.schedule or spec.schedule
+    spec.name = args.name or spec.name
+    return LinkOptions(arch=args.arch, pipeline=spec, monolithic=bool(args.emit_monolithic))
+
+
+def cmd_link(args) -> int:
+    from .linker import link
 
     sink = DiagnosticSink()
-    print("== building the shipped components", flush=True)
-    objects = {o.stem: o for o in build_shipped(Path(args.build_dir), sink)}
-    if sink.has_errors:
-        return _finish(sink, "text", {}, [])
-    print("\n== pipelink inspect " + " ".join(str(o) for o in objects.values()), flush=True)
-    cmd_inspect(argparse.Namespace(files=[str(o) for o in objects.values()], format="text"))
-    for pipe in shipped_pipelines():
-        files = [str(objects[n]) for n in pipe.components]
-        print(f"== pipelink check {' '.join(files)}    # pipeline '{pipe.name}'", flush=True)
-        got = collect(files, sink)
-        if sink.has_errors:
-            break
-        print(f"ok: {', '.join(c.name for c in got.components)} checked for {got.target}\n", flush=True)
-    return _finish(sink, "text", {}, [])
+    options = _link_options(args, sink)
+    if options is None:
+        return _finish(sink, args.format, {}, [])
+    result = link(args.files, options)
+    sink.extend(result.diagnostics)
+    ctx = result.context
+    if args.verbose and ctx.resolved is not None:
+        r = ctx.resolved
+        print(f"pipelink: {len(r.components)} components for {ctx.target}, schedule {r.schedule}, kernel {r.name}",
+              file=sys.stderr)
+        for w in r.wires:
+            print(f"pipelink:   wire {w} ({w.kind}, {'explicit' if w.explicit else 'auto'})", file=sys.stderr)
+        if ctx.nvjitlink_options:
+            print(f"pipelink:   nvJitLink {' '.join(ctx.nvjitlink_options)}", file=sys.stderr)
+    if args.time:
+        for name, seconds in result.timings:
+            print(f"pipelink: pass {name:<9} {seconds * 1000:8.1f} ms", file=sys.stderr)
+    if not result.ok:
+        return _finish(sink, args.format, {"ok": False}, [])
+    name = result.manifest["kernel"]
+    output = Path(args.output or f"{name}.cubin")
+    files = {output: result.cubin,
+             Path(args.manifest or output.with_suffix(".json")): (json.dumps(result.manifest, indent=2) + "\n").encode()}
+    if args.map:
+        files[Path(args.map)] = result.link_map.encode()
+    if args.emit_glue:
+        files[Path(args.emit_glue)] = result.glue.encode()
+    if args.emit_monolithic:
+        files[Path(args.emit_monolithic)] = result.monolithic.encode()
+    try:
+        _atomic_write_all(files)
+    except OSError as exc:
+        sink.error("PL007", f"cannot write {exc.filename}: {exc.strerror or exc}", Location(file=str(exc.filename)))
+        return _finish(sink, args.format, {"ok": False}, [])
+    m = result.manifest
+    summary = (f"linked {output}: kernel {name}, {m['block'][0]} threads, {m['dynamic_smem']} bytes of dynamic smem"
+               + (f", {m['resources']['registers']} registers" if "resources" in m else ""))
+    return _finish(sink, args.format, {"ok": True, "output": str(output), "manifest": m}, [summary])
+
+
+def _atomic_write_all(files: dict) -> None:
+    """Write every file or none: stage each next to its target, then rename them all."""
+    staged = []
+    try:
+        for path, data in files.items():
+            tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+            tmp.write_bytes(data)
+            staged.append((tmp, path))
+        for tmp, path in staged:
+            os.replace(tmp, path)
+    finally:
+        for tmp, _ in staged:
+            if tmp.exists():
+                tmp.unlink()
+
+
+def cmd_demo(args) -> int:
+    from .demo import run_demo
+    return run_demo(Path(args.build_dir))
 
 
 def _finish(sink: DiagnosticSink, fmt: str, doc: dict, lines: list[str], partial_ok: bool = False) -> int:

@@ -243,3 +243,22 @@ def render_all(diags, fmt: str = "text") -> str:
     if fmt == "json":
         return json.dumps([d.to_json() for d in diags], indent=2)
     return "\n".join(d.render() for d in diags)
+
+
+def codes_markdown() -> str:
+    """docs/diagnostics.md, generated from the registry (`python -m pipelink.diagnostics`)."""
+    lines = ["# Diagnostics", "",
+             "Every problem pipelink reports has a stable code. Codes are never renumbered; new ones are added.",
+             "Exit code 2 means bad usage or an input that cannot be read as what it claims to be; 1 means a",
+             "contract or link problem. Each diagnostic names where (file, JSON pointer, component), what clashed",
+             "with what (`>>> also ...`), and gives a hint. `--format json` gives the same as objects.",
+             "This file is generated: `python -m pipelink.diagnostics > docs/diagnostics.md`.", "",
+             "| code | exit | what | default hint |", "| --- | --- | --- | --- |"]
+    for c in CODES.values():
+        hint = c.hint.replace("|", "\\|")
+        lines.append(f"| {c.code} | {int(c.exit)} | {c.title} | {hint} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(codes_markdown(), end="")

@@ -8,7 +8,7 @@ glue references, and the link says so instead of producing a kernel that hangs.
 """
 from __future__ import annotations
 
-from .model import DTYPE_BYTES, DTYPE_C, Contract
+from .model import DTYPE_BYTES, DTYPE_C, Contract, dtype_includes
 
 MARKER_HEX = 16  # hex digits of the contract hash in the marker name
 
@@ -57,6 +57,7 @@ def generate_header(c: Contract) -> str:
         f"// Contract hash {c.hash}. Do not edit; regenerate with `pipelink header` when the contract changes.",
         "#pragma once",
         "#include <pipelink/component.h>",
+        *dtype_includes([q.dtype for q in c.ports] + [q.dtype for q in c.entry.params]),
         "",
         "// Link-time constants. The linker's glue defines them; LTO folds every use into an immediate.",
         'extern "C" {',

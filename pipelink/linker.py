@@ -77,7 +77,7 @@ def pass_generate(ctx: LinkContext) -> None:
 def glue_options(ctx: LinkContext) -> list[str]:
     flags = ctx.components[0].contract.targets.flags  # every component agrees (PL040)
     return [f"-arch={ctx.target}", "-dlto", "-rdc=true", "-std=c++17", f"-I{pipelink_include_dir()}",
-            *flags.nvcc_options()]
+            *(f"-I{d}" for d in toolchain.cuda_include_dirs()), *flags.nvcc_options()]
 
 
 def pass_compile(ctx: LinkContext) -> None:
@@ -111,7 +111,9 @@ def pass_verify(ctx: LinkContext) -> None:
 
 def pass_emit(ctx: LinkContext) -> None:
     ctx.manifest = manifest(ctx.resolved, ctx.allocation, ctx.target, ctx.cubin, ctx.kernel_info)
-    ctx.link_map = link_map(ctx.resolved, ctx.allocation, ctx.target, ctx.kernel_info)
+    from .verify import subroutines
+    ctx.link_map = link_map(ctx.resolved, ctx.allocation, ctx.target, ctx.kernel_info,
+                            subroutines(ctx.cubin, ctx.resolved.name))
 
 
 PASSES = [("read", pass_read), ("check", pass_check), ("resolve", pass_resolve), ("allocate", pass_allocate),

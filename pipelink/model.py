@@ -21,6 +21,14 @@ DTYPE_C = {"f64": "double", "f32": "float", "f16": "__half", "bf16": "__nv_bfloa
            "fp8_e4m3": "__nv_fp8_e4m3", "fp8_e5m2": "__nv_fp8_e5m2", "i64": "long long",
            "u64": "unsigned long long", "i32": "int", "u32": "unsigned", "i16": "short",
            "u16": "unsigned short", "i8": "signed char", "u8": "unsigned char", "bool": "bool"}
+# Headers that define the C++ type of a dtype.
+DTYPE_HEADER = {"f16": "cuda_fp16.h", "bf16": "cuda_bf16.h", "fp8_e4m3": "cuda_fp8.h", "fp8_e5m2": "cuda_fp8.h"}
+
+
+def dtype_includes(dtypes) -> list[str]:
+    return [f"#include <{h}>" for h in sorted({DTYPE_HEADER[d] for d in dtypes if d in DTYPE_HEADER})]
+
+
 INTEGER_DTYPES = frozenset({"i64", "u64", "i32", "u32", "i16", "u16", "i8", "u8"})
 
 

@@ -43,7 +43,7 @@ def generate_monolithic(r: Resolved, glue: str, sink: DiagnosticSink) -> str | N
             continue
         file, source = found
         header = "\n".join(ln for ln in generate_header(comp.contract).splitlines()
-                           if ln.strip() not in ("#pragma once", "#include <pipelink/component.h>"))
+                           if ln.strip() != "#pragma once")
         body = []
         for ln in source.splitlines():
             if _SYSTEM_INCLUDE.match(ln):

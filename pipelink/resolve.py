@@ -149,8 +149,11 @@ def _explicit_wires(specs, by_name, sink) -> list[tuple[WireSpec, bool]]:
 
 
 def _auto_wires(comps, explicit, sink) -> list[tuple[WireSpec, bool]]:
-    """Each unwired smem input takes the one smem output of another component with its dtype."""
+    """Each unwired smem input takes the smem output of another component with its dtype, when
+    exactly one such output is not already feeding an input (an output feeds one input unless
+    wired explicitly). Inputs are taken in pipeline order, so a chain wires itself."""
     wired = {(w.consumer, w.in_port) for w, _ in explicit}
+    feeding = {(w.producer, w.out_port) for w, _ in explicit}
     out = []
     for c in comps:
         for p in c.contract.ports:
@@ -158,16 +161,18 @@ def _auto_wires(comps, explicit, sink) -> list[tuple[WireSpec, bool]]:
                 continue
             cands = [(o.name, q) for o in comps if o.name != c.name for q in o.contract.ports
                      if q.direction == "out" and q.space == "smem" and q.dtype == p.dtype]
-            if len(cands) == 1:
-                prod, q = cands[0]
+            free = [(n, q) for n, q in cands if (n, q.name) not in feeding]
+            if len(free) == 1 or len(cands) == 1:
+                prod, q = free[0] if len(free) == 1 else cands[0]
                 text = f"{prod}.{q.name}->{c.name}.{p.name}"
                 out.append((WireSpec(prod, q.name, c.name, p.name, text), False))
+                feeding.add((prod, q.name))
             elif not cands:
                 sink.error("PL060", f"input port '{c.name}.{p.name}' ({p.dtype}) has no producer: no other component "
                            f"has a shared-memory {p.dtype} output", c.contract.at(p.pointer_path))
             else:
                 sink.error("PL061", f"input port '{c.name}.{p.name}' could take any of "
-                           f"{', '.join(f'{n}.{q.name}' for n, q in cands)}", c.contract.at(p.pointer_path))
+                           f"{', '.join(f'{n}.{q.name}' for n, q in (free or cands))}", c.contract.at(p.pointer_path))
     return out
 
 

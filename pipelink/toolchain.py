@@ -25,7 +25,18 @@ class ToolchainError(Exception):
 
 @functools.cache
 def cuda_root() -> Path:
-    """The `nvidia/cu13` folder of the pinned wheels (bin/nvcc, include/, lib/)."""
+    """The CUDA toolkit pipelink compiles with: the `nvidia/cu13` folder of the pinned wheels.
+
+    Where the wheels cannot be installed (a machine without a package index), PIPELINK_CUDA_HOME
+    may name a CUDA toolkit instead; it must be the pinned release, or LTO-IR versions drift.
+    """
+    override = os.environ.get("PIPELINK_CUDA_HOME")
+    if override:
+        root = Path(override)
+        if not (root / "bin" / "nvcc").exists():
+            raise ToolchainError(f"PIPELINK_CUDA_HOME={override} has no bin/nvcc")
+        _require_pinned_release(root)
+        return root
     try:
         import nvidia  # namespace package of the NVIDIA wheels
     except ImportError as exc:  # pragma: no cover - install problem
@@ -35,6 +46,13 @@ def cuda_root() -> Path:
         if (root / "bin" / "nvcc").exists():
             return root
     raise ToolchainError("nvcc from the nvidia-cuda-nvcc==13.0.88 wheel was not found")
+
+
+def _require_pinned_release(root: Path) -> None:
+    import subprocess
+    out = subprocess.run([str(root / "bin" / "nvcc"), "--version"], capture_output=True, text=True).stdout
+    if f"release {PINNED_CUDA}," not in out:
+        raise ToolchainError(f"{root} is not CUDA {PINNED_CUDA}: {out.strip().splitlines()[-1] if out else '?'}")
 
 
 def nvcc_path() -> Path:

@@ -94,3 +94,16 @@ def shipped_objects(tmp_path_factory) -> dict[str, Path]:
     objects = build_shipped(d, sink, log=lambda *_: None)
     assert not sink.items, [x.render() for x in sink.items]
     return {o.stem: o for o in objects}
+
+
+def pytest_collection_modifyitems(config, items):
+    """GPU tests (marker `gpu`) run where a GPU is present and are skipped elsewhere."""
+    gpu_items = [i for i in items if i.get_closest_marker("gpu")]
+    if not gpu_items:
+        return
+    from pipelink.launch import gpu_available
+    if gpu_available():
+        return
+    skip = pytest.mark.skip(reason="no GPU on this machine")
+    for item in gpu_items:
+        item.add_marker(skip)

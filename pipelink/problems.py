@@ -1,0 +1,71 @@
+"""Problems for the shipped pipelines: fresh random inputs, poisoned outputs, and a float64
+reference, so a linked kernel can be run and judged on a GPU (torch required there)."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass
+class Problem:
+    args: dict          # kernel arguments by parameter name
+    outputs: list[str]  # which args are outputs
+    expected: dict      # output name -> float64 torch tensor
+    tolerance: float    # max allowed |error| / (1 + |expected|)
+
+
+def _silu(x):
+    return x / (1.0 + (-x).exp())
+
+
+def rowsum_problem(M: int, N: int, seed: int, tile_n: int = 128, device: str = "cuda") -> Problem:
+    import torch
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    x = torch.randn(M, N, generator=g, dtype=torch.float32)
+    scale = float(torch.empty(1).uniform_(0.25, 2.0, generator=g))
+    tiles_n = math.ceil(N / tile_n)
+    y = _silu(x.double()) * scale
+    padded = torch.zeros(M, tiles_n * tile_n, dtype=torch.float64)
+    padded[:, :N] = y
+    expected = padded.view(M, tiles_n, tile_n).sum(-1)
+    out = torch.full((M, tiles_n), float("nan"), dtype=torch.float32, device=device)  # poison
+    return Problem({"x": x.to(device), "out": out, "M": M, "N": N, "scale": scale}, ["out"],
+                   {"out": expected}, 1e-4 * math.sqrt(tile_n))
+
+
+def gemv_problem(M: int, N: int, seed: int, tile_n: int = 256, device: str = "cuda") -> Problem:
+    import torch
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    x = torch.randn(M, N, generator=g, dtype=torch.float32)
+    w = torch.randn(N, generator=g, dtype=torch.float32)
+    tiles_n = math.ceil(N / tile_n)
+    padded = torch.zeros(M, tiles_n * tile_n, dtype=torch.float64)
+    padded[:, :N] = x.double() * w.double()
+    expected = padded.view(M, tiles_n, tile_n).sum(-1)
+    out = torch.full((M, tiles_n), float("nan"), dtype=torch.float32, device=device)
+    return Problem({"x": x.to(device), "w": w.to(device), "out": out, "M": M, "N": N}, ["out"],
+                   {"out": expected}, 1e-4 * math.sqrt(tile_n))
+
+
+PROBLEMS = {"rowsum": rowsum_problem, "ring_gemv": gemv_problem}
+
+
+def max_error(problem: Problem) -> float:
+    """Largest relative error over the outputs; NaN (an unwritten element) counts as infinite."""
+    worst = 0.0
+    for name in problem.outputs:
+        got = problem.args[name].double().cpu()
+        want = problem.expected[name]
+        if got.isnan().any():
+            return math.inf
+        err = ((got - want).abs() / (1.0 + want.abs())).max().item() if want.numel() else 0.0
+        worst = max(worst, err)
+    return worst
+
+
+def run_and_judge(kernel, pipeline: str, M: int, N: int, seed: int, grid: int | None = None) -> tuple[float, Problem]:
+    import torch
+    problem = PROBLEMS[pipeline](M, N, seed)
+    kernel.launch(grid=grid, **problem.args)
+    torch.cuda.synchronize()
+    return max_error(problem), problem

@@ -1,0 +1,172 @@
+"""The link end to end on the shipped components: cubins, attributes, determinism, the one-unit
+control, golden link maps, and the conflicts that must be rejected. No GPU needed."""
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from pipelink import toolchain
+from pipelink.cli import main
+from pipelink.cubin import read_cubin
+from pipelink.diagnostics import DiagnosticSink
+from pipelink.inputs import embed_contract
+from pipelink.linker import LinkOptions, glue_options, link
+from pipelink.pipeline import load_pipeline
+from pipelink.shipped import REPO, shipped_pipelines
+from pipelink.verify import MATH_SUBROUTINE, subroutines
+
+PIPELINES = {p.name: p for p in shipped_pipelines()}
+GOLDEN = Path(__file__).parent / "golden"
+
+
+def link_shipped(objects, name, **files):
+    pipe = PIPELINES[name]
+    sink = DiagnosticSink()
+    spec = load_pipeline(pipe.path, sink)
+    inputs = [str(files.get(n, objects[n])) for n in pipe.components]
+    return link(inputs, LinkOptions(pipeline=spec, monolithic=True))
+
+
+@pytest.fixture(scope="module")
+def linked(shipped_objects):
+    return {name: link_shipped(shipped_objects, name) for name in PIPELINES}
+
+
+@pytest.mark.parametrize("name", sorted(PIPELINES))
+def test_link_produces_a_verified_kernel(linked, name):
+    result = linked[name]
+    assert result.ok, [d.render() for d in result.diagnostics]
+    assert not [d for d in result.diagnostics if d.severity == "warning"], [d.render() for d in result.diagnostics]
+    info = read_cubin(result.cubin)[name]
+    m = result.manifest
+    assert m["kernel"] == name and m["block"][0] == info.max_threads[0]
+    assert info.registers <= {"rowsum": 128, "ring_gemv": 64}[name]
+    assert info.frame_bytes == 0 and info.static_smem_bytes == 0
+    # nothing left uninlined but the compiler's own math subroutines (IEEE division's slow path)
+    assert all(n.startswith(MATH_SUBROUTINE) for n in subroutines(result.cubin, name))
+    assert m["dynamic_smem"] > 0 and m["cubin_sha256"]
+
+
+def test_rowsum_uses_only_syncthreads(linked):
+    info = read_cubin(linked["rowsum"].cubin)["rowsum"]
+    assert info.num_barriers == 1
+
+
+def test_identical_inputs_give_identical_cubins(shipped_objects, linked):
+    again = link_shipped(shipped_objects, "ring_gemv")
+    assert again.cubin == linked["ring_gemv"].cubin
+
+
+@pytest.mark.parametrize("name", sorted(PIPELINES))
+def test_one_unit_control_gives_the_same_machine_code(linked, name):
+    """The same sources and glue compiled as one translation unit: byte-identical kernel .text."""
+    result = linked[name]
+    ctx = result.context
+    opts = glue_options(ctx) + [f"-I{d}" for d in toolchain.cuda_include_dirs()]
+    ltoir = toolchain.nvrtc_to_ltoir(result.monolithic, f"{name}_one_unit.cu", opts)
+    control = toolchain.nvjitlink_link([toolchain.LinkInput("ltoir", ltoir, "one_unit")], ctx.nvjitlink_options).cubin
+    linked_text = read_cubin(result.cubin)[name].text
+    control_text = read_cubin(control)[name].text
+    assert len(linked_text) > 1000
+    assert linked_text == control_text
+
+
+@pytest.mark.parametrize("name", sorted(PIPELINES))
+def test_golden_link_map(linked, name):
+    """The link map is stable: same inputs, same layout. PIPELINK_UPDATE_GOLDEN=1 rewrites it."""
+    golden = GOLDEN / f"{name}.map"
+    text = linked[name].link_map
+    if os.environ.get("PIPELINK_UPDATE_GOLDEN"):
+        golden.write_text(text)
+    assert text == golden.read_text()
+
+
+def test_cli_link_writes_cubin_manifest_map(shipped_objects, tmp_path, capsys):
+    pipe = PIPELINES["rowsum"]
+    out = tmp_path / "rowsum.cubin"
+    code = main(["link", "--pipeline", str(pipe.path), *(str(shipped_objects[n]) for n in pipe.components),
+                 "-o", str(out), "--map", str(tmp_path / "rowsum.map"), "--emit-monolithic",
+                 str(tmp_path / "one.cu"), "--emit-glue", str(tmp_path / "glue.cu"), "-v", "--time"])
+    o, err = capsys.readouterr()
+    assert code == 0, err
+    assert "linked" in o and "pass resolve" in err and "wire tile_load.tile -> tile_transform.src" in err
+    manifest = json.loads((tmp_path / "rowsum.json").read_text())
+    assert manifest["params"][0] == {"name": "x", "dtype": "f32", "pointer": True, "const": True}
+    assert manifest["tiles"] == ["ceil_div(M, 32)", "ceil_div(N, 128)"]
+    assert (tmp_path / "rowsum.map").read_text().startswith("# pipelink link map: kernel rowsum")
+    assert "namespace pl_unit_block_rowsum" in (tmp_path / "one.cu").read_text()
+
+
+def _variant(tmp_path, name, edit, source=None):
+    """A component rebuilt with an edited contract (and, if given, its own source): a team's change."""
+    raw = json.loads((REPO / "contracts" / f"{name}.json").read_text())
+    edit(raw)
+    cpath = tmp_path / f"{name}.json"
+    cpath.write_text(json.dumps(raw))
+    src = REPO / "components" / name / f"{name}.cu"
+    if source is not None:
+        src = tmp_path / f"{name}.cu"
+        src.write_text(source)
+    obj = tmp_path / f"{name}.o"
+    assert main(["build", str(src), "--contract", str(cpath), "-o", str(obj), "--arch", "sm_90"]) == 0
+    return obj
+
+
+def _link_fails(shipped_objects, tmp_path, pipeline, code, *variants):
+    files = {name: path for name, path in variants}
+    out = tmp_path / "out.cubin"
+    pipe = PIPELINES[pipeline]
+    argv = ["link", "--pipeline", str(pipe.path), "-o", str(out), "--map", str(tmp_path / "out.map")]
+    argv += [str(files.get(n, shipped_objects[n])) for n in pipe.components]
+    rc = main(argv)
+    assert rc == 1
+    assert not out.exists() and not (tmp_path / "out.map").exists() and not (tmp_path / "out.json").exists()
+    result = link_shipped(shipped_objects, pipeline, **files)
+    assert code in [d.code for d in result.diagnostics], [d.render() for d in result.diagnostics]
+    return result
+
+
+def test_conflict_hardcoded_barrier_ids(shipped_objects, tmp_path):
+    a = _variant(tmp_path, "ring_load", lambda c: c.update(barriers={"hardcoded_ids": [3]}))
+    (tmp_path / "b").mkdir()
+    b = _variant(tmp_path / "b", "ring_dot", lambda c: c.update(barriers={"hardcoded_ids": [3]}))
+    _link_fails(shipped_objects, tmp_path, "ring_gemv", "PL045", ("ring_load", a), ("ring_dot", b))
+
+
+def test_conflict_smem_over_the_limit(shipped_objects, tmp_path):
+    obj = _variant(tmp_path, "ring_load", lambda c: c["geometry"]["provides"].update(STAGES=8, TILE_N=1024))
+    _link_fails(shipped_objects, tmp_path, "ring_gemv", "PL042", ("ring_load", obj))
+
+
+def test_conflict_dtype_on_a_wire(shipped_objects, tmp_path):
+    def bf16(c):
+        c["ports"][0]["dtype"] = "bf16"
+    source = """#include "ring_dot.pipelink.h"
+using namespace pl::ring_dot;
+extern "C" __device__ void ring_dot(pl::Tile tile, const float* __restrict__ w, float* __restrict__ out, int M, int N) {
+  const __nv_bfloat16* t = port_tiles(tile.stage);
+  if (pl::lane_index() == 0) out[tile.linear] = __bfloat162float(t[0]) * w[0];
+}
+"""
+    obj = _variant(tmp_path, "ring_dot", bf16, source)
+    _link_fails(shipped_objects, tmp_path, "ring_gemv", "PL063", ("ring_dot", obj))
+
+
+def test_conflict_tile_order(shipped_objects, tmp_path):
+    obj = _variant(tmp_path, "ring_dot", lambda c: c["geometry"]["tile_sequence"].update(order="col_major"))
+    _link_fails(shipped_objects, tmp_path, "ring_gemv", "PL067", ("ring_dot", obj))
+
+
+def test_conflict_geometry_outside_consumer_range(shipped_objects, tmp_path):
+    obj = _variant(tmp_path, "ring_load", lambda c: c["geometry"]["provides"].update(TILE_N=2048, STAGES=1))
+    _link_fails(shipped_objects, tmp_path, "ring_gemv", "PL051", ("ring_load", obj))
+
+
+def test_conflict_stale_component_build(shipped_objects, tmp_path):
+    raw = json.loads((REPO / "contracts" / "tile_transform.json").read_text())
+    raw["geometry"]["consumes"]["TILE_M"]["max"] = 128
+    stale = tmp_path / "tile_transform.o"
+    embed_contract(shipped_objects["tile_transform"], json.dumps(raw).encode(), stale)
+    result = _link_fails(shipped_objects, tmp_path, "rowsum", "PL049", ("tile_transform", stale))
+    assert "not compiled against this contract" in result.diagnostics[0].message

@@ -1,0 +1,220 @@
+"""Resolve and allocate: pure decisions over contracts, no toolchain, no GPU."""
+import json
+from pathlib import Path
+
+import pytest
+
+from pipelink.allocate import Lifetime, SmemItem, allocate, pack
+from pipelink.collect import Component
+from pipelink.diagnostics import DiagnosticSink
+from pipelink.glue import constant_values, generate_glue
+from pipelink.header import constant_symbols
+from pipelink.loader import load_contract_bytes
+from pipelink.model import Source
+from pipelink.pipeline import PipelineSpec, parse_wire
+from pipelink.resolve import resolve
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def shipped(name, edit=None):
+    raw = json.loads((REPO / "contracts" / f"{name}.json").read_text())
+    if edit:
+        edit(raw)
+    sink = DiagnosticSink()
+    c = load_contract_bytes(json.dumps(raw).encode(), Source(f"{name}.json"), sink)
+    assert c is not None, [d.render() for d in sink.items]
+    return Component(c, None)
+
+
+def rowsum(**edits):
+    return [shipped(n, edits.get(n)) for n in ("tile_load", "tile_transform", "block_rowsum")]
+
+
+def ring(**edits):
+    return [shipped(n, edits.get(n)) for n in ("ring_load", "ring_dot")]
+
+
+def run(comps, name="k", wires=(), schedule=None, arch="sm_90"):
+    sink = DiagnosticSink()
+    spec = PipelineSpec(name=name, wires=tuple(parse_wire(w, sink) for w in wires), schedule=schedule)
+    r = resolve(comps, spec, sink)
+    a = allocate(r, arch, sink) if r else None
+    return r, a, sink
+
+
+def codes(sink):
+    return sorted(d.code for d in sink.items if d.severity == "error")
+
+
+# --- resolve -----------------------------------------------------------------------------------
+
+def test_rowsum_wires_itself_zero_copy():
+    r, a, sink = run(rowsum())
+    assert not sink.items
+    assert r.schedule == "sequential" and r.order == ["tile_load", "tile_transform", "block_rowsum"]
+    assert [(str(w), w.kind, w.explicit) for w in r.wires] == [
+        ("tile_load.tile -> tile_transform.src", "zero_copy", False),
+        ("tile_transform.dst -> block_rowsum.tile", "zero_copy", False)]
+    assert r.geometry == {"TILE_M": 32, "TILE_N": 128}
+    assert [p.name for p in r.params] == ["x", "M", "N", "scale", "out"]
+
+
+def test_ring_is_warp_specialized():
+    r, a, sink = run(ring())
+    assert not sink.items and r.schedule == "warp_specialized"
+    (w,) = r.wires
+    assert (w.kind, w.stages, w.tile) == ("ring", 4, (16, 256))
+
+
+def test_dtype_mismatch_on_a_wire():
+    def bf16(c):
+        c["ports"][0]["dtype"] = "bf16"
+    _, _, sink = run(rowsum(tile_transform=bf16), wires=["tile_load.tile=tile_transform.src"])
+    assert codes(sink) == ["PL063"]
+    d = sink.items[0]
+    assert "'tile_load' produces f32, 'tile_transform' expects bf16" in d.message
+    assert d.location.pointer == "/ports/0" and d.related[0].component == "tile_load"
+
+
+def test_shape_mismatch_on_a_wire():
+    def hardcoded(c):  # the consumer assumed 64 columns instead of consuming TILE_N
+        c["ports"][0]["tile"] = ["TILE_M", 64]
+    _, _, sink = run(rowsum(tile_transform=hardcoded))
+    assert codes(sink) == ["PL064"]
+    assert "produces tiles [TILE_M=32, TILE_N=128], 'tile_transform' expects [TILE_M=32, 64]" in sink.items[0].message
+
+
+def test_layout_mismatch_is_a_copy_in_sequential_and_an_error_in_a_ring():
+    def colmajor(c):
+        c["ports"][0]["layout"] = "col_major"
+    r, a, sink = run(rowsum(tile_transform=colmajor))
+    assert not sink.items and r.wires[0].kind == "relayout"
+    glue = generate_glue(r, a)
+    assert "re-layout for tile_load.tile -> tile_transform.src: row_major -> col_major" in glue
+    _, _, sink = run(ring(ring_dot=lambda c: c["ports"][0].update(layout="col_major")))
+    assert codes(sink) == ["PL065"]
+
+
+def test_stage_mismatch():
+    _, _, sink = run(ring(ring_dot=lambda c: c["ports"][0].update(stages=2)))
+    assert codes(sink) == ["PL066"]
+
+
+def test_tile_order_mismatch():
+    _, _, sink = run(rowsum(block_rowsum=lambda c: c["geometry"]["tile_sequence"].update(order="col_major")))
+    assert codes(sink) == ["PL067"]
+    assert "order col_major against row_major" in sink.items[0].message
+
+
+def test_tile_grid_mismatch_found_by_sampling_shapes():
+    def other_grid(c):
+        c["geometry"]["tile_sequence"]["grid"] = ["ceil_div(M, TILE_M)", "N // TILE_N"]
+    _, _, sink = run(rowsum(block_rowsum=other_grid))
+    assert codes(sink) == ["PL067"]
+    assert "at M=1, N=1" in sink.items[0].message
+
+
+def test_unconnected_and_unknown_ports():
+    _, _, sink = run([shipped("tile_transform"), shipped("block_rowsum")])
+    assert "PL060" in codes(sink)
+    _, _, sink = run(rowsum(), wires=["tile_load.nope=tile_transform.src"])
+    assert codes(sink) == ["PL062"]
+
+
+def test_ambiguous_auto_wire():
+    def second_out(c):
+        c["ports"].append({"name": "copy", "direction": "out", "dtype": "f32", "tile": ["TILE_M", "TILE_N"]})
+    comps = [shipped("tile_load", second_out), shipped("tile_transform", lambda c: c["ports"].pop(1))]
+    _, _, sink = run(comps)
+    assert codes(sink) == ["PL061"]
+    r, _, sink = run(comps, wires=["tile_load.copy=tile_transform.src"])
+    assert not sink.items and r.wires[0].explicit
+
+
+def test_kernel_name_clash_and_param_clash():
+    _, _, sink = run(rowsum(), name="tile_load")
+    assert codes(sink) == ["PL077"]
+    _, _, sink = run(rowsum(block_rowsum=lambda c: c["entry"]["params"][1].update(dtype="i64")))
+    assert codes(sink) == ["PL069"]
+
+
+def test_syncthreads_component_cannot_run_beside_others():
+    _, _, sink = run(ring(ring_dot=lambda c: c["threads"].update(uses_syncthreads=True)))
+    assert codes(sink) == ["PL071"]
+
+
+def test_missing_geometry():
+    def no_default(c):
+        del c["geometry"]["consumes"]["TILE_N"]["default"]
+    _, _, sink = run([shipped("tile_transform", no_default), shipped("block_rowsum")],
+                     wires=["tile_transform.dst=block_rowsum.tile"])
+    assert "PL052" in codes(sink)
+
+
+# --- allocate ----------------------------------------------------------------------------------
+
+def test_rowsum_allocation_shares_bytes_across_steps():
+    r, a, _ = run(rowsum())
+    where = {p.item.key: (p.offset, p.item.size) for p in a.smem}
+    assert where["port tile_load.tile"] == (0, 16384)          # steps 1-3
+    assert where["port tile_transform.dst"] == (16384, 16384)  # steps 3-5: overlaps the first at step 3
+    assert where["buffer block_rowsum.reduce_temp"] == (0, 64)  # step 5 scratch reuses the dead first tile
+    assert a.smem_bytes == 32768 and a.block_warps == 4 and a.registers == 128
+    assert a.port_offset[("tile_transform", "src")] == a.port_offset[("tile_load", "tile")]  # zero-copy
+
+
+def test_ring_allocation_and_warps():
+    r, a, _ = run(ring())
+    assert a.warp_begin == {"ring_dot": 0, "ring_load": 4}  # the warpgroup first, on warp 0
+    assert a.block_warps == 5 and a.registers == 64
+    off, stride = a.port_offset[("ring_load", "tiles")]
+    assert stride == 16 * 256 * 4 and a.port_offset[("ring_dot", "tiles")] == (off, stride)
+    full, empty = a.ring_mbars["ring_load.tiles -> ring_dot.tiles"]
+    assert full % 8 == 0 and empty % 8 == 0 and abs(full - empty) >= 32
+
+
+def test_barrier_ids_avoid_hardcoded_ones():
+    def named(c, n):
+        c["barriers"] = {"named": [{"name": f"b{i}", "threads": 32} for i in range(n)]}
+    comps = [shipped("ring_load", lambda c: named(c, 2)),
+             shipped("ring_dot", lambda c: c.update(barriers={"hardcoded_ids": [1, 2, 3, 4, 5, 6, 7]}))]
+    _, a, sink = run(comps)
+    assert not sink.items
+    assert a.barrier_id == {("ring_load", "b0"): 8, ("ring_load", "b1"): 9}
+
+
+def test_smem_over_the_limit_after_sharing():
+    _, _, sink = run(ring(ring_load=lambda c: c["geometry"]["provides"].update(STAGES=8, TILE_M=256),
+                          ring_dot=lambda c: c["geometry"]["consumes"]["TILE_M"].update(max=256)))
+    assert codes(sink) == ["PL042"]
+    assert "port ring_load.tiles 2097152 B" in sink.items[0].message
+
+
+def test_pack_is_first_fit_and_respects_lifetimes_and_alignment():
+    always = Lifetime(None)
+    s1, s2 = Lifetime(frozenset({1})), Lifetime(frozenset({2}))
+    items = [SmemItem("a", "buffer", "x", 100, 16, s1), SmemItem("b", "buffer", "x", 50, 64, s2),
+             SmemItem("c", "buffer", "x", 10, 8, always)]
+    placed = {p.item.key: p.offset for p in pack(items)}
+    assert placed == {"a": 0, "b": 0, "c": 104}  # b reuses a's bytes; c lives always, after both
+    same_owner = [SmemItem("p", "buffer", "x", 64, 16, Lifetime(frozenset({0}), "x", "load")),
+                  SmemItem("q", "buffer", "x", 64, 16, Lifetime(frozenset({0}), "x", "reduce")),
+                  SmemItem("r", "buffer", "y", 64, 16, Lifetime(frozenset({0}), "y", "reduce"))]
+    placed = {p.item.key: p.offset for p in pack(same_owner)}
+    assert placed["p"] == placed["q"] == 0 and placed["r"] == 64  # phases of one component share
+
+
+def test_allocation_is_deterministic():
+    wires = ["tile_load.tile=tile_transform.src", "tile_transform.dst=block_rowsum.tile"]
+    a1 = run(rowsum(), wires=wires)[1]
+    a2 = run(list(reversed(rowsum())), wires=wires)[1]
+    assert [(p.item.key, p.offset) for p in a1.smem] == [(p.item.key, p.offset) for p in a2.smem]
+
+
+def test_every_constant_gets_a_value():
+    for comps in (rowsum(), ring()):
+        r, a, _ = run(comps)
+        values = constant_values(r, a)
+        for c in r.components:
+            assert set(constant_symbols(c.contract)) <= values.keys()
