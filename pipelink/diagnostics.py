@@ -122,6 +122,7 @@ CODES = _codes(
     Code("PL074", "link failed", L, "see the nvJitLink log"),
     Code("PL075", "glue does not compile", L, "a bug in pipelink's generated glue: report it with the log"),
     Code("PL077", "kernel name clashes with a symbol", L, "name the pipeline (kernel) differently"),
+    Code("PL078", "not supported by this version of the linker", L, "see docs/architecture.md for what the link does"),
     Code("PL076", "no source for the one-unit control", L,
          "build components with `pipelink build` (it embeds the source) to use --emit-monolithic"),
 )

@@ -83,6 +83,8 @@ def _kernel(r: Resolved, a: Allocation) -> list[str]:
 def _tile_loop(r: Resolved, indent: str, stages: int) -> list[str]:
     """The loop over this CTA's tiles, setting `tile` (coordinates in the sequence's order)."""
     n = len(r.tiles.grid)
+    if r.tiles.distribution == "queue":  # rejected in resolve (PL078) until the event scheduler exists
+        raise ValueError("the queue distribution needs the event scheduler")
     if r.tiles.distribution == "blocked":
         head = [f"{indent}const int chunk = (num_tiles + gridDim.x - 1) / gridDim.x;",
                 f"{indent}const int first = blockIdx.x * chunk, last = min(num_tiles, first + chunk);",

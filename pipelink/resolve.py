@@ -82,6 +82,12 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
         if c.contract.entry.symbol == spec.name:
             sink.error("PL077", f"the kernel name '{spec.name}' is the entry symbol of '{c.name}'",
                        Location(file=spec.source, pointer="/name"), hint="name the pipeline differently")
+    for c in comps:
+        for role in c.contract.threads.roles:
+            if role.setmaxnreg is not None:
+                sink.error("PL078", f"role '{role.name}' of '{c.name}' asks for setmaxnreg {role.setmaxnreg}; the glue "
+                           "does not reconfigure registers per role yet, and ignoring the request would break the "
+                           "component's register plan", c.contract.at(f"{role.pointer_path}/setmaxnreg"))
     if schedule == "warp_specialized":
         for c in comps:
             if c.contract.threads.uses_syncthreads and len(comps) > 1:
@@ -255,6 +261,9 @@ def _tile_sequence(comps, sink) -> tuple[TileSequence, str] | None:
                    comps[0].contract.at("/geometry"))
         return None
     (first, seq), geometry = declared[0], {}
+    if seq.distribution == "queue":
+        sink.error("PL078", f"'{first.name}' distributes its tiles through a queue; this linker schedules tiles "
+                   "statically (grid_stride, blocked) only", first.contract.at(f"{seq.pointer_path}/distribution"))
     for c in comps:
         geometry.update(c.contract.geometry.provides)
     for c in comps:

@@ -218,3 +218,14 @@ def test_every_constant_gets_a_value():
         values = constant_values(r, a)
         for c in r.components:
             assert set(constant_symbols(c.contract)) <= values.keys()
+
+
+def test_unsupported_requests_are_refused_not_ignored():
+    def setmaxnreg(c):
+        c["threads"]["roles"][0]["setmaxnreg"] = 232
+        c["targets"]["archs"] = ["sm_90a"]
+    _, _, sink = run(ring(ring_dot=setmaxnreg), arch="sm_90a")
+    assert codes(sink) == ["PL078"]
+    _, _, sink = run(rowsum(tile_load=lambda c: c["geometry"]["tile_sequence"].update(distribution="queue"),
+                            block_rowsum=lambda c: c["geometry"]["tile_sequence"].update(distribution="queue")))
+    assert codes(sink) == ["PL078"]
