@@ -83,6 +83,9 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
             sink.error("PL077", f"the kernel name '{spec.name}' is the entry symbol of '{c.name}'",
                        Location(file=spec.source, pointer="/name"), hint="name the pipeline differently")
     for c in comps:
+        if c.contract.events.notifies or c.contract.events.waits:
+            sink.error("PL078", f"'{c.name}' declares events; this linker does not wire event tensors yet, and "
+                       "dropping them would lose the component's dependencies", c.contract.at("/events"))
         for role in c.contract.threads.roles:
             if role.setmaxnreg is not None:
                 sink.error("PL078", f"role '{role.name}' of '{c.name}' asks for setmaxnreg {role.setmaxnreg}; the glue "

@@ -229,3 +229,10 @@ def test_unsupported_requests_are_refused_not_ignored():
     _, _, sink = run(rowsum(tile_load=lambda c: c["geometry"]["tile_sequence"].update(distribution="queue"),
                             block_rowsum=lambda c: c["geometry"]["tile_sequence"].update(distribution="queue")))
     assert codes(sink) == ["PL078"]
+
+
+def test_events_are_refused_until_wired():
+    def events(c):
+        c["events"] = {"notifies": [{"name": "done", "map": "ij->ij"}]}
+    _, _, sink = run(rowsum(block_rowsum=events))
+    assert codes(sink) == ["PL078"]
