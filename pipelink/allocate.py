@@ -101,10 +101,10 @@ def allocate(r: Resolved, arch: str, sink: DiagnosticSink) -> Allocation | None:
     _ports(r, alloc)
     if total > target.smem_per_block:
         top = sorted(placed, key=lambda p: -p.item.size)[:3]
+        owner = next((c for c in r.components if c.name == top[0].item.owner), r.components[0])
         sink.error("PL042", f"the fused kernel needs {total} bytes of shared memory after sharing every byte it may; "
                    f"{arch} allows {target.smem_per_block}. Largest: "
-                   + ", ".join(f"{p.item.key} {p.item.size} B" for p in top),
-                   r.component(top[0].item.owner).contract.at("/smem"))
+                   + ", ".join(f"{p.item.key} {p.item.size} B" for p in top), owner.contract.at("/smem"))
     _barrier_ids(r, alloc, target.named_barriers, sink)
     _warps(r, alloc, sink)
     if alloc.block_threads > target.max_threads_per_block:
@@ -155,6 +155,8 @@ def _smem_items(r: Resolved, steps: dict[str, int]) -> list[SmemItem]:
         s = steps[w.consumer]
         items.append(SmemItem(f"port {w.consumer}.{w.in_port.name}", "port", w.consumer, size, 128,
                               Lifetime(frozenset({s - 1, s}))))
+    if r.schedule == "persistent":  # the glue's own words: the wait verdict and the claimed task
+        items.append(SmemItem("buffer pl_glue.flags", "buffer", "pl_glue", 16, 16, Lifetime(None)))
     for w in r.wires:
         if w.kind == "ring":
             for which in ("full", "empty"):
@@ -226,7 +228,7 @@ def _warps(r: Resolved, alloc: Allocation, sink: DiagnosticSink) -> None:
             alloc.role_begin[(c.name, role.name)] = off
             off += role.warps
 
-    if r.schedule == "sequential":
+    if r.schedule != "warp_specialized":  # one task at a time on the same warps
         for c in r.components:
             alloc.warp_begin[c.name] = 0
             place_roles(c, 0)

@@ -59,7 +59,10 @@ def _parser() -> argparse.ArgumentParser:
     lnk.add_argument("-o", "--output", help="the cubin (default: <kernel>.cubin)")
     lnk.add_argument("--pipeline", help="a pipeline file: components' order, wires, schedule, kernel name")
     lnk.add_argument("--wire", action="append", default=[], metavar="P.OUT=C.IN", help="wire two ports (repeatable)")
-    lnk.add_argument("--schedule", choices=("sequential", "warp_specialized"))
+    lnk.add_argument("--schedule", choices=("sequential", "warp_specialized", "persistent"))
+    lnk.add_argument("--dispatch", choices=("static", "dynamic"), help="persistent schedule: how CTAs get tasks")
+    lnk.add_argument("--debug-events", action="store_true",
+                     help="a wait that spins too long stops the kernel; the launcher raises EventTimeout")
     lnk.add_argument("--name", help="the kernel's name (default: the pipeline's, or pipelink_fused)")
     lnk.add_argument("--arch", help="the link target (default: the first target every component supports)")
     lnk.add_argument("--map", metavar="FILE", help="write the link map")
@@ -213,6 +216,8 @@ def _link_options(args, sink: DiagnosticSink):
         return None
     spec.wires = tuple(spec.wires) + tuple(wires)
     spec.schedule = args.schedule or spec.schedule
+    spec.dispatch = args.dispatch or spec.dispatch
+    spec.debug_events = args.debug_events or spec.debug_events
     spec.name = args.name or spec.name
     return LinkOptions(arch=args.arch, pipeline=spec, monolithic=bool(args.emit_monolithic))
 

@@ -36,10 +36,35 @@ def manifest(r: Resolved, a: Allocation, arch: str, cubin: bytes, kernel_info=No
                         "object": c.obj.path if c.obj else None} for c in r.components],
         "cubin_sha256": hashlib.sha256(cubin).hexdigest(),
     }
+    if r.schedule == "persistent":
+        _persistent_manifest(doc, r)
     if kernel_info is not None:
         doc["resources"] = {"registers": kernel_info.registers, "frame_bytes": kernel_info.frame_bytes,
                             "static_smem": kernel_info.static_smem_bytes, "named_barriers": kernel_info.num_barriers}
     return doc
+
+
+def _persistent_manifest(doc: dict, r: Resolved) -> None:
+    """A persistent kernel's tasks, its event tensors (sized at launch) and its implicit parameters."""
+    from .glue import WORKSPACE_HEADER_WORDS
+    plan = r.events
+    per_component = []
+    for name in plan.order:
+        grid = r.component(name).contract.geometry.tile_sequence.grid
+        per_component.append(" * ".join(f"({substitute(e, r.geometry)})" for e in grid))
+    doc["tiles"] = [" + ".join(per_component)]  # every task of every component
+    doc["tasks"] = {name: expr for name, expr in zip(plan.order, per_component)}
+    doc["dispatch"] = r.dispatch
+    doc["params"] += [{"name": "pl_workspace", "dtype": "u64", "pointer": True, "const": False, "implicit": "workspace"},
+                      {"name": "pl_epoch", "dtype": "u32", "pointer": False, "const": False, "implicit": "epoch"}]
+    doc["workspace"] = {
+        "header_words": WORKSPACE_HEADER_WORDS,
+        "debug": r.debug_events,
+        "events": [{"name": t.name, "shape": [substitute(e, r.geometry) for e in t.shape],
+                    "notified_by": [f"{n.component} {n.map.text}" for n in t.notifiers],
+                    "waited_by": [f"{w.component} {w.map.text}" for w in t.waiters]}
+                   for t in plan.tensors.values()],
+    }
 
 
 def link_map(r: Resolved, a: Allocation, arch: str, kernel_info=None, subroutines: list[str] = ()) -> str:
@@ -92,9 +117,23 @@ def link_map(r: Resolved, a: Allocation, arch: str, kernel_info=None, subroutine
     out += ["", "## kernel parameters"]
     for i, p in enumerate(r.params):
         out.append(f"  {i}  {p.c_decl()}  ({', '.join(p.users)})")
-    out += ["", "## tiles",
-            f"  grid [{', '.join(substitute(e, r.geometry) for e in r.tiles.grid)}] {r.tiles.order}, "
-            f"{r.tiles.distribution} (from {r.tiles_owner})"]
+    if r.schedule == "persistent":
+        out += ["", f"## tasks (dispatch {r.dispatch}, in this order)"]
+        for name in r.events.order:
+            seq = r.component(name).contract.geometry.tile_sequence
+            out.append(f"  {name}: grid [{', '.join(substitute(e, r.geometry) for e in seq.grid)}] {seq.order}")
+        out += ["", "## events (64-bit counters in the workspace, epoch-tagged)"]
+        for t in r.events.tensors.values():
+            shape = ", ".join(substitute(e, r.geometry) for e in t.shape)
+            notes = "; ".join(f"{n.component} notifies {n.map.text}" for n in t.notifiers)
+            waits = "; ".join(f"{w.component} waits {w.map.text} for "
+                              + (str(w.count) if w.count is not None else t.count_c(lambda n: str(r.geometry.get(n, n))))
+                              for w in t.waiters)
+            out.append(f"  {t.name}[{shape}]: {notes}; {waits}")
+    else:
+        out += ["", "## tiles",
+                f"  grid [{', '.join(substitute(e, r.geometry) for e in r.tiles.grid)}] {r.tiles.order}, "
+                f"{r.tiles.distribution} (from {r.tiles_owner})"]
     if kernel_info is not None:
         out += ["", "## linked kernel (read from the cubin)",
                 f"  registers {kernel_info.registers}, frame {kernel_info.frame_bytes} B, stack "

@@ -113,6 +113,7 @@ class ParamSpec:
     dtype: str
     pointer: bool
     const: bool
+    implicit: str | None = None   # "workspace" | "epoch": the launcher supplies it, not the caller
 
     @property
     def is_shape(self) -> bool:
@@ -142,7 +143,10 @@ def _parse_params(kernel: str, raw) -> tuple[ParamSpec, ...]:
             raise _manifest_error(kernel, f"parameter '{name}' has unknown dtype {p.get('dtype')!r}")
         if not isinstance(p.get("pointer"), bool) or not isinstance(p.get("const", False), bool):
             raise _manifest_error(kernel, f"parameter '{name}': 'pointer' and 'const' must be booleans")
-        params.append(ParamSpec(name, p["dtype"], p["pointer"], p.get("const", False)))
+        implicit = p.get("implicit")
+        if implicit not in (None, "workspace", "epoch"):
+            raise _manifest_error(kernel, f"parameter '{name}' has unknown implicit kind {implicit!r}")
+        params.append(ParamSpec(name, p["dtype"], p["pointer"], p.get("const", False), implicit))
     return tuple(params)
 
 
@@ -439,6 +443,8 @@ class Kernel:
         try:
             if self.module is not None:
                 _call("cuCtxSetCurrent", drv.cuCtxSetCurrent, self.context)
+                from .workspace import release_workspace
+                release_workspace(self)
                 _call(f"cuModuleUnload for kernel '{self.name}'", drv.cuModuleUnload, self.module)
         finally:
             self.module = self.function = None
@@ -460,9 +466,14 @@ class Kernel:
 
     # --- arguments -------------------------------------------------------------------------
 
+    @property
+    def user_params(self) -> tuple[ParamSpec, ...]:
+        """The parameters a caller passes (the launcher supplies the implicit ones)."""
+        return tuple(p for p in self.params if p.implicit is None)
+
     def bind(self, args: tuple, kwargs: dict) -> list:
         """The Python values of the arguments in parameter order, checked for missing/extra ones."""
-        names = [p.name for p in self.params]
+        names = [p.name for p in self.user_params]
         if len(args) > len(names):
             raise ArgumentError(f"kernel '{self.name}' takes {len(names)} arguments ({', '.join(names)}) "
                                 f"but {len(args)} were given")
@@ -480,7 +491,7 @@ class Kernel:
 
     def pack_args(self, *args, **kwargs) -> list:
         """ctypes objects, one per parameter in order, holding the bytes the kernel receives."""
-        return [self.pack_one(p, v) for p, v in zip(self.params, self.bind(args, kwargs))]
+        return [self.pack_one(p, v) for p, v in zip(self.user_params, self.bind(args, kwargs))]
 
     def pack_one(self, param: ParamSpec, value):
         if param.pointer:
@@ -670,7 +681,7 @@ class Kernel:
 
     def shape_env(self, values: list) -> dict[str, int]:
         """Integer scalar arguments by name: what the tile expressions are evaluated over."""
-        return {p.name: operator.index(v) for p, v in zip(self.params, values) if p.is_shape}
+        return {p.name: operator.index(v) for p, v in zip(self.user_params, values) if p.is_shape}
 
     # --- launching -------------------------------------------------------------------------
 
@@ -681,21 +692,53 @@ class Kernel:
         named `grid` or `stream` must be passed by position.
         """
         values = self.bind(args, kwargs)
-        packed = [self.pack_one(p, v) for p, v in zip(self.params, values)]
+        packed = [self.pack_one(p, v) for p, v in zip(self.user_params, values)]
+        env = self.shape_env(values)
         if grid is None:
-            env = self.shape_env(values)
             unknown = sorted(set().union(*(t.names for t in self.tiles)) - env.keys())
             if unknown:
                 raise ArgumentError(f"the tile counts of kernel '{self.name}' use {', '.join(unknown)}, which "
                                     f"are not integer parameters: pass grid= (e.g. kernel.grid_for(...))")
             grid = self.grid_for(**env)
-        self.launch_packed(packed, _grid_dims(grid), _stream_handle(stream))
+        dims = _grid_dims(grid)
+        if any(p.implicit for p in self.params):
+            packed = self._with_implicit(packed, env, dims)
+        self.launch_packed(packed, dims, _stream_handle(stream))
+        if self.manifest.get("workspace", {}).get("debug"):
+            self._check_timeout(_stream_handle(stream))
+
+    # --- event tensors (persistent kernels) ------------------------------------------------
+
+    def workspace_words(self, **shapes) -> int:
+        """64-bit words of event counters (and the header) this launch needs."""
+        ws = self.manifest.get("workspace", {})
+        words = int(ws.get("header_words", 0))
+        for event in ws.get("events", []):
+            words += math.prod(_expr.parse(e).evaluate(shapes) for e in event["shape"])
+        return words
+
+    def _with_implicit(self, packed: list, env: dict, dims) -> list:
+        from .workspace import ensure_workspace
+        if self.manifest.get("dispatch") == "static" and math.prod(dims) > self.resident_blocks():
+            # Static dispatch waits across CTAs: every CTA must be resident at once, or a waiting
+            # CTA can hold the multiprocessor a notifying one needs.
+            raise ArgumentError(f"kernel '{self.name}' dispatches tasks statically across CTAs that wait for each "
+                                f"other: grid {math.prod(dims)} exceeds the {self.resident_blocks()} blocks the "
+                                "device holds at once")
+        pointer, epoch = ensure_workspace(self, self.workspace_words(**env))
+        extra = {"workspace": ctypes.c_void_p(pointer), "epoch": ctypes.c_uint32(epoch)}
+        it = iter(packed)
+        return [extra[p.implicit] if p.implicit else next(it) for p in self.params]
+
+    def _check_timeout(self, stream: int) -> None:
+        from .workspace import read_timeout
+        read_timeout(self, stream)
 
     def launch_packed(self, packed: list, grid: tuple[int, int, int], stream: int = 0) -> None:
         """cuLaunchKernel with already packed arguments (the ctypes objects of `pack_args`)."""
         what = f"cuLaunchKernel for kernel '{self.name}'"
         self._require_loaded(what)
-        if len(packed) != len(self.params):
+        if len(packed) != len(self.params) and len(packed) != len(self.user_params):
             raise ArgumentError(f"{len(packed)} packed arguments for {len(self.params)} parameters")
         drv = _driver()
         _call("cuCtxSetCurrent", drv.cuCtxSetCurrent, self.context)  # this thread may have none current

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from .diagnostics import DiagnosticSink, Location
 
-SCHEDULES = ("sequential", "warp_specialized")
+SCHEDULES = ("sequential", "warp_specialized", "persistent")
+DISPATCHES = ("static", "dynamic")
 _WIRE = re.compile(r"^\s*(\w+)\.(\w+)\s*(?:->|=)\s*(\w+)\.(\w+)\s*$")
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -35,6 +36,8 @@ class PipelineSpec:
     components: tuple[str, ...] = ()    # component names in pipeline order (empty: the inputs' order)
     wires: tuple[WireSpec, ...] = ()
     schedule: str | None = None         # None: inferred
+    dispatch: str = "static"            # persistent schedule: static per-CTA order, or a global task counter
+    debug_events: bool = False          # a wait that spins too long stops the kernel and is reported
     source: str | None = None           # the pipeline file, for diagnostics
     extra: dict = field(default_factory=dict)
 
@@ -66,7 +69,12 @@ def load_pipeline(path: str | Path, sink: DiagnosticSink) -> PipelineSpec | None
     name = doc.get("name", "pipelink_fused")
     comps = doc.get("components", [])
     schedule = doc.get("schedule")
+    dispatch = doc.get("dispatch", "static")
     ok = True
+    if dispatch not in DISPATCHES:
+        sink.error("PL001", f"unknown dispatch {dispatch!r}", Location(file=str(path), pointer="/dispatch"),
+                   hint="dispatch: " + ", ".join(DISPATCHES))
+        ok = False
     if not isinstance(name, str) or not _IDENT.match(name):
         sink.error("PL001", f"pipeline name {name!r} is not a C identifier", Location(file=str(path), pointer="/name"))
         ok = False
@@ -87,4 +95,5 @@ def load_pipeline(path: str | Path, sink: DiagnosticSink) -> PipelineSpec | None
             wires.append(spec)
     if not ok:
         return None
-    return PipelineSpec(name, tuple(comps), tuple(wires), schedule, str(path), doc)
+    return PipelineSpec(name=name, components=tuple(comps), wires=tuple(wires), schedule=schedule, dispatch=dispatch,
+                        source=str(path), extra=doc)

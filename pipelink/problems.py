@@ -47,7 +47,32 @@ def gemv_problem(M: int, N: int, seed: int, tile_n: int = 256, device: str = "cu
                    {"out": expected}, 1e-4 * math.sqrt(tile_n))
 
 
-PROBLEMS = {"rowsum": rowsum_problem, "ring_gemv": gemv_problem}
+def splitk_problem(M: int, K: int, seed: int, device: str = "cuda") -> Problem:
+    import torch
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    x = torch.randn(M, K, generator=g, dtype=torch.float32)
+    w = torch.randn(K, generator=g, dtype=torch.float32)
+    chunks = math.ceil(K / 1024)
+    partial = torch.full((chunks, M), float("nan"), dtype=torch.float32, device=device)
+    y = torch.full((M,), float("nan"), dtype=torch.float32, device=device)
+    return Problem({"x": x.to(device), "w": w.to(device), "partial": partial, "y": y, "M": M, "K": K}, ["y"],
+                   {"y": x.double() @ w.double()}, 1e-4 * math.sqrt(K))
+
+
+def chain_problem(M: int, N: int, seed: int, device: str = "cuda") -> Problem:
+    import torch
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    x = torch.randn(M, N, generator=g, dtype=torch.float32)
+    alpha, beta = (float(v) for v in torch.empty(2).uniform_(-2.0, 2.0, generator=g))
+    h = torch.full((M, N), float("nan"), dtype=torch.float32, device=device)
+    out = torch.full((M, N), float("nan"), dtype=torch.float32, device=device)
+    expected = alpha * _silu(x.double()) + beta * x.double()
+    return Problem({"x": x.to(device), "h": h, "out": out, "M": M, "N": N, "alpha": alpha, "beta": beta}, ["out"],
+                   {"out": expected}, 1e-5)
+
+
+PROBLEMS = {"rowsum": rowsum_problem, "ring_gemv": gemv_problem, "splitk_gemv": splitk_problem,
+            "tile_chain": chain_problem}
 
 
 def max_error(problem: Problem) -> float:

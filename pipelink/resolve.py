@@ -54,6 +54,9 @@ class Resolved:
     tiles: TileSequence
     tiles_owner: str
     params: list[KernelParam]
+    events: object = None              # EventPlan, persistent schedule only
+    dispatch: str = "static"
+    debug_events: bool = False
 
     def component(self, name: str) -> Component:
         return next(c for c in self.components if c.name == name)
@@ -72,20 +75,29 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
     if sink.has_errors:
         return None
     wires_spec += _auto_wires(comps, wires_spec, sink)
-    schedule = spec.schedule or _infer_schedule(wires_spec, by_name, geometry)
+    has_events = any(c.contract.events.notifies or c.contract.events.waits for c in comps)
+    schedule = spec.schedule or ("persistent" if has_events else _infer_schedule(wires_spec, by_name, geometry))
     wires = [w for w in (_check_wire(ws, explicit, by_name, schedule, geometry, sink) for ws, explicit in wires_spec)
              if w]
     order = _topological(comps, wires, sink)
-    tiles = _tile_sequence(comps, sink)
+    events = None
+    if schedule == "persistent":
+        tiles = _persistent_sequences(comps, wires, sink)
+        if not sink.has_errors:
+            from .events import plan_events
+            events = plan_events(comps, geometry, sink)
+            order = events.order if events else None
+    else:
+        tiles = _tile_sequence(comps, sink)
     params = _params(comps, sink)
     for c in comps:
         if c.contract.entry.symbol == spec.name:
             sink.error("PL077", f"the kernel name '{spec.name}' is the entry symbol of '{c.name}'",
                        Location(file=spec.source, pointer="/name"), hint="name the pipeline differently")
     for c in comps:
-        if c.contract.events.notifies or c.contract.events.waits:
-            sink.error("PL078", f"'{c.name}' declares events; this linker does not wire event tensors yet, and "
-                       "dropping them would lose the component's dependencies", c.contract.at("/events"))
+        if (c.contract.events.notifies or c.contract.events.waits) and schedule != "persistent":
+            sink.error("PL078", f"'{c.name}' declares events, which only the persistent schedule wires (this "
+                       f"pipeline's is {schedule})", c.contract.at("/events"))
         for role in c.contract.threads.roles:
             if role.setmaxnreg is not None:
                 sink.error("PL078", f"role '{role.name}' of '{c.name}' asks for setmaxnreg {role.setmaxnreg}; the glue "
@@ -98,7 +110,8 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
                            "components too", c.contract.at("/threads/uses_syncthreads"))
     if sink.has_errors or tiles is None or order is None:
         return None
-    return Resolved(spec.name, comps, order, wires, geometry, schedule, tiles[0], tiles[1], params)
+    return Resolved(spec.name, comps, order, wires, geometry, schedule, tiles[0], tiles[1], params, events,
+                    spec.dispatch, spec.debug_events)
 
 
 def _order(components: list[Component], spec: PipelineSpec, sink: DiagnosticSink) -> list[Component] | None:
@@ -278,6 +291,27 @@ def _tile_sequence(comps, sink) -> tuple[TileSequence, str] | None:
             sink.error("PL067", f"'{c.name}' walks its tiles differently from '{first.name}': {why}",
                        c.contract.at(other.pointer_path), related=(first.contract.at(seq.pointer_path),))
     return seq, first.name
+
+
+def _persistent_sequences(comps, wires, sink) -> tuple[TileSequence, str] | None:
+    """In a persistent kernel each component walks its own task grid; tasks of different components
+    may run on different CTAs, so they meet through global memory and events, never shared memory."""
+    for w in wires:
+        sink.error("PL085", f"wire '{w}' joins two components of a persistent kernel through shared memory, but "
+                   "their tasks may run on different CTAs", next(c for c in comps if c.name == w.consumer).contract.at(
+                       w.in_port.pointer_path))
+    first = None
+    for c in comps:
+        seq = c.contract.geometry.tile_sequence
+        if seq is None:
+            sink.error("PL072", f"'{c.name}' declares no tile sequence: a persistent kernel runs each component's "
+                       "tasks over its own grid", c.contract.at("/geometry"))
+        elif seq.distribution == "queue":
+            sink.error("PL078", f"'{c.name}' asks for the queue distribution; choose the pipeline's dispatch "
+                       "(static or dynamic) instead", c.contract.at(f"{seq.pointer_path}/distribution"))
+        elif first is None:
+            first = (seq, c.name)
+    return first
 
 
 def _sequence_difference(a: TileSequence, b: TileSequence, geometry) -> str | None:

@@ -3,6 +3,7 @@
 Fresh random inputs every run (the seed is in the failure message), outputs poisoned with NaN so
 an unwritten element fails, shapes with ragged edges, several grid sizes, repeated launches.
 """
+import json
 import os
 
 import pytest
@@ -21,15 +22,23 @@ def fresh_seed() -> int:
     return int.from_bytes(os.urandom(4), "little")
 
 
+def link_pipeline(objects, name, dispatch=None, debug=False, **replace):
+    pipe = next(p for p in shipped_pipelines() if p.name == name)
+    spec = load_pipeline(pipe.path, DiagnosticSink())
+    if dispatch:
+        spec.dispatch = dispatch
+    spec.debug_events = debug
+    result = link([str(replace.get(n, objects[n])) for n in pipe.components], LinkOptions(pipeline=spec))
+    assert result.ok, [d.render() for d in result.diagnostics]
+    return result
+
+
 @pytest.fixture(scope="module")
 def kernels(shipped_objects):
-    out = {}
-    for pipe in shipped_pipelines():
-        sink = DiagnosticSink()
-        spec = load_pipeline(pipe.path, sink)
-        result = link([str(shipped_objects[n]) for n in pipe.components], LinkOptions(pipeline=spec))
-        assert result.ok, [d.render() for d in result.diagnostics]
-        out[pipe.name] = result.kernel()
+    out = {pipe.name: link_pipeline(shipped_objects, pipe.name).kernel() for pipe in shipped_pipelines()}
+    for name in ("splitk_gemv", "tile_chain"):
+        for dispatch in ("static", "dynamic"):
+            out[f"{name}/{dispatch}"] = link_pipeline(shipped_objects, name, dispatch).kernel()
     yield out
     for k in out.values():
         k.unload()
@@ -59,3 +68,74 @@ def test_repeated_launches(kernels):
     for _ in range(5):
         judge(kernels["ring_gemv"], "ring_gemv", 300, 3000)
         judge(kernels["rowsum"], "rowsum", 300, 3000)
+
+
+EVENT_SHAPES = [(1, 1), (37, 1000), (300, 4099), (2048, 8192), (8192, 2048)]
+
+
+@pytest.mark.parametrize("dispatch", ["static", "dynamic"])
+@pytest.mark.parametrize("pipeline", ["splitk_gemv", "tile_chain"])
+def test_event_pipeline_many_shapes_one_cubin(kernels, pipeline, dispatch):
+    """Every shape from the same linked kernel, no relink; launches in a row share the event
+    tensors without any reset (the epoch moves on)."""
+    kernel = kernels[f"{pipeline}/{dispatch}"]
+    for M, N in EVENT_SHAPES:
+        judge(kernel, pipeline.split("/")[0], M, N)
+
+
+@pytest.mark.parametrize("pipeline", ["splitk_gemv", "tile_chain"])
+def test_static_and_dynamic_dispatch_agree_bit_for_bit(kernels, pipeline):
+    import torch
+
+    from pipelink.problems import PROBLEMS
+    seed = fresh_seed()
+    outs = []
+    for dispatch in ("static", "dynamic"):
+        problem = PROBLEMS[pipeline](1000, 5000, seed)
+        kernels[f"{pipeline}/{dispatch}"].launch(**problem.args)
+        torch.cuda.synchronize()
+        outs.append([problem.args[o].cpu() for o in problem.outputs])
+    assert all(torch.equal(a, b) for a, b in zip(*outs)), f"seed {seed}"
+
+
+def test_repeated_event_launches_without_reset(kernels):
+    for _ in range(20):
+        judge(kernels["splitk_gemv/dynamic"], "splitk_gemv", 513, 3000)
+        judge(kernels["tile_chain/static"], "tile_chain", 300, 700)
+
+
+def test_debug_build_reports_a_wait_that_never_ends(shipped_objects, tmp_path):
+    """A bug sampling at link time cannot see: the producer caps its K chunks at 4, the reducer
+    expects all of them. Shapes up to 4 chunks link and run; K = 8192 (8 chunks) would hang."""
+    import torch
+
+    from pipelink.cli import main
+    from pipelink.problems import PROBLEMS
+    from pipelink.shipped import REPO
+    from pipelink.workspace import EventTimeout
+
+    def variant(name, edit):
+        raw = json.loads((REPO / "contracts" / f"{name}.json").read_text())
+        edit(raw)
+        (tmp_path / f"{name}.json").write_text(json.dumps(raw))
+        obj = tmp_path / f"{name}.o"
+        assert main(["build", str(REPO / "components" / name / f"{name}.cu"), "--contract",
+                     str(tmp_path / f"{name}.json"), "-o", str(obj)]) == 0
+        return obj
+
+    partial = variant("splitk_partial", lambda c: c["geometry"]["tile_sequence"].update(
+        grid=["ceil_div(M, ROWS)", "min(ceil_div(K, KCHUNK), 4)"]))
+    reduce_ = variant("splitk_reduce", lambda c: c["events"]["waits"][0].update(count="ceil_div(K, KCHUNK)"))
+    kernel = link_pipeline(shipped_objects, "splitk_gemv", "dynamic", debug=True, splitk_partial=partial,
+                           splitk_reduce=reduce_).kernel()
+    try:
+        judge(kernel, "splitk_gemv", 100, 3000)             # 3 chunks: fine
+        problem = PROBLEMS["splitk_gemv"](100, 8192, fresh_seed())
+        with pytest.raises(EventTimeout) as info:
+            kernel.launch(**problem.args)
+        e = info.value
+        assert (e.component, e.event, e.expected, e.observed) == ("splitk_reduce", "partials", 8, 4)
+        assert "waited for event 'partials'" in str(e)
+        judge(kernel, "splitk_gemv", 100, 3000)             # the context survived: it runs again
+    finally:
+        kernel.unload()

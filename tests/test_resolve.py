@@ -231,8 +231,8 @@ def test_unsupported_requests_are_refused_not_ignored():
     assert codes(sink) == ["PL078"]
 
 
-def test_events_are_refused_until_wired():
+def test_events_need_the_persistent_schedule():
     def events(c):
         c["events"] = {"notifies": [{"name": "done", "map": "ij->ij"}]}
-    _, _, sink = run(rowsum(block_rowsum=events))
+    _, _, sink = run(rowsum(block_rowsum=events), schedule="sequential")
     assert codes(sink) == ["PL078"]

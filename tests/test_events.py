@@ -1,0 +1,119 @@
+"""Event planning and its link-time analysis: pure, over contracts."""
+import json
+from pathlib import Path
+
+import pytest
+
+from pipelink.collect import Component
+from pipelink.diagnostics import DiagnosticSink
+from pipelink.glue import generate_glue
+from pipelink.allocate import allocate
+from pipelink.loader import load_contract_bytes
+from pipelink.model import Source
+from pipelink.pipeline import PipelineSpec
+from pipelink.resolve import resolve
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def comp(name, edit=None):
+    raw = json.loads((REPO / "contracts" / f"{name}.json").read_text())
+    if edit:
+        edit(raw)
+    sink = DiagnosticSink()
+    c = load_contract_bytes(json.dumps(raw).encode(), Source(f"{name}.json"), sink)
+    assert c is not None, [d.render() for d in sink.items]
+    return Component(c, None)
+
+
+def run(comps, dispatch="static"):
+    sink = DiagnosticSink()
+    r = resolve(comps, PipelineSpec(name="k", dispatch=dispatch), sink)
+    return r, sink
+
+
+def codes(sink):
+    return sorted(d.code for d in sink.items if d.severity == "error")
+
+
+def splitk(**edits):
+    return [comp("splitk_partial", edits.get("partial")), comp("splitk_reduce", edits.get("reduce"))]
+
+
+def test_split_k_plan():
+    r, sink = run(splitk())
+    assert not sink.items and r.schedule == "persistent"
+    t = r.events.tensors["partials"]
+    assert [str(e) for e in t.shape] == ["ceil_div(M, ROWS)"]          # derived from the projection
+    assert t.count_c(lambda n: n) == "((K + KCHUNK - 1) / KCHUNK)"     # one notification per K chunk
+    assert r.events.order == ["splitk_partial", "splitk_reduce"]
+
+
+def test_tile_chain_plan_and_glue():
+    r, sink = run([comp("tile_silu_store"), comp("tile_axpby")], dispatch="dynamic")
+    assert not sink.items
+    a = allocate(r, "sm_90", sink)
+    glue = generate_glue(r, a)
+    assert "pl::events::next_task" in glue and "pl::events::wait_for" in glue and "add_one" in glue
+    assert a.block_warps == 4  # tasks of both components run one at a time on the same warps
+
+
+def test_order_follows_events_not_the_list():
+    r, sink = run(list(reversed(splitk())))
+    assert not sink.items and r.events.order == ["splitk_partial", "splitk_reduce"]
+
+
+def test_seeded_bug_producer_notifies_one_time_too_few():
+    """The producer walks floor(K / KCHUNK) chunks; the reducer expects ceil: one too few when ragged."""
+    r, sink = run(splitk(partial=lambda c: c["geometry"]["tile_sequence"].update(
+        grid=["ceil_div(M, ROWS)", "K // KCHUNK"]), reduce=lambda c: c["events"]["waits"][0].update(
+        count="ceil_div(K, KCHUNK)")))
+    assert codes(sink) == ["PL083"]
+    d = sink.items[0]
+    assert "waits for 1 notifications of 'partials'[0], but the producers send 0" in d.message
+    assert "the wait would never end" in d.message and d.location.component == "splitk_reduce"
+
+
+def test_too_many_notifications_start_too_early():
+    r, sink = run(splitk(reduce=lambda c: c["events"]["waits"][0].update(count=1)))
+    assert codes(sink) == ["PL083"]
+    assert "it would start before its inputs are complete" in sink.items[0].message
+
+
+def test_cycle():
+    def also_waits(c):
+        c["events"]["waits"] = [{"name": "back", "map": "ik->i"}]
+
+    def also_notifies(c):
+        c["events"]["notifies"] = [{"name": "back", "map": "i->i"}]
+    _, sink = run(splitk(partial=also_waits, reduce=also_notifies))
+    assert codes(sink) == ["PL080"]
+    assert "splitk_partial (partials) -> splitk_reduce (back) -> splitk_partial" in sink.items[0].message
+
+
+def test_waiting_for_nobody_and_rank_mismatch():
+    _, sink = run([comp("splitk_reduce")])
+    assert codes(sink) == ["PL081"]
+    _, sink = run(splitk(reduce=lambda c: c["events"]["waits"][0].update(map="i->i, 0")))
+    assert "PL082" in codes(sink)
+
+
+def test_index_out_of_range():
+    def wrong_shape(c):
+        c["events"]["notifies"][0].update(map="ik->k", shape=["ceil_div(M, ROWS)"])
+    _, sink = run(splitk(partial=wrong_shape))
+    assert "PL084" in codes(sink)
+
+
+def test_underivable_count_must_be_given():
+    _, sink = run(splitk(partial=lambda c: c["events"]["notifies"][0].update(map="ik->i//2", shape=["M"])))
+    assert "PL083" in codes(sink)
+    assert "cannot be derived" in next(d.message for d in sink.items if d.code == "PL083")
+
+
+def test_smem_wire_between_persistent_components_is_refused():
+    tl = comp("tile_load")
+    tt = comp("tile_transform")
+    sink = DiagnosticSink()
+    resolve(splitk() + [tl, tt], PipelineSpec(name="k", schedule="persistent"), sink)
+    assert "PL085" in codes(sink)
