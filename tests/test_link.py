@@ -41,7 +41,7 @@ def test_link_produces_a_verified_kernel(linked, name):
     info = read_cubin(result.cubin)[name]
     m = result.manifest
     assert m["kernel"] == name and m["block"][0] == info.max_threads[0]
-    assert info.registers <= {"rowsum": 128, "ring_gemv": 64}[name]
+    assert info.registers <= result.context.allocation.registers
     assert info.frame_bytes == 0 and info.static_smem_bytes == 0
     # nothing left uninlined but the compiler's own math subroutines (IEEE division's slow path)
     assert all(n.startswith(MATH_SUBROUTINE) for n in subroutines(result.cubin, name))
