@@ -61,6 +61,8 @@ def _parser() -> argparse.ArgumentParser:
     lnk.add_argument("--wire", action="append", default=[], metavar="P.OUT=C.IN", help="wire two ports (repeatable)")
     lnk.add_argument("--schedule", choices=("sequential", "warp_specialized", "persistent"))
     lnk.add_argument("--dispatch", choices=("static", "dynamic"), help="persistent schedule: how CTAs get tasks")
+    lnk.add_argument("--specialize", action="append", default=[], metavar="NAME=VALUE",
+                     help="bake an integer parameter's value into this link (one kernel per shape)")
     lnk.add_argument("--debug-events", action="store_true",
                      help="a wait that spins too long stops the kernel; the launcher raises EventTimeout")
     lnk.add_argument("--name", help="the kernel's name (default: the pipeline's, or pipelink_fused)")
@@ -218,6 +220,14 @@ def _link_options(args, sink: DiagnosticSink):
     spec.schedule = args.schedule or spec.schedule
     spec.dispatch = args.dispatch or spec.dispatch
     spec.debug_events = args.debug_events or spec.debug_events
+    for item in args.specialize:
+        name, _, value = item.partition("=")
+        try:
+            spec.specialize[name.strip()] = int(value)
+        except ValueError:
+            sink.error("PL001", f"--specialize {item!r}: write NAME=INTEGER")
+    if sink.has_errors:
+        return None
     spec.name = args.name or spec.name
     return LinkOptions(arch=args.arch, pipeline=spec, monolithic=bool(args.emit_monolithic))
 

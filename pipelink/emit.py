@@ -36,6 +36,8 @@ def manifest(r: Resolved, a: Allocation, arch: str, cubin: bytes, kernel_info=No
                         "object": c.obj.path if c.obj else None} for c in r.components],
         "cubin_sha256": hashlib.sha256(cubin).hexdigest(),
     }
+    if r.specialize:
+        doc["specialized"] = dict(sorted(r.specialize.items()))
     if r.schedule == "persistent":
         _persistent_manifest(doc, r)
     if kernel_info is not None:

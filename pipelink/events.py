@@ -35,6 +35,7 @@ class Side:
     grid: tuple[Expr, ...]     # the component's task grid
     count: Expr | None         # waits only: the count each element must reach (None: derived)
     pointer: str
+    count_term: object = None  # waits only: the count is read per task from a device tensor
 
 
 @dataclass
@@ -82,7 +83,7 @@ def plan_events(comps, geometry: dict[str, int], sink: DiagnosticSink) -> EventP
             t.notifiers.append(side)
         for w in c.events.waits:
             tensors.setdefault(w.name, EventTensor(w.name, (), [], [])).waiters.append(
-                Side(c.name, parse_map(w.map), grid, w.count, w.pointer_path))
+                Side(c.name, parse_map(w.map), grid, w.count, w.pointer_path, w.count_term))
     by_name = {comp.name: comp for comp in comps}
     for t in tensors.values():
         for w in t.waiters:
@@ -92,7 +93,7 @@ def plan_events(comps, geometry: dict[str, int], sink: DiagnosticSink) -> EventP
             elif w.map.rank != len(t.shape):
                 sink.error("PL082", f"'{w.component}' waits on '{t.name}' with rank {w.map.rank}; the event has rank "
                            f"{len(t.shape)}", where)
-            if w.count is None and any(_derived_count(n) is None for n in t.notifiers):
+            if w.count is None and w.count_term is None and any(_derived_count(n) is None for n in t.notifiers):
                 sink.error("PL083", f"the count '{w.component}' waits for on '{t.name}' cannot be derived from "
                            f"{', '.join(repr(n.map.text) for n in t.notifiers)}: give it in the contract", where)
     if sink.has_errors:
@@ -171,8 +172,8 @@ def _check_sampled(comps, tensors, geometry, sink) -> None:
         env = dict(geometry, **dict(zip(names, values)))
         at = ", ".join(f"{k}={v}" for k, v in zip(names, values))
         for t in tensors.values():
-            if any(s.map.kind == "data_dependent" for s in t.notifiers + t.waiters):
-                continue  # checked at run time by the debug build
+            if any(s.map.kind == "data_dependent" or s.count_term is not None for s in t.notifiers + t.waiters):
+                continue  # data decide: checked at run time by the debug build
             try:
                 shape = [e.evaluate(env) for e in t.shape]
             except ExprError:

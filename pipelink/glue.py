@@ -68,7 +68,8 @@ def _constants(r: Resolved, a: Allocation) -> list[str]:
 
 
 def kernel_params(r: Resolved) -> list[str]:
-    params = [p.c_decl() for p in r.params]
+    # A specialized shape keeps its slot (callers pass the same arguments) but the body uses the constant.
+    params = [p.c_decl() + ("_unused" if p.name in (r.specialize or {}) else "") for p in r.params]
     if r.schedule == "persistent":  # filled in by the launcher
         params += ["unsigned long long* __restrict__ pl_workspace", "unsigned pl_epoch"]
     return params
@@ -81,6 +82,9 @@ def _kernel(r: Resolved, a: Allocation) -> list[str]:
            "  // A stale component build leaves its marker undefined; the link reports it (PL049).",
            "  if (" + " + ".join(marker_symbol(c.contract) for c in r.components) +
            f" != {len(r.components)}u) __trap();"]
+    for name, value in sorted((r.specialize or {}).items()):
+        ctype = next(p for p in r.params if p.name == name).c_decl().rsplit(" ", 1)[0]
+        out.append(f"  const {ctype} {name} = {value};  // specialized at link time")
     if r.schedule == "persistent":
         return out + _persistent(r, a) + ["}"]
     for i, e in enumerate(r.tiles.grid):
@@ -291,22 +295,76 @@ def _decode(r: Resolved, k: int, name: str, indent: str) -> list[str]:
 
 
 def _element_loops(r: Resolved, j: int, tensor, side, indent: str) -> tuple[list[str], str, str]:
-    """Loops over the ':' terms of a map, and the linear element index (C) inside them."""
-    from .expr import parse
+    """Loops over the ':', gather and range terms of a map, and the linear element index (C)."""
+    comp = r.component(side.component)
     letters = {d: f"tile.coord[{i}]" for i, d in enumerate(side.map.task_dims)}
     opens, coords = [], []
     for axis, term in enumerate(side.map.terms):
+        var = f"a{axis}"
         if term.kind == "all":
-            var = f"a{axis}"
             opens.append(f"{indent}for (long long {var} = 0; {var} < e{j}_extent_{axis}; ++{var}) {{")
             indent += "  "
             coords.append(var)
+        elif term.kind == "gather":  # topk[i, :]: the event coordinates are values read from a tensor
+            read, loops = _gather_c(r, comp, term.text, letters, var, indent)
+            opens += loops
+            indent += "  " * len(loops)
+            coords.append(f"(long long)({read})")
+        elif term.kind == "range":  # range(indptr[i], indptr[i+1]): a variable number of events
+            lo, hi = (_bound_c(r, comp, arg, letters) for arg in _range_args(term.text))
+            opens.append(f"{indent}for (long long {var} = {lo}; {var} < {hi}; ++{var}) {{")
+            indent += "  "
+            coords.append(var)
         else:
-            coords.append("(long long)(" + parse(term.text).to_c(lambda n: letters[n]) + ")")
+            coords.append("(long long)(" + _affine_c(term.text, letters) + ")")
     index = coords[0]
     for axis in range(1, len(coords)):
         index = f"({index}) * e{j}_extent_{axis} + {coords[axis]}"
     return opens, index, indent
+
+
+def _affine_c(text: str, letters: dict[str, str]) -> str:
+    from .expr import parse
+    return parse(text).to_c(lambda n: letters[n])
+
+
+def _tensor_shape_c(r: Resolved, comp, name: str) -> list[str]:
+    geo = lambda n: str(r.geometry[n]) if n in r.geometry else n  # noqa: E731
+    param = next(p for p in comp.contract.entry.params if p.name == name)
+    return [e.to_c(geo) for e in param.shape]
+
+
+def _gather_c(r: Resolved, comp, text: str, letters, var: str, indent: str) -> tuple[str, list[str]]:
+    """`t[i, :]` -> the C read of the element, with a loop over each ':' (row-major linear index)."""
+    import ast
+    node = ast.parse(text, mode="eval").body
+    items = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+    shape = _tensor_shape_c(r, comp, node.value.id)
+    loops, parts = [], []
+    for k, item in enumerate(items):
+        if isinstance(item, ast.Slice):
+            v = f"{var}_{k}"
+            loops.append(f"{indent}{'  ' * len(loops)}for (long long {v} = 0; {v} < (long long)({shape[k]}); ++{v}) {{")
+            parts.append(v)
+        else:
+            parts.append("(long long)(" + _affine_c(ast.unparse(item), letters) + ")")
+    lin = parts[0]
+    for k in range(1, len(parts)):
+        lin = f"({lin}) * (long long)({shape[k]}) + {parts[k]}"
+    return f"{node.value.id}[{lin}]", loops
+
+
+def _range_args(text: str) -> list[str]:
+    import ast
+    return [ast.unparse(a) for a in ast.parse(text, mode="eval").body.args]
+
+
+def _bound_c(r: Resolved, comp, text: str, letters) -> str:
+    if "[" in text:
+        read, loops = _gather_c(r, comp, text, letters, "unused", "")
+        assert not loops
+        return f"(long long)({read})"
+    return "(long long)(" + _affine_c(text, letters) + ")"
 
 
 def _task_body(r: Resolved, a: Allocation, k: int, name: str, indent: str) -> list[str]:
@@ -322,7 +380,11 @@ def _task_body(r: Resolved, a: Allocation, k: int, name: str, indent: str) -> li
         out += [f"{indent}if (threadIdx.x == 0) {{", f"{indent}  bool ok = true;"]
         for tensor, side in waits:
             j = tensor_index[tensor.name]
-            count = side.count.to_c(geo) if side.count is not None else tensor.count_c(geo)
+            if side.count_term is not None:  # read per task from a device tensor
+                letters = {d: f"tile.coord[{i}]" for i, d in enumerate(side.map.task_dims)}
+                count, _ = _gather_c(r, comp, side.count_term.text, letters, "unused", "")
+            else:
+                count = side.count.to_c(geo) if side.count is not None else tensor.count_c(geo)
             opens, index, inner = _element_loops(r, j, tensor, side, indent + "  ")
             out += opens
             out.append(f"{inner}ok = ok && pl::events::wait_for(e{j} + {index}, (unsigned)({count}), pl_epoch, "

@@ -694,6 +694,9 @@ class Kernel:
         values = self.bind(args, kwargs)
         packed = [self.pack_one(p, v) for p, v in zip(self.user_params, values)]
         env = self.shape_env(values)
+        for name, value in self.manifest.get("specialized", {}).items():
+            if env.get(name) != value:
+                raise ArgumentError(f"kernel '{self.name}' was linked for {name} = {value}; got {env.get(name)}")
         if grid is None:
             unknown = sorted(set().union(*(t.names for t in self.tiles)) - env.keys())
             if unknown:

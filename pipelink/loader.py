@@ -205,9 +205,23 @@ class _SemanticCheck:
     def entry(self, raw: dict) -> Entry:
         params = raw.get("params", [])
         self.unique(params, "/entry/params", "parameter")
-        return Entry(symbol=raw["symbol"], invocation=raw.get("invocation", "per_tile"), params=tuple(
-            Param(p["name"], p["dtype"], p.get("pointer", False), p.get("const", False), f"/entry/params/{i}")
-            for i, p in enumerate(params)))
+        shapes = {p["name"] for p in params if not p.get("pointer") and p["dtype"] in
+                  {"i64", "u64", "i32", "u32", "i16", "u16", "i8", "u8"}}
+        provided = set(self.raw.get("geometry", {}).get("provides", {})) | set(
+            self.raw.get("geometry", {}).get("consumes", {}))
+        out = []
+        for i, p in enumerate(params):
+            shape = None
+            if "shape" in p:
+                ptr = f"/entry/params/{i}/shape"
+                if not p.get("pointer"):
+                    self.error("PL020", f"parameter '{p['name']}' has a shape but is not a pointer", ptr)
+                shape = tuple(self.size_expr(e, f"{ptr}/{j}", shapes | provided, "tensor extent")
+                              for j, e in enumerate(p["shape"]))
+                shape = None if None in shape else shape
+            out.append(Param(p["name"], p["dtype"], p.get("pointer", False), p.get("const", False),
+                             f"/entry/params/{i}", shape))
+        return Entry(symbol=raw["symbol"], invocation=raw.get("invocation", "per_tile"), params=tuple(out))
 
     def targets(self, raw: dict) -> Targets:
         for i, arch in enumerate(raw["archs"]):
@@ -372,6 +386,22 @@ class _SemanticCheck:
                                 p.get("layout", "row_major"), p.get("swizzle", "none"), stages, p.get("param"), ptr))
         return tuple(out)
 
+    def _count_term(self, text: str, imap, int_pointers: set[str], pointer: str):
+        """A count like `counts[i]`: read per task from an integer tensor the entry receives."""
+        try:
+            term = parse_map(f"{''.join(imap.task_dims)}->{text}").terms
+        except MapError as exc:
+            self.error("PL031", f"wait count {text!r}: {exc}", pointer)
+            return None
+        if len(term) != 1 or term[0].kind != "gather":
+            self.error("PL031", f"wait count {text!r} is neither an expression nor one tensor element", pointer)
+            return None
+        if term[0].tensors[0] not in int_pointers:
+            self.error("PL029", f"wait count {text!r} reads '{term[0].tensors[0]}', which is not an integer pointer "
+                       "parameter of the entry", pointer)
+            return None
+        return term[0]
+
     def events(self, raw: dict, geometry: Geometry, entry: Entry) -> Events:
         grid = self.raw.get("geometry", {}).get("tile_sequence", {}).get("grid")
         rank = len(grid) if grid else None  # from the JSON: a bad extent must not cascade
@@ -394,6 +424,10 @@ class _SemanticCheck:
                     self.error("PL031", f"map {ev['map']!r} has {len(imap.task_dims)} task dimensions but the tile "
                                f"grid has {rank}", f"{ptr}/map")
                 for t in imap.tensors:
+                    shaped = next((p for p in entry.params if p.name == t), None)
+                    if t in int_pointers and (shaped is None or shaped.shape is None):
+                        self.error("PL029", f"map {ev['map']!r} reads '{t}', whose extents the contract does not "
+                                   "give", f"{ptr}/map", hint=f"add \"shape\" to parameter '{t}'")
                     if t not in int_pointers:
                         self.error("PL029", f"map {ev['map']!r} reads '{t}', which is not an integer pointer "
                                    "parameter of the entry", f"{ptr}/map")
@@ -409,6 +443,10 @@ class _SemanticCheck:
                     notifies.append(EventNotify(ev["name"], ev["map"], shape, ptr))
                 else:
                     count = ev.get("count", "auto")
-                    c = None if count == "auto" else self.size_expr(count, f"{ptr}/count", allowed, "wait count")
-                    waits.append(EventWait(ev["name"], ev["map"], c, ptr))
+                    c = term = None
+                    if isinstance(count, str) and "[" in count:  # read per task from a device tensor
+                        term = self._count_term(count, imap, int_pointers, f"{ptr}/count")
+                    elif count != "auto":
+                        c = self.size_expr(count, f"{ptr}/count", allowed, "wait count")
+                    waits.append(EventWait(ev["name"], ev["map"], c, ptr, term))
         return Events(tuple(notifies), tuple(waits))

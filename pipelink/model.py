@@ -51,6 +51,7 @@ class Param:
     pointer: bool
     const: bool
     pointer_path: str
+    shape: tuple[Expr, ...] | None = None  # pointer params an index map reads: extents, row-major
 
     @property
     def is_shape(self) -> bool:
@@ -212,8 +213,9 @@ class EventNotify:
 class EventWait:
     name: str
     map: str
-    count: Expr | None  # None: "auto", derived from the producers
+    count: Expr | None  # None: "auto" (derived from the producers) or read from a tensor
     pointer_path: str
+    count_term: object = None  # indexmap.Term of kind "gather": a count read from a device tensor
 
 
 @dataclass(frozen=True)

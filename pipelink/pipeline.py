@@ -38,6 +38,7 @@ class PipelineSpec:
     schedule: str | None = None         # None: inferred
     dispatch: str = "static"            # persistent schedule: static per-CTA order, or a global task counter
     debug_events: bool = False          # a wait that spins too long stops the kernel and is reported
+    specialize: dict = field(default_factory=dict)  # shape parameter -> value baked into this link
     source: str | None = None           # the pipeline file, for diagnostics
     extra: dict = field(default_factory=dict)
 

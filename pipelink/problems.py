@@ -71,8 +71,35 @@ def chain_problem(M: int, N: int, seed: int, device: str = "cuda") -> Problem:
                    {"out": expected}, 1e-5)
 
 
+def moe_problem(T: int, H: int, seed: int, E: int = 16, TOPK: int = 4, skew: float = 0.0,
+                device: str = "cuda") -> Problem:
+    """Random routing of T tokens to TOPK of E experts; skew > 0 sends most tokens to few experts."""
+    import torch
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    x = torch.randn(T, H, generator=g, dtype=torch.float32)
+    logits = torch.rand(T, E, generator=g) - skew * torch.arange(E, dtype=torch.float32) / E
+    topk = logits.topk(TOPK, dim=1).indices.to(torch.int32)
+    gate = torch.rand(T, TOPK, generator=g, dtype=torch.float32)
+    scale = torch.rand(E, generator=g, dtype=torch.float32) + 0.5
+    flat = topk.flatten().long()
+    order = torch.argsort(flat, stable=True)
+    slot = torch.empty(T * TOPK, dtype=torch.int32)
+    slot[order] = torch.arange(T * TOPK, dtype=torch.int32)
+    counts = torch.bincount(flat, minlength=E).to(torch.int32)
+    offsets = torch.cat([torch.zeros(1, dtype=torch.int64), counts.long().cumsum(0)]).to(torch.int32)
+    expected = (gate.double().unsqueeze(-1) * scale.double()[topk.long()].unsqueeze(-1)
+                * _silu(x.double()).unsqueeze(1)).sum(1)
+    nan = lambda *shape: torch.full(shape, float("nan"), dtype=torch.float32, device=device)  # noqa: E731
+    args = {"x": x, "topk": topk, "slot": slot.view(T, TOPK), "gate": gate, "scale": scale, "counts": counts,
+            "offsets": offsets}
+    args = {k: v.to(device).contiguous() for k, v in args.items()}
+    args.update({"buf": nan(T * TOPK, H), "ybuf": nan(T * TOPK, H), "y": nan(T, H), "T": T, "H": H, "E": E,
+                 "TOPK": TOPK})
+    return Problem(args, ["y"], {"y": expected}, 1e-5)
+
+
 PROBLEMS = {"rowsum": rowsum_problem, "ring_gemv": gemv_problem, "splitk_gemv": splitk_problem,
-            "tile_chain": chain_problem}
+            "tile_chain": chain_problem, "moe_dispatch": moe_problem}
 
 
 def max_error(problem: Problem) -> float:

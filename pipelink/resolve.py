@@ -57,6 +57,7 @@ class Resolved:
     events: object = None              # EventPlan, persistent schedule only
     dispatch: str = "static"
     debug_events: bool = False
+    specialize: dict = None            # shape parameter -> constant, for a link made for one shape
 
     def component(self, name: str) -> Component:
         return next(c for c in self.components if c.name == name)
@@ -110,8 +111,15 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
                            "components too", c.contract.at("/threads/uses_syncthreads"))
     if sink.has_errors or tiles is None or order is None:
         return None
+    shapes = {p.name for p in params if not p.pointer and p.dtype in ("i32", "u32", "i64", "u64", "i16", "u16")}
+    for name in spec.specialize:
+        if name not in shapes:
+            sink.error("PL001", f"--specialize {name}: the kernel has no integer parameter '{name}'",
+                       hint="integer parameters: " + ", ".join(sorted(shapes)))
+    if sink.has_errors:
+        return None
     return Resolved(spec.name, comps, order, wires, geometry, schedule, tiles[0], tiles[1], params, events,
-                    spec.dispatch, spec.debug_events)
+                    spec.dispatch, spec.debug_events, dict(spec.specialize))
 
 
 def _order(components: list[Component], spec: PipelineSpec, sink: DiagnosticSink) -> list[Component] | None:

@@ -11,7 +11,7 @@ def base_contract(**overrides) -> dict:
         "owner": "team",
         "entry": {"symbol": "comp_entry", "params": [
             {"name": "x", "dtype": "f32", "pointer": True, "const": True},
-            {"name": "topk", "dtype": "i32", "pointer": True},
+            {"name": "topk", "dtype": "i32", "pointer": True, "shape": ["M", 8]},
             {"name": "M", "dtype": "i32"}]},
         "targets": {"archs": ["sm_90"], "compile_flags": {"ftz": False, "prec_div": True, "prec_sqrt": True,
                                                           "fmad": True}},

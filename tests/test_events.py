@@ -117,3 +117,26 @@ def test_smem_wire_between_persistent_components_is_refused():
     sink = DiagnosticSink()
     resolve(splitk() + [tl, tt], PipelineSpec(name="k", schedule="persistent"), sink)
     assert "PL085" in codes(sink)
+
+
+def test_data_dependent_maps_plan_and_generate():
+    comps = [comp("moe_scatter"), comp("moe_expert"), comp("moe_combine")]
+    r, sink = run(comps, dispatch="dynamic")
+    assert not sink.items, [d.render() for d in sink.items]
+    assert r.events.order == ["moe_scatter", "moe_expert", "moe_combine"]
+    a = allocate(r, "sm_90", sink)
+    glue = generate_glue(r, a)
+    assert "topk[((long long)(tile.coord[0])) * (long long)(TOPK) + a0_1]" in glue   # i->topk[i,:]
+    assert "(unsigned)(counts[(long long)(tile.coord[0])])" in glue                  # count read per task
+    assert "a0 < (long long)(offsets[(long long)((tile.coord[0] + 1))])" in glue      # range(...)
+
+
+def test_data_dependent_count_must_be_explicit_and_tensors_shaped():
+    _, sink = run([comp("moe_scatter"), comp("moe_expert", lambda c: c["events"]["waits"][0].update(count="auto")),
+                   comp("moe_combine")])
+    assert "PL083" in codes(sink)
+    sink = DiagnosticSink()
+    raw = json.loads((REPO / "contracts" / "moe_scatter.json").read_text())
+    del raw["entry"]["params"][1]["shape"]
+    assert load_contract_bytes(json.dumps(raw).encode(), Source("s.json"), sink) is None
+    assert [d.code for d in sink.items] == ["PL029"]

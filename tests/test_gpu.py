@@ -36,7 +36,7 @@ def link_pipeline(objects, name, dispatch=None, debug=False, **replace):
 @pytest.fixture(scope="module")
 def kernels(shipped_objects):
     out = {pipe.name: link_pipeline(shipped_objects, pipe.name).kernel() for pipe in shipped_pipelines()}
-    for name in ("splitk_gemv", "tile_chain"):
+    for name in ("splitk_gemv", "tile_chain", "moe_dispatch"):
         for dispatch in ("static", "dynamic"):
             out[f"{name}/{dispatch}"] = link_pipeline(shipped_objects, name, dispatch).kernel()
     yield out
@@ -139,3 +139,24 @@ def test_debug_build_reports_a_wait_that_never_ends(shipped_objects, tmp_path):
         judge(kernel, "splitk_gemv", 100, 3000)             # the context survived: it runs again
     finally:
         kernel.unload()
+
+
+MOE_SHAPES = [(16, 64, 8, 2), (128, 512, 64, 8), (1024, 2048, 128, 8), (4096, 256, 16, 4)]
+
+
+@pytest.mark.parametrize("dispatch", ["static", "dynamic"])
+def test_moe_dispatch_random_routing_one_cubin(kernels, dispatch):
+    """Data-dependent events: which experts a token notifies, how many rows an expert waits for,
+    and which rows it notifies back all come from the routing, fresh each run."""
+    import torch
+
+    from pipelink.problems import max_error, moe_problem
+    kernel = kernels[f"moe_dispatch/{dispatch}"]
+    for T, H, E, TOPK in MOE_SHAPES:
+        for skew in (0.0, 4.0):
+            seed = fresh_seed()
+            problem = moe_problem(T, H, seed, E=E, TOPK=TOPK, skew=skew)
+            kernel.launch(**problem.args)
+            torch.cuda.synchronize()
+            err = max_error(problem)
+            assert err <= problem.tolerance, f"T={T} H={H} E={E} TOPK={TOPK} skew={skew} seed={seed}: {err}"
