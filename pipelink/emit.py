@@ -58,9 +58,12 @@ def _persistent_manifest(doc: dict, r: Resolved) -> None:
     doc["tasks"] = {name: expr for name, expr in zip(plan.order, per_component)}
     doc["dispatch"] = r.dispatch
     doc["params"] += [{"name": "pl_workspace", "dtype": "u64", "pointer": True, "const": False, "implicit": "workspace"},
-                      {"name": "pl_epoch", "dtype": "u32", "pointer": False, "const": False, "implicit": "epoch"}]
+                      {"name": "pl_epoch", "dtype": "u32", "pointer": False, "const": False, "implicit": "epoch"},
+                      {"name": "pl_task_base", "dtype": "u64", "pointer": False, "const": False,
+                       "implicit": "task_base"}]
     doc["workspace"] = {
         "header_words": WORKSPACE_HEADER_WORDS,
+        "task_counter_word": 8,
         "debug": r.debug_events,
         "events": [{"name": t.name, "shape": [substitute(e, r.geometry) for e in t.shape],
                     "notified_by": [f"{n.component} {n.map.text}" for n in t.notifiers],

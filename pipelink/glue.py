@@ -71,7 +71,8 @@ def kernel_params(r: Resolved) -> list[str]:
     # A specialized shape keeps its slot (callers pass the same arguments) but the body uses the constant.
     params = [p.c_decl() + ("_unused" if p.name in (r.specialize or {}) else "") for p in r.params]
     if r.schedule == "persistent":  # filled in by the launcher
-        params += ["unsigned long long* __restrict__ pl_workspace", "unsigned pl_epoch"]
+        params += ["unsigned long long* __restrict__ pl_workspace", "unsigned pl_epoch",
+                   "unsigned long long pl_task_base"]
     return params
 
 
@@ -261,8 +262,9 @@ def _persistent(r: Resolved, a: Allocation) -> list[str]:
             ends.append(f"c{k}_tasks" if k == 0 else f"{ends[-1]} + c{k}_tasks")
         out.append(f"  const unsigned total_tasks = {ends[-1]};")
         out += ["  while (true) {",
-                f"    if (threadIdx.x == 0) pl_flags[1] = pl::events::next_task(pl_workspace + {TASK_COUNTER_WORD}, "
-                "pl_epoch);",
+                "    // One counter for every launch, never reset: this launch's claims start at pl_task_base.",
+                f"    if (threadIdx.x == 0) pl_flags[1] = (unsigned)min(atomicAdd(pl_workspace + {TASK_COUNTER_WORD}, "
+                "1ull) - pl_task_base, (unsigned long long)total_tasks);",
                 "    __syncthreads();",
                 "    const unsigned task = pl_flags[1];",
                 "    __syncthreads();  // every thread has read it before the next claim",

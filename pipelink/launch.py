@@ -144,7 +144,7 @@ def _parse_params(kernel: str, raw) -> tuple[ParamSpec, ...]:
         if not isinstance(p.get("pointer"), bool) or not isinstance(p.get("const", False), bool):
             raise _manifest_error(kernel, f"parameter '{name}': 'pointer' and 'const' must be booleans")
         implicit = p.get("implicit")
-        if implicit not in (None, "workspace", "epoch"):
+        if implicit not in (None, "workspace", "epoch", "task_base"):
             raise _manifest_error(kernel, f"parameter '{name}' has unknown implicit kind {implicit!r}")
         params.append(ParamSpec(name, p["dtype"], p["pointer"], p.get("const", False), implicit))
     return tuple(params)
@@ -728,8 +728,10 @@ class Kernel:
             raise ArgumentError(f"kernel '{self.name}' dispatches tasks statically across CTAs that wait for each "
                                 f"other: grid {math.prod(dims)} exceeds the {self.resident_blocks()} blocks the "
                                 "device holds at once")
-        pointer, epoch = ensure_workspace(self, self.workspace_words(**env))
-        extra = {"workspace": ctypes.c_void_p(pointer), "epoch": ctypes.c_uint32(epoch)}
+        pointer, epoch, base = ensure_workspace(self, self.workspace_words(**env),
+                                                self.total_tiles(**env) + math.prod(dims))
+        extra = {"workspace": ctypes.c_void_p(pointer), "epoch": ctypes.c_uint32(epoch),
+                 "task_base": ctypes.c_uint64(base)}
         it = iter(packed)
         return [extra[p.implicit] if p.implicit else next(it) for p in self.params]
 

@@ -25,8 +25,10 @@ class EventTimeout(RuntimeError):
         self.element, self.expected, self.observed, self.task = element, expected, observed, task
 
 
-def ensure_workspace(kernel, words: int) -> tuple[int, int]:
-    """A zeroed device buffer of at least `words` 64-bit words for `kernel`, and the next epoch."""
+def ensure_workspace(kernel, words: int, claims: int = 0) -> tuple[int, int, int]:
+    """A zeroed device buffer of at least `words` 64-bit words for `kernel`, the next epoch, and
+    where this launch's task claims start. A dynamic dispatch makes exactly `claims` claims (every
+    task, plus one final claim per CTA), so the next launch's claims start that much later."""
     drv = _driver()
     have = getattr(kernel, "_ws_words", 0)
     if words > have:
@@ -35,9 +37,12 @@ def ensure_workspace(kernel, words: int) -> tuple[int, int]:
         ptr = _call(f"cuMemAlloc({size}) for the events of kernel '{kernel.name}'", drv.cuMemAlloc, size)
         _call("cuMemsetD8 (the new event workspace)", drv.cuMemsetD8, ptr, 0, size)
         kernel._ws_ptr, kernel._ws_words = ptr, size // 8
+        kernel._task_base = 0
     epoch = getattr(kernel, "_epoch", 0) % 0xFFFFFFFF + 1  # never 0: zeroed memory is epoch 0
     kernel._epoch = epoch
-    return int(kernel._ws_ptr), epoch
+    base = kernel._task_base
+    kernel._task_base = base + claims
+    return int(kernel._ws_ptr), epoch, base
 
 
 def release_workspace(kernel) -> None:
@@ -52,12 +57,13 @@ def read_timeout(kernel, stream: int) -> None:
     """After a debug launch: raise EventTimeout if a wait gave up during this launch."""
     drv = _driver()
     _call(f"cuStreamSynchronize after kernel '{kernel.name}'", drv.cuStreamSynchronize, drv.CUstream(stream))
-    report = (ctypes.c_uint64 * REPORT_WORDS)()
+    report = (ctypes.c_uint64 * (REPORT_WORDS + 1))()
     _call("cuMemcpyDtoH (the timeout report)", drv.cuMemcpyDtoH, ctypes.addressof(report), kernel._ws_ptr,
-          REPORT_WORDS * 8)
-    epoch, component, event, element, expected, observed, task, _ = list(report)
+          (REPORT_WORDS + 1) * 8)
+    epoch, component, event, element, expected, observed, task, _, claimed = list(report)
     if epoch != kernel._epoch:
         return
+    kernel._task_base = claimed  # CTAs that gave up made no final claim: start the next launch here
     comps = [c["name"] for c in kernel.manifest.get("components", [])]
     events = [e["name"] for e in kernel.manifest.get("workspace", {}).get("events", [])]
     name = lambda seq, i: seq[i] if i < len(seq) else f"#{i}"  # noqa: E731

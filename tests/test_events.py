@@ -54,7 +54,8 @@ def test_tile_chain_plan_and_glue():
     assert not sink.items
     a = allocate(r, "sm_90", sink)
     glue = generate_glue(r, a)
-    assert "pl::events::next_task" in glue and "pl::events::wait_for" in glue and "add_one" in glue
+    assert "atomicAdd(pl_workspace + 8, 1ull) - pl_task_base" in glue and "pl::events::wait_for" in glue
+    assert "add_one" in glue
     assert a.block_warps == 4  # tasks of both components run one at a time on the same warps
 
 

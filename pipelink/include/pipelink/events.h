@@ -73,10 +73,5 @@ __device__ __forceinline__ bool wait_for(const unsigned long long* p, unsigned c
   }
 }
 
-// The next task of a dynamic dispatch: a global counter, epoch-tagged like the events.
-__device__ __forceinline__ unsigned next_task(unsigned long long* counter, unsigned epoch) {
-  return add_one(counter, epoch);
-}
-
 }  // namespace events
 }  // namespace pl
