@@ -47,12 +47,12 @@ def gemv_problem(M: int, N: int, seed: int, tile_n: int = 256, device: str = "cu
                    {"out": expected}, 1e-4 * math.sqrt(tile_n))
 
 
-def splitk_problem(M: int, K: int, seed: int, device: str = "cuda") -> Problem:
+def splitk_problem(M: int, K: int, seed: int, kchunk: int = 1024, device: str = "cuda") -> Problem:
     import torch
     g = torch.Generator(device="cpu").manual_seed(seed)
     x = torch.randn(M, K, generator=g, dtype=torch.float32)
     w = torch.randn(K, generator=g, dtype=torch.float32)
-    chunks = math.ceil(K / 1024)
+    chunks = math.ceil(K / kchunk)
     partial = torch.full((chunks, M), float("nan"), dtype=torch.float32, device=device)
     y = torch.full((M,), float("nan"), dtype=torch.float32, device=device)
     return Problem({"x": x.to(device), "w": w.to(device), "partial": partial, "y": y, "M": M, "K": K}, ["y"],

@@ -13,8 +13,6 @@ enough buffer sets to exceed the L2 cache; fresh random data.
 import argparse
 import datetime
 import json
-import math
-import statistics
 import sys
 from pathlib import Path
 
@@ -25,8 +23,8 @@ from pipelink.linker import LinkOptions, link
 from pipelink.pipeline import load_pipeline
 from pipelink.problems import PROBLEMS, max_error, moe_problem
 from pipelink.shipped import REPO, build_shipped, shipped_pipelines
+from pipelink.timing import L2_BYTES, alternate, input_sets
 
-L2_BYTES = 60 * 2**20
 
 
 def linked(objects, name, dispatch=None, specialize=None):
@@ -39,39 +37,6 @@ def linked(objects, name, dispatch=None, specialize=None):
     if not result.ok:
         sys.exit("\n".join(d.render() for d in result.diagnostics))
     return result.kernel()
-
-
-def input_sets(make, want_bytes):
-    """Enough independent problems that cycling through them touches more than the L2."""
-    first = make(0)
-    size = sum(v.numel() * v.element_size() for v in first.args.values() if torch.is_tensor(v))
-    count = max(2, min(256, math.ceil(want_bytes / max(size, 1))))
-    return [first] + [make(i) for i in range(1, count)]
-
-
-def time_one(kernel, problem, grid=None):
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda._sleep(2_000_000)  # the GPU waits while the host queues the timed launch
-    start.record()
-    kernel.launch(grid=grid, **problem.args)
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) * 1000.0  # microseconds
-
-
-def compare(kernels: dict, sets, reps: int, grid=None) -> dict:
-    """Alternate the kernels (order flipping every sample); median microseconds of each."""
-    names = list(kernels)
-    for name in names:  # warm-up
-        for p in sets[:3]:
-            kernels[name].launch(grid=grid, **p.args)
-    torch.cuda.synchronize()
-    samples = {n: [] for n in names}
-    for i in range(reps):
-        order = names if i % 2 == 0 else list(reversed(names))
-        for name in order:
-            samples[name].append(time_one(kernels[name], sets[i % len(sets)], grid))
-    return {n: {"median_us": statistics.median(s), "samples_us": s} for n, s in samples.items()}
 
 
 def main():
@@ -104,7 +69,7 @@ def main():
             sets = input_sets(lambda i: make(b, 1000 * b + i), 2 * L2_BYTES)
             checked(generic[name], sets[0])
             checked(special, sets[1])
-            t = compare({"dynamic_shapes": generic[name], "specialized": special}, sets, args.reps)
+            t = alternate({"dynamic_shapes": generic[name], "specialized": special}, sets, args.reps)
             d, s = t["dynamic_shapes"]["median_us"], t["specialized"]["median_us"]
             row = {"pipeline": name, dim: b, "dynamic_us": d, "specialized_us": s, "diff_pct": 100 * (d - s) / s,
                    "samples": {k: v["samples_us"] for k, v in t.items()}}
@@ -123,7 +88,7 @@ def main():
             torch.cuda.synchronize()
             assert max_error(p) <= p.tolerance
         counts = sets[0].args["counts"].float()
-        t = compare({"static": static, "dynamic": dynamic}, sets, args.reps, grid)
+        t = alternate({"static": static, "dynamic": dynamic}, sets, args.reps, grid=grid)
         row = {"skew": skew, "max_over_mean_rows": (counts.max() / counts.mean()).item(),
                "static_us": t["static"]["median_us"], "dynamic_us": t["dynamic"]["median_us"],
                "samples": {k: v["samples_us"] for k, v in t.items()}}

@@ -1,0 +1,54 @@
+"""Timing kernels on a GPU for the benchmarks (torch needed): CUDA events, warm-up, alternating
+samples, medians, inputs rotated over more than the L2 cache.
+
+A sample times `launches` back-to-back launches between two CUDA events, queued behind a GPU
+sleep long enough for the host to queue them all: the host's launch cost stays out of it.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+
+L2_BYTES = 60 * 2**20  # H200
+SLEEP_CYCLES = 4_000_000  # ~2 ms at 2 GHz: longer than the host needs to queue a sample
+
+
+def problem_bytes(problem) -> int:
+    import torch
+    return sum(v.numel() * v.element_size() for v in problem.args.values() if torch.is_tensor(v))
+
+
+def input_sets(make, want_bytes: int = 2 * L2_BYTES, most: int = 256) -> list:
+    """`make(i)` problems, enough that cycling through them touches more than `want_bytes`."""
+    first = make(0)
+    count = max(2, min(most, math.ceil(want_bytes / max(problem_bytes(first), 1))))
+    return [first] + [make(i) for i in range(1, count)]
+
+
+def time_sample(kernel, sets: list, start_index: int, launches: int, grid=None) -> float:
+    """Microseconds per launch over `launches` launches, cycling through `sets`."""
+    import torch
+    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda._sleep(SLEEP_CYCLES)
+    begin.record()
+    for i in range(launches):
+        kernel.launch(grid=grid, **sets[(start_index + i) % len(sets)].args)
+    end.record()
+    end.synchronize()
+    return begin.elapsed_time(end) * 1000.0 / launches
+
+
+def alternate(kernels: dict, sets: list, samples: int, launches: int = 1, grid=None, warmup: int = 3) -> dict:
+    """Time each kernel `samples` times, alternating them (the order flips every round).
+    Returns {name: {"median_us", "samples_us"}}."""
+    import torch
+    names = list(kernels)
+    for name in names:
+        for i in range(warmup):
+            kernels[name].launch(grid=grid, **sets[i % len(sets)].args)
+    torch.cuda.synchronize()
+    out = {n: [] for n in names}
+    for i in range(samples):
+        for name in (names if i % 2 == 0 else list(reversed(names))):
+            out[name].append(time_sample(kernels[name], sets, i * launches, launches, grid))
+    return {n: {"median_us": statistics.median(s), "samples_us": s} for n, s in out.items()}
