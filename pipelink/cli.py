@@ -54,7 +54,9 @@ def _parser() -> argparse.ArgumentParser:
 
     lnk = sub.add_parser("link", help="link component objects into one fused kernel",
                          description="Check, allocate, generate the glue, link with nvJitLink LTO, verify, emit. "
-                                     "Nothing is written unless the whole link succeeds.")
+                                     "Nothing is written unless the whole link succeeds. An identical earlier "
+                                     "link is reused from the link cache: PIPELINK_CACHE_DIR (default "
+                                     "~/.cache/pipelink); PIPELINK_CACHE=0 turns it off.")
     lnk.add_argument("files", nargs="+", metavar="FILE", help="component objects (with contracts)")
     lnk.add_argument("-o", "--output", help="the cubin (default: <kernel>.cubin)")
     lnk.add_argument("--pipeline", help="a pipeline file: components' order, wires, schedule, kernel name")
@@ -73,6 +75,7 @@ def _parser() -> argparse.ArgumentParser:
     lnk.add_argument("--emit-monolithic", metavar="FILE", help="also write the one-unit control source")
     lnk.add_argument("-v", "--verbose", action="store_true", help="say what each pass decided")
     lnk.add_argument("--time", action="store_true", help="show each pass's time")
+    lnk.add_argument("--no-cache", action="store_true", help="link afresh: neither read nor write the link cache")
     lnk.add_argument("--format", choices=("text", "json"), default="text")
 
     demo = sub.add_parser("demo", help="build the shipped components, link the default pipeline, run it on a GPU")
@@ -229,7 +232,7 @@ def _link_options(args, sink: DiagnosticSink):
     if sink.has_errors:
         return None
     spec.name = args.name or spec.name
-    return LinkOptions(arch=args.arch, pipeline=spec, monolithic=bool(args.emit_monolithic))
+    return LinkOptions(arch=args.arch, pipeline=spec, monolithic=bool(args.emit_monolithic), cache=not args.no_cache)
 
 
 def cmd_link(args) -> int:
@@ -242,6 +245,9 @@ def cmd_link(args) -> int:
     result = link(args.files, options)
     sink.extend(result.diagnostics)
     ctx = result.context
+    if args.verbose and ctx.cache_hit:
+        print("pipelink: reused an identical earlier link from the link cache (--no-cache links afresh)",
+              file=sys.stderr)
     if args.verbose and ctx.resolved is not None:
         r = ctx.resolved
         print(f"pipelink: {len(r.components)} components for {ctx.target}, schedule {r.schedule}, kernel {r.name}",

@@ -163,6 +163,10 @@ class Location:
     def to_json(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if v is not None}
 
+    @classmethod
+    def from_json(cls, doc: dict) -> "Location":
+        return cls(**doc)
+
 
 @dataclass(frozen=True)
 class Diagnostic:
@@ -202,6 +206,15 @@ class Diagnostic:
         if self.related:
             out["related"] = [r.to_json() for r in self.related]
         return out
+
+    @classmethod
+    def from_json(cls, doc: dict) -> "Diagnostic":
+        """The inverse of to_json (the link cache replays a link's warnings). to_json writes the effective
+        hint; a hint equal to the code's default reads back as None, so the round trip compares equal."""
+        hint = doc.get("hint")
+        return cls(doc["code"], doc["message"], Location.from_json(doc.get("location", {})),
+                   None if hint == CODES[doc["code"]].hint else hint, doc.get("severity", "error"),
+                   tuple(Location.from_json(r) for r in doc.get("related", ())))
 
 
 class DiagnosticSink:

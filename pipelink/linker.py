@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from . import toolchain
+from . import cache, toolchain
 from .allocate import Allocation, allocate
 from .build import pipelink_include_dir
 from .collect import Component, read_components, verify_object
@@ -27,6 +27,7 @@ class LinkOptions:
     pipeline: PipelineSpec = field(default_factory=PipelineSpec)
     monolithic: bool = False             # also generate the one-unit control source
     optimize: bool = True
+    cache: bool = True                   # reuse an identical earlier link (pipelink/cache.py)
 
 
 @dataclass
@@ -47,6 +48,7 @@ class LinkContext:
     monolithic: str | None = None
     nvjitlink_options: list[str] = field(default_factory=list)
     timings: list[tuple[str, float]] = field(default_factory=list)
+    cache_hit: bool = False              # no pass ran: resolved, allocation, ... stay None
 
 
 def pass_read(ctx: LinkContext) -> None:
@@ -163,11 +165,37 @@ class LinkResult:
 
 
 def link(inputs: list[str], options: LinkOptions | None = None) -> LinkResult:
-    """Link component objects into one fused kernel. Never raises for bad input: see `diagnostics`."""
+    """Link component objects into one fused kernel. Never raises for bad input: see `diagnostics`.
+
+    An identical earlier link comes from the cache without running a pass; its `context` then holds
+    only the outputs (`cache_hit` is True). Pass `LinkOptions(cache=False)` to get every pass's state.
+    """
+    options = options or LinkOptions()
+    start = time.perf_counter()
+    key = cache.link_key(inputs, options) if options.cache and cache.enabled() else None
+    if key is not None:
+        hit = cache.load(key, options.monolithic)
+        if hit is not None:
+            return _cached_result(inputs, options, hit, time.perf_counter() - start)
+    lookup = time.perf_counter() - start
     ctx = run_passes(inputs, options)
     ok = not ctx.sink.has_errors and ctx.manifest is not None
-    return LinkResult(ctx.cubin if ok else None, ctx.manifest if ok else None, ctx.link_map if ok else None,
-                      ctx.glue, ctx.monolithic, list(ctx.sink.items), ctx.timings, ctx)
+    result = LinkResult(ctx.cubin if ok else None, ctx.manifest if ok else None, ctx.link_map if ok else None,
+                        ctx.glue, ctx.monolithic, list(ctx.sink.items), ctx.timings, ctx)
+    if key is not None and ok:  # only successes: a failed link must report its errors afresh
+        start = time.perf_counter()
+        cache.store(key, result)
+        ctx.timings.append(("cache", lookup + time.perf_counter() - start))  # what the cache cost this miss
+    return result
+
+
+def _cached_result(inputs: list[str], options: LinkOptions, hit: cache.CachedLink, seconds: float) -> LinkResult:
+    ctx = LinkContext(list(inputs), options, target=hit.manifest.get("target"), cubin=hit.cubin, manifest=hit.manifest,
+                      link_map=hit.link_map, glue=hit.glue, monolithic=hit.monolithic,
+                      timings=[("cache", seconds)], cache_hit=True)
+    ctx.sink.extend(hit.diagnostics)  # the original link's warnings, replayed
+    return LinkResult(hit.cubin, hit.manifest, hit.link_map, hit.glue, hit.monolithic, list(hit.diagnostics),
+                      ctx.timings, ctx)
 
 
 __all__ = ["LinkOptions", "LinkResult", "link", "run_passes", "PASSES", "Location"]

@@ -1,6 +1,7 @@
 """Shared fixtures: real objects built once per session with the pinned nvcc wheel."""
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -37,6 +38,19 @@ def _run(cmd, cwd, env=None):
     proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(map(str, cmd))} failed:\n{proc.stderr}")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def link_cache_dir(tmp_path_factory):
+    """The link cache of this test session: never the user's ~/.cache/pipelink, and empty at the start."""
+    d = tmp_path_factory.mktemp("link-cache")
+    before = os.environ.get("PIPELINK_CACHE_DIR")
+    os.environ["PIPELINK_CACHE_DIR"] = str(d)
+    yield d
+    if before is None:
+        os.environ.pop("PIPELINK_CACHE_DIR", None)
+    else:
+        os.environ["PIPELINK_CACHE_DIR"] = before
 
 
 @pytest.fixture(scope="session")

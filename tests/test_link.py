@@ -25,7 +25,8 @@ def link_shipped(objects, name, **files):
     sink = DiagnosticSink()
     spec = load_pipeline(pipe.path, sink)
     inputs = [str(files.get(n, objects[n])) for n in pipe.components]
-    return link(inputs, LinkOptions(pipeline=spec, monolithic=True))
+    # no cache: tests read result.context (allocation, nvjitlink_options), and a second link must really link
+    return link(inputs, LinkOptions(pipeline=spec, monolithic=True, cache=False))
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +88,7 @@ def test_cli_link_writes_cubin_manifest_map(shipped_objects, tmp_path, capsys):
     out = tmp_path / "rowsum.cubin"
     code = main(["link", "--pipeline", str(pipe.path), *(str(shipped_objects[n]) for n in pipe.components),
                  "-o", str(out), "--map", str(tmp_path / "rowsum.map"), "--emit-monolithic",
-                 str(tmp_path / "one.cu"), "--emit-glue", str(tmp_path / "glue.cu"), "-v", "--time"])
+                 str(tmp_path / "one.cu"), "--emit-glue", str(tmp_path / "glue.cu"), "-v", "--time", "--no-cache"])
     o, err = capsys.readouterr()
     assert code == 0, err
     assert "linked" in o and "pass resolve" in err and "wire tile_load.tile -> tile_transform.src" in err

@@ -1,0 +1,160 @@
+"""The link cache: a successful link, stored under a hash of everything that shapes its output.
+
+Like Triton's kernel cache. The key covers pipelink's version and the hash of its own sources (a
+changed linker must not reuse old links), the NVRTC and nvJitLink versions, every input file's
+path and bytes with any sidecar contracts, and the options. An entry is a directory
+`<root>/<key[:2]>/<key>/` written into a temporary directory and renamed into place, so a reader
+sees a whole entry or none. Anything wrong with an entry makes it a miss, and it is removed.
+
+    PIPELINK_CACHE_DIR   where entries live (default ~/.cache/pipelink)
+    PIPELINK_CACHE=0     neither read nor write the cache (as LinkOptions(cache=False), --no-cache)
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import __version__, toolchain
+from .diagnostics import Diagnostic
+from .fatbin import AR_MAGIC, CorruptError, UnsupportedError, ar_members
+from .inputs import sidecar_contract_path
+
+PACKAGE = Path(__file__).resolve().parent
+
+
+def enabled() -> bool:
+    return os.environ.get("PIPELINK_CACHE", "1") != "0"
+
+
+def cache_dir() -> Path:
+    """Read on every call, not at import: tests and tools point it elsewhere after importing pipelink."""
+    return Path(os.environ.get("PIPELINK_CACHE_DIR") or Path.home() / ".cache" / "pipelink")
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@functools.cache
+def source_hash() -> str:
+    """pipelink's own code that shapes a link: the modules, the headers the glue includes, the schema."""
+    files = sorted([*PACKAGE.glob("*.py"), *PACKAGE.glob("include/pipelink/*.h"), *PACKAGE.glob("schema/*.json")])
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f"{f.relative_to(PACKAGE).as_posix()}\0{_sha256(f.read_bytes())}\n".encode())
+    return h.hexdigest()
+
+
+def _input_doc(path) -> dict:
+    """One input: its path (the manifest and the diagnostics name it), its bytes, and every sidecar
+    contract the read pass could pick up for it or, in an archive, for each member."""
+    name = os.fspath(path)
+    data = Path(name).read_bytes()
+    candidates = [sidecar_contract_path(name)]
+    if data.startswith(AR_MAGIC):
+        candidates += [sidecar_contract_path(f"{name}({member})") for member, _ in ar_members(data)]
+    sidecars = [[str(p), _sha256(p.read_bytes())] for p in candidates if p is not None]
+    return {"path": name, "sha256": _sha256(data), "sidecars": sidecars}
+
+
+def options_doc(options) -> dict:
+    """Every option that changes the output. Not the pipeline's `source`/`extra`: only errors name them."""
+    spec = options.pipeline
+    return {"arch": options.arch, "monolithic": options.monolithic, "optimize": options.optimize,
+            "pipeline": {"name": spec.name, "components": list(spec.components), "wires": [str(w) for w in spec.wires],
+                         "schedule": spec.schedule, "dispatch": spec.dispatch, "debug_events": spec.debug_events,
+                         "specialize": {str(k): v for k, v in spec.specialize.items()}}}
+
+
+def link_key(inputs, options) -> str | None:
+    """The entry's key, or None where there is nothing safe to key on: an unreadable or malformed input
+    (the read pass reports it) or a toolchain that cannot say its version (the link fails too)."""
+    try:
+        files = [_input_doc(p) for p in inputs]
+    except (OSError, CorruptError, UnsupportedError):
+        return None
+    try:
+        tools = {"nvjitlink": list(toolchain.nvjitlink_version()), "nvrtc": list(toolchain.nvrtc_version())}
+    except Exception:  # ImportError, a driver-library load failure, ...: the passes say what is wrong
+        return None
+    doc = {"pipelink": __version__, "source": source_hash(), **tools, "options": options_doc(options), "inputs": files}
+    return _sha256(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode())
+
+
+def entry_dir(key: str, root: Path | None = None) -> Path:
+    return (root or cache_dir()) / key[:2] / key
+
+
+@dataclass
+class CachedLink:
+    cubin: bytes
+    manifest: dict
+    link_map: str
+    glue: str
+    monolithic: str | None
+    diagnostics: list[Diagnostic]
+
+
+def load(key: str, monolithic: bool = False, root: Path | None = None) -> CachedLink | None:
+    """The entry for `key`, or None. A damaged entry (a file missing or unreadable, a cubin that is not
+    the one its manifest hashed) is removed, so the link that follows writes a good one."""
+    d = entry_dir(key, root)
+    if not d.is_dir():
+        return None
+    try:
+        warnings = json.loads((d / "diagnostics.json").read_text())
+        hit = CachedLink(cubin=(d / "kernel.cubin").read_bytes(),
+                         manifest=json.loads((d / "manifest.json").read_text()),
+                         link_map=(d / "link.map").read_text(), glue=(d / "glue.cu").read_text(),
+                         monolithic=(d / "monolithic.cu").read_text() if monolithic else None,
+                         diagnostics=[Diagnostic.from_json(x) for x in warnings])
+        if hit.manifest["cubin_sha256"] != _sha256(hit.cubin):
+            raise ValueError("cubin does not match its manifest")
+    except (OSError, ValueError, KeyError, TypeError):  # ValueError covers bad JSON and bad UTF-8
+        _remove(d)
+        return None
+    return hit
+
+
+def store(key: str, result, root: Path | None = None) -> Path | None:
+    """Write a successful link's outputs (a LinkResult) as the entry for `key`; the entry's path, or None
+    where another process stored it first or the cache cannot be written (the link stands either way)."""
+    root = root or cache_dir()
+    final = entry_dir(key, root)
+    files = {"kernel.cubin": result.cubin, "manifest.json": json.dumps(result.manifest, indent=1),
+             "link.map": result.link_map, "glue.cu": result.glue,
+             "diagnostics.json": json.dumps([d.to_json() for d in result.diagnostics], indent=1)}
+    if result.monolithic is not None:
+        files["monolithic.cu"] = result.monolithic
+    staging = None
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        # Stage on the cache's own file system: the rename into place must be atomic.
+        staging = Path(tempfile.mkdtemp(prefix=".tmp-", dir=root))
+        for name, data in files.items():
+            (staging / name).write_bytes(data if isinstance(data, bytes) else data.encode())
+        final.parent.mkdir(exist_ok=True)
+        os.rename(staging, final)  # fails if `final` exists: another process won, and its entry is as good
+        return final
+    except OSError:
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+        return None
+
+
+def _remove(d: Path) -> None:
+    """Rename the entry aside first, so its key is free at once even while the files are deleted."""
+    aside = None
+    try:
+        aside = Path(tempfile.mkdtemp(prefix=".bad-", dir=d.parent.parent))
+        os.rename(d, aside / "entry")
+    except OSError:
+        shutil.rmtree(d, ignore_errors=True)
+    if aside is not None:
+        shutil.rmtree(aside, ignore_errors=True)

@@ -1,0 +1,256 @@
+"""The link cache: a hit gives the same outputs without a pass; anything that shapes the output misses;
+damaged entries heal; the cache can be turned off. No GPU needed."""
+import dataclasses
+import json
+import shutil
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from pipelink import cache, toolchain
+from pipelink.cli import main
+from pipelink.diagnostics import Diagnostic, DiagnosticSink, Location
+from pipelink.linker import LinkOptions, link
+from pipelink.pipeline import PipelineSpec, WireSpec, load_pipeline
+from pipelink.shipped import REPO
+
+ROWSUM = REPO / "pipelines" / "rowsum.json"
+
+
+@pytest.fixture
+def cache_root(tmp_path, monkeypatch) -> Path:
+    """A cache of this test alone."""
+    root = tmp_path / "cache"
+    monkeypatch.setenv("PIPELINK_CACHE_DIR", str(root))
+    monkeypatch.delenv("PIPELINK_CACHE", raising=False)
+    return root
+
+
+@pytest.fixture
+def rowsum_inputs(shipped_objects, tmp_path) -> list[str]:
+    """Copies of the rowsum components, so a test may change their bytes."""
+    d = tmp_path / "objects"
+    d.mkdir()
+    spec = load_pipeline(ROWSUM, DiagnosticSink())
+    return [str(shutil.copy(shipped_objects[n], d / f"{n}.o")) for n in spec.components]
+
+
+def rowsum_options(**kw) -> LinkOptions:
+    spec = load_pipeline(ROWSUM, DiagnosticSink())
+    for name in ("dispatch", "schedule", "debug_events"):
+        if name in kw:
+            setattr(spec, name, kw.pop(name))
+    return LinkOptions(pipeline=spec, **kw)
+
+
+def entries(root: Path) -> list[Path]:
+    return sorted(p for p in root.glob("??/*") if p.is_dir())
+
+
+def pass_names(result) -> list[str]:
+    return [name for name, _ in result.timings]
+
+
+def test_miss_then_hit_gives_the_same_outputs_without_a_pass(cache_root, rowsum_inputs):
+    first = link(rowsum_inputs, rowsum_options(monolithic=True))
+    assert first.ok and not first.context.cache_hit
+    assert pass_names(first)[:9] == ["read", "check", "resolve", "allocate", "generate", "compile", "link",
+                                     "verify", "emit"]
+    [entry] = entries(cache_root)
+    assert {p.name for p in entry.iterdir()} == {"kernel.cubin", "manifest.json", "link.map", "glue.cu",
+                                                 "monolithic.cu", "diagnostics.json"}
+
+    again = link(rowsum_inputs, rowsum_options(monolithic=True))
+    assert again.ok and again.context.cache_hit
+    assert pass_names(again) == ["cache"]  # no pass ran
+    assert again.cubin == first.cubin and again.manifest == first.manifest and again.link_map == first.link_map
+    assert again.glue == first.glue and again.monolithic == first.monolithic
+    assert again.diagnostics == first.diagnostics
+    ctx = again.context
+    assert ctx.resolved is None and ctx.allocation is None and ctx.cubin == first.cubin and ctx.target == "sm_90"
+
+
+def test_a_changed_input_byte_misses(cache_root, rowsum_inputs):
+    assert not link(rowsum_inputs, rowsum_options()).context.cache_hit
+    with open(rowsum_inputs[1], "ab") as f:
+        f.write(b"\0")  # past the ELF's last section: readers do not notice, the key must
+    changed = link(rowsum_inputs, rowsum_options())
+    assert changed.ok and not changed.context.cache_hit
+    assert len(entries(cache_root)) == 2
+
+
+def test_the_key_covers_sidecars_and_paths(rowsum_inputs, tmp_path):
+    opts = rowsum_options()
+    key = cache.link_key(rowsum_inputs, opts)
+    sidecar = Path(rowsum_inputs[0] + ".contract.json")
+    sidecar.write_text("{}")
+    assert cache.link_key(rowsum_inputs, opts) != key  # the read pass would now see the sidecar
+    sidecar.unlink()
+    assert cache.link_key(rowsum_inputs, opts) == key
+    # the same bytes elsewhere: the manifest records each object's path, so it is another link
+    moved = tmp_path / "elsewhere.o"
+    shutil.copy(rowsum_inputs[0], moved)
+    assert cache.link_key([str(moved), *rowsum_inputs[1:]], opts) != key
+
+
+def test_archive_members_sidecars_are_in_the_key(rowsum_inputs, tmp_path):
+    import subprocess
+    lib = tmp_path / "objects" / "lib.a"
+    subprocess.run(["ar", "rcs", str(lib), *rowsum_inputs], check=True)
+    key = cache.link_key([str(lib)], rowsum_options())
+    (tmp_path / "objects" / "tile_load.o.contract.json").write_text("{}")  # next to the archive: lib.a(tile_load.o)
+    assert cache.link_key([str(lib)], rowsum_options()) != key
+
+
+CHANGES = {
+    "arch": lambda o: setattr(o, "arch", "sm_90a"),
+    "monolithic": lambda o: setattr(o, "monolithic", True),
+    "optimize": lambda o: setattr(o, "optimize", False),
+    "name": lambda o: setattr(o.pipeline, "name", "other"),
+    "components": lambda o: setattr(o.pipeline, "components", o.pipeline.components[::-1]),
+    "wires": lambda o: setattr(o.pipeline, "wires", o.pipeline.wires[:1]),
+    "schedule": lambda o: setattr(o.pipeline, "schedule", "warp_specialized"),
+    "dispatch": lambda o: setattr(o.pipeline, "dispatch", "dynamic"),
+    "debug_events": lambda o: setattr(o.pipeline, "debug_events", True),
+    "specialize": lambda o: o.pipeline.specialize.update(N=4096),
+}
+
+
+@pytest.mark.parametrize("change", sorted(CHANGES))
+def test_every_option_is_in_the_key(rowsum_inputs, change):
+    opts = rowsum_options()
+    key = cache.link_key(rowsum_inputs, opts)
+    CHANGES[change](opts)
+    assert cache.link_key(rowsum_inputs, opts) != key
+
+
+def test_where_the_pipeline_came_from_is_not_in_the_key(rowsum_inputs):
+    opts = rowsum_options()
+    key = cache.link_key(rowsum_inputs, opts)
+    opts.pipeline.source, opts.pipeline.extra = "/elsewhere/rowsum.json", {"description": "moved"}
+    opts.pipeline.wires = tuple(WireSpec(w.producer, w.out_port, w.consumer, w.in_port, text=w.text.replace(" ", ""))
+                                for w in opts.pipeline.wires)  # spelled differently, the same wire
+    assert cache.link_key(rowsum_inputs, opts) == key
+
+
+def test_a_new_option_must_decide_about_the_key():
+    """Adding a field to LinkOptions or PipelineSpec? Put it in cache.options_doc if it changes the output
+    (then add it here), or else here alone."""
+    assert {f.name for f in dataclasses.fields(LinkOptions)} == {"arch", "pipeline", "monolithic", "optimize", "cache"}
+    assert {f.name for f in dataclasses.fields(PipelineSpec)} == {
+        "name", "components", "wires", "schedule", "dispatch", "debug_events", "specialize", "source", "extra"}
+
+
+@pytest.mark.parametrize("kw", [{"arch": "sm_90a"}, {"dispatch": "dynamic"}], ids=["arch", "dispatch"])
+def test_a_changed_option_misses(cache_root, rowsum_inputs, kw):
+    assert link(rowsum_inputs, rowsum_options()).ok
+    other = link(rowsum_inputs, rowsum_options(**kw))
+    assert other.ok and not other.context.cache_hit
+    assert link(rowsum_inputs, rowsum_options(**kw)).context.cache_hit
+
+
+def test_a_changed_toolchain_or_linker_misses(cache_root, rowsum_inputs, monkeypatch):
+    assert link(rowsum_inputs, rowsum_options()).ok
+    real = toolchain.nvjitlink_version()
+    monkeypatch.setattr(toolchain, "nvjitlink_version", lambda: (real[0], real[1] + 1))
+    newer = link(rowsum_inputs, rowsum_options())
+    assert newer.ok and not newer.context.cache_hit
+    key = cache.link_key(rowsum_inputs, rowsum_options())
+    monkeypatch.setattr(toolchain, "nvrtc_version", lambda: (99, 0))
+    assert cache.link_key(rowsum_inputs, rowsum_options()) != key
+    key = cache.link_key(rowsum_inputs, rowsum_options())
+    monkeypatch.setattr(cache, "source_hash", lambda: "an edited linker")
+    assert cache.link_key(rowsum_inputs, rowsum_options()) != key
+
+
+DAMAGE = {
+    "missing cubin": lambda d: (d / "kernel.cubin").unlink(),
+    "bad manifest": lambda d: (d / "manifest.json").write_text("{\"manifest\": 1,"),
+    "truncated cubin": lambda d: (d / "kernel.cubin").write_bytes((d / "kernel.cubin").read_bytes()[:100]),
+    "bad diagnostics": lambda d: (d / "diagnostics.json").write_text('[{"code": "PL999"}]'),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGE))
+def test_a_damaged_entry_misses_and_is_rewritten(cache_root, rowsum_inputs, damage):
+    first = link(rowsum_inputs, rowsum_options())
+    [entry] = entries(cache_root)
+    DAMAGE[damage](entry)
+    healed = link(rowsum_inputs, rowsum_options())
+    assert healed.ok and not healed.context.cache_hit and healed.cubin == first.cubin
+    assert entries(cache_root) == [entry] and (entry / "kernel.cubin").read_bytes() == first.cubin
+    assert link(rowsum_inputs, rowsum_options()).context.cache_hit
+    assert not list(cache_root.glob(".*"))  # nothing left aside
+
+
+def test_storing_twice_leaves_one_good_entry(cache_root, rowsum_inputs):
+    """Two processes that missed together both store; the second rename loses and is discarded."""
+    result = link(rowsum_inputs, rowsum_options())
+    key = cache.link_key(rowsum_inputs, rowsum_options())
+    assert cache.store(key, result) is None  # the link already stored it
+    assert cache.store(key, result) is None
+    assert len(entries(cache_root)) == 1 and not list(cache_root.glob(".tmp-*"))
+    assert cache.load(key).cubin == result.cubin
+
+
+def test_warnings_are_replayed(cache_root):
+    warning = Diagnostic("PL073", "the kernel spills", Location(file="a.o", component="c", line=3), severity="warning",
+                         related=(Location(pointer="/registers"),))
+    custom = Diagnostic("PL073", "x", hint="a hint of its own", severity="note")
+    assert Diagnostic.from_json(warning.to_json()) == warning and Diagnostic.from_json(custom.to_json()) == custom
+    fake = SimpleNamespace(cubin=b"\x7fELF", manifest={"target": "sm_90", "cubin_sha256": cache._sha256(b"\x7fELF")},
+                           link_map="map", glue="glue", monolithic=None, diagnostics=[warning, custom])
+    assert cache.store("ab" * 32, fake) == cache_root / "ab" / ("ab" * 32)
+    assert cache.load("ab" * 32).diagnostics == [warning, custom]
+
+
+def test_turned_off(cache_root, rowsum_inputs, monkeypatch):
+    off = link(rowsum_inputs, rowsum_options(cache=False))
+    assert off.ok and not cache_root.exists()
+    assert link(rowsum_inputs, rowsum_options()).ok  # stores
+    again = link(rowsum_inputs, rowsum_options(cache=False))
+    assert not again.context.cache_hit and again.context.resolved is not None
+    monkeypatch.setenv("PIPELINK_CACHE", "0")
+    assert not link(rowsum_inputs, rowsum_options()).context.cache_hit
+    assert "cache" not in pass_names(link(rowsum_inputs, rowsum_options()))
+
+
+def test_unreadable_inputs_skip_the_cache(cache_root, rowsum_inputs, tmp_path):
+    missing = [*rowsum_inputs[:2], str(tmp_path / "nowhere.o")]
+    assert cache.link_key(missing, rowsum_options()) is None
+    result = link(missing, rowsum_options())
+    assert [d.code for d in result.diagnostics] == ["PL002"]
+    truncated = tmp_path / "bad.a"
+    truncated.write_bytes(b"!<arch>\nshort")
+    assert cache.link_key([str(truncated)], rowsum_options()) is None
+    assert link([str(truncated)], rowsum_options()).diagnostics[0].code == "PL005"
+
+
+def test_failed_links_are_not_cached(cache_root, rowsum_inputs):
+    result = link(rowsum_inputs[:2], rowsum_options())  # block_rowsum missing from the pipeline
+    assert not result.ok and not cache_root.exists()
+
+
+def test_an_unwritable_cache_does_not_fail_the_link(rowsum_inputs, tmp_path, monkeypatch):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("PIPELINK_CACHE_DIR", str(blocker / "cache"))
+    assert link(rowsum_inputs, rowsum_options()).ok
+
+
+def test_cli_second_link_comes_from_the_cache(cache_root, rowsum_inputs, tmp_path, capsys):
+    def run(*extra):
+        out = tmp_path / "out.cubin"
+        code = main(["link", "--pipeline", str(ROWSUM), *rowsum_inputs, "-o", str(out), "--time", "-v", *extra])
+        _, err = capsys.readouterr()
+        assert code == 0, err
+        return out.read_bytes(), json.loads(out.with_suffix(".json").read_text()), err
+
+    cubin, manifest, err = run()
+    assert "pass resolve" in err
+    cubin2, manifest2, err = run()
+    assert "pass cache" in err and "pass resolve" not in err and "from the link cache" in err
+    assert cubin2 == cubin and manifest2 == manifest
+    _, _, err = run("--no-cache")
+    assert "pass resolve" in err and "pass cache" not in err

@@ -1,0 +1,80 @@
+"""Verify reads what the linked kernel really uses and says where it differs from the plan."""
+import json
+
+from pipelink.cli import main
+from pipelink.diagnostics import DiagnosticSink
+from pipelink.linker import LinkOptions, link
+from pipelink.pipeline import load_pipeline
+from pipelink.shipped import REPO
+
+
+def _build(tmp_path, name, source, edit=None):
+    raw = json.loads((REPO / "contracts" / f"{name}.json").read_text())
+    if edit:
+        edit(raw)
+    (tmp_path / f"{name}.json").write_text(json.dumps(raw))
+    (tmp_path / f"{name}.cu").write_text(source)
+    obj = tmp_path / f"{name}.o"
+    assert main(["build", str(tmp_path / f"{name}.cu"), "--contract", str(tmp_path / f"{name}.json"), "-o", str(obj),
+                 "--arch", "sm_90"]) == 0
+    return obj
+
+
+def _link(shipped_objects, **replace):
+    spec = load_pipeline(REPO / "pipelines" / "rowsum.json", DiagnosticSink())
+    names = ["tile_load", "tile_transform", "block_rowsum"]
+    return link([str(replace.get(n, shipped_objects[n])) for n in names], LinkOptions(pipeline=spec, cache=False))
+
+
+def test_barrier_id_that_is_not_a_constant_is_reported(shipped_objects, tmp_path):
+    """A component that computes a barrier id at run time makes ptxas reserve all 16."""
+    source = """#include "tile_transform.pipelink.h"
+using namespace pl::tile_transform;
+extern "C" __device__ void tile_transform(pl::Tile tile, float scale) {
+  const float* src = port_src();
+  float* dst = port_dst();
+  for (int i = thread_rank(); i < TILE_M() * TILE_N(); i += THREADS) dst[i] = src[i] * scale;
+  pl::barrier_sync(1 + (tile.linear & 1), THREADS);  // an id the contract does not declare, not a constant
+}
+"""
+    obj = _build(tmp_path, "tile_transform", source)
+    result = _link(shipped_objects, tile_transform=obj)
+    assert result.ok
+    warnings = [d for d in result.diagnostics if d.severity == "warning" and d.code == "PL073"]
+    assert any("barrier ids were not link-time constants" in d.message for d in warnings), \
+        [d.render() for d in result.diagnostics]
+
+
+def test_static_shared_memory_outside_the_arena_is_reported(shipped_objects, tmp_path):
+    source = """#include "tile_transform.pipelink.h"
+using namespace pl::tile_transform;
+extern "C" __device__ void tile_transform(pl::Tile tile, float scale) {
+  __shared__ float own[256];  // bytes the linker cannot see or share
+  const float* src = port_src();
+  float* dst = port_dst();
+  own[threadIdx.x] = scale;
+  for (int i = thread_rank(); i < TILE_M() * TILE_N(); i += THREADS) dst[i] = src[i] * own[(i + 1) % 128];
+}
+"""
+    obj = _build(tmp_path, "tile_transform", source)
+    result = _link(shipped_objects, tile_transform=obj)
+    assert result.ok
+    assert any("1024 bytes of static __shared__ memory" in d.message for d in result.diagnostics), \
+        [d.render() for d in result.diagnostics]
+
+
+def test_noinline_component_is_reported(shipped_objects, tmp_path):
+    source = """#include "tile_transform.pipelink.h"
+using namespace pl::tile_transform;
+__device__ __noinline__ float twice(float v) { return 2.0f * v; }
+extern "C" __device__ void tile_transform(pl::Tile tile, float scale) {
+  const float* src = port_src();
+  float* dst = port_dst();
+  for (int i = thread_rank(); i < TILE_M() * TILE_N(); i += THREADS) dst[i] = twice(src[i]) * scale;
+}
+"""
+    obj = _build(tmp_path, "tile_transform", source)
+    result = _link(shipped_objects, tile_transform=obj)
+    assert result.ok
+    assert any("still calls" in d.message and "twice" in d.message for d in result.diagnostics), \
+        [d.render() for d in result.diagnostics]
