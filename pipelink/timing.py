@@ -39,16 +39,21 @@ def time_sample(kernel, sets: list, start_index: int, launches: int, grid=None) 
 
 
 def alternate(kernels: dict, sets: list, samples: int, launches: int = 1, grid=None, warmup: int = 3) -> dict:
-    """Time each kernel `samples` times, alternating them (the order flips every round).
+    """Time each kernel `samples` times, alternating them (the order flips every round, and
+    `samples` is rounded up to even so each kernel goes first equally often). Every launch of a
+    round reads its own input set, so the second kernel never finds the first one's inputs in the L2.
     Returns {name: {"median_us", "samples_us"}}."""
     import torch
     names = list(kernels)
+    samples += samples % 2
     for name in names:
         for i in range(warmup):
             kernels[name].launch(grid=grid, **sets[i % len(sets)].args)
     torch.cuda.synchronize()
     out = {n: [] for n in names}
+    cursor = 0
     for i in range(samples):
         for name in (names if i % 2 == 0 else list(reversed(names))):
-            out[name].append(time_sample(kernels[name], sets, i * launches, launches, grid))
+            out[name].append(time_sample(kernels[name], sets, cursor, launches, grid))
+            cursor += launches
     return {n: {"median_us": statistics.median(s), "samples_us": s} for n, s in out.items()}

@@ -7,7 +7,7 @@ compare the kernels' .text byte for byte; check both against a float64 reference
 alternating, medians of SAMPLES samples of LAUNCHES launches each, inputs rotated over more than
 the L2, fresh random data.
 
-    python bench/parity/parity.py [--samples 21] [--launches 10] [--out bench/parity]
+    python bench/parity/parity.py [--samples 30] [--launches 20] [--out bench/parity]
 """
 import argparse
 import datetime
@@ -88,8 +88,8 @@ def link_both(objects: dict, pipeline: str, dispatch):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--samples", type=int, default=21)
-    ap.add_argument("--launches", type=int, default=10)
+    ap.add_argument("--samples", type=int, default=30)
+    ap.add_argument("--launches", type=int, default=20)
     ap.add_argument("--out", default=str(REPO / "bench" / "parity"))
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="pipelink-parity-"))
