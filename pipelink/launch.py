@@ -735,6 +735,11 @@ class Kernel:
         it = iter(packed)
         return [extra[p.implicit] if p.implicit else next(it) for p in self.params]
 
+    def share_workspace(self, other: "Kernel") -> None:
+        """Use `other`'s event workspace: the same memory and epochs (never launch both at once)."""
+        from .workspace import share_workspace
+        share_workspace(self, other)
+
     def _check_timeout(self, stream: int) -> None:
         from .workspace import read_timeout
         read_timeout(self, stream)

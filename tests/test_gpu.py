@@ -160,3 +160,12 @@ def test_moe_dispatch_random_routing_one_cubin(kernels, dispatch):
             torch.cuda.synchronize()
             err = max_error(problem)
             assert err <= problem.tolerance, f"T={T} H={H} E={E} TOPK={TOPK} skew={skew} seed={seed}: {err}"
+
+
+def test_two_kernels_sharing_one_workspace(kernels):
+    """Kernels that share event memory keep one epoch sequence: alternating them stays correct."""
+    static, dynamic = kernels["splitk_gemv/static"], kernels["splitk_gemv/dynamic"]
+    dynamic.share_workspace(static)
+    for _ in range(5):
+        judge(static, "splitk_gemv", 700, 5000)
+        judge(dynamic, "splitk_gemv", 700, 5000)

@@ -5,7 +5,8 @@ pipelink; compile the one-unit control (the same component sources and the same 
 translation unit, `pipelink link --emit-monolithic`) with the same NVRTC and nvJitLink options;
 compare the kernels' .text byte for byte; check both against a float64 reference; time both,
 alternating, medians of SAMPLES samples of LAUNCHES launches each, inputs rotated over more than
-the L2, fresh random data.
+the L2, fresh random data. Persistent kernels share one event workspace, so the two differ in
+nothing but their modules.
 
     python bench/parity/parity.py [--samples 30] [--launches 20] [--out bench/parity]
 """
@@ -108,6 +109,8 @@ def main():
                 linked_text, control_text = read_cubin(result.cubin)[name].text, read_cubin(control_cubin)[name].text
                 identical = linked_text == control_text
                 linked_k, control_k = result.kernel(), Kernel.load(control_cubin, result.manifest)
+                # One event workspace for both: the same addresses, so data placement cannot differ.
+                control_k.share_workspace(linked_k)
                 for shape in shapes:
                     seed += 1
                     sets = input_sets(lambda i: make(shape, seed * 1000 + i, edits))
