@@ -728,8 +728,9 @@ class Kernel:
             raise ArgumentError(f"kernel '{self.name}' dispatches tasks statically across CTAs that wait for each "
                                 f"other: grid {math.prod(dims)} exceeds the {self.resident_blocks()} blocks the "
                                 "device holds at once")
-        pointer, epoch, base = ensure_workspace(self, self.workspace_words(**env),
-                                                self.total_tiles(**env) + math.prod(dims))
+        # Only a dynamic dispatch claims tasks: every task once, and one final claim per CTA.
+        claims = self.total_tiles(**env) + math.prod(dims) if self.manifest.get("dispatch") == "dynamic" else 0
+        pointer, epoch, base = ensure_workspace(self, self.workspace_words(**env), claims)
         extra = {"workspace": ctypes.c_void_p(pointer), "epoch": ctypes.c_uint32(epoch),
                  "task_base": ctypes.c_uint64(base)}
         it = iter(packed)
