@@ -11,6 +11,8 @@ import statistics
 
 L2_BYTES = 60 * 2**20  # H200
 SLEEP_CYCLES = 4_000_000  # ~2 ms at 2 GHz: longer than the host needs to queue a sample
+HOST_US_PER_LAUNCH = 40   # generous: what one Python launch costs the host
+GPU_CYCLES_PER_US = 2000
 
 
 def problem_bytes(problem) -> int:
@@ -29,13 +31,19 @@ def time_sample(kernel, sets: list, start_index: int, launches: int, grid=None) 
     """Microseconds per launch over `launches` launches, cycling through `sets`."""
     import torch
     begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda._sleep(SLEEP_CYCLES)
+    torch.cuda._sleep(max(SLEEP_CYCLES, launches * HOST_US_PER_LAUNCH * GPU_CYCLES_PER_US))
     begin.record()
     for i in range(launches):
         kernel.launch(grid=grid, **sets[(start_index + i) % len(sets)].args)
     end.record()
     end.synchronize()
     return begin.elapsed_time(end) * 1000.0 / launches
+
+
+def launches_for(kernel, sets: list, target_us: float = 2000.0, least: int = 20, most: int = 400, grid=None) -> int:
+    """Launches per sample so that one sample holds about `target_us` of GPU work."""
+    one = time_sample(kernel, sets, 0, 5, grid)
+    return max(least, min(most, round(target_us / max(one, 1e-3))))
 
 
 def alternate(kernels: dict, sets: list, samples: int, launches: int = 1, grid=None, warmup: int = 3) -> dict:

@@ -8,7 +8,7 @@ alternating, medians of SAMPLES samples of LAUNCHES launches each, inputs rotate
 the L2, fresh random data. Persistent kernels share one event workspace, so the two differ in
 nothing but their modules.
 
-    python bench/parity/parity.py [--samples 30] [--launches 20] [--out bench/parity]
+    python bench/parity/parity.py [--samples 30] [--launches 0] [--out bench/parity]
 """
 import argparse
 import datetime
@@ -90,7 +90,7 @@ def link_both(objects: dict, pipeline: str, dispatch):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--samples", type=int, default=30)
-    ap.add_argument("--launches", type=int, default=20)
+    ap.add_argument("--launches", type=int, default=0, help="launches per sample (0: about 2 ms of GPU work)")
     ap.add_argument("--out", default=str(REPO / "bench" / "parity"))
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="pipelink-parity-"))
@@ -120,10 +120,13 @@ def main():
                         torch.cuda.synchronize()
                         errors.append(max_error(problem))
                         assert errors[-1] <= problem.tolerance, (pipeline, label, dispatch, shape, errors)
-                    t = alternate({"linked": linked_k, "control": control_k}, sets, args.samples, args.launches)
+                    from pipelink.timing import launches_for
+                    launches = args.launches or launches_for(linked_k, sets)
+                    t = alternate({"linked": linked_k, "control": control_k}, sets, args.samples, launches)
                     lt, ct = t["linked"]["median_us"], t["control"]["median_us"]
                     row = {"pipeline": pipeline, "geometry": label, "dispatch": dispatch or "-", "shape": list(shape),
-                           "sass_identical": identical, "text_bytes": len(linked_text), "linked_us": lt,
+                           "sass_identical": identical, "text_bytes": len(linked_text), "launches": launches,
+                           "linked_us": lt,
                            "control_us": ct, "diff_pct": 100.0 * (lt - ct) / ct, "max_error": max(errors),
                            "linked_samples_us": t["linked"]["samples_us"],
                            "control_samples_us": t["control"]["samples_us"]}
@@ -133,7 +136,7 @@ def main():
                 linked_k.unload()
                 control_k.unload()
     res = {"date": datetime.date.today().isoformat(), "gpu": props.name, "samples": args.samples,
-           "launches_per_sample": args.launches, "command": "python bench/parity/parity.py " + " ".join(sys.argv[1:]),
+           "launches_per_sample": f"{args.launches}" if args.launches else "about 2 ms of (20 to 400)", "command": "python bench/parity/parity.py " + " ".join(sys.argv[1:]),
            "configurations": rows}
     out = Path(args.out)
     (out / "results.json").write_text(json.dumps(res, indent=1) + "\n")
@@ -144,7 +147,8 @@ def render(res) -> str:
     rows = res["configurations"]
     lines = ["# Parity: linked kernels against one-unit controls", "",
              f"Machine: {res['gpu']}. Date: {res['date']}. Command: `{res['command']}`.",
-             f"Each time is the median of {res['samples']} samples of {res['launches_per_sample']} back-to-back launches "
+             f"Each time is the median of {res['samples']} samples, each {res['launches_per_sample']} back-to-back "
+             "launches "
              "(CUDA events, queued behind a GPU sleep), linked and control alternating, inputs rotated over more than "
              "twice the L2, fresh random data; every output checked against a float64 reference. Raw samples in "
              "results.json.", "",
