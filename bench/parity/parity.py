@@ -8,7 +8,7 @@ alternating, medians of SAMPLES samples of LAUNCHES launches each, inputs rotate
 the L2, fresh random data. Persistent kernels share one event workspace, so the two differ in
 nothing but their modules.
 
-    python bench/parity/parity.py [--samples 30] [--launches 0] [--out bench/parity]
+    python bench/parity/parity.py [--samples 30] [--launches 20] [--out bench/parity]
 """
 import argparse
 import datetime
@@ -90,7 +90,9 @@ def link_both(objects: dict, pipeline: str, dispatch):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--samples", type=int, default=30)
-    ap.add_argument("--launches", type=int, default=0, help="launches per sample (0: about 2 ms of GPU work)")
+    ap.add_argument("--launches", type=int, default=20,
+                    help="launches per sample (0: about 2 ms of GPU work, 20 to 400; for short persistent kernels "
+                         "the host then cannot queue launches fast enough and gaps enter the samples)")
     ap.add_argument("--out", default=str(REPO / "bench" / "parity"))
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="pipelink-parity-"))
