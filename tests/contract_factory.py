@@ -39,3 +39,21 @@ def base_contract(**overrides) -> dict:
 
 def dumps(c) -> bytes:
     return json.dumps(c, indent=2).encode()
+
+
+def shipped_component(name, edit=None):
+    """A shipped component's contract (optionally edited), without its object: for pure tests."""
+    from pathlib import Path
+
+    from pipelink.collect import Component
+    from pipelink.diagnostics import DiagnosticSink
+    from pipelink.loader import load_contract_bytes
+    from pipelink.model import Source
+
+    raw = json.loads((Path(__file__).resolve().parent.parent / "contracts" / f"{name}.json").read_text())
+    if edit:
+        edit(raw)
+    sink = DiagnosticSink()
+    c = load_contract_bytes(json.dumps(raw).encode(), Source(f"{name}.json"), sink)
+    assert c is not None, [d.render() for d in sink.items]
+    return Component(c, None)

@@ -1,5 +1,4 @@
 """Checks over a set of contracts: pure functions, no toolchain."""
-import copy
 
 import pytest
 

@@ -2,9 +2,7 @@
 import json
 from pathlib import Path
 
-import pytest
 
-from pipelink.collect import Component
 from pipelink.diagnostics import DiagnosticSink
 from pipelink.glue import generate_glue
 from pipelink.allocate import allocate
@@ -13,17 +11,10 @@ from pipelink.model import Source
 from pipelink.pipeline import PipelineSpec
 from pipelink.resolve import resolve
 
+from contract_factory import shipped_component
+
 REPO = Path(__file__).resolve().parent.parent
-
-
-def comp(name, edit=None):
-    raw = json.loads((REPO / "contracts" / f"{name}.json").read_text())
-    if edit:
-        edit(raw)
-    sink = DiagnosticSink()
-    c = load_contract_bytes(json.dumps(raw).encode(), Source(f"{name}.json"), sink)
-    assert c is not None, [d.render() for d in sink.items]
-    return Component(c, None)
+comp = shipped_component
 
 
 def run(comps, dispatch="static"):

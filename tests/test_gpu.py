@@ -107,7 +107,6 @@ def test_repeated_event_launches_without_reset(kernels):
 def test_debug_build_reports_a_wait_that_never_ends(shipped_objects, tmp_path):
     """A bug sampling at link time cannot see: the producer caps its K chunks at 4, the reducer
     expects all of them. Shapes up to 4 chunks link and run; K = 8192 (8 chunks) would hang."""
-    import torch
 
     from pipelink.cli import main
     from pipelink.problems import PROBLEMS

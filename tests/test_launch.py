@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 from pipelink import launch
-from pipelink.launch import (ArgumentError, Kernel, LaunchError, float_to_bf16_bits, float_to_f16_bits,
+from pipelink.launch import (Kernel, LaunchError, float_to_bf16_bits, float_to_f16_bits,
                              float_to_fp8_e4m3_bits, float_to_fp8_e5m2_bits, gpu_available)
 
 MANIFEST = {

@@ -1,5 +1,4 @@
 """Contract loading: schema, semantic checks, located diagnostics, never an exception."""
-import copy
 import json
 from pathlib import Path
 

@@ -1,30 +1,18 @@
 """Resolve and allocate: pure decisions over contracts, no toolchain, no GPU."""
-import json
 from pathlib import Path
 
-import pytest
 
 from pipelink.allocate import Lifetime, SmemItem, allocate, pack
-from pipelink.collect import Component
 from pipelink.diagnostics import DiagnosticSink
 from pipelink.glue import constant_values, generate_glue
 from pipelink.header import constant_symbols
-from pipelink.loader import load_contract_bytes
-from pipelink.model import Source
 from pipelink.pipeline import PipelineSpec, parse_wire
 from pipelink.resolve import resolve
 
+from contract_factory import shipped_component
+
 REPO = Path(__file__).resolve().parent.parent
-
-
-def shipped(name, edit=None):
-    raw = json.loads((REPO / "contracts" / f"{name}.json").read_text())
-    if edit:
-        edit(raw)
-    sink = DiagnosticSink()
-    c = load_contract_bytes(json.dumps(raw).encode(), Source(f"{name}.json"), sink)
-    assert c is not None, [d.render() for d in sink.items]
-    return Component(c, None)
+shipped = shipped_component
 
 
 def rowsum(**edits):

@@ -104,7 +104,6 @@ def main():
     for pipeline, geometries, shapes, make, dispatches in CONFIGS:
         for label, edits in geometries:
             objects = variant_objects(shipped, edits, tmp)
-            geometry = {k: v for e in edits.values() for k, v in e.items()}
             for dispatch in dispatches:
                 result, control_cubin = link_both(objects, pipeline, dispatch)
                 name = result.manifest["kernel"]
