@@ -137,7 +137,8 @@ def main():
                 linked_k.unload()
                 control_k.unload()
     res = {"date": datetime.date.today().isoformat(), "gpu": props.name, "samples": args.samples,
-           "launches_per_sample": f"{args.launches}" if args.launches else "about 2 ms of (20 to 400)", "command": "python bench/parity/parity.py " + " ".join(sys.argv[1:]),
+           "launches_per_sample": f"{args.launches}" if args.launches else "about 2 ms of (20 to 400)",
+           "command": "python bench/parity/parity.py " + " ".join(sys.argv[1:]),
            "configurations": rows}
     out = Path(args.out)
     (out / "results.json").write_text(json.dumps(res, indent=1) + "\n")
