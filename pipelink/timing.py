@@ -27,9 +27,23 @@ def input_sets(make, want_bytes: int = 2 * L2_BYTES, most: int = 256) -> list:
     return [first] + [make(i) for i in range(1, count)]
 
 
-def time_sample(kernel, sets: list, start_index: int, launches: int, grid=None) -> float:
+_SCRUB = {}
+
+
+def scrub_l2() -> None:
+    """Overwrite more than the L2 so the next sample starts from the same cold cache."""
+    import torch
+    buf = _SCRUB.get("buf")
+    if buf is None:
+        buf = _SCRUB["buf"] = torch.empty(2 * L2_BYTES // 4, dtype=torch.float32, device="cuda")
+    buf.zero_()
+
+
+def time_sample(kernel, sets: list, start_index: int, launches: int, grid=None, scrub: bool = False) -> float:
     """Microseconds per launch over `launches` launches, cycling through `sets`."""
     import torch
+    if scrub:
+        scrub_l2()
     begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     torch.cuda._sleep(max(SLEEP_CYCLES, launches * HOST_US_PER_LAUNCH * GPU_CYCLES_PER_US))
     begin.record()
@@ -46,10 +60,14 @@ def launches_for(kernel, sets: list, target_us: float = 2000.0, least: int = 20,
     return max(least, min(most, round(target_us / max(one, 1e-3))))
 
 
-def alternate(kernels: dict, sets: list, samples: int, launches: int = 1, grid=None, warmup: int = 3) -> dict:
+def alternate(kernels: dict, sets: list, samples: int, launches: int = 1, grid=None, warmup: int = 3,
+              same_inputs: bool = False) -> dict:
     """Time each kernel `samples` times, alternating them (the order flips every round, and
-    `samples` is rounded up to even so each kernel goes first equally often). Every launch of a
-    round reads its own input set, so the second kernel never finds the first one's inputs in the L2.
+    `samples` is rounded up to even so each kernel goes first equally often).
+
+    By default every launch of a round reads its own input set, so the second kernel never finds the
+    first one's inputs in the L2. With `same_inputs`, both kernels of a round read the same sets
+    from a scrubbed L2: what differs between them is then the kernel alone (the parity benchmark).
     Returns {name: {"median_us", "samples_us"}}."""
     import torch
     names = list(kernels)
@@ -62,6 +80,9 @@ def alternate(kernels: dict, sets: list, samples: int, launches: int = 1, grid=N
     cursor = 0
     for i in range(samples):
         for name in (names if i % 2 == 0 else list(reversed(names))):
-            out[name].append(time_sample(kernels[name], sets, cursor, launches, grid))
+            out[name].append(time_sample(kernels[name], sets, cursor, launches, grid, scrub=same_inputs))
+            if not same_inputs:
+                cursor += launches
+        if same_inputs:
             cursor += launches
     return {n: {"median_us": statistics.median(s), "samples_us": s} for n, s in out.items()}

@@ -4,8 +4,8 @@ For every configuration (shipped pipeline x tile geometry x problem shape x disp
 pipelink; compile the one-unit control (the same component sources and the same glue as one
 translation unit, `pipelink link --emit-monolithic`) with the same NVRTC and nvJitLink options;
 compare the kernels' .text byte for byte; check both against a float64 reference; time both,
-alternating, medians of SAMPLES samples of LAUNCHES launches each, inputs rotated over more than
-the L2, fresh random data. Persistent kernels share one event workspace, so the two differ in
+alternating, medians of SAMPLES samples of LAUNCHES launches each, fresh random data rotated over
+more than the L2; in each round both kernels read the same inputs from a scrubbed L2. Persistent kernels share one event workspace, so the two differ in
 nothing but their modules.
 
     python bench/parity/parity.py [--samples 30] [--launches 20] [--out bench/parity]
@@ -123,7 +123,8 @@ def main():
                         assert errors[-1] <= problem.tolerance, (pipeline, label, dispatch, shape, errors)
                     from pipelink.timing import launches_for
                     launches = args.launches or launches_for(linked_k, sets)
-                    t = alternate({"linked": linked_k, "control": control_k}, sets, args.samples, launches)
+                    t = alternate({"linked": linked_k, "control": control_k}, sets, args.samples, launches,
+                                  same_inputs=True)
                     lt, ct = t["linked"]["median_us"], t["control"]["median_us"]
                     row = {"pipeline": pipeline, "geometry": label, "dispatch": dispatch or "-", "shape": list(shape),
                            "sass_identical": identical, "text_bytes": len(linked_text), "launches": launches,
@@ -151,8 +152,8 @@ def render(res) -> str:
              f"Machine: {res['gpu']}. Date: {res['date']}. Command: `{res['command']}`.",
              f"Each time is the median of {res['samples']} samples, each {res['launches_per_sample']} back-to-back "
              "launches "
-             "(CUDA events, queued behind a GPU sleep), linked and control alternating, inputs rotated over more than "
-             "twice the L2, fresh random data; every output checked against a float64 reference. Raw samples in "
+             "(CUDA events, queued behind a GPU sleep), linked and control alternating; in each round both read the same "
+             "inputs from a scrubbed L2, rotating over more than twice the L2; fresh random data; every output checked against a float64 reference. Raw samples in "
              "results.json.", "",
              "| pipeline | geometry | dispatch | shape | SASS identical | linked (us) | control (us) | difference |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
