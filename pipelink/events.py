@@ -16,8 +16,6 @@ import itertools
 import math
 from dataclasses import dataclass
 
-import networkx as nx
-
 from .diagnostics import DiagnosticSink
 from .expr import Expr, ExprError
 from .indexmap import IndexMap, parse_map
@@ -133,6 +131,7 @@ def _derived_count(side: Side) -> Expr | None:
 
 
 def _order(comps, tensors, sink) -> list[str] | None:
+    import networkx as nx  # imported here: a cache hit needs no graph
     g = nx.DiGraph()
     rank = {c.name: i for i, c in enumerate(comps)}
     g.add_nodes_from(rank)

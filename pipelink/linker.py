@@ -8,17 +8,16 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from typing import TYPE_CHECKING
+
 from . import cache, toolchain
-from .allocate import Allocation, allocate
-from .build import pipelink_include_dir
-from .collect import Component, read_components, verify_object
-from .check import check_set
 from .diagnostics import Diagnostic, DiagnosticSink, Location, PipelinkError
-from .emit import link_map, manifest
-from .glue import generate_glue
-from .monolithic import generate_monolithic
 from .pipeline import PipelineSpec
-from .resolve import Resolved, resolve
+
+if TYPE_CHECKING:  # the passes import their modules when they run: a cache hit needs none of them
+    from .allocate import Allocation
+    from .collect import Component
+    from .resolve import Resolved
 
 
 @dataclass
@@ -52,10 +51,13 @@ class LinkContext:
 
 
 def pass_read(ctx: LinkContext) -> None:
+    from .collect import read_components
     ctx.components = read_components(ctx.inputs, ctx.sink)
 
 
 def pass_check(ctx: LinkContext) -> None:
+    from .check import check_set
+    from .collect import verify_object
     ctx.target = check_set([c.contract for c in ctx.components], ctx.sink, ctx.options.arch)
     if ctx.target and not ctx.sink.has_errors:
         for comp in ctx.components:
@@ -63,20 +65,25 @@ def pass_check(ctx: LinkContext) -> None:
 
 
 def pass_resolve(ctx: LinkContext) -> None:
+    from .resolve import resolve
     ctx.resolved = resolve(ctx.components, ctx.options.pipeline, ctx.sink)
 
 
 def pass_allocate(ctx: LinkContext) -> None:
+    from .allocate import allocate
     ctx.allocation = allocate(ctx.resolved, ctx.target, ctx.sink)
 
 
 def pass_generate(ctx: LinkContext) -> None:
+    from .glue import generate_glue
+    from .monolithic import generate_monolithic
     ctx.glue = generate_glue(ctx.resolved, ctx.allocation)
     if ctx.options.monolithic:
         ctx.monolithic = generate_monolithic(ctx.resolved, ctx.glue, ctx.sink)
 
 
 def glue_options(ctx: LinkContext) -> list[str]:
+    from .build import pipelink_include_dir
     flags = ctx.components[0].contract.targets.flags  # every component agrees (PL040)
     return [f"-arch={ctx.target}", "-dlto", "-rdc=true", "-std=c++17", f"-I{pipelink_include_dir()}",
             *(f"-I{d}" for d in toolchain.cuda_include_dirs()), *flags.nvcc_options()]
@@ -112,6 +119,7 @@ def pass_verify(ctx: LinkContext) -> None:
 
 
 def pass_emit(ctx: LinkContext) -> None:
+    from .emit import link_map, manifest
     ctx.manifest = manifest(ctx.resolved, ctx.allocation, ctx.target, ctx.cubin, ctx.kernel_info)
     from .verify import subroutines
     ctx.link_map = link_map(ctx.resolved, ctx.allocation, ctx.target, ctx.kernel_info,

@@ -7,8 +7,6 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-import networkx as nx
-
 from .collect import Component
 from .diagnostics import DiagnosticSink, Location
 from .expr import Expr, ExprError
@@ -265,6 +263,7 @@ def _shape(exprs, values) -> str:
 
 
 def _topological(comps, wires, sink) -> list[str] | None:
+    import networkx as nx  # imported here: a cache hit needs no graph
     g = nx.DiGraph()
     rank = {c.name: i for i, c in enumerate(comps)}
     g.add_nodes_from(rank)
