@@ -78,6 +78,8 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
     schedule = spec.schedule or ("persistent" if has_events else _infer_schedule(wires_spec, by_name, geometry))
     wires = [w for w in (_check_wire(ws, explicit, by_name, schedule, geometry, sink) for ws, explicit in wires_spec)
              if w]
+    if schedule == "warp_specialized":
+        _one_stage_count_per_component(comps, wires, sink)
     order = _topological(comps, wires, sink)
     events = None
     if schedule == "persistent":
@@ -252,6 +254,17 @@ def _check_wire(ws: WireSpec, explicit: bool, by_name, schedule: str, geometry, 
                        f"{inp.layout}/{inp.swizzle} for this tile", where, related=(other,))
             ok = False
     return Wire(ws.producer, out, ws.consumer, inp, kind, s_out, tuple(t_out), explicit) if ok else None
+
+
+def _one_stage_count_per_component(comps, wires, sink) -> None:
+    """A component's rings share its tile loop, and so its slot index: one stage count for all."""
+    for c in comps:
+        rings = [w for w in wires if c.name in (w.producer, w.consumer)]
+        counts = sorted({w.stages for w in rings})
+        if len(counts) > 1:
+            sink.error("PL066", f"'{c.name}' sits on rings of {' and '.join(map(str, counts))} stages "
+                       f"({', '.join(f'{w} x{w.stages}' for w in rings)}); its tile loop has one slot index",
+                       c.contract.at("/ports"))
 
 
 def _values(exprs: tuple[Expr, ...], geometry) -> list[int]:

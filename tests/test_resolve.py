@@ -224,3 +224,14 @@ def test_events_need_the_persistent_schedule():
         c["events"] = {"notifies": [{"name": "done", "map": "ij->ij"}]}
     _, _, sink = run(rowsum(block_rowsum=events), schedule="sequential")
     assert codes(sink) == ["PL078"]
+
+
+def test_a_component_between_rings_of_different_depths_is_refused():
+    def deep(c):
+        c["ports"][1]["stages"] = 4
+    def shallow(c):
+        c["ports"][0]["stages"] = 4
+    comps = rowsum(tile_transform=deep, block_rowsum=shallow)
+    _, _, sink = run(comps, schedule="warp_specialized")
+    assert codes(sink) == ["PL066"]
+    assert "sits on rings of 1 and 4 stages" in sink.items[0].message
