@@ -98,6 +98,11 @@ def verify_object(comp: Component, arch: str, sink: DiagnosticSink) -> None:
         if diff:
             sink.error("PL016", f"{obj.path} was compiled with other flags than contract '{c.name}' declares "
                        f"({'; '.join(diff)})", c.at("/targets/compile_flags"), related=(Location(file=obj.path),))
+    try:  # one probe link for a good object; one per symbol to say what is wrong with a bad one
+        if toolchain.probe_entry_and_marker(obj.link_input(), c.entry.symbol, marker_symbol(c), arch):
+            return
+    except toolchain.ToolchainError:
+        pass
     if not check_entry_symbol(obj, c.entry.symbol, arch, sink, contract_file=c.source.file):
         return
     check_marker(comp, arch, sink)

@@ -228,6 +228,20 @@ def probe_device_symbol(inp: LinkInput, symbol: str, arch: str, kind: str = "fun
     return True, ""
 
 
+def probe_entry_and_marker(inp: LinkInput, function: str, variable: str, arch: str) -> bool:
+    """Both symbols at once, in one probe link (the common case: a good object). False means
+    at least one is missing or the input is unreadable: probe them one by one to say which."""
+    src = (f'extern "C" __device__ void {function}();\nextern "C" __device__ const unsigned {variable};\n'
+           f'extern "C" __global__ void __pipelink_probe(const void** out) {{ out[0] = (const void*)&{function}; '
+           f'out[1] = (const void*)&{variable}; }}\n')
+    probe = nvrtc_to_ltoir(src, "pipelink_probe.cu", [f"-arch={arch}", "-dlto", "-rdc=true"])
+    try:
+        out = nvjitlink_link([LinkInput("ltoir", probe, "pipelink_probe"), inp], [f"-arch={arch}", "-lto"])
+    except ToolchainError:
+        return False
+    return variable in defined_symbols(out.cubin)
+
+
 def defined_symbols(cubin: bytes) -> set[str]:
     """Names the cubin defines with contents: functions, and variables in sections that hold bytes.
 
