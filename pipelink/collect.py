@@ -82,8 +82,10 @@ def read_components(paths: list[str], sink: DiagnosticSink) -> list[Component]:
     return [] if sink.has_errors else out
 
 
-def verify_object(comp: Component, arch: str, sink: DiagnosticSink) -> None:
-    """An object against its own contract, for the link target."""
+def verify_object(comp: Component, arch: str, sink: DiagnosticSink, probe: bool = True) -> None:
+    """An object against its own contract, for the link target. With `probe`, also link a probe
+    kernel against it to find its entry symbol and contract marker (the link itself does without:
+    the real link and the cubin check find both, and `probe_symbols` explains a failure)."""
     c, obj = comp.contract, comp.obj
     if not require_ltoir(obj, arch, sink):
         return
@@ -98,6 +100,13 @@ def verify_object(comp: Component, arch: str, sink: DiagnosticSink) -> None:
         if diff:
             sink.error("PL016", f"{obj.path} was compiled with other flags than contract '{c.name}' declares "
                        f"({'; '.join(diff)})", c.at("/targets/compile_flags"), related=(Location(file=obj.path),))
+    if probe:
+        probe_symbols(comp, arch, sink)
+
+
+def probe_symbols(comp: Component, arch: str, sink: DiagnosticSink) -> None:
+    """The object's entry symbol and contract marker, each with a located diagnostic if missing."""
+    c, obj = comp.contract, comp.obj
     try:  # one probe link for a good object; one per symbol to say what is wrong with a bad one
         if toolchain.probe_entry_and_marker(obj.link_input(), c.entry.symbol, marker_symbol(c), arch):
             return

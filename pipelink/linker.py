@@ -61,7 +61,7 @@ def pass_check(ctx: LinkContext) -> None:
     ctx.target = check_set([c.contract for c in ctx.components], ctx.sink, ctx.options.arch)
     if ctx.target and not ctx.sink.has_errors:
         for comp in ctx.components:
-            verify_object(comp, ctx.target, ctx.sink)
+            verify_object(comp, ctx.target, ctx.sink, probe=False)
 
 
 def pass_resolve(ctx: LinkContext) -> None:
@@ -110,7 +110,13 @@ def pass_link(ctx: LinkContext) -> None:
     try:
         ctx.cubin = toolchain.nvjitlink_link(inputs, ctx.nvjitlink_options).cubin
     except toolchain.ToolchainError as exc:
-        ctx.sink.error("PL074", f"nvJitLink failed: {exc.message}\n{exc.log}")
+        # Say which object lacks what, where a probe can tell; else pass nvJitLink's words on.
+        from .collect import probe_symbols
+        before = len(ctx.sink.errors)
+        for comp in ctx.resolved.components:
+            probe_symbols(comp, ctx.target, ctx.sink)
+        if len(ctx.sink.errors) == before:
+            ctx.sink.error("PL074", f"nvJitLink failed: {exc.message}\n{exc.log}")
 
 
 def pass_verify(ctx: LinkContext) -> None:

@@ -27,8 +27,9 @@ def verify_cubin(cubin: bytes, r: Resolved, a: Allocation, arch: str, sink: Diag
         marker = marker_symbol(comp.contract)
         section = variables.get(marker, (None, 0))[0]
         if section is not None and section.startswith(".nv.global") and not section.endswith(".init"):
-            sink.error("PL049", f"'{comp.name}' ({comp.obj.path if comp.obj else '?'}) was not compiled against the "
-                       f"contract it ships with: the link found no {marker}", comp.contract.at("/"))
+            sink.error("PL049", f"{comp.obj.path if comp.obj else comp.name}: not compiled against this contract "
+                       f"(hash {comp.contract.hash[:16]}): the link found no {marker}, so the object was built "
+                       "against another version of it", comp.contract.at("/"))
     if a.registers and info.registers > a.registers:
         sink.error("PL073", f"the kernel uses {info.registers} registers per thread; the contracts allow "
                    f"{a.registers}")

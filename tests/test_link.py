@@ -171,3 +171,15 @@ def test_conflict_stale_component_build(shipped_objects, tmp_path):
     embed_contract(shipped_objects["tile_transform"], json.dumps(raw).encode(), stale)
     result = _link_fails(shipped_objects, tmp_path, "rowsum", "PL049", ("tile_transform", stale))
     assert "not compiled against this contract" in result.diagnostics[0].message
+
+
+def test_missing_entry_symbol_is_explained_after_the_link_fails(shipped_objects, tmp_path):
+    """The link runs no probe for good objects; when nvJitLink fails, probes say which object lacks what."""
+    raw = json.loads((REPO / "contracts" / "tile_transform.json").read_text())
+    raw["entry"]["symbol"] = "tile_transform_v2"
+    obj = tmp_path / "tile_transform.o"
+    embed_contract(shipped_objects["tile_transform"], json.dumps(raw).encode(), obj)
+    result = link_shipped(shipped_objects, "rowsum", tile_transform=obj)
+    codes = [d.code for d in result.diagnostics if d.severity == "error"]
+    assert codes == ["PL014"], [d.render() for d in result.diagnostics]
+    assert "'tile_transform_v2'" in result.diagnostics[0].message
