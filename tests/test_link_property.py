@@ -1,0 +1,76 @@
+"""Resolve, allocate and generate on randomly edited shipped contracts: diagnostics or glue, never
+an exception."""
+import json
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pipelink.allocate import allocate
+from pipelink.collect import Component
+from pipelink.diagnostics import DiagnosticSink
+from pipelink.glue import generate_glue
+from pipelink.loader import load_contract_bytes
+from pipelink.model import Source
+from pipelink.pipeline import PipelineSpec
+from pipelink.resolve import resolve
+
+REPO = Path(__file__).resolve().parent.parent
+PIPELINES = [json.loads(p.read_text()) for p in sorted((REPO / "pipelines").glob("*.json"))]
+RAW = {p.stem: json.loads(p.read_text()) for p in (REPO / "contracts").glob("*.json") if "schema" not in p.name}
+
+# (path into a contract, values to try)
+EDITS = [
+    (("geometry", "provides", "TILE_M"), [1, 3, 16, 64, 4096]),
+    (("geometry", "provides", "STAGES"), [1, 2, 9]),
+    (("geometry", "provides", "KCHUNK"), [32, 1000, 4096]),
+    (("threads", "warps"), [1, 4, 8, 32]),
+    (("registers", "max_per_thread"), [16, 255]),
+    (("geometry", "tile_sequence", "order"), ["row_major", "col_major", "snake"]),
+    (("geometry", "tile_sequence", "distribution"), ["grid_stride", "blocked", "queue"]),
+]
+
+
+def edited(name, edits):
+    raw = json.loads(json.dumps(RAW[name]))
+    for path, value in edits:
+        node = raw
+        for key in path[:-1]:
+            node = node.get(key) if isinstance(node, dict) else None
+            if node is None:
+                break
+        if isinstance(node, dict) and path[-1] in node:
+            node[path[-1]] = value
+            if path == ("threads", "warps"):
+                node.pop("roles", None)
+    sink = DiagnosticSink()
+    c = load_contract_bytes(json.dumps(raw).encode(), Source(f"{name}.json"), sink)
+    return None if c is None else Component(c, None)
+
+
+edit = st.tuples(st.sampled_from(range(len(EDITS))), st.integers(0, 4)).map(
+    lambda t: (EDITS[t[0]][0], EDITS[t[0]][1][t[1] % len(EDITS[t[0]][1])]))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.sampled_from(PIPELINES), st.lists(st.tuples(st.integers(0, 3), edit), max_size=4),
+       st.sampled_from([None, "sequential", "warp_specialized", "persistent"]), st.sampled_from(["sm_90", "sm_89"]))
+def test_link_decisions_never_raise(pipe, edits, schedule, arch):
+    names = pipe["components"]
+    comps = []
+    for i, name in enumerate(names):
+        comp = edited(name, [e for j, e in edits if j % len(names) == i])
+        if comp is None:
+            return  # the loader refused the edit with a diagnostic: covered by the loader's tests
+        comps.append(comp)
+    sink = DiagnosticSink()
+    spec = PipelineSpec(name="k", schedule=schedule or pipe.get("schedule"), dispatch=pipe.get("dispatch", "static"))
+    r = resolve(comps, spec, sink)
+    if r is None:
+        assert sink.has_errors
+        return
+    a = allocate(r, arch, sink)
+    if a is None:
+        assert sink.has_errors
+        return
+    assert "__global__" in generate_glue(r, a)
