@@ -139,6 +139,10 @@ def cmd_inspect(args) -> int:
         for obj in read_input(path, sink):
             item = object_summary(obj)
             lines += object_text(obj)
+            if obj.format == "cubin":  # a linked kernel: its manifest, not a contract, describes it
+                results.append(item)
+                lines.append("")
+                continue
             inner = DiagnosticSink()
             found = find_contract(obj, inner)
             if found:

@@ -76,8 +76,23 @@ def contract_text(c: Contract, indent: str = "  ") -> list[str]:
     return lines
 
 
+def cubin_kernels(obj: InputObject) -> dict:
+    """For a cubin (a linked kernel): what each kernel really uses, read from its attributes."""
+    if obj.format != "cubin":
+        return {}
+    from .cubin import CubinError, read_cubin
+    try:
+        kernels = read_cubin(obj.data)
+    except CubinError:
+        return {}
+    return {name: {"registers": k.registers, "frame_bytes": k.frame_bytes, "static_smem": k.static_smem_bytes,
+                   "max_threads": list(k.max_threads) if k.max_threads else None,
+                   "named_barriers": k.num_barriers, "param_bytes": k.param_bytes, "calls": k.calls,
+                   "text_bytes": len(k.text)} for name, k in kernels.items()}
+
+
 def object_summary(obj: InputObject) -> dict:
-    return {
+    out = {
         "path": obj.path,
         "format": obj.format,
         "entries": [{"kind": e.kind, "arch": e.arch, "options": e.options, "compressed": e.compressed,
@@ -85,6 +100,10 @@ def object_summary(obj: InputObject) -> dict:
         "symbols": list(obj.ptx_symbols),
         "embedded_contract": obj.embedded_contract is not None,
     }
+    kernels = cubin_kernels(obj)
+    if kernels:
+        out["kernels"] = kernels
+    return out
 
 
 def object_text(obj: InputObject) -> list[str]:
@@ -95,4 +114,9 @@ def object_text(obj: InputObject) -> list[str]:
                      + (f"  [{e.options}]" if e.options else ""))
     if obj.ptx_symbols:
         lines.append(f"  symbols  {', '.join(obj.ptx_symbols)}")
+    for name, k in cubin_kernels(obj).items():
+        threads = "x".join(map(str, k["max_threads"])) if k["max_threads"] else "?"
+        lines.append(f"  kernel   {name}: {k['registers']} registers, {k['frame_bytes']} B frame, {k['static_smem']} B "
+                     f"static smem, launch bounds {threads}, {k['named_barriers']} named barriers, "
+                     f"{k['text_bytes']} B of code")
     return lines

@@ -183,3 +183,14 @@ def test_missing_entry_symbol_is_explained_after_the_link_fails(shipped_objects,
     codes = [d.code for d in result.diagnostics if d.severity == "error"]
     assert codes == ["PL014"], [d.render() for d in result.diagnostics]
     assert "'tile_transform_v2'" in result.diagnostics[0].message
+
+
+def test_inspect_a_linked_cubin(linked, tmp_path, capsys):
+    cubin = tmp_path / "rowsum.cubin"
+    cubin.write_bytes(linked["rowsum"].cubin)
+    assert main(["inspect", str(cubin)]) == 0
+    out = capsys.readouterr().out
+    assert "kernel   rowsum: " in out and "launch bounds 128x1x1" in out and "contract" not in out
+    assert main(["inspect", "--format", "json", str(cubin)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["inputs"][0]["kernels"]["rowsum"]["static_smem"] == 0
