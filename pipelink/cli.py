@@ -186,7 +186,7 @@ def cmd_header(args) -> int:
     text = generate_header(c)
     if args.output:
         try:
-            _atomic_write(Path(args.output), text.encode())
+            _atomic_write_all({Path(args.output): text.encode()})
         except OSError as exc:
             sink.error("PL007", f"cannot write {args.output}: {exc.strerror or exc}", Location(file=args.output))
             return _finish(sink, "text", {}, [])
@@ -319,16 +319,6 @@ def _finish(sink: DiagnosticSink, fmt: str, doc: dict, lines: list[str], partial
         if lines and sink.has_errors and not partial_ok:
             print(lines[-1], file=sys.stderr)
     return int(sink.exit_code())
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
 
 
 if __name__ == "__main__":

@@ -113,6 +113,7 @@ class KernelInfo:
     text: bytes = field(repr=False)
     unknown_attrs: tuple[int, ...] = ()
     calls: bool = False        # the kernel's code calls a function (see _kernel_calls)
+    subroutines: tuple[str, ...] = ()  # functions LTO placed inside the kernel's section (not inlined)
 
 
 class NvInfoRecord(NamedTuple):
@@ -340,6 +341,8 @@ def _kernel_info(cubin: _Cubin, sym: _Symbol, glob: dict[str, int], reservation:
         reserved_smem_bytes=reserved,
         text=text.data,
         calls=_kernel_calls(cubin, sym, text),
+        subroutines=tuple(sorted(s.name for s in cubin.symbols
+                                 if s.type == STT_FUNC and s.shndx == text.index and s.index != sym.index)),
         **attrs,
     )
 

@@ -72,7 +72,7 @@ def _persistent_manifest(doc: dict, r: Resolved) -> None:
     }
 
 
-def link_map(r: Resolved, a: Allocation, arch: str, kernel_info=None, subroutines: list[str] = ()) -> str:
+def link_map(r: Resolved, a: Allocation, arch: str, kernel_info=None) -> str:
     out = [f"# pipelink link map: kernel {r.name}, target {arch}, schedule {r.schedule}",
            f"# block {a.block_threads} threads ({a.block_warps} warps), dynamic smem {a.smem_bytes} bytes"
            + (f", registers <= {a.registers}" if a.registers else ""), ""]
@@ -143,5 +143,5 @@ def link_map(r: Resolved, a: Allocation, arch: str, kernel_info=None, subroutine
         out += ["", "## linked kernel (read from the cubin)",
                 f"  registers {kernel_info.registers}, frame {kernel_info.frame_bytes} B, stack "
                 f"{kernel_info.max_stack_bytes} B, static smem {kernel_info.static_smem_bytes} B, named barriers "
-                f"{kernel_info.num_barriers}, subroutines {', '.join(subroutines) or 'none'}"]
+                f"{kernel_info.num_barriers}, subroutines {', '.join(kernel_info.subroutines) or 'none'}"]
     return "\n".join(out) + "\n"

@@ -131,22 +131,14 @@ def _derived_count(side: Side) -> Expr | None:
 
 
 def _order(comps, tensors, sink) -> list[str] | None:
-    import networkx as nx  # imported here: a cache hit needs no graph
-    g = nx.DiGraph()
-    rank = {c.name: i for i, c in enumerate(comps)}
-    g.add_nodes_from(rank)
-    for t in tensors.values():
-        for n in t.notifiers:
-            for w in t.waiters:
-                g.add_edge(n.component, w.component, event=t.name)
-    try:
-        return list(nx.lexicographical_topological_sort(g, key=lambda n: rank[n]))
-    except nx.NetworkXUnfeasible:
-        cycle = nx.find_cycle(g)
-        text = " -> ".join(f"{a} ({g.edges[a, b]['event']})" for a, b in cycle) + f" -> {cycle[0][0]}"
+    from .graph import dependency_order
+    edges = [(n.component, w.component, t.name) for t in tensors.values() for n in t.notifiers for w in t.waiters]
+    order, cycle = dependency_order([c.name for c in comps], edges)
+    if order is None:
+        text = " -> ".join(f"{a} ({event})" for a, _, event in cycle) + f" -> {cycle[0][0]}"
         comp = next(c for c in comps if c.name == cycle[0][0])
         sink.error("PL080", f"the events form a cycle: {text}; no task of the cycle can start", comp.contract.at("/events"))
-        return None
+    return order
 
 
 def _shape_names(comps, tensors, geometry) -> list[str]:

@@ -97,7 +97,6 @@ def _kernel(r: Resolved, a: Allocation) -> list[str]:
 
 def _tile_loop(r: Resolved, indent: str, stages: int) -> list[str]:
     """The loop over this CTA's tiles, setting `tile` (coordinates in the sequence's order)."""
-    n = len(r.tiles.grid)
     if r.tiles.distribution == "queue":  # rejected in resolve (PL078) until the event scheduler exists
         raise ValueError("the queue distribution needs the event scheduler")
     if r.tiles.distribution == "blocked":
@@ -106,20 +105,24 @@ def _tile_loop(r: Resolved, indent: str, stages: int) -> list[str]:
                 f"{indent}for (int t = first, it = 0; t < last; ++t, ++it) {{"]
     else:  # grid_stride
         head = [f"{indent}for (int t = blockIdx.x, it = 0; t < num_tiles; t += gridDim.x, ++it) {{"]
-    i2 = indent + "  "
-    body = [f"{i2}pl::Tile tile;", f"{i2}tile.linear = t;", f"{i2}tile.iteration = it;",
-            f"{i2}tile.stage = {'it % ' + str(stages) if stages > 1 else '0'};"]
-    dims = list(range(n))
-    fastest_last = r.tiles.order in ("row_major", "snake")
-    walk = list(reversed(dims)) if fastest_last else dims
-    body.append(f"{i2}int rest = t;")
+    stage = f"it % {stages}" if stages > 1 else "0"
+    return head + _tile_from(r.tiles.order, len(r.tiles.grid), "tiles_", "it", stage, indent + "  ")
+
+
+def _tile_from(order: str, n: int, extents: str, iteration: str, stage: str, indent: str) -> list[str]:
+    """Declare `tile` for linear task `t` of a grid whose extents are `<extents>0..n-1`, walked in
+    `order` (row_major and snake: the last coordinate moves fastest; snake reverses it on odd rows)."""
+    out = [f"{indent}pl::Tile tile;", f"{indent}tile.linear = t;", f"{indent}tile.iteration = {iteration};",
+           f"{indent}tile.stage = {stage};", f"{indent}int rest = t;"]
+    walk = list(reversed(range(n))) if order in ("row_major", "snake") else list(range(n))
     for d in walk:
-        body.append(f"{i2}tile.coord[{d}] = rest % tiles_{d}; rest /= tiles_{d};")
-    if r.tiles.order == "snake" and n >= 2:
-        body.append(f"{i2}if (tile.coord[{n - 2}] & 1) tile.coord[{n - 1}] = tiles_{n - 1} - 1 - tile.coord[{n - 1}];")
+        out.append(f"{indent}tile.coord[{d}] = rest % {extents}{d}; rest /= {extents}{d};")
+    if order == "snake" and n >= 2:
+        out.append(f"{indent}if (tile.coord[{n - 2}] & 1) tile.coord[{n - 1}] = {extents}{n - 1} - 1 - "
+                   f"tile.coord[{n - 1}];")
     for d in range(n, 3):
-        body.append(f"{i2}tile.coord[{d}] = 0;")
-    return head + body
+        out.append(f"{indent}tile.coord[{d}] = 0;")
+    return out
 
 
 def _call(comp, indent: str) -> str:
@@ -282,18 +285,7 @@ def _persistent(r: Resolved, a: Allocation) -> list[str]:
 
 def _decode(r: Resolved, k: int, name: str, indent: str) -> list[str]:
     seq = r.component(name).contract.geometry.tile_sequence
-    n = len(seq.grid)
-    walk = list(reversed(range(n))) if seq.order in ("row_major", "snake") else list(range(n))
-    out = [f"{indent}pl::Tile tile;", f"{indent}tile.linear = t;", f"{indent}tile.iteration = 0;",
-           f"{indent}tile.stage = 0;", f"{indent}int rest = t;"]
-    for d in walk:
-        out.append(f"{indent}tile.coord[{d}] = rest % c{k}_tiles_{d}; rest /= c{k}_tiles_{d};")
-    if seq.order == "snake" and n >= 2:
-        out.append(f"{indent}if (tile.coord[{n - 2}] & 1) tile.coord[{n - 1}] = c{k}_tiles_{n - 1} - 1 - "
-                   f"tile.coord[{n - 1}];")
-    for d in range(n, 3):
-        out.append(f"{indent}tile.coord[{d}] = 0;")
-    return out
+    return _tile_from(seq.order, len(seq.grid), f"c{k}_tiles_", "0", "0", indent)
 
 
 def _element_loops(r: Resolved, j: int, tensor, side, indent: str) -> tuple[list[str], str, str]:

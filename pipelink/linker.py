@@ -127,9 +127,7 @@ def pass_verify(ctx: LinkContext) -> None:
 def pass_emit(ctx: LinkContext) -> None:
     from .emit import link_map, manifest
     ctx.manifest = manifest(ctx.resolved, ctx.allocation, ctx.target, ctx.cubin, ctx.kernel_info)
-    from .verify import subroutines
-    ctx.link_map = link_map(ctx.resolved, ctx.allocation, ctx.target, ctx.kernel_info,
-                            subroutines(ctx.cubin, ctx.resolved.name))
+    ctx.link_map = link_map(ctx.resolved, ctx.allocation, ctx.target, ctx.kernel_info)
 
 
 PASSES = [("read", pass_read), ("check", pass_check), ("resolve", pass_resolve), ("allocate", pass_allocate),

@@ -15,7 +15,7 @@ import jsonschema
 from . import expr as exprs
 from .diagnostics import DiagnosticSink, Location
 from .indexmap import MapError, parse_map
-from .model import (Barriers, Buffer, CompileFlags, Contract, Entry, EventNotify, Events, EventWait,
+from .model import (INTEGER_DTYPES, Barriers, Buffer, CompileFlags, Contract, Entry, EventNotify, Events, EventWait,
                     Geometry, MBarrier, NamedBarrier, Param, ParamRange, Port, Role, Source, Targets,
                     Threads, TileSequence)
 from .targets import TARGETS
@@ -206,7 +206,7 @@ class _SemanticCheck:
         params = raw.get("params", [])
         self.unique(params, "/entry/params", "parameter")
         shapes = {p["name"] for p in params if not p.get("pointer") and p["dtype"] in
-                  {"i64", "u64", "i32", "u32", "i16", "u16", "i8", "u8"}}
+                  INTEGER_DTYPES}
         provided = set(self.raw.get("geometry", {}).get("provides", {})) | set(
             self.raw.get("geometry", {}).get("consumes", {}))
         out = []
@@ -407,7 +407,7 @@ class _SemanticCheck:
         rank = len(grid) if grid else None  # from the JSON: a bad extent must not cascade
         shapes = {p.name for p in entry.params if p.is_shape}
         int_pointers = {p.name for p in entry.params if p.pointer and not p.is_shape
-                        and p.dtype in {"i32", "u32", "i64", "u64", "i16", "u16", "i8", "u8"}}
+                        and p.dtype in INTEGER_DTYPES}
         allowed = set(geometry.provides) | set(geometry.consumes) | shapes
         notifies, waits = [], []
         for kind in ("notifies", "waits"):

@@ -18,17 +18,24 @@ def _silu(x):
     return x / (1.0 + (-x).exp())
 
 
+def _tile_row_sums(values, tile_n: int, device: str):
+    """The float64 sums of each row over each tile of `tile_n` columns (the ragged last tile padded
+    with zeros, as the kernels do), and the NaN-poisoned output they go to."""
+    import torch
+    M, N = values.shape
+    tiles_n = math.ceil(N / tile_n)
+    padded = torch.zeros(M, tiles_n * tile_n, dtype=torch.float64)
+    padded[:, :N] = values
+    out = torch.full((M, tiles_n), float("nan"), dtype=torch.float32, device=device)
+    return padded.view(M, tiles_n, tile_n).sum(-1), out
+
+
 def rowsum_problem(M: int, N: int, seed: int, tile_n: int = 128, device: str = "cuda") -> Problem:
     import torch
     g = torch.Generator(device="cpu").manual_seed(seed)
     x = torch.randn(M, N, generator=g, dtype=torch.float32)
     scale = float(torch.empty(1).uniform_(0.25, 2.0, generator=g))
-    tiles_n = math.ceil(N / tile_n)
-    y = _silu(x.double()) * scale
-    padded = torch.zeros(M, tiles_n * tile_n, dtype=torch.float64)
-    padded[:, :N] = y
-    expected = padded.view(M, tiles_n, tile_n).sum(-1)
-    out = torch.full((M, tiles_n), float("nan"), dtype=torch.float32, device=device)  # poison
+    expected, out = _tile_row_sums(_silu(x.double()) * scale, tile_n, device)
     return Problem({"x": x.to(device), "out": out, "M": M, "N": N, "scale": scale}, ["out"],
                    {"out": expected}, 1e-4 * math.sqrt(tile_n))
 
@@ -38,11 +45,7 @@ def gemv_problem(M: int, N: int, seed: int, tile_n: int = 256, device: str = "cu
     g = torch.Generator(device="cpu").manual_seed(seed)
     x = torch.randn(M, N, generator=g, dtype=torch.float32)
     w = torch.randn(N, generator=g, dtype=torch.float32)
-    tiles_n = math.ceil(N / tile_n)
-    padded = torch.zeros(M, tiles_n * tile_n, dtype=torch.float64)
-    padded[:, :N] = x.double() * w.double()
-    expected = padded.view(M, tiles_n, tile_n).sum(-1)
-    out = torch.full((M, tiles_n), float("nan"), dtype=torch.float32, device=device)
+    expected, out = _tile_row_sums(x.double() * w.double(), tile_n, device)
     return Problem({"x": x.to(device), "w": w.to(device), "out": out, "M": M, "N": N}, ["out"],
                    {"out": expected}, 1e-4 * math.sqrt(tile_n))
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from .collect import Component
 from .diagnostics import DiagnosticSink, Location
 from .expr import Expr, ExprError
-from .model import Param, Port, TileSequence
+from .model import INTEGER_DTYPES, Param, Port, TileSequence
 from .pipeline import PipelineSpec, WireSpec
 
 
@@ -111,7 +111,7 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
                            "components too", c.contract.at("/threads/uses_syncthreads"))
     if sink.has_errors or tiles is None or order is None:
         return None
-    shapes = {p.name for p in params if not p.pointer and p.dtype in ("i32", "u32", "i64", "u64", "i16", "u16")}
+    shapes = {p.name for p in params if not p.pointer and p.dtype in INTEGER_DTYPES}
     for name in spec.specialize:
         if name not in shapes:
             sink.error("PL001", f"--specialize {name}: the kernel has no integer parameter '{name}'",
@@ -276,17 +276,11 @@ def _shape(exprs, values) -> str:
 
 
 def _topological(comps, wires, sink) -> list[str] | None:
-    import networkx as nx  # imported here: a cache hit needs no graph
-    g = nx.DiGraph()
-    rank = {c.name: i for i, c in enumerate(comps)}
-    g.add_nodes_from(rank)
-    g.add_edges_from((w.producer, w.consumer) for w in wires)
-    try:
-        return list(nx.lexicographical_topological_sort(g, key=lambda n: rank[n]))
-    except nx.NetworkXUnfeasible:
-        cycle = " -> ".join(a for a, _ in nx.find_cycle(g))
-        sink.error("PL068", f"the wires form a cycle: {cycle}")
-        return None
+    from .graph import dependency_order
+    order, cycle = dependency_order([c.name for c in comps], [(w.producer, w.consumer, str(w)) for w in wires])
+    if order is None:
+        sink.error("PL068", f"the wires form a cycle: {' -> '.join(a for a, _, _ in cycle)}")
+    return order
 
 
 def _tile_sequence(comps, sink) -> tuple[TileSequence, str] | None:

@@ -205,22 +205,27 @@ def _jitlink_log(handle, error: bool) -> str:
     return bytes(buf).rstrip(b"\x00").decode(errors="replace").strip()
 
 
-def probe_device_symbol(inp: LinkInput, symbol: str, arch: str, kind: str = "function") -> tuple[bool, str]:
-    """Does `inp` define the `extern "C" __device__` function (or const variable) `symbol` for `arch`?
-
-    LTO-IR is opaque, so ask nvJitLink itself: link a one-line kernel that takes the symbol's
-    address against the input. Returns (defined, log). This also proves that the pinned nvJitLink
-    can read the input's LTO-IR at all.
-    """
-    decl = (f'extern "C" __device__ void {symbol}();' if kind == "function"
-            else f'extern "C" __device__ const unsigned {symbol};')
-    src = (f"{decl}\n"
-           f'extern "C" __global__ void __pipelink_probe(const void** out) {{ *out = (const void*)&{symbol}; }}\n')
+def _probe_link(inp: LinkInput, symbols: list[tuple[str, str]], arch: str) -> tuple[LinkOutput | None, str]:
+    """Link a one-line kernel that takes the address of each (symbol, kind) against `inp`, where
+    kind is "function" or "variable". LTO-IR is opaque, so nvJitLink itself says what it defines;
+    this also proves that the pinned nvJitLink can read the input at all. Returns (output, log)."""
+    decls = "".join(f'extern "C" __device__ void {name}();\n' if kind == "function"
+                    else f'extern "C" __device__ const unsigned {name};\n' for name, kind in symbols)
+    refs = " ".join(f"out[{i}] = (const void*)&{name};" for i, (name, _) in enumerate(symbols))
+    src = f'{decls}extern "C" __global__ void __pipelink_probe(const void** out) {{ {refs} }}\n'
     probe = nvrtc_to_ltoir(src, "pipelink_probe.cu", [f"-arch={arch}", "-dlto", "-rdc=true"])
     try:
-        out = nvjitlink_link([LinkInput("ltoir", probe, "pipelink_probe"), inp], [f"-arch={arch}", "-lto"])
+        return nvjitlink_link([LinkInput("ltoir", probe, "pipelink_probe"), inp], [f"-arch={arch}", "-lto"]), ""
     except ToolchainError as exc:
-        return False, exc.log
+        return None, exc.log
+
+
+def probe_device_symbol(inp: LinkInput, symbol: str, arch: str, kind: str = "function") -> tuple[bool, str]:
+    """Does `inp` define the `extern "C" __device__` function (or const variable) `symbol` for `arch`?
+    Returns (defined, log)."""
+    out, log = _probe_link(inp, [(symbol, "function" if kind == "function" else "variable")], arch)
+    if out is None:
+        return False, log
     # nvJitLink does not fail on an undefined extern variable: it turns it into a zero-filled
     # definition in .nv.global (NOBITS). A defined constant has bytes; look in the cubin.
     if kind != "function" and symbol not in defined_symbols(out.cubin):
@@ -231,15 +236,8 @@ def probe_device_symbol(inp: LinkInput, symbol: str, arch: str, kind: str = "fun
 def probe_entry_and_marker(inp: LinkInput, function: str, variable: str, arch: str) -> bool:
     """Both symbols at once, in one probe link (the common case: a good object). False means
     at least one is missing or the input is unreadable: probe them one by one to say which."""
-    src = (f'extern "C" __device__ void {function}();\nextern "C" __device__ const unsigned {variable};\n'
-           f'extern "C" __global__ void __pipelink_probe(const void** out) {{ out[0] = (const void*)&{function}; '
-           f'out[1] = (const void*)&{variable}; }}\n')
-    probe = nvrtc_to_ltoir(src, "pipelink_probe.cu", [f"-arch={arch}", "-dlto", "-rdc=true"])
-    try:
-        out = nvjitlink_link([LinkInput("ltoir", probe, "pipelink_probe"), inp], [f"-arch={arch}", "-lto"])
-    except ToolchainError:
-        return False
-    return variable in defined_symbols(out.cubin)
+    out, _ = _probe_link(inp, [(function, "function"), (variable, "variable")], arch)
+    return out is not None and variable in defined_symbols(out.cubin)
 
 
 def defined_symbols(cubin: bytes) -> set[str]:

@@ -53,7 +53,7 @@ def verify_cubin(cubin: bytes, r: Resolved, a: Allocation, arch: str, sink: Diag
                                                "see them)" if info.num_barriers == 16 else
                                                "a component uses an id its contract does not declare"),
                      hint="use the header's bar_<name>()/sync_<name>() and declare hard-coded ids")
-    callees = [n for n in subroutines(cubin, r.name) if not n.startswith(MATH_SUBROUTINE)]
+    callees = [n for n in info.subroutines if not n.startswith(MATH_SUBROUTINE)]
     if info.calls and callees:
         sink.warning("PL073", f"the kernel still calls {', '.join(callees)}: a component was not inlined "
                      "(__noinline__, -G, or an object without LTO-IR); linking is then not free")
@@ -63,18 +63,6 @@ def verify_cubin(cubin: bytes, r: Resolved, a: Allocation, arch: str, sink: Diag
 # The compiler's own math subroutines (IEEE division's slow path) are called, never inlined, in
 # the one-unit build too: not a cost of linking.
 MATH_SUBROUTINE = "$__internal_"
-
-
-def subroutines(cubin: bytes, kernel: str) -> list[str]:
-    """Functions placed inside the kernel's own text section (what LTO could not inline)."""
-    import io
-
-    from elftools.elf.elffile import ELFFile
-    elf = ELFFile(io.BytesIO(cubin))
-    text = elf.get_section_index(f".text.{kernel}")
-    symtab = elf.get_section_by_name(".symtab")
-    return sorted(s.name for s in symtab.iter_symbols() if s["st_info"]["type"] == "STT_FUNC"
-                  and s["st_shndx"] == text and s.name != kernel)
 
 
 def expected_barrier_count(a: Allocation) -> int:

@@ -14,7 +14,7 @@ from pipelink.inputs import embed_contract
 from pipelink.linker import LinkOptions, glue_options, link
 from pipelink.pipeline import load_pipeline
 from pipelink.shipped import REPO, shipped_pipelines
-from pipelink.verify import MATH_SUBROUTINE, subroutines
+from pipelink.verify import MATH_SUBROUTINE
 
 PIPELINES = {p.name: p for p in shipped_pipelines()}
 GOLDEN = Path(__file__).parent / "golden"
@@ -45,7 +45,7 @@ def test_link_produces_a_verified_kernel(linked, name):
     assert info.registers <= result.context.allocation.registers
     assert info.frame_bytes == 0 and info.static_smem_bytes == 0
     # nothing left uninlined but the compiler's own math subroutines (IEEE division's slow path)
-    assert all(n.startswith(MATH_SUBROUTINE) for n in subroutines(result.cubin, name))
+    assert all(n.startswith(MATH_SUBROUTINE) for n in info.subroutines)
     assert m["dynamic_smem"] > 0 and m["cubin_sha256"]
 
 
