@@ -79,7 +79,10 @@ def kernel_params(r: Resolved) -> list[str]:
 def _kernel(r: Resolved, a: Allocation) -> list[str]:
     params = ", ".join(kernel_params(r))
     geometry_c = lambda name: str(r.geometry[name]) if name in r.geometry else name  # noqa: E731
-    out = [f'extern "C" __global__ void __launch_bounds__({a.block_threads}, 1) {r.name}({params}) {{',
+    # nvcc ignores -maxrregcount for a kernel with __launch_bounds__, so a register budget is the
+    # kernel's own __maxnreg__ (the two qualifiers exclude each other).
+    bounds = f"__maxnreg__({a.registers})" if a.registers else f"__launch_bounds__({a.block_threads}, 1)"
+    out = [f'extern "C" __global__ void {bounds} {r.name}({params}) {{',
            "  // A stale component build leaves its marker undefined; the link reports it (PL049).",
            "  if (" + " + ".join(marker_symbol(c.contract) for c in r.components) +
            f" != {len(r.components)}u) __trap();"]
@@ -392,12 +395,16 @@ def _task_body(r: Resolved, a: Allocation, k: int, name: str, indent: str) -> li
     notifies = plan.notifies_of(name)
     out.append(f"{indent}__syncthreads();  // the task's writes are done")
     if notifies:
-        out += [f"{indent}if (threadIdx.x == 0) {{", f"{indent}  __threadfence();  // ... and visible to every CTA"]
+        # The block's threads share the notifications round-robin: a task that notifies hundreds of
+        # elements (a dispatch tile's rows) would otherwise serialize their atomics on one thread.
+        out += [f"{indent}{{", f"{indent}  __threadfence();  // ... and visible to every CTA",
+                f"{indent}  unsigned pl_n = 0;"]
         for tensor, side in notifies:
             j = tensor_index[tensor.name]
             opens, index, inner = _element_loops(r, j, tensor, side, indent + "  ")
             out += opens
-            out.append(f"{inner}pl::events::add_one(e{j} + {index}, pl_epoch);  // '{tensor.name}' {side.map.text}")
+            out.append(f"{inner}if (pl_n++ % {a.block_threads}u == threadIdx.x) "
+                       f"pl::events::add_one(e{j} + {index}, pl_epoch);  // '{tensor.name}' {side.map.text}")
             out += [f"{indent}  {'  ' * i}}}" for i in reversed(range(len(opens)))]
         out.append(f"{indent}}}")
     return out
