@@ -130,6 +130,9 @@ CODES = _codes(
     Code("PL083", "wait count differs from the notifications", L,
          "make the waiter's count equal what its producers send, or let it be derived (count: auto)"),
     Code("PL084", "event index out of range", L, "the map sends a task outside the event tensor; fix the map or the shape"),
+    Code("PL086", "event map reads a tensor before it is written", L,
+         "a map or count that reads a tensor another component writes in the same launch must come after a wait "
+         "on an event that component (or one after it) notifies; waits run in contract order"),
     Code("PL085", "shared-memory wire in a persistent kernel", L,
          "pass the data through global memory (a gmem port) and order the tasks with an event"),
     Code("PL076", "no source for the one-unit control", L,

@@ -131,8 +131,7 @@ def link_map(r: Resolved, a: Allocation, arch: str, kernel_info=None) -> str:
         for t in r.events.tensors.values():
             shape = ", ".join(substitute(e, r.geometry) for e in t.shape)
             notes = "; ".join(f"{n.component} notifies {n.map.text}" for n in t.notifiers)
-            waits = "; ".join(f"{w.component} waits {w.map.text} for "
-                              + (str(w.count) if w.count is not None else t.count_c(lambda n: str(r.geometry.get(n, n))))
+            waits = "; ".join(f"{w.component} waits {w.map.text} for " + _wait_count(t, w, r.geometry)
                               for w in t.waiters)
             out.append(f"  {t.name}[{shape}]: {notes}; {waits}")
     else:
@@ -145,3 +144,11 @@ def link_map(r: Resolved, a: Allocation, arch: str, kernel_info=None) -> str:
                 f"{kernel_info.max_stack_bytes} B, static smem {kernel_info.static_smem_bytes} B, named barriers "
                 f"{kernel_info.num_barriers}, subroutines {', '.join(kernel_info.subroutines) or 'none'}"]
     return "\n".join(out) + "\n"
+
+
+def _wait_count(t, w, geometry: dict) -> str:
+    if w.count_term is not None:  # read per task from a device tensor
+        return f"{w.count_term.text} (read on the device)"
+    if w.count is not None:
+        return str(w.count)
+    return t.count_c(lambda n: str(geometry.get(n, n)))

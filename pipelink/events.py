@@ -9,6 +9,10 @@ are projections (`ij->i`: one per j), or given in the contract. The analysis is 
   - the component graph the events form has no cycle                  (PL080)
   - on sampled shapes, every index stays inside its tensor, and every
     waited element receives exactly the count its waiter expects    (PL084, PL083)
+  - a map or count that reads a tensor another component writes in this
+    launch comes after a wait that orders it behind that writer     (PL086)
+
+Waits run in the order the contract lists them: a later wait may read what an earlier one guards.
 """
 from __future__ import annotations
 
@@ -34,6 +38,11 @@ class Side:
     count: Expr | None         # waits only: the count each element must reach (None: derived)
     pointer: str
     count_term: object = None  # waits only: the count is read per task from a device tensor
+    position: int = 0          # index in the contract's list: waits run in this order
+
+    def reads(self) -> tuple[str, ...]:
+        """Device tensors the map (and a device-read count) index."""
+        return self.map.tensors + (tuple(self.count_term.tensors) if self.count_term is not None else ())
 
 
 @dataclass
@@ -54,7 +63,9 @@ class EventPlan:
     order: list[str]           # components in an order every wait respects
 
     def waits_of(self, component: str) -> list[tuple[EventTensor, Side]]:
-        return [(t, w) for t in self.tensors.values() for w in t.waiters if w.component == component]
+        """In the contract's order: a wait may read a tensor an earlier wait guards."""
+        found = [(t, w) for t in self.tensors.values() for w in t.waiters if w.component == component]
+        return sorted(found, key=lambda tw: tw[1].position)
 
     def notifies_of(self, component: str) -> list[tuple[EventTensor, Side]]:
         return [(t, n) for t in self.tensors.values() for n in t.notifiers if n.component == component]
@@ -79,9 +90,9 @@ def plan_events(comps, geometry: dict[str, int], sink: DiagnosticSink) -> EventP
                 sink.error("PL082", f"'{c.name}' notifies '{n.name}' with rank {len(shape)}, another notifier with "
                            f"rank {len(t.shape)}", c.at(n.pointer_path))
             t.notifiers.append(side)
-        for w in c.events.waits:
+        for k, w in enumerate(c.events.waits):
             tensors.setdefault(w.name, EventTensor(w.name, (), [], [])).waiters.append(
-                Side(c.name, parse_map(w.map), grid, w.count, w.pointer_path, w.count_term))
+                Side(c.name, parse_map(w.map), grid, w.count, w.pointer_path, w.count_term, k))
     by_name = {comp.name: comp for comp in comps}
     for t in tensors.values():
         for w in t.waiters:
@@ -99,8 +110,48 @@ def plan_events(comps, geometry: dict[str, int], sink: DiagnosticSink) -> EventP
     order = _order(comps, tensors, sink)
     if order is None:
         return None
+    _check_read_order(comps, tensors, sink)
     _check_sampled(comps, tensors, geometry, sink)
     return None if sink.has_errors else EventPlan(tensors, order)
+
+
+def _check_read_order(comps, tensors, sink) -> None:
+    """A map or count reading tensor X, which another component C writes (X is a non-const pointer
+    of C), must follow a wait on an event notified by C or by a component that waits (directly or
+    not) on C. Notifies run after all of the task's waits."""
+    writers: dict[str, set[str]] = {}
+    for comp in comps:
+        for p in comp.contract.entry.params:
+            if p.pointer and not p.const:
+                writers.setdefault(p.name, set()).add(comp.name)
+    after: dict[str, set[str]] = {c.name: set() for c in comps}  # after[C]: components ordered behind C
+    for t in tensors.values():
+        for n in t.notifiers:
+            after[n.component] |= {w.component for w in t.waiters}
+    changed = True
+    while changed:
+        changed = False
+        for c, behind in after.items():
+            more = set().union(*(after[b] for b in behind)) - behind if behind else set()
+            if more:
+                behind |= more
+                changed = True
+    by_name = {c.name: c for c in comps}
+    for comp in comps:
+        waits = sorted(((t, w) for t in tensors.values() for w in t.waiters if w.component == comp.name),
+                       key=lambda tw: tw[1].position)
+        notifies = [(t, n) for t in tensors.values() for n in t.notifiers if n.component == comp.name]
+        for i, (t, side) in enumerate(waits + notifies):
+            guards = waits[:i] if i < len(waits) else waits
+            notifiers = {n.component for g, _ in guards for n in g.notifiers}
+            for tensor in side.reads():
+                for writer in sorted(writers.get(tensor, set()) - {comp.name}):
+                    if not any(n == writer or n in after[writer] for n in notifiers):
+                        verb = "waits on" if i < len(waits) else "notifies"
+                        sink.error("PL086", f"'{comp.name}' {verb} '{t.name}' through {side.map.text!r}, reading "
+                                   f"'{tensor}', which '{writer}' writes in this launch; no earlier wait orders the "
+                                   f"read after '{writer}', so it can see values of a previous launch",
+                                   by_name[comp.name].contract.at(side.pointer))
 
 
 def _derived_shape(side: Side) -> tuple[Expr, ...] | None:

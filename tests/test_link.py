@@ -41,7 +41,9 @@ def test_link_produces_a_verified_kernel(linked, name):
     assert not [d for d in result.diagnostics if d.severity == "warning"], [d.render() for d in result.diagnostics]
     info = read_cubin(result.cubin)[name]
     m = result.manifest
-    assert m["kernel"] == name and m["block"][0] == info.max_threads[0]
+    assert m["kernel"] == name
+    # a register budget is the kernel's __maxnreg__, which excludes __launch_bounds__
+    assert info.max_threads is None if result.context.allocation.registers else m["block"][0] == info.max_threads[0]
     assert info.registers <= result.context.allocation.registers
     assert info.frame_bytes == 0 and info.static_smem_bytes == 0
     # nothing left uninlined but the compiler's own math subroutines (IEEE division's slow path)

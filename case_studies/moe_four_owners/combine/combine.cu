@@ -10,8 +10,8 @@ using namespace pl::moe_combine;
 using bf16 = __nv_bfloat16;
 constexpr int kMaxTopk = 8;
 
-extern "C" __device__ void moe_combine(pl::Tile tile, bf16* __restrict__ ys, int* __restrict__ slot,
-                                       int* __restrict__ pair_tile, float* __restrict__ topk_w, bf16* __restrict__ y,
+extern "C" __device__ void moe_combine(pl::Tile tile, const bf16* __restrict__ ys, const int* __restrict__ slot,
+                                       const int* __restrict__ pair_tile, const float* __restrict__ topk_w, bf16* __restrict__ y,
                                        int T, int H, int TOPK) {
   const int t = tile.coord[0];
   const int c0 = tile.coord[1] * COMBINE_TILE_N, c1 = min(H, c0 + COMBINE_TILE_N);

@@ -11,7 +11,7 @@
 
 using namespace pl::moe_dispatch;
 
-extern "C" __device__ void moe_dispatch(pl::Tile tile, int* __restrict__ topk_ids, int* __restrict__ pair_tile,
+extern "C" __device__ void moe_dispatch(pl::Tile tile, const int* __restrict__ topk_ids, int* __restrict__ pair_tile,
                                         int* __restrict__ slot, int* __restrict__ row_token,
                                         int* __restrict__ tile_expert, int* __restrict__ tile_rows, int T, int E,
                                         int TOPK) {

@@ -60,8 +60,8 @@ using Acc = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
 
 extern "C" __device__ void moe_expert(pl::Tile tile, const bf16* __restrict__ x, const bf16* __restrict__ w_gate,
                                       const bf16* __restrict__ w_up, const bf16* __restrict__ w_down,
-                                      int* __restrict__ row_token, int* __restrict__ tile_expert,
-                                      int* __restrict__ tile_rows, bf16* __restrict__ ys, int T, int H, int I, int E,
+                                      const int* __restrict__ row_token, const int* __restrict__ tile_expert,
+                                      const int* __restrict__ tile_rows, bf16* __restrict__ ys, int T, int H, int I, int E,
                                       int TOPK) {
   const int i = tile.coord[0];
   const int e = tile_expert[i];

@@ -1,0 +1,140 @@
+"""Building the four teams' components and linking them, both ways:
+
+- pipelink: each team builds its component against its contract (`pipelink build`); pipelink
+  checks the contracts together, allocates, generates the glue and links (nvJitLink LTO).
+- classic: each team compiles its source with the constants it hard-coded (`classic.h`), the
+  integrator's hand-written glue (`integration/classic_glue.cu`) copies the values it was told,
+  and plain nvJitLink links the objects. Nothing checks that the values still agree.
+
+A variant changes one team's constant: in its contract (pipelink) and in its `-D` (classic), and
+rebuilds that team's component only.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ARCH = "sm_90"
+
+
+@dataclass(frozen=True)
+class Team:
+    folder: str       # the team's folder: <folder>/<folder>.cu, <folder>.json, classic.h
+    component: str    # the component's name in its contract
+
+    @property
+    def source(self) -> Path:
+        return HERE / self.folder / f"{self.folder}.cu"
+
+    @property
+    def contract(self) -> Path:
+        return HERE / self.folder / f"{self.folder}.json"
+
+
+TEAMS = (Team("router", "moe_router"), Team("dispatch", "moe_dispatch"), Team("expert", "moe_expert"),
+         Team("combine", "moe_combine"))
+PIPELINE = HERE / "integration" / "moe.pipeline.json"
+CLASSIC_GLUE = HERE / "integration" / "classic_glue.cu"
+
+
+@dataclass(frozen=True)
+class Change:
+    """One team changes one of its own geometric constants."""
+    team: str
+    constant: str
+    value: int
+
+
+def contract_with(team: Team, change: Change | None) -> bytes:
+    doc = json.loads(team.contract.read_text())
+    if change is not None and change.team == team.folder:
+        provides = doc["geometry"]["provides"]
+        assert change.constant in provides, f"{team.folder} does not provide {change.constant}"
+        provides[change.constant] = change.value
+    return (json.dumps(doc, indent=2) + "\n").encode()
+
+
+def build_pipelink(team: Team, out_dir: Path, change: Change | None = None) -> tuple[Path | None, list[str]]:
+    """The team's own build: `pipelink build` against its (possibly changed) contract."""
+    from pipelink.build import BuildOptions, build_component
+    from pipelink.diagnostics import DiagnosticSink
+    from pipelink.loader import load_contract_file
+    out_dir.mkdir(parents=True, exist_ok=True)
+    raw = contract_with(team, change)
+    contract_path = out_dir / f"{team.folder}.json"
+    contract_path.write_bytes(raw)
+    sink = DiagnosticSink()
+    contract = load_contract_file(contract_path, sink)
+    out = out_dir / f"{team.component}.o"
+    if contract is None or not build_component(contract, raw, team.source, out, sink, BuildOptions(archs=(ARCH,))):
+        return None, [d.render() for d in sink.items]
+    return out, []
+
+
+def build_classic(team: Team | None, out_dir: Path, change: Change | None = None) -> Path:
+    """nvcc -dc -dlto of a team's source with its hard-coded constants (team None: the integrator's glue)."""
+    from pipelink import toolchain
+    out_dir.mkdir(parents=True, exist_ok=True)
+    source = CLASSIC_GLUE if team is None else team.source
+    out = out_dir / (f"classic_{team.component}.o" if team else "classic_glue.o")
+    cmd = [str(toolchain.nvcc_path()), "-dc", "-std=c++17", "-O3", f"-gencode=arch=compute_90,code=lto_90",
+           "-DMOE_CLASSIC", f"-I{source.parent}", f"-I{HERE / 'integration'}", str(source), "-o", str(out)]
+    if change is not None and team is not None and change.team == team.folder:
+        cmd.insert(-3, f"-D{change.constant}_VALUE={change.value}")
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=toolchain.nvcc_env())
+    if proc.returncode != 0:
+        raise RuntimeError(f"nvcc failed on {source.name}:\n{proc.stderr}{proc.stdout}")
+    return out
+
+
+def link_pipelink(objects: list[Path], debug_events: bool = False):
+    from pipelink.diagnostics import DiagnosticSink
+    from pipelink.linker import LinkOptions, link
+    from pipelink.pipeline import load_pipeline
+    sink = DiagnosticSink()
+    spec = load_pipeline(str(PIPELINE), sink)
+    assert spec is not None, [d.render() for d in sink.items]
+    if debug_events:
+        import dataclasses
+        spec = dataclasses.replace(spec, debug_events=True)
+    return link([str(o) for o in objects], LinkOptions(pipeline=spec))
+
+
+def link_classic(objects: list[Path]) -> bytes:
+    """Plain nvJitLink over the host objects' LTO-IR: what a build without contracts does."""
+    from pipelink import toolchain
+    inputs = [toolchain.LinkInput("object", Path(o).read_bytes(), Path(o).name) for o in objects]
+    out = toolchain.nvjitlink_link(inputs, [f"-arch={ARCH}", "-lto", "-O3"])
+    return out.cubin
+
+
+@dataclass
+class Builds:
+    """Objects of one variant: pipelink's (or its diagnostics) and the classic ones."""
+    pipelink_objects: list[Path] = field(default_factory=list)
+    pipelink_build_errors: list[str] = field(default_factory=list)
+    classic_objects: list[Path] = field(default_factory=list)
+
+
+def build_all(out_dir: Path, change: Change | None = None, base: "Builds | None" = None, classic: bool = True) -> Builds:
+    """Build every team's component; with `base`, rebuild only the changed team's and reuse the rest."""
+    b = Builds()
+    for i, team in enumerate(TEAMS):
+        rebuild = base is None or (change is not None and change.team == team.folder)
+        if rebuild:
+            obj, errors = build_pipelink(team, out_dir / "pipelink", change)
+            b.pipelink_build_errors += errors
+            if obj:
+                b.pipelink_objects.append(obj)
+            if classic:
+                b.classic_objects.append(build_classic(team, out_dir / "classic", change))
+        else:
+            b.pipelink_objects.append(base.pipelink_objects[i])
+            if classic:
+                b.classic_objects.append(base.classic_objects[i])
+    if classic:
+        b.classic_objects.append(base.classic_objects[-1] if base else build_classic(None, out_dir / "classic"))
+    return b

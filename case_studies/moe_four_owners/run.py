@@ -1,0 +1,218 @@
+"""The MoE case study in one command: build the four teams' components, link them with pipelink
+and classically, then (on a GPU) check every kernel against torch, benchmark, and run the
+modified-geometry test. Results go to results/ (RESULTS.md and results.json).
+
+    python case_studies/moe_four_owners/run.py [all|test|bench|variants] [--out DIR]
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import builds  # noqa: E402
+import layer  # noqa: E402
+import variants  # noqa: E402
+
+RESULTS = HERE / "results"
+SAMPLES = 20
+WARMUP = 3
+VARIANT_SHAPE, VARIANT_TOKENS = "qwen3-30b-a3b", 256
+
+
+def log(*parts) -> None:
+    print(*parts, flush=True)
+
+
+def gpu_present() -> bool:
+    try:
+        import torch
+        return torch.cuda.is_available()
+    except ImportError:
+        return False
+
+
+def build_baseline(out: Path) -> tuple[builds.Builds, object, bytes]:
+    start = time.perf_counter()
+    base = builds.build_all(out / "base")
+    if base.pipelink_build_errors:
+        sys.exit("\n".join(base.pipelink_build_errors))
+    linked = builds.link_pipelink(base.pipelink_objects)
+    for d in linked.diagnostics:
+        log(d.render())
+    if not linked.ok:
+        sys.exit("pipelink could not link the baseline")
+    (out / "base" / "moe_layer.map").write_text(linked.link_map)
+    classic = builds.link_classic(base.classic_objects)
+    log(f"built 4 components twice (pipelink, classic) and linked both in {time.perf_counter() - start:.1f} s; "
+        f"link map: {out / 'base' / 'moe_layer.map'}")
+    return base, linked, classic
+
+
+def implementations(linked, classic_cubin: bytes) -> dict:
+    import launchers
+    return {"pipelink fused": launchers.PipelinkLayer.from_link(linked),
+            "classic fused": launchers.ClassicFused(classic_cubin),
+            "separate kernels": launchers.ClassicSeparate(classic_cubin),
+            "torch": launchers.TorchLayer()}
+
+
+def run_tests(impls: dict, seed: int) -> list[dict]:
+    """Every kernel, both model shapes, every token count: fresh inputs, poisoned outputs."""
+    import torch
+    rows = []
+    for shape in layer.SHAPES.values():
+        weights = layer.make_weights(shape, seed)
+        for T in layer.TOKEN_COUNTS:
+            x = layer.make_tokens(shape, T, seed + T)
+            for name, impl in impls.items():
+                if name == "torch":
+                    continue
+                # pipelink's kernel twice without any reset between: its events restart by epoch
+                for launch in ((1, 2) if name == "pipelink fused" else (1,)):
+                    buffers = layer.poisoned_buffers(impl.layout(shape, T))
+                    impl.run(shape, x, weights, buffers)
+                    torch.cuda.synchronize()
+                    v = layer.judge(shape, x, weights, buffers)
+                    rows.append({"shape": shape.name, "T": T, "kernel": name, "launch": launch, "ok": v.ok,
+                                 "max_err": v.max_err, "unwritten": v.unwritten, "routing": v.routing_detail})
+                    log(f"  {shape.name:14} T={T:5} {name:17} launch {launch}: {'ok ' if v.ok else 'FAIL'} "
+                        f"max err {v.max_err:.4f} x rms, unwritten {v.unwritten}, {v.routing_detail}")
+    return rows
+
+
+def run_bench(impls: dict, seed: int) -> list[dict]:
+    """Time per MoE layer, as the caller sees it: CUDA events around one call (its launches and any
+    host work), from a scrubbed L2; the implementations alternate, the order rotating every round."""
+    import torch
+    from pipelink.timing import scrub_l2
+    rows = []
+    names = list(impls)
+    for shape in layer.SHAPES.values():
+        weights = layer.make_weights(shape, seed)
+        for T in layer.TOKEN_COUNTS:
+            x = layer.make_tokens(shape, T, seed + T)
+            bufs = {n: layer.poisoned_buffers(impls[n].layout(shape, T)) for n in names}
+            times = {n: [] for n in names}
+            for rnd in range(WARMUP + SAMPLES):
+                order = names[rnd % len(names):] + names[:rnd % len(names)]
+                for n in order:
+                    scrub_l2()
+                    torch.cuda.synchronize()
+                    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    begin.record()
+                    impls[n].run(shape, x, weights, bufs[n])
+                    end.record()
+                    end.synchronize()
+                    if rnd >= WARMUP:
+                        times[n].append(begin.elapsed_time(end) * 1000.0)
+            row = {"shape": shape.name, "T": T, "samples_us": times,
+                   "median_us": {n: statistics.median(times[n]) for n in names}}
+            rows.append(row)
+            log(f"  {shape.name:14} T={T:5} " + "  ".join(f"{n} {row['median_us'][n]:9.1f} us" for n in names))
+    return rows
+
+
+def run_variants(out: Path, base: builds.Builds, seed: int) -> list[dict]:
+    rows = []
+    for v in variants.VARIANTS:
+        vdir = out / v.name
+        b = builds.build_all(vdir, v.change, base)
+        row = {"variant": v.name, "team": v.change.team, "change": f"{v.change.constant} = {v.change.value}",
+               "what": v.what}
+        # classic: plain nvJitLink; nothing to check, so it always links
+        classic_cubin = vdir / "classic.cubin"
+        classic_cubin.write_bytes(builds.link_classic(b.classic_objects))
+        row["classic"] = variants.classify_child("classic", classic_cubin, None, VARIANT_SHAPE, VARIANT_TOKENS, seed)
+        if b.pipelink_build_errors:
+            row["pipelink"] = {"outcome": "build refused", "detail": b.pipelink_build_errors[0].splitlines()[0]}
+        else:
+            linked = builds.link_pipelink(b.pipelink_objects)
+            if not linked.ok:
+                first = next(d for d in linked.diagnostics if d.severity == "error")
+                row["pipelink"] = {"outcome": "link-time diagnostic", "detail": first.render().splitlines()[0]}
+            else:
+                (vdir / "pipelink.cubin").write_bytes(linked.cubin)
+                (vdir / "pipelink.json").write_text(json.dumps(linked.manifest))
+                row["pipelink"] = variants.classify_child("pipelink", vdir / "pipelink.cubin", vdir / "pipelink.json",
+                                                          VARIANT_SHAPE, VARIANT_TOKENS, seed)
+        rows.append(row)
+        log(f"  {v.name:22} classic: {row['classic']['outcome']:24} pipelink: {row['pipelink']['outcome']}")
+        log(f"  {'':22}   classic: {row['classic']['detail']}")
+        log(f"  {'':22}   pipelink: {row['pipelink']['detail']}")
+    return rows
+
+
+def run_smoke(out: Path, linked, classic: bytes, seed: int) -> int:
+    debug = builds.link_pipelink(builds.build_all(out / "base", classic=False).pipelink_objects, debug_events=True)
+    worlds = {"pipelink": linked, "pipelink --debug-events": debug}
+    failed = 0
+    for name, result in worlds.items():
+        path = out / "base" / (name.split()[0] + ("-debug" if "debug" in name else ""))
+        path.with_suffix(".cubin").write_bytes(result.cubin)
+        path.with_suffix(".json").write_text(json.dumps(result.manifest))
+        for shape, T in (("small", 16), (VARIANT_SHAPE, 16), (VARIANT_SHAPE, 1024)):
+            v = variants.classify_child("pipelink", path.with_suffix(".cubin"), path.with_suffix(".json"), shape, T, seed)
+            failed += v["outcome"] != "correct"
+            log(f"  {name:24} {shape:14} T={T:5}: {v['outcome']}: {v['detail']}")
+    (out / "base" / "classic.cubin").write_bytes(classic)
+    for shape, T in (("small", 16), (VARIANT_SHAPE, 16), (VARIANT_SHAPE, 1024)):
+        v = variants.classify_child("classic", out / "base" / "classic.cubin", None, shape, T, seed)
+        failed += v["outcome"] != "correct"
+        log(f"  {'classic fused':24} {shape:14} T={T:5}: {v['outcome']}: {v['detail']}")
+    return 1 if failed else 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("what", nargs="?", default="all", choices=["all", "smoke", "test", "bench", "variants", "child"])
+    ap.add_argument("--out", default=str(Path(os.environ.get("MOE_BUILD_DIR", "build/moe_four_owners"))))
+    ap.add_argument("--seed", type=int, default=None, help="default: fresh every run")
+    ap.add_argument("--world"), ap.add_argument("--cubin"), ap.add_argument("--manifest")
+    ap.add_argument("--shape", default=VARIANT_SHAPE), ap.add_argument("--tokens", type=int, default=VARIANT_TOKENS)
+    args = ap.parse_args(argv)
+    seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little") % 1_000_000
+    if args.what == "child":
+        verdict = variants.child_main(args.world, Path(args.cubin), Path(args.manifest) if args.manifest else None,
+                                      args.shape, args.tokens, seed)
+        print(json.dumps(verdict), flush=True)
+        os._exit(0)  # a hung kernel may still run: leave without waiting for it
+    out = Path(args.out)
+    base, linked, classic = build_baseline(out)
+    if not gpu_present():
+        log("no GPU here: built and linked; the tests, the benchmark and the modified-geometry test need one")
+        return 0
+    if args.what == "smoke":  # each baseline kernel once, in a child under the watchdog
+        return run_smoke(out, linked, classic, seed)
+    import torch
+    RESULTS.mkdir(exist_ok=True)
+    doc = {"date": datetime.date.today().isoformat(), "device": torch.cuda.get_device_name(0), "seed": seed,
+           "command": "python case_studies/moe_four_owners/run.py " + " ".join(sys.argv[1:] if argv is None else argv)}
+    failed = False
+    impls = implementations(linked, classic)
+    if args.what in ("all", "test"):
+        log("correctness (fresh random inputs, poisoned outputs, fp32 torch reference):")
+        doc["tests"] = run_tests(impls, seed)
+        failed |= not all(r["ok"] for r in doc["tests"])
+    if args.what in ("all", "bench"):
+        log("time per MoE layer (median of %d, scrubbed L2):" % SAMPLES)
+        doc["bench"] = run_bench(impls, seed)
+    if args.what in ("all", "variants"):
+        log(f"modified-geometry test ({VARIANT_SHAPE}, T={VARIANT_TOKENS}):")
+        doc["variants"] = run_variants(out, base, seed)
+        failed |= not all(r["pipelink"]["outcome"] in ("correct", "link-time diagnostic") for r in doc["variants"])
+    (RESULTS / f"{args.what}.json").write_text(json.dumps(doc, indent=1))
+    log(f"results: {RESULTS / (args.what + '.json')}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
