@@ -332,6 +332,7 @@ class Kernel:
     tiles: tuple[_expr.Expr, ...] = field(init=False, repr=False)
     _cu_device: object = field(default=None, init=False, repr=False)
     _resident: int | None = field(default=None, init=False, repr=False)
+    _memo: dict = field(default_factory=dict, init=False, repr=False)  # per-shape tile and workspace sizes
 
     def __post_init__(self):
         m = self.manifest
@@ -638,6 +639,12 @@ class Kernel:
 
     def total_tiles(self, **shapes) -> int:
         """The product of the tile expressions over `shapes` (1 when the manifest lists none)."""
+        key = ("tiles", *sorted(shapes.items()))
+        if key not in self._memo:  # every launch asks: evaluate once per shape
+            self._memo[key] = self._total_tiles(shapes)
+        return self._memo[key]
+
+    def _total_tiles(self, shapes: dict) -> int:
         total = 1
         for tile in self.tiles:
             try:
@@ -714,11 +721,14 @@ class Kernel:
 
     def workspace_words(self, **shapes) -> int:
         """64-bit words of event counters (and the header) this launch needs."""
-        ws = self.manifest.get("workspace", {})
-        words = int(ws.get("header_words", 0))
-        for event in ws.get("events", []):
-            words += math.prod(_expr.parse(e).evaluate(shapes) for e in event["shape"])
-        return words
+        key = ("words", *sorted(shapes.items()))
+        if key not in self._memo:  # every launch asks: evaluate once per shape
+            ws = self.manifest.get("workspace", {})
+            words = int(ws.get("header_words", 0))
+            for event in ws.get("events", []):
+                words += math.prod(_expr.parse(e).evaluate(shapes) for e in event["shape"])
+            self._memo[key] = words
+        return self._memo[key]
 
     def _with_implicit(self, packed: list, env: dict, dims) -> list:
         from .workspace import ensure_workspace

@@ -87,6 +87,7 @@ def cubin_kernels(obj: InputObject) -> dict:
         return {}
     return {name: {"registers": k.registers, "frame_bytes": k.frame_bytes, "static_smem": k.static_smem_bytes,
                    "max_threads": list(k.max_threads) if k.max_threads else None,
+                   "max_registers": k.max_reg_count if k.max_reg_count and k.max_reg_count < 255 else None,
                    "named_barriers": k.num_barriers, "param_bytes": k.param_bytes, "calls": k.calls,
                    "text_bytes": len(k.text)} for name, k in kernels.items()}
 
@@ -115,8 +116,9 @@ def object_text(obj: InputObject) -> list[str]:
     if obj.ptx_symbols:
         lines.append(f"  symbols  {', '.join(obj.ptx_symbols)}")
     for name, k in cubin_kernels(obj).items():
-        threads = "x".join(map(str, k["max_threads"])) if k["max_threads"] else "?"
+        bounds = ["launch bounds " + "x".join(map(str, k["max_threads"]))] if k["max_threads"] else []
+        bounds += [f"at most {k['max_registers']} registers"] if k["max_registers"] else []
         lines.append(f"  kernel   {name}: {k['registers']} registers, {k['frame_bytes']} B frame, {k['static_smem']} B "
-                     f"static smem, launch bounds {threads}, {k['named_barriers']} named barriers, "
-                     f"{k['text_bytes']} B of code")
+                     f"static smem, {', '.join(bounds) or 'no launch bounds'}, {k['named_barriers'] or 0} named "
+                     f"barriers, {k['text_bytes']} B of code")
     return lines

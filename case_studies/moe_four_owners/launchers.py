@@ -99,7 +99,7 @@ class ClassicFused:
         import torch
         g, T = AGREED_GEOMETRY, x.shape[0]
         tiles = self.layout(shape, T).tiles
-        words = 2 + math.ceil(T / g["DISPATCH_TOKENS"]) + 2 * tiles + 2
+        words = 2 + math.ceil(T / g["DISPATCH_TOKENS"]) + 2 * tiles + 1
         if self.counters is None or self.counters.numel() < words:
             self.counters = torch.zeros(words, dtype=torch.int32, device="cuda")
         self.counters.zero_()

@@ -114,11 +114,31 @@ def run_bench(impls: dict, seed: int) -> list[dict]:
                     end.synchronize()
                     if rnd >= WARMUP:
                         times[n].append(begin.elapsed_time(end) * 1000.0)
+            gpu = {n: gpu_only_us(impls[n], shape, x, weights, bufs[n]) for n in names if n != "torch"}
             row = {"shape": shape.name, "T": T, "samples_us": times,
-                   "median_us": {n: statistics.median(times[n]) for n in names}}
+                   "median_us": {n: statistics.median(times[n]) for n in names}, "gpu_only_us": gpu}
             rows.append(row)
             log(f"  {shape.name:14} T={T:5} " + "  ".join(f"{n} {row['median_us'][n]:9.1f} us" for n in names))
+            log(f"  {'':14} {'GPU only':7} " + "  ".join(f"{n} {gpu[n]:9.1f} us" for n in gpu))
     return rows
+
+
+def gpu_only_us(impl, shape, x, weights, buffers, calls: int = 10, rounds: int = 5) -> float:
+    """GPU time per call with the host out of the way: `calls` calls queued behind a GPU sleep,
+    back to back (no L2 scrub between them); the median of `rounds`."""
+    import torch
+    out = []
+    for _ in range(rounds):
+        torch.cuda.synchronize()
+        torch.cuda._sleep(20_000_000)  # ~10 ms: longer than the host needs to queue the calls
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record()
+        for _ in range(calls):
+            impl.run(shape, x, weights, buffers)
+        end.record()
+        end.synchronize()
+        out.append(begin.elapsed_time(end) * 1000.0 / calls)
+    return statistics.median(out)
 
 
 def run_variants(out: Path, base: builds.Builds, seed: int) -> list[dict]:

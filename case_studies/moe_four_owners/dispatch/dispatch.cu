@@ -43,12 +43,12 @@ extern "C" __device__ void moe_dispatch(pl::Tile tile, const int* __restrict__ t
   }
   __syncthreads();
 
-  // This task's pairs. Pairs of tokens past T notify the spare last element of 'rows'.
+  // This task's pairs. Pairs of tokens past T name no tile (-1: the glue skips them).
   const int max_tiles = (int)((pairs + tile_m - 1) / tile_m) + E;
   for (int p = thread_rank(); p < DISPATCH_TOKENS * TOPK; p += THREADS) {
     const long long pair = first_pair + p;
     if (pair >= pairs) {
-      pair_tile[pair] = max_tiles;
+      pair_tile[pair] = -1;
       continue;
     }
     const int e = topk_ids[pair];

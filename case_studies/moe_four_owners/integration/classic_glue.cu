@@ -43,7 +43,7 @@ __device__ __forceinline__ void wait_at_least(const unsigned* p, unsigned count)
 }
 
 // counters (zeroed by the host before each launch): [0] task claims, [1] routed,
-// [2, 2 + dispatch tasks) table, then rows[tiles + 1], then done[tiles], then placed.
+// [2, 2 + dispatch tasks) table, then rows[tiles], then done[tiles], then placed.
 extern "C" __global__ void __maxnreg__(128) moe_classic_fused(MoeArgs a, unsigned* counters) {
   __shared__ unsigned task_s;
   const int n_router = (a.T + agreed::ROUTER_TOKENS - 1) / agreed::ROUTER_TOKENS;
@@ -54,7 +54,7 @@ extern "C" __global__ void __maxnreg__(128) moe_classic_fused(MoeArgs a, unsigne
   unsigned* const routed = counters + 1;
   unsigned* const table = counters + 2;
   unsigned* const rows = table + n_dispatch;
-  unsigned* const done = rows + n_tiles + 1;
+  unsigned* const done = rows + n_tiles;
   unsigned* const placed = done + n_tiles;
   const unsigned total = n_router + n_dispatch + n_tiles + n_combine;
   while (true) {
@@ -77,8 +77,10 @@ extern "C" __global__ void __maxnreg__(128) moe_classic_fused(MoeArgs a, unsigne
       __syncthreads();
       __threadfence();
       if (threadIdx.x == 0) atomicAdd(table + d, 1u), atomicAdd(placed, 1u);
-      for (int p = threadIdx.x; p < agreed::DISPATCH_TOKENS * a.TOPK; p += blockDim.x)
-        atomicAdd(rows + a.pair_tile[(long long)d * agreed::DISPATCH_TOKENS * a.TOPK + p], 1u);
+      for (int p = threadIdx.x; p < agreed::DISPATCH_TOKENS * a.TOPK; p += blockDim.x) {
+        const int tile = a.pair_tile[(long long)d * agreed::DISPATCH_TOKENS * a.TOPK + p];
+        if (tile >= 0) atomicAdd(rows + tile, 1u);
+      }
     } else if (task < (unsigned)(n_router + n_dispatch + n_tiles)) {
       const int i = task - n_router - n_dispatch;
       if (threadIdx.x == 0) {

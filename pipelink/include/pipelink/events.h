@@ -17,9 +17,12 @@ __device__ __forceinline__ unsigned count_in(unsigned long long word, unsigned e
 }
 
 // Add one to the counter for this epoch; returns the count before. The caller has made its
-// writes visible first (__threadfence).
+// writes visible first (__threadfence). Once a counter carries this launch's epoch it keeps it for
+// the whole launch, so only the first notification of an element needs the compare-and-swap that
+// replaces a stale epoch; the rest are one atomicAdd (no retries when many CTAs notify at once).
 __device__ __forceinline__ unsigned add_one(unsigned long long* p, unsigned epoch) {
   unsigned long long seen = *reinterpret_cast<volatile unsigned long long*>(p), assumed;
+  if ((unsigned)(seen >> 32) == epoch) return count_in(atomicAdd(p, 1ull), epoch);
   do {
     assumed = seen;
     const unsigned long long next = (unsigned)(assumed >> 32) == epoch
