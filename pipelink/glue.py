@@ -401,31 +401,15 @@ def _task_body(r: Resolved, a: Allocation, k: int, name: str, indent: str) -> li
     if notifies:
         # The block's threads share the notifications round-robin: a task that notifies hundreds of
         # elements (a dispatch tile's rows) would otherwise serialize their atomics on one thread.
-        # A map that hits many elements has its outermost loop strided over the block; single
-        # notifications go round-robin to the block's threads.
         out += [f"{indent}{{", f"{indent}  __threadfence();  // ... and visible to every CTA",
                 f"{indent}  unsigned pl_n = 0;"]
         for tensor, side in notifies:
             j = tensor_index[tensor.name]
             opens, index, inner = _element_loops(r, j, tensor, side, indent + "  ")
-            spread = _strided(opens[0], a.block_threads) if opens else None
-            if spread:
-                opens[0] = spread
             out += opens
-            turn = "" if spread else f"if (pl_n++ % {a.block_threads}u == threadIdx.x) "
-            out.append(f"{inner}{turn}pl::events::add_one(e{j} + {index}, pl_epoch);  // '{tensor.name}' "
-                       f"{side.map.text}")
+            out.append(f"{inner}if (pl_n++ % {a.block_threads}u == threadIdx.x) "
+                       f"pl::events::add_one(e{j} + {index}, pl_epoch);  // '{tensor.name}' {side.map.text}")
             out += [f"{indent}  {'  ' * i}}}" for i in reversed(range(len(opens)))]
         out.append(f"{indent}}}")
     return out
 
-
-def _strided(loop: str, threads: int) -> str | None:
-    """`for (long long v = A; v < B; ++v) {` walked by the whole block: each thread every
-    `threads`-th value. None for any other line (the run-once guard of a gathered index)."""
-    import re
-    m = re.fullmatch(r"(\s*)for \(long long (\w+) = (.+); \2 < (.+); \+\+\2\) \{", loop)
-    if not m:
-        return None
-    pad, var, start, end = m.groups()
-    return f"{pad}for (long long {var} = ({start}) + threadIdx.x; {var} < {end}; {var} += {threads}) {{"

@@ -132,3 +132,41 @@ def test_data_dependent_count_must_be_explicit_and_tensors_shaped():
     del raw["entry"]["params"][1]["shape"]
     assert load_contract_bytes(json.dumps(raw).encode(), Source("s.json"), sink) is None
     assert [d.code for d in sink.items] == ["PL029"]
+
+
+def _scatter_writes_slot(c):
+    next(p for p in c["entry"]["params"] if p["name"] == "slot")["const"] = False
+
+
+def test_map_reading_a_tensor_written_in_the_launch_needs_an_earlier_wait():
+    """moe_combine's wait t->slot[t,:] reads `slot`; if moe_scatter writes slot in the same launch, nothing
+    orders that read after moe_scatter: it may see the previous launch's values (PL086)."""
+    comps = [comp("moe_scatter", _scatter_writes_slot), comp("moe_expert"), comp("moe_combine")]
+    _, sink = run(comps, dispatch="dynamic")
+    assert codes(sink) == ["PL086"], [d.render() for d in sink.items]
+    assert "'moe_combine' waits on 'row_done'" in sink.items[0].message and "'slot'" in sink.items[0].message
+
+
+def test_an_earlier_wait_on_the_writer_orders_the_read():
+    def scatter(c):
+        _scatter_writes_slot(c)
+        c["events"]["notifies"].append({"name": "scattered", "map": "i->:", "shape": [1]})
+
+    def combine(c):
+        c["events"]["waits"].insert(0, {"name": "scattered", "map": "t->0", "count": "auto"})
+
+    r, sink = run([comp("moe_scatter", scatter), comp("moe_expert"), comp("moe_combine", combine)], dispatch="dynamic")
+    assert not sink.items, [d.render() for d in sink.items]
+    glue = generate_glue(r, allocate(r, "sm_90", sink))
+    body = glue[glue.index("// moe_combine"):]
+    # waits run in the contract's order: the guard's wait comes before anything reads slot
+    first_wait = body.index("wait_for(")
+    assert "'scattered'" not in body[:first_wait] and first_wait < body.index("slot[")
+    scattered = r.events.order and list(r.events.tensors).index("scattered")
+    assert body[first_wait:].startswith(f"wait_for(e{scattered} +")
+
+
+def test_a_negative_gathered_index_names_no_event():
+    r, sink = run([comp("moe_scatter"), comp("moe_expert"), comp("moe_combine")], dispatch="dynamic")
+    glue = generate_glue(r, allocate(r, "sm_90", sink))
+    assert "a0_at >= 0; a0_at = -1" in glue  # the run-once guard around a gathered event index

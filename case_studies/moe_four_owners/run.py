@@ -230,7 +230,10 @@ def main(argv=None) -> int:
         doc["variants"] = run_variants(out, base, seed)
         failed |= not all(r["pipelink"]["outcome"] in ("correct", "link-time diagnostic") for r in doc["variants"])
     (RESULTS / f"{args.what}.json").write_text(json.dumps(doc, indent=1))
-    log(f"results: {RESULTS / (args.what + '.json')}")
+    if args.what == "all":
+        import report
+        (RESULTS / "RESULTS.md").write_text(report.render(doc))
+    log(f"results: {RESULTS / (args.what + '.json')}" + (f", {RESULTS / 'RESULTS.md'}" if args.what == "all" else ""))
     return 1 if failed else 0
 
 
