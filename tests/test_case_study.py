@@ -1,6 +1,7 @@
 """The MoE case study (case_studies/moe_four_owners): four teams' components, linked by pipelink and
 classically. CPU: contracts, builds, links and the link-time side of the modified-geometry test.
 GPU: the fused kernels against the torch reference."""
+import os
 import sys
 from pathlib import Path
 
@@ -80,7 +81,7 @@ def test_fused_kernels_match_torch(baseline, shape, T):
     impls = [launchers.PipelinkLayer.from_link(builds.link_pipelink(base.pipelink_objects)),
              launchers.ClassicFused(builds.link_classic(base.classic_objects))]
     s = layer.SHAPES[shape]
-    seed = int.from_bytes(__import__("os").urandom(2), "little")
+    seed = int.from_bytes(os.urandom(2), "little")
     weights, x = layer.make_weights(s, seed), layer.make_tokens(s, T, seed + 1)
     for impl in impls:
         for _ in range(2):  # twice: pipelink's events restart by epoch, without a reset
