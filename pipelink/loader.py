@@ -96,6 +96,10 @@ def load_contract_dict(raw, source: Source, sink: DiagnosticSink) -> Contract | 
     if not isinstance(raw, dict):
         sink.error("PL020", f"a contract is a JSON object, not {type(raw).__name__}", source.at(""))
         return None
+    if "pipeline" in raw and "pipelink_contract" not in raw:  # a pipeline file given where a contract goes
+        sink.error("PL001", "this is a pipeline file, not a contract", source.at(""),
+                   hint="pass it to `pipelink link --pipeline FILE` with the components' objects")
+        return None
     version = raw.get("pipelink_contract")
     if version is not None and version != FORMAT_VERSION:
         sink.error("PL021", f"contract format {version!r}; this pipelink reads format {FORMAT_VERSION}",

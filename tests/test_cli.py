@@ -49,6 +49,12 @@ def test_check_bare_contracts(capsys):
     assert code == 0 and "checked for sm_90" in out
 
 
+def test_check_given_a_pipeline_file_says_so(capsys):
+    from pipelink.shipped import REPO
+    code, _, err = run(capsys, "check", REPO / "pipelines" / "rowsum.json")
+    assert code == 2 and "PL001" in err and "pipeline file, not a contract" in err and "--pipeline" in err
+
+
 def test_inspect_text(capsys, shipped_objects):
     code, out, _ = run(capsys, "inspect", shipped_objects["block_rowsum"])
     assert code == 0
