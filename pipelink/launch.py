@@ -244,6 +244,7 @@ def int_range(dtype: str) -> tuple[int, int]:
 # --- arrays and tensors --------------------------------------------------------------------
 
 # torch dtype names (str(dtype) without "torch.") -> manifest dtype; torch is never imported for this.
+_TORCH_DTYPE_CACHE: dict = {}  # torch dtype object -> pipelink dtype ("" for none)
 _TORCH_DTYPES = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "float64": "f64",
                  "int32": "i32", "int64": "i64", "uint8": "u8", "int8": "i8", "int16": "i16",
                  "bool": "bool", "float8_e4m3fn": "fp8_e4m3", "float8_e5m2": "fp8_e5m2",
@@ -333,6 +334,7 @@ class Kernel:
     _cu_device: object = field(default=None, init=False, repr=False)
     _resident: int | None = field(default=None, init=False, repr=False)
     _memo: dict = field(default_factory=dict, init=False, repr=False)  # per-shape tile and workspace sizes
+    _user_params: tuple = field(default=(), init=False, repr=False)
 
     def __post_init__(self):
         m = self.manifest
@@ -341,6 +343,7 @@ class Kernel:
         if m.get("manifest", MANIFEST_VERSION) != MANIFEST_VERSION:
             raise _manifest_error(m["kernel"], f"manifest version {m['manifest']!r}, expected {MANIFEST_VERSION}")
         self.params = _parse_params(self.name, m.get("params", []))
+        self._user_params = tuple(p for p in self.params if p.implicit is None)
         self.block = _parse_block(self.name, m.get("block"))
         smem = m.get("dynamic_smem", 0)
         if not isinstance(smem, int) or isinstance(smem, bool) or smem < 0:
@@ -470,7 +473,7 @@ class Kernel:
     @property
     def user_params(self) -> tuple[ParamSpec, ...]:
         """The parameters a caller passes (the launcher supplies the implicit ones)."""
-        return tuple(p for p in self.params if p.implicit is None)
+        return self._user_params
 
     def bind(self, args: tuple, kwargs: dict) -> list:
         """The Python values of the arguments in parameter order, checked for missing/extra ones."""
@@ -528,10 +531,13 @@ class Kernel:
                                 f"on cuda:{self.device}")
         index = getattr(dev, "index", None)
         self._check_device(param, f"cuda:{index}", index)
-        name = str(t.dtype).removeprefix("torch.")
-        if _TORCH_DTYPES.get(name) != param.dtype:
+        dtype = t.dtype
+        pl_dtype = _TORCH_DTYPE_CACHE.get(dtype)
+        if pl_dtype is None:  # str() of a torch dtype is slow enough to matter on every launch
+            pl_dtype = _TORCH_DTYPE_CACHE[dtype] = _TORCH_DTYPES.get(str(dtype).removeprefix("torch."), "")
+        if pl_dtype != param.dtype:
             raise ArgumentError(f"argument '{param.name}' is a {param.describe()} parameter but the tensor's "
-                                f"dtype is {t.dtype} ({_TORCH_DTYPES.get(name, 'no pipelink dtype')})")
+                                f"dtype is {dtype} ({pl_dtype or 'no pipelink dtype'})")
         if not t.is_contiguous():
             raise ArgumentError(f"argument '{param.name}' is not contiguous; the kernel indexes it densely "
                                 f"(pass .contiguous())")
