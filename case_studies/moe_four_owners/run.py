@@ -3,6 +3,9 @@ and classically, then (on a GPU) check every kernel against torch, benchmark, an
 modified-geometry test. Results go to results/ (RESULTS.md and results.json).
 
     python case_studies/moe_four_owners/run.py [all|test|bench|variants] [--out DIR]
+
+`once` runs each kernel once on two small problems in this process: the target for
+`compute-sanitizer --tool memcheck|racecheck|synccheck python .../run.py once`.
 """
 from __future__ import annotations
 
@@ -171,6 +174,24 @@ def run_variants(out: Path, base: builds.Builds, seed: int) -> list[dict]:
     return rows
 
 
+def run_once(impls: dict, seed: int) -> int:
+    import torch
+    failed = 0
+    for shape, T in (("small", 50), (VARIANT_SHAPE, 40)):
+        s = layer.SHAPES[shape]
+        weights, x = layer.make_weights(s, seed), layer.make_tokens(s, T, seed + 1)
+        for name, impl in impls.items():
+            if name == "torch":
+                continue
+            buffers = layer.poisoned_buffers(impl.layout(s, T))
+            impl.run(s, x, weights, buffers)
+            torch.cuda.synchronize()
+            v = layer.judge(s, x, weights, buffers)
+            failed += not v.ok
+            log(f"  {shape:14} T={T:4} {name:17} {'ok' if v.ok else 'FAIL'} (max err {v.max_err:.4f} x rms)")
+    return 1 if failed else 0
+
+
 def run_smoke(out: Path, linked, classic: bytes, seed: int) -> int:
     debug = builds.link_pipelink(builds.build_all(out / "base", classic=False).pipelink_objects, debug_events=True)
     worlds = {"pipelink": linked, "pipelink --debug-events": debug}
@@ -193,7 +214,7 @@ def run_smoke(out: Path, linked, classic: bytes, seed: int) -> int:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("what", nargs="?", default="all", choices=["all", "smoke", "test", "bench", "variants", "child"])
+    ap.add_argument("what", nargs="?", default="all", choices=["all", "smoke", "once", "test", "bench", "variants", "child"])
     ap.add_argument("--out", default=str(Path(os.environ.get("MOE_BUILD_DIR", "build/moe_four_owners"))))
     ap.add_argument("--seed", type=int, default=None, help="default: fresh every run")
     ap.add_argument("--world"), ap.add_argument("--cubin"), ap.add_argument("--manifest")
@@ -212,6 +233,8 @@ def main(argv=None) -> int:
         return 0
     if args.what == "smoke":  # each baseline kernel once, in a child under the watchdog
         return run_smoke(out, linked, classic, seed)
+    if args.what == "once":
+        return run_once(implementations(linked, classic), seed)
     import torch
     RESULTS.mkdir(exist_ok=True)
     doc = {"date": datetime.date.today().isoformat(), "device": torch.cuda.get_device_name(0), "seed": seed,
