@@ -1,5 +1,7 @@
 """Building the four teams' components and linking them, both ways:
 
+Each team builds with its own `<folder>/build.sh`.
+
 - pipelink: each team builds its component against its contract (`pipelink build`); pipelink
   checks the contracts together, allocates, generates the glue and links (nvJitLink LTO).
 - classic: each team compiles its source with the constants it hard-coded (`classic.h`), the
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -57,36 +60,47 @@ def contract_with(team: Team, change: Change | None) -> bytes:
     return (json.dumps(doc, indent=2) + "\n").encode()
 
 
+def _team_build(team: Team, mode: str, out_dir: Path, env: dict) -> subprocess.CompletedProcess:
+    """Run the team's own `build.sh` (with this Python, so the same pipelink and toolchain)."""
+    import os
+    env = dict(os.environ, PYTHON=sys.executable, **env)
+    return subprocess.run(["bash", str(HERE / team.folder / "build.sh"), mode, str(out_dir)], capture_output=True,
+                          text=True, env=env)
+
+
 def build_pipelink(team: Team, out_dir: Path, change: Change | None = None) -> tuple[Path | None, list[str]]:
-    """The team's own build: `pipelink build` against its (possibly changed) contract."""
-    from pipelink.build import BuildOptions, build_component
-    from pipelink.diagnostics import DiagnosticSink
-    from pipelink.loader import load_contract_file
+    """The team's build against its contract; a change edits the contract (a copy in out_dir)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    raw = contract_with(team, change)
-    contract_path = out_dir / f"{team.folder}.json"
-    contract_path.write_bytes(raw)
-    sink = DiagnosticSink()
-    contract = load_contract_file(contract_path, sink)
-    out = out_dir / f"{team.component}.o"
-    if contract is None or not build_component(contract, raw, team.source, out, sink, BuildOptions(archs=(ARCH,))):
-        return None, [d.render() for d in sink.items]
-    return out, []
+    env = {}
+    if change is not None and change.team == team.folder:
+        contract = out_dir / f"{team.folder}.json"
+        contract.write_bytes(contract_with(team, change))
+        env["CONTRACT"] = str(contract)
+    proc = _team_build(team, "pipelink", out_dir, env)
+    if proc.returncode != 0:
+        return None, [(proc.stderr or proc.stdout).strip()]
+    return out_dir / f"{team.component}.o", []
 
 
 def build_classic(team: Team | None, out_dir: Path, change: Change | None = None) -> Path:
-    """nvcc -dc -dlto of a team's source with its hard-coded constants (team None: the integrator's glue)."""
+    """The team's classic build (its hard-coded constants; a change is one -D), or (team None) the
+    integrator's glue."""
     from pipelink import toolchain
     out_dir.mkdir(parents=True, exist_ok=True)
-    source = CLASSIC_GLUE if team is None else team.source
-    out = out_dir / (f"classic_{team.component}.o" if team else "classic_glue.o")
-    cmd = [str(toolchain.nvcc_path()), "-dc", "-std=c++17", "-O3", f"-gencode=arch=compute_90,code=lto_90",
-           "-DMOE_CLASSIC", f"-I{source.parent}", f"-I{HERE / 'integration'}", str(source), "-o", str(out)]
-    if change is not None and team is not None and change.team == team.folder:
-        cmd.insert(-3, f"-D{change.constant}_VALUE={change.value}")
+    if team is not None:
+        env = {}
+        if change is not None and change.team == team.folder:
+            env["DEFINES"] = f"-D{change.constant}_VALUE={change.value}"
+        proc = _team_build(team, "classic", out_dir, env)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{team.folder}/build.sh classic failed:\n{proc.stderr}{proc.stdout}")
+        return out_dir / f"classic_{team.component}.o"
+    out = out_dir / "classic_glue.o"
+    cmd = [str(toolchain.nvcc_path()), "-dc", "-std=c++17", "-O3", "-gencode=arch=compute_90,code=lto_90",
+           f"-I{HERE / 'integration'}", str(CLASSIC_GLUE), "-o", str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=toolchain.nvcc_env())
     if proc.returncode != 0:
-        raise RuntimeError(f"nvcc failed on {source.name}:\n{proc.stderr}{proc.stdout}")
+        raise RuntimeError(f"nvcc failed on {CLASSIC_GLUE.name}:\n{proc.stderr}{proc.stdout}")
     return out
 
 
