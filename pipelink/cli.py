@@ -37,6 +37,8 @@ def _parser() -> argparse.ArgumentParser:
                                      f"Targets: {', '.join(TARGETS)}.")
     chk.add_argument("files", nargs="+", metavar="FILE", help="contracts (.json) or objects")
     chk.add_argument("--arch", help="the link target (default: the first target every component supports)")
+    chk.add_argument("--pipeline", metavar="P", help="also check the set as this pipeline links it, without "
+                     "compiling: wires, geometry, events (PL06x-PL08x) and the joint allocation (PL04x)")
     chk.add_argument("--format", choices=("text", "json"), default="text")
 
     hdr = sub.add_parser("header", help="write the header a component compiles against")
@@ -164,6 +166,8 @@ def cmd_check(args) -> int:
 
     sink = DiagnosticSink()
     got = collect(args.files, sink, args.arch)
+    if args.pipeline and not sink.has_errors:
+        _check_as_pipeline(got, args.pipeline, sink)
     ok = not sink.has_errors
     names = [c.name for c in got.components]
     summary = (f"ok: {len(names)} component{'s' if len(names) != 1 else ''} ({', '.join(names)}) "
@@ -173,6 +177,19 @@ def cmd_check(args) -> int:
            "components": [dict(contract_summary(c.contract), object=c.obj.path if c.obj else None)
                           for c in got.components] if ok else []}
     return _finish(sink, args.format, doc, [summary])
+
+
+def _check_as_pipeline(got, pipeline: str, sink: DiagnosticSink) -> None:
+    """The link's decisions up to the glue, over contracts alone: what CI can know before any build."""
+    from .allocate import allocate
+    from .pipeline import load_pipeline
+    from .resolve import resolve
+    spec = load_pipeline(pipeline, sink)
+    if spec is None:
+        return
+    r = resolve(got.components, spec, sink)
+    if r is not None and not sink.has_errors:
+        allocate(r, got.target, sink)
 
 
 def cmd_header(args) -> int:

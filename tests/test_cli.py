@@ -49,6 +49,25 @@ def test_check_bare_contracts(capsys):
     assert code == 0 and "checked for sm_90" in out
 
 
+def test_check_as_a_pipeline_runs_the_link_decisions_without_objects(capsys, tmp_path):
+    """--pipeline: wires, geometry, events and allocation over contracts alone (what CI can know)."""
+    from pipelink.shipped import REPO
+    case = REPO / "case_studies" / "moe_four_owners"
+    teams = ["router", "dispatch", "expert", "combine"]
+    contracts = [case / t / f"{t}.json" for t in teams]
+    pipeline = case / "integration" / "moe.pipeline.json"
+    code, out, _ = run(capsys, "check", *contracts, "--pipeline", pipeline)
+    assert code == 0 and "4 components" in out
+    # without its first wait, the combine reads pair_tile before the dispatch has written it
+    bad = json.loads(contracts[3].read_text())
+    bad["events"]["waits"] = bad["events"]["waits"][1:]
+    (tmp_path / "combine.json").write_text(json.dumps(bad))
+    code, _, err = run(capsys, "check", *contracts[:3], tmp_path / "combine.json", "--pipeline", pipeline)
+    assert code == 1 and "PL086" in err
+    # the set alone (no pipeline) cannot know: the event analysis belongs to the link
+    assert run(capsys, "check", *contracts[:3], tmp_path / "combine.json")[0] == 0
+
+
 def test_check_given_a_pipeline_file_says_so(capsys):
     from pipelink.shipped import REPO
     code, _, err = run(capsys, "check", REPO / "pipelines" / "rowsum.json")
