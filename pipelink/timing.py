@@ -86,3 +86,35 @@ def alternate(kernels: dict, sets: list, samples: int, launches: int = 1, grid=N
         if same_inputs:
             cursor += launches
     return {n: {"median_us": statistics.median(s), "samples_us": s} for n, s in out.items()}
+
+
+def paired_difference_pct(a: list[float], b: list[float]) -> float:
+    """Median over rounds of 100 * (a - b) / b, pairing the samples of one round: what varies from
+    round to round (clocks, a slow round) cancels, which the ratio of two medians does not do."""
+    if len(a) != len(b) or not a:
+        raise ValueError("paired samples need the same, non-zero count")
+    return statistics.median(100.0 * (x - y) / y for x, y in zip(a, b))
+
+
+def bootstrap_halfwidth(a: list[float], b: list[float], resamples: int = 2000, seed: int = 0) -> float:
+    """Half the width of the 95% bootstrap interval of `paired_difference_pct`, in percent points."""
+    import random
+    rng = random.Random(seed)
+    diffs = [100.0 * (x - y) / y for x, y in zip(a, b)]
+    meds = sorted(statistics.median(rng.choices(diffs, k=len(diffs))) for _ in range(resamples))
+    return (meds[int(0.975 * (resamples - 1))] - meds[int(0.025 * (resamples - 1))]) / 2.0
+
+
+def alternate_until(kernels: dict, sets: list, first: str, second: str, block: int, most: int,
+                    halfwidth_pct: float, launches: int = 1, grid=None) -> dict:
+    """`alternate(same_inputs=True)` in blocks of `block` rounds until the paired difference of
+    `first` vs `second` is known to within `halfwidth_pct` (95% bootstrap), or `most` rounds."""
+    total = {n: [] for n in kernels}
+    while True:
+        t = alternate(kernels, sets, block, launches, grid, warmup=0 if total[first] else 3, same_inputs=True)
+        for n in kernels:
+            total[n] += t[n]["samples_us"]
+        hw = bootstrap_halfwidth(total[first], total[second])
+        if hw <= halfwidth_pct or len(total[first]) >= most:
+            return {n: {"median_us": statistics.median(s), "samples_us": s} for n, s in total.items()} | {
+                "paired_diff_pct": paired_difference_pct(total[first], total[second]), "halfwidth_pct": hw}

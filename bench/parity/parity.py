@@ -5,10 +5,12 @@ pipelink; compile the one-unit control (the same component sources and the same 
 translation unit, `pipelink link --emit-monolithic`) with the same NVRTC and nvJitLink options;
 compare the kernels' .text byte for byte; check both against a float64 reference; time both,
 alternating, medians of SAMPLES samples of LAUNCHES launches each, fresh random data rotated over
-more than the L2; in each round both kernels read the same inputs from a scrubbed L2. Persistent kernels share one event workspace, so the two differ in
-nothing but their modules.
+more than the L2; in each round both kernels read the same inputs from a scrubbed L2. Persistent
+kernels share one event workspace, so the two differ in nothing but their modules. Rounds are added,
+SAMPLES at a time, until the paired difference (the median of each round's difference) is known to
++-0.05% or --max-samples is reached.
 
-    python bench/parity/parity.py [--samples 30] [--launches 20] [--out bench/parity]
+    python bench/parity/parity.py [--samples 30] [--launches 20] [--max-samples 300] [--out bench/parity]
 """
 import argparse
 import datetime
@@ -31,7 +33,9 @@ from pipelink.model import Source
 from pipelink.pipeline import load_pipeline
 from pipelink.problems import gemv_problem, max_error, moe_problem, rowsum_problem, splitk_problem, chain_problem
 from pipelink.shipped import REPO, build_shipped, shipped_pipelines
-from pipelink.timing import alternate, input_sets
+from pipelink.timing import alternate_until, input_sets
+
+HALFWIDTH_PCT = 0.05  # rounds are added until the paired difference is known this well (95%)
 
 # pipeline -> list of (geometry label, {component: {geometry name: value}}, [shapes], make(shape, seed), dispatches)
 BIG = [(1024, 1024), (4096, 4096), (8192, 8192)]
@@ -93,6 +97,9 @@ def main():
     ap.add_argument("--launches", type=int, default=20,
                     help="launches per sample (0: about 2 ms of GPU work, 20 to 400; for short persistent kernels "
                          "the host then cannot queue launches fast enough and gaps enter the samples)")
+    ap.add_argument("--max-samples", type=int, default=300,
+                    help="more rounds, `--samples` at a time, until the paired difference is known to +-0.05%% "
+                         "(95%% bootstrap) or this many")
     ap.add_argument("--out", default=str(REPO / "bench" / "parity"))
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="pipelink-parity-"))
@@ -123,18 +130,22 @@ def main():
                         assert errors[-1] <= problem.tolerance, (pipeline, label, dispatch, shape, errors)
                     from pipelink.timing import launches_for
                     launches = args.launches or launches_for(linked_k, sets)
-                    t = alternate({"linked": linked_k, "control": control_k}, sets, args.samples, launches,
-                                  same_inputs=True)
+                    t = alternate_until({"linked": linked_k, "control": control_k}, sets, "linked", "control",
+                                        args.samples, max(args.samples, args.max_samples), HALFWIDTH_PCT, launches)
                     lt, ct = t["linked"]["median_us"], t["control"]["median_us"]
                     row = {"pipeline": pipeline, "geometry": label, "dispatch": dispatch or "-", "shape": list(shape),
                            "sass_identical": identical, "text_bytes": len(linked_text), "launches": launches,
                            "linked_us": lt,
                            "control_us": ct, "diff_pct": 100.0 * (lt - ct) / ct, "max_error": max(errors),
+                           "paired_diff_pct": t["paired_diff_pct"], "paired_halfwidth_pct": t["halfwidth_pct"],
+                           "rounds": len(t["linked"]["samples_us"]),
                            "linked_samples_us": t["linked"]["samples_us"],
                            "control_samples_us": t["control"]["samples_us"]}
                     rows.append(row)
                     print(f"{pipeline:12} {label:20} {row['dispatch']:8} {str(shape):22} identical={identical} "
-                          f"linked {lt:9.2f} us control {ct:9.2f} us ({row['diff_pct']:+.2f}%)", flush=True)
+                          f"linked {lt:9.2f} us control {ct:9.2f} us ({row['diff_pct']:+.2f}%; paired "
+                          f"{row['paired_diff_pct']:+.3f}% +-{row['paired_halfwidth_pct']:.3f} over {row['rounds']} "
+                          "rounds)", flush=True)
                 linked_k.unload()
                 control_k.unload()
     res = {"date": datetime.date.today().isoformat(), "gpu": props.name, "samples": args.samples,
@@ -155,16 +166,27 @@ def render(res) -> str:
              "(CUDA events, queued behind a GPU sleep), linked and control alternating; in each round both read the same "
              "inputs from a scrubbed L2, rotating over more than twice the L2; fresh random data; every output checked against a float64 reference. Raw samples in "
              "results.json.", "",
-             "| pipeline | geometry | dispatch | shape | SASS identical | linked (us) | control (us) | difference |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "Difference: of the two medians. Paired: the median over rounds of each round's linked-vs-control "
+             "difference (what varies between rounds cancels), with its 95% bootstrap half-width; rounds are added "
+             "until that half-width is 0.05% or the round limit is reached.", "",
+             "| pipeline | geometry | dispatch | shape | SASS identical | linked (us) | control (us) | difference "
+             "| paired | rounds |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    paired = all("paired_diff_pct" in r for r in rows)
     for r in rows:
+        pair = (f"{r['paired_diff_pct']:+.3f}% +-{r['paired_halfwidth_pct']:.3f} | {r['rounds']}" if paired
+                else "- | -")
         lines.append(f"| {r['pipeline']} | {r['geometry']} | {r['dispatch']} | {'x'.join(map(str, r['shape']))} | "
                      f"{'yes' if r['sass_identical'] else 'NO'} | {r['linked_us']:.2f} | {r['control_us']:.2f} | "
-                     f"{r['diff_pct']:+.2f}% |")
+                     f"{r['diff_pct']:+.2f}% | {pair} |")
     diffs = [abs(r["diff_pct"]) for r in rows]
     same = sum(r["sass_identical"] for r in rows)
-    lines += ["", f"**{len(rows)} configurations, {len({r['pipeline'] for r in rows})} pipelines: {same} SASS-identical; "
-              f"median |difference| {statistics.median(diffs):.3f}%, max |difference| {max(diffs):.3f}%.**"]
+    summary = (f"**{len(rows)} configurations, {len({r['pipeline'] for r in rows})} pipelines: {same} SASS-identical; "
+               f"median |difference| {statistics.median(diffs):.3f}%, max |difference| {max(diffs):.3f}%")
+    if paired:
+        pd = [abs(r["paired_diff_pct"]) for r in rows]
+        summary += f"; paired: median {statistics.median(pd):.3f}%, max {max(pd):.3f}%"
+    lines += ["", summary + ".**"]
     return "\n".join(lines) + "\n"
 
 
