@@ -16,6 +16,7 @@ Waits run in the order the contract lists them: a later wait may read what an ea
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from dataclasses import dataclass
@@ -234,8 +235,8 @@ def _check_sampled(comps, tensors, geometry, sink) -> None:
                             continue
                         got[idx] = got.get(idx, 0) + 1
             for w in t.waiters:
+                expected = _expected(t, w, env)  # the same for every task of this waiter
                 for task in _tasks(w, env):
-                    expected = _expected(t, w, env)
                     for idx in _indices(w.map, task, shape):
                         key = (w.component, t.name)
                         if key in reported:
@@ -296,8 +297,14 @@ def _indices(m: IndexMap, task: tuple[int, ...], shape: list[int]):
         if term.kind == "all":
             axes.append(range(shape[k]) if k < len(shape) else range(0))
         else:
-            axes.append([int(eval(compile(term.text, "<map>", "eval"), {"__builtins__": {}}, env))])
+            axes.append([int(eval(_compiled(term.text), {"__builtins__": {}}, env))])
     return itertools.product(*axes)
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled(affine: str):
+    """An affine term, compiled once: the sampled analysis evaluates it for every task."""
+    return compile(affine, "<map>", "eval")
 
 
 def _inside(idx, shape) -> bool:

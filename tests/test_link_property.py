@@ -16,8 +16,13 @@ from pipelink.pipeline import PipelineSpec
 from pipelink.resolve import resolve
 
 REPO = Path(__file__).resolve().parent.parent
+CASE = REPO / "case_studies" / "moe_four_owners"
 PIPELINES = [json.loads(p.read_text()) for p in sorted((REPO / "pipelines").glob("*.json"))]
+PIPELINES.append(json.loads((CASE / "integration" / "moe.pipeline.json").read_text()))
 RAW = {p.stem: json.loads(p.read_text()) for p in (REPO / "contracts").glob("*.json") if "schema" not in p.name}
+for team in ("router", "dispatch", "expert", "combine"):
+    doc = json.loads((CASE / team / f"{team}.json").read_text())
+    RAW[doc["name"]] = doc
 
 # (path into a contract, values to try)
 EDITS = [
@@ -28,6 +33,13 @@ EDITS = [
     (("registers", "max_per_thread"), [16, 255]),
     (("geometry", "tile_sequence", "order"), ["row_major", "col_major", "snake"]),
     (("geometry", "tile_sequence", "distribution"), ["grid_stride", "blocked", "queue"]),
+    (("geometry", "provides", "EXPERT_TILE_M"), [16, 48, 64, 128, 512]),
+    (("geometry", "provides", "EXPERT_STAGES"), [1, 2, 4, 8]),
+    (("geometry", "provides", "DISPATCH_TOKENS"), [1, 32, 1000]),
+    (("geometry", "provides", "ROUTER_TOKENS"), [16, 48]),
+    (("geometry", "provides", "COMBINE_TILE_N"), [2, 1024, 5000]),
+    (("events", "waits"), [[]]),     # a component that stops waiting
+    (("events", "notifies"), [[]]),  # ... or stops notifying
 ]
 
 
