@@ -39,6 +39,8 @@ def _parser() -> argparse.ArgumentParser:
     chk.add_argument("--arch", help="the link target (default: the first target every component supports)")
     chk.add_argument("--pipeline", metavar="P", help="also check the set as this pipeline links it, without "
                      "compiling: wires, geometry, events (PL06x-PL08x) and the joint allocation (PL04x)")
+    chk.add_argument("--map", metavar="FILE", help="with --pipeline: write the link map of what the link would "
+                     "decide (everything but the linked kernel's own resources)")
     chk.add_argument("--format", choices=("text", "json"), default="text")
 
     hdr = sub.add_parser("header", help="write the header a component compiles against")
@@ -166,8 +168,16 @@ def cmd_check(args) -> int:
 
     sink = DiagnosticSink()
     got = collect(args.files, sink, args.arch)
+    if args.map and not args.pipeline:
+        sink.error("PL001", "--map needs --pipeline: the map shows what linking as that pipeline decides")
+        return _finish(sink, args.format, {}, [])
     if args.pipeline and not sink.has_errors:
-        _check_as_pipeline(got, args.pipeline, sink)
+        text = _check_as_pipeline(got, args.pipeline, sink)
+        if text is not None and args.map and not sink.has_errors:
+            try:
+                _atomic_write_all({Path(args.map): text.encode()})
+            except OSError as exc:
+                sink.error("PL007", f"cannot write {args.map}: {exc.strerror or exc}", Location(file=args.map))
     ok = not sink.has_errors
     names = [c.name for c in got.components]
     summary = (f"ok: {len(names)} component{'s' if len(names) != 1 else ''} ({', '.join(names)}) "
@@ -179,17 +189,21 @@ def cmd_check(args) -> int:
     return _finish(sink, args.format, doc, [summary])
 
 
-def _check_as_pipeline(got, pipeline: str, sink: DiagnosticSink) -> None:
-    """The link's decisions up to the glue, over contracts alone: what CI can know before any build."""
+def _check_as_pipeline(got, pipeline: str, sink: DiagnosticSink) -> str | None:
+    """The link's decisions up to the glue, over contracts alone: what CI can know before any build.
+    Returns the link map of those decisions (None after an error)."""
     from .allocate import allocate
+    from .emit import link_map
     from .pipeline import load_pipeline
     from .resolve import resolve
     spec = load_pipeline(pipeline, sink)
     if spec is None:
-        return
+        return None
     r = resolve(got.components, spec, sink)
-    if r is not None and not sink.has_errors:
-        allocate(r, got.target, sink)
+    if r is None or sink.has_errors:
+        return None
+    a = allocate(r, got.target, sink)
+    return None if a is None or sink.has_errors else link_map(r, a, got.target)
 
 
 def cmd_header(args) -> int:

@@ -98,7 +98,7 @@ def load_contract_dict(raw, source: Source, sink: DiagnosticSink) -> Contract | 
         return None
     if "pipeline" in raw and "pipelink_contract" not in raw:  # a pipeline file given where a contract goes
         sink.error("PL001", "this is a pipeline file, not a contract", source.at(""),
-                   hint="pass it to `pipelink link --pipeline FILE` with the components' objects")
+                   hint="pass it as `--pipeline FILE` to `pipelink link` (objects) or `pipelink check` (contracts or objects)")
         return None
     version = raw.get("pipelink_contract")
     if version is not None and version != FORMAT_VERSION:

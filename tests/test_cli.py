@@ -56,8 +56,12 @@ def test_check_as_a_pipeline_runs_the_link_decisions_without_objects(capsys, tmp
     teams = ["router", "dispatch", "expert", "combine"]
     contracts = [case / t / f"{t}.json" for t in teams]
     pipeline = case / "integration" / "moe.pipeline.json"
-    code, out, _ = run(capsys, "check", *contracts, "--pipeline", pipeline)
+    code, out, _ = run(capsys, "check", *contracts, "--pipeline", pipeline, "--map", tmp_path / "moe.map")
     assert code == 0 and "4 components" in out
+    text = (tmp_path / "moe.map").read_text()  # what the link would decide, before any build
+    assert "moe_expert.stages" in text and "moe_expert waits i->i for tile_rows[i] (read on the device)" in text
+    code, _, err = run(capsys, "check", *contracts, "--map", tmp_path / "x.map")
+    assert code == 2 and "--map needs --pipeline" in err and not (tmp_path / "x.map").exists()
     # without its first wait, the combine reads pair_tile before the dispatch has written it
     bad = json.loads(contracts[3].read_text())
     bad["events"]["waits"] = bad["events"]["waits"][1:]
