@@ -223,37 +223,35 @@ def _check_sampled(comps, tensors, geometry, sink) -> None:
                 continue
             got: dict[tuple, int] = {}
             for n in t.notifiers:
-                for task in _tasks(n, env):
-                    for idx in _indices(n.map, task, shape):
-                        if not _inside(idx, shape):
-                            key = ("range", n.component, t.name)
-                            if key not in reported:
-                                reported.add(key)
-                                sink.error("PL084", f"'{n.component}' task {task} notifies '{t.name}'{list(idx)} "
-                                           f"outside its shape {shape} (at {at})",
-                                           by_name[n.component].contract.at(n.pointer))
-                            continue
-                        got[idx] = got.get(idx, 0) + 1
+                for task, idx in _hits(n, env, shape):
+                    if not _inside(idx, shape):
+                        key = ("range", n.component, t.name)
+                        if key not in reported:
+                            reported.add(key)
+                            sink.error("PL084", f"'{n.component}' task {task} notifies '{t.name}'{list(idx)} "
+                                       f"outside its shape {shape} (at {at})",
+                                       by_name[n.component].contract.at(n.pointer))
+                        continue
+                    got[idx] = got.get(idx, 0) + 1
             for w in t.waiters:
                 expected = _expected(t, w, env)  # the same for every task of this waiter
-                for task in _tasks(w, env):
-                    for idx in _indices(w.map, task, shape):
-                        key = (w.component, t.name)
-                        if key in reported:
-                            break
-                        if not _inside(idx, shape):
-                            reported.add(key)
-                            sink.error("PL084", f"'{w.component}' task {task} waits on '{t.name}'{list(idx)} outside "
-                                       f"its shape {shape} (at {at})", by_name[w.component].contract.at(w.pointer))
-                        elif expected is not None and got.get(idx, 0) != expected:
-                            reported.add(key)
-                            sink.error("PL083", f"'{w.component}' task {task} waits for {expected} notifications of "
-                                       f"'{t.name}'{list(idx)}, but the producers send {got.get(idx, 0)} (at {at}): "
-                                       "the wait would never end" if got.get(idx, 0) < expected else
-                                       f"'{w.component}' task {task} waits for {expected} notifications of "
-                                       f"'{t.name}'{list(idx)}, but the producers send {got.get(idx, 0)} (at {at}): "
-                                       "it would start before its inputs are complete",
-                                       by_name[w.component].contract.at(w.pointer))
+                key = (w.component, t.name)
+                for task, idx in _hits(w, env, shape):
+                    if key in reported:
+                        break
+                    if not _inside(idx, shape):
+                        reported.add(key)
+                        sink.error("PL084", f"'{w.component}' task {task} waits on '{t.name}'{list(idx)} outside "
+                                   f"its shape {shape} (at {at})", by_name[w.component].contract.at(w.pointer))
+                    elif expected is not None and got.get(idx, 0) != expected:
+                        reported.add(key)
+                        sink.error("PL083", f"'{w.component}' task {task} waits for {expected} notifications of "
+                                   f"'{t.name}'{list(idx)}, but the producers send {got.get(idx, 0)} (at {at}): "
+                                   "the wait would never end" if got.get(idx, 0) < expected else
+                                   f"'{w.component}' task {task} waits for {expected} notifications of "
+                                   f"'{t.name}'{list(idx)}, but the producers send {got.get(idx, 0)} (at {at}): "
+                                   "it would start before its inputs are complete",
+                                   by_name[w.component].contract.at(w.pointer))
 
 
 def _sample_shapes(names: list[str], geometry: dict[str, int]) -> list[tuple[int, ...]]:
@@ -289,8 +287,23 @@ def _tasks(side: Side, env):
     return itertools.product(*(range(n) for n in extents))
 
 
+def _hits(side: Side, env, shape: list[int]):
+    """(task, element) for every element every task of `side` hits, on shape `env`."""
+    m = side.map
+    if all(term.kind != "all" for term in m.terms):  # one element per task: one call of the compiled map
+        fn = _map_function(tuple(m.task_dims), tuple(term.text for term in m.terms))
+        for task in _tasks(side, env):
+            yield task, fn(*task)
+        return
+    for task in _tasks(side, env):
+        for idx in _indices(m, task, shape):
+            yield task, idx
+
+
 def _indices(m: IndexMap, task: tuple[int, ...], shape: list[int]):
     """The event elements one task hits (affine and ':' terms only)."""
+    if all(term.kind != "all" for term in m.terms):  # one element: one call of the map compiled once
+        return [_map_function(tuple(m.task_dims), tuple(term.text for term in m.terms))(*task)]
     env = dict(zip(m.task_dims, task))
     axes = []
     for k, term in enumerate(m.terms):
@@ -299,6 +312,12 @@ def _indices(m: IndexMap, task: tuple[int, ...], shape: list[int]):
         else:
             axes.append([int(eval(_compiled(term.text), {"__builtins__": {}}, env))])
     return itertools.product(*axes)
+
+
+@functools.lru_cache(maxsize=None)
+def _map_function(dims: tuple[str, ...], terms: tuple[str, ...]):
+    """`ij->i,j+1` as `lambda i, j: (i, j+1,)` (the terms are affine: letters, integers, + - * // %)."""
+    return eval(f"lambda {', '.join(dims)}: ({', '.join(terms)},)", {"__builtins__": {}})
 
 
 @functools.lru_cache(maxsize=None)
