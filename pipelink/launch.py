@@ -704,6 +704,12 @@ class Kernel:
         grid=None sizes the grid with `grid_for` over the integer scalar arguments. A parameter
         named `grid` or `stream` must be passed by position.
         """
+        self.prepare(*args, grid=grid, **kwargs).launch(stream)
+
+    def prepare(self, *args, grid=None, **kwargs) -> "PreparedLaunch":
+        """Check and pack the arguments once; `PreparedLaunch.launch()` then repeats the launch at
+        the cost of the driver call (a persistent kernel also takes a new epoch and task base each
+        time). The arrays must stay where they are: prepare again after reallocating one."""
         values = self.bind(args, kwargs)
         packed = [self.pack_one(p, v) for p, v in zip(self.user_params, values)]
         env = self.shape_env(values)
@@ -717,11 +723,13 @@ class Kernel:
                                     f"are not integer parameters: pass grid= (e.g. kernel.grid_for(...))")
             grid = self.grid_for(**env)
         dims = _grid_dims(grid)
+        events = None
         if any(p.implicit for p in self.params):
-            packed = self._with_implicit(packed, env, dims)
-        self.launch_packed(packed, dims, _stream_handle(stream))
-        if self.manifest.get("workspace", {}).get("debug"):
-            self._check_timeout(_stream_handle(stream))
+            events = self._events_for(env, dims)
+            slots = {"workspace": ctypes.c_void_p(0), "epoch": ctypes.c_uint32(0), "task_base": ctypes.c_uint64(0)}
+            it = iter(packed)
+            packed = [slots[p.implicit] if p.implicit else next(it) for p in self.params]
+        return PreparedLaunch(self, packed, dims, events, values)
 
     # --- event tensors (persistent kernels) ------------------------------------------------
 
@@ -736,8 +744,8 @@ class Kernel:
             self._memo[key] = words
         return self._memo[key]
 
-    def _with_implicit(self, packed: list, env: dict, dims) -> list:
-        from .workspace import ensure_workspace
+    def _events_for(self, env: dict, dims) -> tuple[int, int]:
+        """(workspace words, task claims) of a persistent launch of this shape and grid."""
         if self.manifest.get("dispatch") == "static" and math.prod(dims) > self.resident_blocks():
             # Static dispatch waits across CTAs: every CTA must be resident at once, or a waiting
             # CTA can hold the multiprocessor a notifying one needs.
@@ -746,11 +754,7 @@ class Kernel:
                                 "device holds at once")
         # Only a dynamic dispatch claims tasks: every task once, and one final claim per CTA.
         claims = self.total_tiles(**env) + math.prod(dims) if self.manifest.get("dispatch") == "dynamic" else 0
-        pointer, epoch, base = ensure_workspace(self, self.workspace_words(**env), claims)
-        extra = {"workspace": ctypes.c_void_p(pointer), "epoch": ctypes.c_uint32(epoch),
-                 "task_base": ctypes.c_uint64(base)}
-        it = iter(packed)
-        return [extra[p.implicit] if p.implicit else next(it) for p in self.params]
+        return self.workspace_words(**env), claims
 
     def share_workspace(self, other: "Kernel") -> None:
         """Use `other`'s event workspace: the same memory and epochs (never launch both at once)."""
@@ -777,3 +781,28 @@ class Kernel:
         _call(f"{what} (grid {list(grid)}, block {list(self.block)}, {self.dynamic_smem} B dynamic smem)",
               drv.cuLaunchKernel, self.function, *grid, *self.block, self.dynamic_smem,
               drv.CUstream(stream), kernel_params, 0)
+
+
+@dataclass
+class PreparedLaunch:
+    """A launch whose arguments are checked and packed (`Kernel.prepare`)."""
+
+    kernel: Kernel
+    packed: list              # ctypes values in parameter order; implicit ones refilled per launch
+    dims: tuple[int, int, int]
+    events: tuple[int, int] | None = None  # persistent: (workspace words, task claims)
+    keep: object = field(default=None, repr=False)  # the arrays, kept alive as long as this is
+
+    def launch(self, stream=None) -> None:
+        """Launch asynchronously on `stream` (None: the legacy default stream, 0)."""
+        k, handle = self.kernel, _stream_handle(stream)
+        if self.events is not None:
+            from .workspace import ensure_workspace
+            pointer, epoch, base = ensure_workspace(k, *self.events)
+            fresh = {"workspace": pointer, "epoch": epoch, "task_base": base}
+            for p, slot in zip(k.params, self.packed):
+                if p.implicit:
+                    slot.value = fresh[p.implicit]
+        k.launch_packed(self.packed, self.dims, handle)
+        if k.manifest.get("workspace", {}).get("debug"):
+            k._check_timeout(handle)

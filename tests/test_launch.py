@@ -780,3 +780,32 @@ def test_conversions_match_torch():
         ts = torch.tensor(small, dtype=torch.float32)
         assert ts.to(torch.float8_e4m3fn).view(torch.uint8).tolist() == [float_to_fp8_e4m3_bits(x) for x in small]
         assert ts.to(torch.float8_e5m2).view(torch.uint8).tolist() == [float_to_fp8_e5m2_bits(x) for x in small]
+
+
+def test_prepared_persistent_launch_takes_a_new_epoch_and_task_base_each_time(monkeypatch):
+    """prepare() checks and packs once; each launch() refills only the workspace, epoch and task base."""
+    from pipelink import workspace
+    fake = FakeDriver([ctypes.c_uint64, ctypes.c_int32, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint64])
+    fake.cuMemAlloc = lambda size: (fake.CUresult.CUDA_SUCCESS, 0x7000)
+    fake.cuMemsetD8 = lambda ptr, value, size: (fake.CUresult.CUDA_SUCCESS,)
+    monkeypatch.setattr(launch, "_driver", lambda: fake)
+    monkeypatch.setattr(workspace, "_driver", lambda: fake)
+    m = {"manifest": 1, "kernel": "chain", "block": [128], "dynamic_smem": 0, "dispatch": "dynamic",
+         "tiles": ["ceil_div(M, 32)"],
+         "params": [{"name": "x", "dtype": "f32", "pointer": True, "const": True},
+                    {"name": "M", "dtype": "i32", "pointer": False, "const": False},
+                    {"name": "pl_workspace", "dtype": "u64", "pointer": True, "const": False, "implicit": "workspace"},
+                    {"name": "pl_epoch", "dtype": "u32", "pointer": False, "const": False, "implicit": "epoch"},
+                    {"name": "pl_task_base", "dtype": "u64", "pointer": False, "const": False,
+                     "implicit": "task_base"}],
+         "workspace": {"header_words": 16, "events": [{"name": "e", "shape": ["ceil_div(M, 32)"]}]}}
+    k = fake_occupancy(Kernel(m), sms=132, per_sm=1)
+    k.function = object()
+    k.pointer_device = lambda ptr: 0
+    prepared = k.prepare(FakeTensor(ptr=0xAB00), M=100, grid=4)  # 4 tasks + 4 final claims per launch
+    prepared.launch()
+    assert fake.seen["values"] == [0xAB00, 100, 0x7000, 1, 0] and fake.seen["grid"] == (4, 1, 1)
+    prepared.launch()
+    assert fake.seen["values"] == [0xAB00, 100, 0x7000, 2, 8]
+    k.launch(FakeTensor(ptr=0xAB00), M=100, grid=4)  # the plain launch takes the same path
+    assert fake.seen["values"] == [0xAB00, 100, 0x7000, 3, 16]
