@@ -34,6 +34,8 @@ class PipelinkLayer:
         key = tuple(v.data_ptr() if hasattr(v, "data_ptr") else v for v in args.values())
         prepared = self._prepared.get(key)
         if prepared is None:
+            if len(self._prepared) >= 8:  # a prepared launch keeps its arrays alive: keep few
+                self._prepared.pop(next(iter(self._prepared)))
             prepared = self._prepared[key] = self.kernel.prepare(**args)
         prepared.launch()
 
