@@ -1,10 +1,12 @@
 """The MoE case study in one command: build the four teams' components, link them with pipelink
 and classically, then (on a GPU) check every kernel against torch, benchmark, and run the
-modified-geometry test. Results go to results/ (RESULTS.md and results.json).
+modified-geometry test. Results go to results/ (all.json with every raw time, RESULTS.md).
 
-    python case_studies/moe_four_owners/run.py [all|test|bench|variants] [--out DIR]
+    python case_studies/moe_four_owners/run.py [all|test|bench|variants|smoke|once] [--out DIR]
 
-`once` runs each kernel once on two small problems in this process: the target for
+`smoke` runs pipelink's kernel (plain and --debug-events) and the classic one once each in child
+processes under the watchdog: the first thing to try after a change that might hang. `once` runs
+each kernel once on two small problems in this process: the target for
 `compute-sanitizer --tool memcheck|racecheck|synccheck python .../run.py once`.
 """
 from __future__ import annotations
