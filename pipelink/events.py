@@ -125,18 +125,8 @@ def _check_read_order(comps, tensors, sink) -> None:
         for p in comp.contract.entry.params:
             if p.pointer and not p.const:
                 writers.setdefault(p.name, set()).add(comp.name)
-    after: dict[str, set[str]] = {c.name: set() for c in comps}  # after[C]: components ordered behind C
-    for t in tensors.values():
-        for n in t.notifiers:
-            after[n.component] |= {w.component for w in t.waiters}
-    changed = True
-    while changed:
-        changed = False
-        for c, behind in after.items():
-            more = set().union(*(after[b] for b in behind)) - behind if behind else set()
-            if more:
-                behind |= more
-                changed = True
+    from .graph import downstream
+    after = downstream([c.name for c in comps], _edges(tensors))  # after[C]: components ordered behind C
     by_name = {c.name: c for c in comps}
     for comp in comps:
         waits = sorted(((t, w) for t in tensors.values() for w in t.waiters if w.component == comp.name),
@@ -182,10 +172,14 @@ def _derived_count(side: Side) -> Expr | None:
     return parse(" * ".join(f"({e.text})" for e in dropped))
 
 
+def _edges(tensors) -> list[tuple[str, str, str]]:
+    """(notifier, waiter, event) for every pair the events connect."""
+    return [(n.component, w.component, t.name) for t in tensors.values() for n in t.notifiers for w in t.waiters]
+
+
 def _order(comps, tensors, sink) -> list[str] | None:
     from .graph import dependency_order
-    edges = [(n.component, w.component, t.name) for t in tensors.values() for n in t.notifiers for w in t.waiters]
-    order, cycle = dependency_order([c.name for c in comps], edges)
+    order, cycle = dependency_order([c.name for c in comps], _edges(tensors))
     if order is None:
         text = " -> ".join(f"{a} ({event})" for a, _, event in cycle) + f" -> {cycle[0][0]}"
         comp = next(c for c in comps if c.name == cycle[0][0])
