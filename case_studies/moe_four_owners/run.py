@@ -194,8 +194,8 @@ def run_once(impls: dict, seed: int) -> int:
     return 1 if failed else 0
 
 
-def run_smoke(out: Path, linked, classic: bytes, seed: int) -> int:
-    debug = builds.link_pipelink(builds.build_all(out / "base", classic=False).pipelink_objects, debug_events=True)
+def run_smoke(out: Path, base: builds.Builds, linked, classic: bytes, seed: int) -> int:
+    debug = builds.link_pipelink(base.pipelink_objects, debug_events=True)  # the same objects, relinked
     worlds = {"pipelink": linked, "pipelink --debug-events": debug}
     failed = 0
     for name, result in worlds.items():
@@ -234,7 +234,7 @@ def main(argv=None) -> int:
         log("no GPU here: built and linked; the tests, the benchmark and the modified-geometry test need one")
         return 0
     if args.what == "smoke":  # each baseline kernel once, in a child under the watchdog
-        return run_smoke(out, linked, classic, seed)
+        return run_smoke(out, base, linked, classic, seed)
     if args.what == "once":
         return run_once(implementations(linked, classic), seed)
     import torch
