@@ -8,6 +8,7 @@ full/empty mbarrier rings between producer and consumer (warp-specialized).
 """
 from __future__ import annotations
 
+from . import event_glue
 from .allocate import Allocation
 from .header import constant_symbols, entry_prototype, marker_symbol, symbol_prefix
 from .model import DTYPE_C, dtype_includes
@@ -291,125 +292,30 @@ def _decode(r: Resolved, k: int, name: str, indent: str) -> list[str]:
     return _tile_from(seq.order, len(seq.grid), f"c{k}_tiles_", "0", "0", indent)
 
 
-def _element_loops(r: Resolved, j: int, tensor, side, indent: str) -> tuple[list[str], str, str]:
-    """Loops over the ':', gather and range terms of a map, and the linear element index (C)."""
-    comp = r.component(side.component)
-    letters = {d: f"tile.coord[{i}]" for i, d in enumerate(side.map.task_dims)}
-    opens, coords = [], []
-    for axis, term in enumerate(side.map.terms):
-        var = f"a{axis}"
-        if term.kind == "all":
-            opens.append(f"{indent}for (long long {var} = 0; {var} < e{j}_extent_{axis}; ++{var}) {{")
-            indent += "  "
-            coords.append(var)
-        elif term.kind == "gather":  # topk[i, :]: the event coordinates are values read from a tensor
-            read, loops = _gather_c(r, comp, term.text, letters, var, indent)
-            opens += loops
-            indent += "  " * len(loops)
-            # A negative value names no event (padding: a token past the end, an unused slot). One
-            # opening line per nesting level: the body runs once, for a non-negative value only.
-            opens.append(f"{indent}for (long long {var}_at = (long long)({read}); {var}_at >= 0; {var}_at = -1) {{")
-            indent += "  "
-            coords.append(f"{var}_at")
-        elif term.kind == "range":  # range(indptr[i], indptr[i+1]): a variable number of events
-            lo, hi = (_bound_c(r, comp, arg, letters) for arg in _range_args(term.text))
-            opens.append(f"{indent}for (long long {var} = {lo}; {var} < {hi}; ++{var}) {{")
-            indent += "  "
-            coords.append(var)
-        else:
-            coords.append("(long long)(" + _affine_c(term.text, letters) + ")")
-    index = coords[0]
-    for axis in range(1, len(coords)):
-        index = f"({index}) * e{j}_extent_{axis} + {coords[axis]}"
-    return opens, index, indent
-
-
-def _affine_c(text: str, letters: dict[str, str]) -> str:
-    from .expr import parse
-    return parse(text).to_c(lambda n: letters[n])
-
-
-def _tensor_shape_c(r: Resolved, comp, name: str) -> list[str]:
-    geo = lambda n: str(r.geometry[n]) if n in r.geometry else n  # noqa: E731
-    param = next(p for p in comp.contract.entry.params if p.name == name)
-    return [e.to_c(geo) for e in param.shape]
-
-
-def _gather_c(r: Resolved, comp, text: str, letters, var: str, indent: str) -> tuple[str, list[str]]:
-    """`t[i, :]` -> the C read of the element, with a loop over each ':' (row-major linear index)."""
-    import ast
-    node = ast.parse(text, mode="eval").body
-    items = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
-    shape = _tensor_shape_c(r, comp, node.value.id)
-    loops, parts = [], []
-    for k, item in enumerate(items):
-        if isinstance(item, ast.Slice):
-            v = f"{var}_{k}"
-            loops.append(f"{indent}{'  ' * len(loops)}for (long long {v} = 0; {v} < (long long)({shape[k]}); ++{v}) {{")
-            parts.append(v)
-        else:
-            parts.append("(long long)(" + _affine_c(ast.unparse(item), letters) + ")")
-    lin = parts[0]
-    for k in range(1, len(parts)):
-        lin = f"({lin}) * (long long)({shape[k]}) + {parts[k]}"
-    return f"{node.value.id}[{lin}]", loops
-
-
-def _range_args(text: str) -> list[str]:
-    import ast
-    return [ast.unparse(a) for a in ast.parse(text, mode="eval").body.args]
-
-
-def _bound_c(r: Resolved, comp, text: str, letters) -> str:
-    if "[" in text:
-        read, loops = _gather_c(r, comp, text, letters, "unused", "")
-        assert not loops
-        return f"(long long)({read})"
-    return "(long long)(" + _affine_c(text, letters) + ")"
-
-
 def _task_body(r: Resolved, a: Allocation, k: int, name: str, indent: str) -> list[str]:
     comp = r.component(name)
     plan = r.events
     tensor_index = {t.name: j for j, t in enumerate(plan.tensors.values())}
     comp_index = [c.name for c in r.components].index(name)
     geo = lambda n: str(r.geometry[n]) if n in r.geometry else n  # noqa: E731
-    bound = f"{DEBUG_SPIN_BOUND}ull" if r.debug_events else "0ull"
+
+    def count_of(tensor, side) -> str:
+        if side.count_term is not None:  # read per task from a device tensor
+            task_letters = {d: f"tile.coord[{i}]" for i, d in enumerate(side.map.task_dims)}
+            read, _ = event_glue.gather_c(r, comp, side.count_term.text, task_letters, "unused")
+            return read
+        return side.count.to_c(geo) if side.count is not None else tensor.count_c(geo)
+
     out = _decode(r, k, name, indent)
     waits = plan.waits_of(name)
     if waits:
-        out += [f"{indent}if (threadIdx.x == 0) {{", f"{indent}  bool ok = true;"]
-        for tensor, side in waits:
-            j = tensor_index[tensor.name]
-            if side.count_term is not None:  # read per task from a device tensor
-                letters = {d: f"tile.coord[{i}]" for i, d in enumerate(side.map.task_dims)}
-                count, _ = _gather_c(r, comp, side.count_term.text, letters, "unused", "")
-            else:
-                count = side.count.to_c(geo) if side.count is not None else tensor.count_c(geo)
-            opens, index, inner = _element_loops(r, j, tensor, side, indent + "  ")
-            out += opens
-            out.append(f"{inner}ok = ok && pl::events::wait_for(e{j} + {index}, (unsigned)({count}), pl_epoch, "
-                       f"{bound}, pl_report, {comp_index}u, {j}u, {index}, (unsigned long long)t);")
-            out += [f"{indent}  {'  ' * i}}}" for i in reversed(range(len(opens)))]
-        out += [f"{indent}  pl_flags[0] = ok;", f"{indent}}}", f"{indent}__syncthreads();",
-                f"{indent}if (!pl_flags[0]) return;  // a debug build's wait timed out somewhere"]
+        bound = f"{DEBUG_SPIN_BOUND}ull" if r.debug_events else "0ull"
+        out += event_glue.wait_block(r, waits, tensor_index, comp_index, a.block_threads, bound, count_of, indent)
     threads = comp.contract.threads.count
     guard = f"if (threadIdx.x < {threads}) " if threads < a.block_threads else ""
     out.append(_call(comp, indent + guard))
-    notifies = plan.notifies_of(name)
     out.append(f"{indent}__syncthreads();  // the task's writes are done")
+    notifies = plan.notifies_of(name)
     if notifies:
-        # The block's threads share the notifications round-robin: a task that notifies hundreds of
-        # elements (a dispatch tile's rows) would otherwise serialize their atomics on one thread.
-        out += [f"{indent}{{", f"{indent}  __threadfence();  // ... and visible to every CTA",
-                f"{indent}  unsigned pl_n = 0;"]
-        for tensor, side in notifies:
-            j = tensor_index[tensor.name]
-            opens, index, inner = _element_loops(r, j, tensor, side, indent + "  ")
-            out += opens
-            out.append(f"{inner}if (pl_n++ % {a.block_threads}u == threadIdx.x) "
-                       f"pl::events::add_one(e{j} + {index}, pl_epoch);  // '{tensor.name}' {side.map.text}")
-            out += [f"{indent}  {'  ' * i}}}" for i in reversed(range(len(opens)))]
-        out.append(f"{indent}}}")
+        out += event_glue.notify_block(r, notifies, tensor_index, a.block_threads, indent)
     return out
-

@@ -120,7 +120,8 @@ def test_data_dependent_maps_plan_and_generate():
     glue = generate_glue(r, a)
     assert "topk[((long long)(tile.coord[0])) * (long long)(TOPK) + a0_1]" in glue   # i->topk[i,:]
     assert "(unsigned)(counts[(long long)(tile.coord[0])])" in glue                  # count read per task
-    assert "a0 < (long long)(offsets[(long long)((tile.coord[0] + 1))])" in glue      # range(...)
+    assert "max((long long)(offsets[(long long)((tile.coord[0] + 1))]) - pl_lo0, 0ll)" in glue  # range(...)
+    assert "pl_i += 128" in glue  # the block's threads share the elements
 
 
 def test_data_dependent_count_must_be_explicit_and_tensors_shaped():

@@ -176,10 +176,12 @@ def run_variants(out: Path, base: builds.Builds, seed: int) -> list[dict]:
     return rows
 
 
-def run_once(impls: dict, seed: int) -> int:
+def run_once(impls: dict, seed: int, only: str | None = None) -> int:
     import torch
     failed = 0
     for shape, T in (("small", 50), (VARIANT_SHAPE, 40)):
+        if only and shape != only:
+            continue
         s = layer.SHAPES[shape]
         weights, x = layer.make_weights(s, seed), layer.make_tokens(s, T, seed + 1)
         for name, impl in impls.items():
@@ -220,12 +222,14 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=str(Path(os.environ.get("MOE_BUILD_DIR", "build/moe_four_owners"))))
     ap.add_argument("--seed", type=int, default=None, help="default: fresh every run")
     ap.add_argument("--world"), ap.add_argument("--cubin"), ap.add_argument("--manifest")
-    ap.add_argument("--shape", default=VARIANT_SHAPE), ap.add_argument("--tokens", type=int, default=VARIANT_TOKENS)
+    ap.add_argument("--shape", default=None, help="child: the shape to run (default %s); once: only this shape"
+                    % VARIANT_SHAPE)
+    ap.add_argument("--tokens", type=int, default=VARIANT_TOKENS)
     args = ap.parse_args(argv)
     seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little") % 1_000_000
     if args.what == "child":
         verdict = variants.child_main(args.world, Path(args.cubin), Path(args.manifest) if args.manifest else None,
-                                      args.shape, args.tokens, seed)
+                                      args.shape or VARIANT_SHAPE, args.tokens, seed)
         print(json.dumps(verdict), flush=True)
         os._exit(0)  # a hung kernel may still run: leave without waiting for it
     out = Path(args.out)
@@ -236,7 +240,7 @@ def main(argv=None) -> int:
     if args.what == "smoke":  # each baseline kernel once, in a child under the watchdog
         return run_smoke(out, base, linked, classic, seed)
     if args.what == "once":
-        return run_once(implementations(linked, classic), seed)
+        return run_once(implementations(linked, classic), seed, args.shape)
     import torch
     RESULTS.mkdir(exist_ok=True)
     doc = {"date": datetime.date.today().isoformat(), "device": torch.cuda.get_device_name(0), "seed": seed,
