@@ -57,10 +57,9 @@ def _persistent_manifest(doc: dict, r: Resolved) -> None:
     doc["tiles"] = [" + ".join(per_component)]  # every task of every component
     doc["tasks"] = {name: expr for name, expr in zip(plan.order, per_component)}
     doc["dispatch"] = r.dispatch
-    doc["params"] += [{"name": "pl_workspace", "dtype": "u64", "pointer": True, "const": False, "implicit": "workspace"},
-                      {"name": "pl_epoch", "dtype": "u32", "pointer": False, "const": False, "implicit": "epoch"},
-                      {"name": "pl_task_base", "dtype": "u64", "pointer": False, "const": False,
-                       "implicit": "task_base"}]
+    from .glue import IMPLICIT_PARAMS
+    doc["params"] += [{"name": name, "dtype": dtype, "pointer": pointer, "const": False, "implicit": kind}
+                      for name, dtype, pointer, kind in IMPLICIT_PARAMS]
     doc["workspace"] = {
         "header_words": WORKSPACE_HEADER_WORDS,
         "task_counter_word": 8,
@@ -127,7 +126,7 @@ def link_map(r: Resolved, a: Allocation, arch: str, kernel_info=None) -> str:
         for name in r.events.order:
             seq = r.component(name).contract.geometry.tile_sequence
             out.append(f"  {name}: grid [{', '.join(substitute(e, r.geometry) for e in seq.grid)}] {seq.order}")
-        out += ["", "## events (64-bit counters in the workspace, epoch-tagged)"]
+        out += ["", "## events (64-bit counters, zero at launch)"]
         for t in r.events.tensors.values():
             shape = ", ".join(substitute(e, r.geometry) for e in t.shape)
             notes = "; ".join(f"{n.component} notifies {n.map.text}" for n in t.notifiers)

@@ -137,7 +137,7 @@ def notify_block(r, notifies, tensor_index: dict, threads: int, indent: str) -> 
     for tensor, side in notifies:
         j = tensor_index[tensor.name]
         space = element_space(r, j, side)
-        body = f"pl::events::add_one(e{j} + {space.index}, pl_epoch);  // '{tensor.name}' {side.map.text}"
+        body = f"pl::events::add_one(e{j} + {space.index});  // '{tensor.name}' {side.map.text}"
         out += shared_loop(space, body, threads, slot, indent)
         slot += not space.loops
     return out

@@ -72,8 +72,9 @@ def kernel_params(r: Resolved) -> list[str]:
     # A specialized shape keeps its slot (callers pass the same arguments) but the body uses the constant.
     params = [p.c_decl() + ("_unused" if p.name in (r.specialize or {}) else "") for p in r.params]
     if r.schedule == "persistent":  # filled in by the launcher
-        params += ["unsigned long long* __restrict__ pl_workspace", "unsigned pl_epoch",
-                   "unsigned long long pl_task_base"]
+        ctype = {"u64": "unsigned long long", "u32": "unsigned"}
+        params += [f"{ctype[dtype]}* __restrict__ {name}" if pointer else f"{ctype[dtype]} {name}"
+                   for name, dtype, pointer, _ in IMPLICIT_PARAMS]
     return params
 
 
@@ -238,6 +239,12 @@ def _warp_specialized(r: Resolved, a: Allocation) -> list[str]:
 WORKSPACE_HEADER_WORDS = 16   # the timeout report (8 words), the dynamic task counter, spare
 TASK_COUNTER_WORD = 8
 DEBUG_SPIN_BOUND = 20_000_000
+# (name, dtype, pointer, launcher's kind): what a persistent kernel takes from the launcher
+# (workspace.py): the header, this launch's zeroed event region, the region and word count it
+# zeroes for the next launch, the epoch naming the launch in a debug report, its first task claim.
+IMPLICIT_PARAMS = [("pl_workspace", "u64", True, "workspace"), ("pl_events", "u64", True, "events"),
+                   ("pl_clear", "u64", True, "clear"), ("pl_clear_words", "u64", False, "clear_words"),
+                   ("pl_epoch", "u32", False, "epoch"), ("pl_task_base", "u64", False, "task_base")]
 
 
 def _persistent(r: Resolved, a: Allocation) -> list[str]:
@@ -252,11 +259,15 @@ def _persistent(r: Resolved, a: Allocation) -> list[str]:
         for d, e in enumerate(seq.grid):
             out.append(f"  const int c{k}_tiles_{d} = {e.to_c(geo)};")
         out.append(f"  const int c{k}_tasks = " + " * ".join(f"c{k}_tiles_{d}" for d in range(len(seq.grid))) + ";")
-    base = f"{WORKSPACE_HEADER_WORDS}ll"
+    out += ["  // The next launch counts in the region the last one used: zero it now, a slice per CTA.",
+            "  for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < pl_clear_words;",
+            "       i += (unsigned long long)gridDim.x * blockDim.x)",
+            "    pl_clear[i] = 0ull;"]
+    base = "0ll"
     for j, t in enumerate(plan.tensors.values()):
         for d, e in enumerate(t.shape):
             out.append(f"  const long long e{j}_extent_{d} = {e.to_c(geo)};")
-        out.append(f"  unsigned long long* const e{j} = pl_workspace + {base};  // event '{t.name}'")
+        out.append(f"  unsigned long long* const e{j} = pl_events + {base};  // event '{t.name}'")
         base = f"{base} + " + " * ".join(f"e{j}_extent_{d}" for d in range(len(t.shape)))
     if r.dispatch == "static":
         for k, name in enumerate(plan.order):

@@ -105,6 +105,11 @@ def gpu_available() -> bool:
 
 # --- the manifest --------------------------------------------------------------------------
 
+# The parameters a persistent kernel takes from the launcher (workspace.py), as ctypes values.
+IMPLICIT = {"workspace": ctypes.c_void_p, "events": ctypes.c_void_p, "clear": ctypes.c_void_p,
+            "clear_words": ctypes.c_uint64, "epoch": ctypes.c_uint32, "task_base": ctypes.c_uint64}
+
+
 @dataclass(frozen=True)
 class ParamSpec:
     """One kernel parameter as the manifest declares it."""
@@ -113,7 +118,7 @@ class ParamSpec:
     dtype: str
     pointer: bool
     const: bool
-    implicit: str | None = None   # "workspace" | "epoch": the launcher supplies it, not the caller
+    implicit: str | None = None   # one of IMPLICIT: the launcher supplies it, not the caller
 
     @property
     def is_shape(self) -> bool:
@@ -144,7 +149,7 @@ def _parse_params(kernel: str, raw) -> tuple[ParamSpec, ...]:
         if not isinstance(p.get("pointer"), bool) or not isinstance(p.get("const", False), bool):
             raise _manifest_error(kernel, f"parameter '{name}': 'pointer' and 'const' must be booleans")
         implicit = p.get("implicit")
-        if implicit not in (None, "workspace", "epoch", "task_base"):
+        if implicit is not None and implicit not in IMPLICIT:
             raise _manifest_error(kernel, f"parameter '{name}' has unknown implicit kind {implicit!r}")
         params.append(ParamSpec(name, p["dtype"], p["pointer"], p.get("const", False), implicit))
     return tuple(params)
@@ -708,8 +713,8 @@ class Kernel:
 
     def prepare(self, *args, grid=None, **kwargs) -> "PreparedLaunch":
         """Check and pack the arguments once; `PreparedLaunch.launch()` then repeats the launch at
-        the cost of the driver call (a persistent kernel also takes a new epoch and task base each
-        time). The arrays must stay where they are: prepare again after reallocating one."""
+        the cost of the driver call (a persistent kernel also takes its event region and task base
+        each time). The arrays must stay where they are: prepare again after reallocating one."""
         values = self.bind(args, kwargs)
         packed = [self.pack_one(p, v) for p, v in zip(self.user_params, values)]
         env = self.shape_env(values)
@@ -726,26 +731,26 @@ class Kernel:
         events = None
         if any(p.implicit for p in self.params):
             events = self._events_for(env, dims)
-            slots = {"workspace": ctypes.c_void_p(0), "epoch": ctypes.c_uint32(0), "task_base": ctypes.c_uint64(0)}
+            slots = {name: make() for name, make in IMPLICIT.items()}
             it = iter(packed)
             packed = [slots[p.implicit] if p.implicit else next(it) for p in self.params]
         return PreparedLaunch(self, packed, dims, events, values)
 
     # --- event tensors (persistent kernels) ------------------------------------------------
 
-    def workspace_words(self, **shapes) -> int:
-        """64-bit words of event counters (and the header) this launch needs."""
+    def event_words(self, **shapes) -> int:
+        """64-bit words of event counters this launch needs."""
         key = ("words", *sorted(shapes.items()))
         if key not in self._memo:  # every launch asks: evaluate once per shape
             ws = self.manifest.get("workspace", {})
-            words = int(ws.get("header_words", 0))
+            words = 0
             for event in ws.get("events", []):
                 words += math.prod(_expr.parse(e).evaluate(shapes) for e in event["shape"])
             self._memo[key] = words
         return self._memo[key]
 
-    def _events_for(self, env: dict, dims) -> tuple[int, int]:
-        """(workspace words, task claims) of a persistent launch of this shape and grid."""
+    def _events_for(self, env: dict, dims) -> tuple[int, int, int]:
+        """(header words, event words, task claims) of a persistent launch of this shape and grid."""
         if self.manifest.get("dispatch") == "static" and math.prod(dims) > self.resident_blocks():
             # Static dispatch waits across CTAs: every CTA must be resident at once, or a waiting
             # CTA can hold the multiprocessor a notifying one needs.
@@ -754,10 +759,10 @@ class Kernel:
                                 "device holds at once")
         # Only a dynamic dispatch claims tasks: every task once, and one final claim per CTA.
         claims = self.total_tiles(**env) + math.prod(dims) if self.manifest.get("dispatch") == "dynamic" else 0
-        return self.workspace_words(**env), claims
+        return int(self.manifest.get("workspace", {}).get("header_words", 0)), self.event_words(**env), claims
 
     def share_workspace(self, other: "Kernel") -> None:
-        """Use `other`'s event workspace: the same memory and epochs (never launch both at once)."""
+        """Use `other`'s event workspace: the same memory and launch sequence (never launch both at once)."""
         from .workspace import share_workspace
         share_workspace(self, other)
 
@@ -790,19 +795,24 @@ class PreparedLaunch:
     kernel: Kernel
     packed: list              # ctypes values in parameter order; implicit ones refilled per launch
     dims: tuple[int, int, int]
-    events: tuple[int, int] | None = None  # persistent: (workspace words, task claims)
+    events: tuple[int, int, int] | None = None  # persistent: (header words, event words, task claims)
     keep: object = field(default=None, repr=False)  # the arrays, kept alive as long as this is
 
     def launch(self, stream=None) -> None:
         """Launch asynchronously on `stream` (None: the legacy default stream, 0)."""
         k, handle = self.kernel, _stream_handle(stream)
         if self.events is not None:
-            from .workspace import ensure_workspace
-            pointer, epoch, base = ensure_workspace(k, *self.events)
-            fresh = {"workspace": pointer, "epoch": epoch, "task_base": base}
+            from .workspace import ensure_workspace, mark_unknown
+            fresh = ensure_workspace(k, *self.events)
             for p, slot in zip(k.params, self.packed):
                 if p.implicit:
                     slot.value = fresh[p.implicit]
-        k.launch_packed(self.packed, self.dims, handle)
+            try:
+                k.launch_packed(self.packed, self.dims, handle)
+            except BaseException:
+                mark_unknown(k)  # the region this launch was to clear is still dirty
+                raise
+        else:
+            k.launch_packed(self.packed, self.dims, handle)
         if k.manifest.get("workspace", {}).get("debug"):
             k._check_timeout(handle)

@@ -1,8 +1,11 @@
-"""The event workspace of a persistent kernel: device memory the launcher owns, and the epoch.
+"""The event workspace of a persistent kernel: device memory the launcher owns.
 
-The counters are never reset: each launch counts under a new epoch (1, 2, ...), and a counter
-still tagged with an older epoch reads as zero. The first words hold the debug build's timeout
-report and the dynamic dispatch's task counter.
+Layout: a header (the debug build's timeout report, the dynamic dispatch's task counter), then
+two regions of event counters. Launches alternate between the regions, and each launch first
+zeroes the region the launch before it used (every CTA a slice, before its first task): the next
+launch finds its counters at zero with no memset in the stream, so a notification is one
+atomicAdd and a wait one load. The task counter is never reset: each launch is told where its
+claims start.
 """
 from __future__ import annotations
 
@@ -26,16 +29,20 @@ class EventTimeout(RuntimeError):
 
 
 class Workspace:
-    """Device memory for event counters, with the epoch and task-counter base that go with it.
+    """Device memory for event counters, and where the next launch stands in it.
     Kernels may share one (`Kernel.share_workspace`) as long as they never run concurrently: the
-    epochs and claims then simply continue from one kernel's launch to the other's."""
+    regions, epochs and claims then simply continue from one kernel's launch to the other's."""
 
     def __init__(self):
         self.ptr = None
-        self.words = 0
-        self.epoch = 0
+        self.region_words = 0  # capacity of each of the two regions
+        self.header_words = 0
+        self.region = 1        # the region the last launch used
+        self.used = 0          # its words: what the next launch clears
+        self.epoch = 0         # names a launch in the debug report
         self.task_base = 0
         self.owners = 0
+        self.unknown = False   # a launch failed to start or stopped early: zero everything first
 
 
 def workspace_of(kernel) -> Workspace:
@@ -47,30 +54,47 @@ def workspace_of(kernel) -> Workspace:
 
 
 def share_workspace(kernel, other) -> None:
-    """Make `kernel` use `other`'s workspace (the same memory, the same epochs)."""
+    """Make `kernel` use `other`'s workspace (the same memory, the same sequence of launches)."""
     release_workspace(kernel)
     ws = workspace_of(other)
     ws.owners += 1
     kernel._workspace = ws
 
 
-def ensure_workspace(kernel, words: int, claims: int = 0) -> tuple[int, int, int]:
-    """A zeroed device buffer of at least `words` 64-bit words for `kernel`, the next epoch, and
-    where this launch's task claims start. A dynamic dispatch makes exactly `claims` claims (every
-    task, plus one final claim per CTA), so the next launch's claims start that much later."""
+def ensure_workspace(kernel, header_words: int, event_words: int, claims: int = 0) -> dict[str, int]:
+    """The implicit arguments of the next launch: the workspace (header), this launch's zeroed
+    event region, the region and word count it clears for the launch after it, the epoch and
+    where its task claims start. A dynamic dispatch makes exactly `claims` claims (every task,
+    plus one final claim per CTA), so the next launch's claims start that much later."""
     drv = _driver()
     ws = workspace_of(kernel)
-    if words > ws.words:
+    if event_words > ws.region_words or header_words != ws.header_words:
         if ws.ptr is not None:
             _call("cuMemFree (the event workspace)", drv.cuMemFree, ws.ptr)
-        size = max(words, 2 * ws.words) * 8
+        region = max(event_words, 2 * ws.region_words, 1)
+        size = (header_words + 2 * region) * 8
         ws.ptr = _call(f"cuMemAlloc({size}) for the events of kernel '{kernel.name}'", drv.cuMemAlloc, size)
         _call("cuMemsetD8 (the new event workspace)", drv.cuMemsetD8, ws.ptr, 0, size)
-        ws.words, ws.task_base = size // 8, 0
-    ws.epoch = ws.epoch % 0xFFFFFFFF + 1  # never 0: zeroed memory is epoch 0
-    base = ws.task_base
-    ws.task_base = base + claims
-    return int(ws.ptr), ws.epoch, base
+        ws.region_words, ws.header_words = region, header_words
+        ws.region, ws.used, ws.task_base, ws.unknown = 1, 0, 0, False
+    elif ws.unknown:  # counts of an unfinished launch may be left anywhere
+        _call("cuMemsetD8 (the event workspace, after a launch that did not finish)", drv.cuMemsetD8, ws.ptr, 0,
+              (ws.header_words + 2 * ws.region_words) * 8)
+        ws.region, ws.used, ws.task_base, ws.unknown = 1, 0, 0, False
+    ws.epoch = ws.epoch % 0xFFFFFFFF + 1  # never 0: a zeroed report names no launch
+    region = 1 - ws.region
+    start = ws.ptr + ws.header_words * 8
+    args = {"workspace": int(ws.ptr), "events": int(start + region * ws.region_words * 8),
+            "clear": int(start + ws.region * ws.region_words * 8), "clear_words": ws.used,
+            "epoch": ws.epoch, "task_base": ws.task_base}
+    ws.region, ws.used = region, event_words
+    ws.task_base += claims
+    return args
+
+
+def mark_unknown(kernel) -> None:
+    """The launch just prepared did not start, or stopped early: zero the workspace before the next."""
+    workspace_of(kernel).unknown = True
 
 
 def release_workspace(kernel) -> None:
@@ -81,7 +105,7 @@ def release_workspace(kernel) -> None:
     ws.owners -= 1
     if ws.owners <= 0 and ws.ptr is not None:
         _call("cuMemFree (the event workspace)", _driver().cuMemFree, ws.ptr)
-        ws.ptr, ws.words = None, 0
+        ws.ptr, ws.region_words = None, 0
 
 
 def read_timeout(kernel, stream: int) -> None:
@@ -92,15 +116,15 @@ def read_timeout(kernel, stream: int) -> None:
     ws = workspace_of(kernel)
     _call("cuMemcpyDtoH (the timeout report)", drv.cuMemcpyDtoH, ctypes.addressof(report), ws.ptr,
           (REPORT_WORDS + 1) * 8)
-    epoch, component, event, element, expected, observed, task, _, claimed = list(report)
+    epoch, component, event, element, expected, observed, task, _, _ = list(report)
     if epoch != ws.epoch:
         return
-    ws.task_base = claimed  # CTAs that gave up made no final claim: start the next launch here
+    ws.unknown = True  # CTAs that gave up left counts and claims behind: start the next launch afresh
     comps = [c["name"] for c in kernel.manifest.get("components", [])]
     events = [e["name"] for e in kernel.manifest.get("workspace", {}).get("events", [])]
     name = lambda seq, i: seq[i] if i < len(seq) else f"#{i}"  # noqa: E731
     raise EventTimeout(kernel.name, name(comps, component), name(events, event), element, expected, observed, task)
 
 
-__all__ = ["EventTimeout", "Workspace", "ensure_workspace", "release_workspace", "share_workspace", "read_timeout",
+__all__ = ["EventTimeout", "Workspace", "ensure_workspace", "mark_unknown", "release_workspace", "share_workspace", "read_timeout",
            "LaunchError"]

@@ -77,7 +77,7 @@ EVENT_SHAPES = [(1, 1), (37, 1000), (300, 4099), (2048, 8192), (8192, 2048)]
 @pytest.mark.parametrize("pipeline", ["splitk_gemv", "tile_chain"])
 def test_event_pipeline_many_shapes_one_cubin(kernels, pipeline, dispatch):
     """Every shape from the same linked kernel, no relink; launches in a row share the event
-    tensors without any reset (the epoch moves on)."""
+    tensors without any reset in the stream."""
     kernel = kernels[f"{pipeline}/{dispatch}"]
     for M, N in EVENT_SHAPES:
         judge(kernel, pipeline.split("/")[0], M, N)
@@ -96,6 +96,15 @@ def test_static_and_dynamic_dispatch_agree_bit_for_bit(kernels, pipeline):
         torch.cuda.synchronize()
         outs.append([problem.args[o].cpu() for o in problem.outputs])
     assert all(torch.equal(a, b) for a, b in zip(*outs)), f"seed {seed}"
+
+
+@pytest.mark.parametrize("pipeline", ["splitk_gemv", "tile_chain"])
+def test_event_launches_growing_and_shrinking(kernels, pipeline):
+    """Each launch zeroes the counters the launch before it used, for the launch after it: a big
+    launch after a small one, and a small after a big, must both find every counter at zero."""
+    for M, N in [(2048, 8192), (37, 1000), (8192, 2048), (1, 1), (300, 4099), (8192, 2048), (2048, 8192)]:
+        judge(kernels[f"{pipeline}/dynamic"], pipeline, M, N)
+        judge(kernels[f"{pipeline}/static"], pipeline, N // 2 + 1, M // 2 + 1)
 
 
 def test_repeated_event_launches_without_reset(kernels):
@@ -136,6 +145,9 @@ def test_debug_build_reports_a_wait_that_never_ends(shipped_objects, tmp_path):
         assert (e.component, e.event, e.expected, e.observed) == ("splitk_reduce", "partials", 8, 4)
         assert "waited for event 'partials'" in str(e)
         judge(kernel, "splitk_gemv", 100, 3000)             # the context survived: it runs again
+        with pytest.raises(EventTimeout):                   # and a second timeout is reported too
+            kernel.launch(**problem.args)
+        judge(kernel, "splitk_gemv", 100, 3000)
     finally:
         kernel.unload()
 
@@ -162,7 +174,7 @@ def test_moe_dispatch_random_routing_one_cubin(kernels, dispatch):
 
 
 def test_two_kernels_sharing_one_workspace(kernels):
-    """Kernels that share event memory keep one epoch sequence: alternating them stays correct."""
+    """Kernels that share event memory continue one launch sequence: alternating them stays correct."""
     static, dynamic = kernels["splitk_gemv/static"], kernels["splitk_gemv/dynamic"]
     dynamic.share_workspace(static)
     for _ in range(5):

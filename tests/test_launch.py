@@ -782,30 +782,59 @@ def test_conversions_match_torch():
         assert ts.to(torch.float8_e5m2).view(torch.uint8).tolist() == [float_to_fp8_e5m2_bits(x) for x in small]
 
 
-def test_prepared_persistent_launch_takes_a_new_epoch_and_task_base_each_time(monkeypatch):
-    """prepare() checks and packs once; each launch() refills only the workspace, epoch and task base."""
+def _persistent_fake(monkeypatch, memsets: list):
     from pipelink import workspace
-    fake = FakeDriver([ctypes.c_uint64, ctypes.c_int32, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint64])
+    from pipelink.glue import IMPLICIT_PARAMS
+    fake = FakeDriver([ctypes.c_uint64, ctypes.c_int32, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint64,
+                       ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint64])
     fake.cuMemAlloc = lambda size: (fake.CUresult.CUDA_SUCCESS, 0x7000)
-    fake.cuMemsetD8 = lambda ptr, value, size: (fake.CUresult.CUDA_SUCCESS,)
+    fake.cuMemFree = lambda ptr: (fake.CUresult.CUDA_SUCCESS,)
+    fake.cuMemsetD8 = lambda ptr, value, size: (memsets.append(size), (fake.CUresult.CUDA_SUCCESS,))[1]
     monkeypatch.setattr(launch, "_driver", lambda: fake)
     monkeypatch.setattr(workspace, "_driver", lambda: fake)
     m = {"manifest": 1, "kernel": "chain", "block": [128], "dynamic_smem": 0, "dispatch": "dynamic",
          "tiles": ["ceil_div(M, 32)"],
          "params": [{"name": "x", "dtype": "f32", "pointer": True, "const": True},
-                    {"name": "M", "dtype": "i32", "pointer": False, "const": False},
-                    {"name": "pl_workspace", "dtype": "u64", "pointer": True, "const": False, "implicit": "workspace"},
-                    {"name": "pl_epoch", "dtype": "u32", "pointer": False, "const": False, "implicit": "epoch"},
-                    {"name": "pl_task_base", "dtype": "u64", "pointer": False, "const": False,
-                     "implicit": "task_base"}],
+                    {"name": "M", "dtype": "i32", "pointer": False, "const": False}]
+         + [{"name": n, "dtype": d, "pointer": p, "const": False, "implicit": kind} for n, d, p, kind in IMPLICIT_PARAMS],
          "workspace": {"header_words": 16, "events": [{"name": "e", "shape": ["ceil_div(M, 32)"]}]}}
     k = fake_occupancy(Kernel(m), sms=132, per_sm=1)
     k.function = object()
     k.pointer_device = lambda ptr: 0
-    prepared = k.prepare(FakeTensor(ptr=0xAB00), M=100, grid=4)  # 4 tasks + 4 final claims per launch
+    return fake, k
+
+
+def test_prepared_persistent_launches_alternate_regions_and_clear_the_last_one(monkeypatch):
+    """prepare() checks and packs once; each launch() refills only the implicit arguments: the
+    event region alternates, each launch clears what the launch before it used, claims move on."""
+    memsets = []
+    fake, k = _persistent_fake(monkeypatch, memsets)
+    prepared = k.prepare(FakeTensor(ptr=0xAB00), M=100, grid=4)  # 4 events; 4 tasks + 4 final claims
+    region = 0x7000 + 16 * 8  # after the header; each region holds 4 words
     prepared.launch()
-    assert fake.seen["values"] == [0xAB00, 100, 0x7000, 1, 0] and fake.seen["grid"] == (4, 1, 1)
+    # values: x, M, workspace, events, clear, clear words, epoch, task base
+    assert fake.seen["values"] == [0xAB00, 100, 0x7000, region, region + 32, 0, 1, 0] and fake.seen["grid"] == (4, 1, 1)
+    assert memsets == [(16 + 2 * 4) * 8]  # the new workspace, once
     prepared.launch()
-    assert fake.seen["values"] == [0xAB00, 100, 0x7000, 2, 8]
+    assert fake.seen["values"] == [0xAB00, 100, 0x7000, region + 32, region, 4, 2, 8]
     k.launch(FakeTensor(ptr=0xAB00), M=100, grid=4)  # the plain launch takes the same path
-    assert fake.seen["values"] == [0xAB00, 100, 0x7000, 3, 16]
+    assert fake.seen["values"] == [0xAB00, 100, 0x7000, region, region + 32, 4, 3, 16]
+    assert len(memsets) == 1  # no reset in the stream between launches
+    k.launch(FakeTensor(ptr=0xAB00), M=33, grid=2)  # fewer events: the next launch clears only 2 words
+    k.launch(FakeTensor(ptr=0xAB00), M=100, grid=4)
+    assert fake.seen["values"][3:6] == [region, region + 32, 2]
+
+
+def test_a_launch_that_fails_to_start_zeroes_the_workspace_before_the_next(monkeypatch):
+    memsets = []
+    fake, k = _persistent_fake(monkeypatch, memsets)
+    k.launch(FakeTensor(ptr=0xAB00), M=100, grid=4)
+    ok = fake.cuLaunchKernel
+    fake.cuLaunchKernel = lambda *a: (fake.CUresult.CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES,)
+    with pytest.raises(launch.LaunchError):
+        k.launch(FakeTensor(ptr=0xAB00), M=100, grid=4)
+    fake.cuLaunchKernel = ok
+    k.launch(FakeTensor(ptr=0xAB00), M=100, grid=4)
+    assert len(memsets) == 2  # the failed launch never cleared the region before it: all of it afresh
+    region = 0x7000 + 16 * 8
+    assert fake.seen["values"][3:] == [region, region + 32, 0, 3, 0]

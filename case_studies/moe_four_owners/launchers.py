@@ -29,7 +29,7 @@ class PipelinkLayer:
 
     def run(self, shape: ModelShape, x, weights: dict, buffers: dict) -> None:
         # Arguments are checked and packed once per set of arrays (Kernel.prepare); a repeated call
-        # costs the driver call and a new epoch.
+        # costs the driver call (and the refill of the launcher's own arguments).
         args = kernel_args(shape, x.shape[0], x, weights, buffers)
         key = tuple(v.data_ptr() if hasattr(v, "data_ptr") else v for v in args.values())
         prepared = self._prepared.get(key)

@@ -81,7 +81,7 @@ def run_tests(impls: dict, seed: int) -> list[dict]:
             for name, impl in impls.items():
                 if name == "torch":
                     continue
-                # pipelink's kernel twice without any reset between: its events restart by epoch
+                # pipelink's kernel twice without any reset between: each launch clears for the next
                 for launch in ((1, 2) if name == "pipelink fused" else (1,)):
                     buffers = layer.poisoned_buffers(impl.layout(shape, T))
                     impl.run(shape, x, weights, buffers)

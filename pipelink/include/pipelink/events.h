@@ -1,6 +1,7 @@
-// pipelink event tensors: epoch-tagged counters in global memory, and the persistent task counter.
-// A counter is one 64-bit word: the launch's epoch in the high half, the count in the low half. A
-// launch counts from zero without anyone resetting the tensor: a stale epoch reads as count 0.
+// pipelink event tensors: counters in global memory, and the persistent task counter.
+// A counter is one 64-bit word that starts the launch at zero: launches alternate between two
+// regions of the workspace, and each launch zeroes the region the previous one used for the
+// launch after it (see pipelink/workspace.py), so nothing resets them in the stream.
 #pragma once
 
 namespace pl {
@@ -12,26 +13,9 @@ __device__ __forceinline__ unsigned long long load_acquire(const unsigned long l
   return v;
 }
 
-__device__ __forceinline__ unsigned count_in(unsigned long long word, unsigned epoch) {
-  return (unsigned)(word >> 32) == epoch ? (unsigned)word : 0u;
-}
-
-// Add one to the counter for this epoch; returns the count before. The caller has made its
-// writes visible first (__threadfence). Once a counter carries this launch's epoch it keeps it for
-// the whole launch, so only the first notification of an element needs the compare-and-swap that
-// replaces a stale epoch; the rest are one atomicAdd (no retries when many CTAs notify at once).
-__device__ __forceinline__ unsigned add_one(unsigned long long* p, unsigned epoch) {
-  unsigned long long seen = *reinterpret_cast<volatile unsigned long long*>(p), assumed;
-  if ((unsigned)(seen >> 32) == epoch) return count_in(atomicAdd(p, 1ull), epoch);
-  do {
-    assumed = seen;
-    const unsigned long long next = (unsigned)(assumed >> 32) == epoch
-                                        ? assumed + 1ull
-                                        : ((unsigned long long)epoch << 32) | 1ull;
-    seen = atomicCAS(p, assumed, next);
-  } while (seen != assumed);
-  return count_in(assumed, epoch);
-}
+// Add one to the counter; returns the count before. The caller has made its writes visible first
+// (__threadfence after the block's barrier).
+__device__ __forceinline__ unsigned long long add_one(unsigned long long* p) { return atomicAdd(p, 1ull); }
 
 // Where a debug build reports a wait that never ended: the first words of the workspace, which
 // the launcher reads back after the kernel has stopped.
@@ -46,15 +30,16 @@ struct Timeout {
   unsigned long long abort;      // set: every CTA stops waiting and leaves
 };
 
-// Wait until the counter reaches `count` in this epoch. With `bound` > 0 (a debug build) a wait
-// that spins `bound` times records itself and makes every CTA leave instead of hanging.
+// Wait until the counter reaches `count`. With `bound` > 0 (a debug build) a wait that spins
+// `bound` times records itself, under this launch's epoch, and makes every CTA leave instead of
+// hanging.
 __device__ __forceinline__ bool wait_for(const unsigned long long* p, unsigned count, unsigned epoch,
                                          unsigned long long bound, Timeout* report, unsigned component,
                                          unsigned event, unsigned long long element, unsigned long long task) {
   unsigned long long spins = 0;
   while (true) {
     const unsigned long long word = load_acquire(p);
-    if (count_in(word, epoch) >= count) return true;
+    if (word >= count) return true;
     if (bound) {
       if (*reinterpret_cast<volatile unsigned long long*>(&report->abort) == epoch) return false;
       if (++spins > bound) {
@@ -63,7 +48,7 @@ __device__ __forceinline__ bool wait_for(const unsigned long long* p, unsigned c
           report->event = event;
           report->element = element;
           report->expected = count;
-          report->observed = count_in(word, epoch);
+          report->observed = word;
           report->task = task;
           __threadfence_system();
         }
