@@ -83,7 +83,7 @@ def ensure_workspace(kernel, header_words: int, event_words: int, claims: int = 
         ws.region, ws.used, ws.task_base, ws.unknown = 1, 0, 0, False
     ws.epoch = ws.epoch % 0xFFFFFFFF + 1  # never 0: a zeroed report names no launch
     region = 1 - ws.region
-    start = ws.ptr + ws.header_words * 8
+    start = int(ws.ptr) + ws.header_words * 8  # a CUdeviceptr: do arithmetic on its integer value
     args = {"workspace": int(ws.ptr), "events": int(start + region * ws.region_words * 8),
             "clear": int(start + ws.region * ws.region_words * 8), "clear_words": ws.used,
             "epoch": ws.epoch, "task_base": ws.task_base}

@@ -787,7 +787,8 @@ def _persistent_fake(monkeypatch, memsets: list):
     from pipelink.glue import IMPLICIT_PARAMS
     fake = FakeDriver([ctypes.c_uint64, ctypes.c_int32, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint64,
                        ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint64])
-    fake.cuMemAlloc = lambda size: (fake.CUresult.CUDA_SUCCESS, 0x7000)
+    from cuda.bindings import driver
+    fake.cuMemAlloc = lambda size: (fake.CUresult.CUDA_SUCCESS, driver.CUdeviceptr(0x7000))  # as the driver does
     fake.cuMemFree = lambda ptr: (fake.CUresult.CUDA_SUCCESS,)
     fake.cuMemsetD8 = lambda ptr, value, size: (memsets.append(size), (fake.CUresult.CUDA_SUCCESS,))[1]
     monkeypatch.setattr(launch, "_driver", lambda: fake)
