@@ -146,8 +146,15 @@ def main():
                           f"linked {lt:9.2f} us control {ct:9.2f} us ({row['diff_pct']:+.2f}%; paired "
                           f"{row['paired_diff_pct']:+.3f}% +-{row['paired_halfwidth_pct']:.3f} over {row['rounds']} "
                           "rounds)", flush=True)
+                    save(args, props, rows)
                 linked_k.unload()
                 control_k.unload()
+    save(args, props, rows)
+
+
+def save(args, props, rows) -> None:
+    """results.json and RESULTS.md for the configurations measured so far (after every one: a run
+    cut short keeps what it measured)."""
     res = {"date": datetime.date.today().isoformat(), "gpu": props.name, "samples": args.samples,
            "launches_per_sample": f"{args.launches}" if args.launches else "about 2 ms of (20 to 400)",
            "command": "python bench/parity/parity.py " + " ".join(sys.argv[1:]),
