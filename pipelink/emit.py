@@ -89,8 +89,9 @@ def link_map(r: Resolved, a: Allocation, arch: str, kernel_info=None) -> str:
         out.append(f"{p.offset:>8} {p.item.size:>8} {p.item.align:>5}  {p.item.lifetime.describe():<14} "
                    f"{p.item.key}{extra}")
     out += ["", "## named barriers", f"{'id':>4}  owner"]
-    out.append(f"{0:>4}  __syncthreads" + (" (glue: between steps)" if r.schedule == "sequential" else " (glue: once, "
-                                                                                                         "after ring setup)"))
+    barrier_use = {"sequential": "between steps", "warp_specialized": "once, after ring setup",
+                   "persistent": "claim, waits, end of each task"}
+    out.append(f"{0:>4}  __syncthreads (glue: {barrier_use.get(r.schedule, r.schedule)})")
     for bid, comp in sorted(a.hardcoded_ids.items()):
         out.append(f"{bid:>4}  {comp} (hard-coded)")
     for (comp, name), bid in sorted(a.barrier_id.items(), key=lambda kv: kv[1]):

@@ -772,20 +772,31 @@ class Kernel:
 
     def launch_packed(self, packed: list, grid: tuple[int, int, int], stream: int = 0) -> None:
         """cuLaunchKernel with already packed arguments (the ctypes objects of `pack_args`)."""
-        what = f"cuLaunchKernel for kernel '{self.name}'"
-        self._require_loaded(what)
+        self._require_loaded("cuLaunchKernel")
         if len(packed) != len(self.params) and len(packed) != len(self.user_params):
             raise ArgumentError(f"{len(packed)} packed arguments for {len(self.params)} parameters")
+        slots = _param_slots(packed)
+        self._launch_slots(ctypes.addressof(slots) if packed else 0, grid, stream)
+
+    def _launch_slots(self, kernel_params: int, grid: tuple[int, int, int], stream: int) -> None:
         drv = _driver()
         _call("cuCtxSetCurrent", drv.cuCtxSetCurrent, self.context)  # this thread may have none current
-        # kernelParams as the address of a void*[n], each pointing at one ctypes value: the form
-        # every cuda-bindings version takes as-is. `packed` and `slots` live until the call returns,
-        # and cuLaunchKernel copies the values before it returns.
-        slots = (ctypes.c_void_p * max(len(packed), 1))(*[ctypes.addressof(a) for a in packed])
-        kernel_params = ctypes.addressof(slots) if packed else 0
-        _call(f"{what} (grid {list(grid)}, block {list(self.block)}, {self.dynamic_smem} B dynamic smem)",
-              drv.cuLaunchKernel, self.function, *grid, *self.block, self.dynamic_smem,
-              drv.CUstream(stream), kernel_params, 0)
+        what = lambda: (f"cuLaunchKernel for kernel '{self.name}' (grid {list(grid)}, block {list(self.block)}, "  # noqa: E731
+                        f"{self.dynamic_smem} B dynamic smem)")  # built only when a launch fails
+        try:
+            err = drv.cuLaunchKernel(self.function, *grid, *self.block, self.dynamic_smem, drv.CUstream(stream),
+                                     kernel_params, 0)[0]
+        except Exception as exc:  # libcuda missing, or an argument of the wrong Python type
+            raise LaunchError(what(), type(exc).__name__, str(exc)) from exc
+        if err != drv.CUresult.CUDA_SUCCESS:
+            raise LaunchError(what(), *_error_text(err))
+
+
+def _param_slots(packed: list):
+    """kernelParams: a void*[n], each pointing at one ctypes value, the form every cuda-bindings
+    version takes as-is. cuLaunchKernel copies the values before it returns, so the values may
+    change between launches while the array stays."""
+    return (ctypes.c_void_p * max(len(packed), 1))(*[ctypes.addressof(a) for a in packed])
 
 
 @dataclass
@@ -798,21 +809,27 @@ class PreparedLaunch:
     events: tuple[int, int, int] | None = None  # persistent: (header words, event words, task claims)
     keep: object = field(default=None, repr=False)  # the arrays, kept alive as long as this is
 
+    def __post_init__(self):
+        self._slots = _param_slots(self.packed)  # built once: a launch only refills values
+        self._params_address = ctypes.addressof(self._slots) if self.packed else 0
+        self._implicit = [(slot, p.implicit) for p, slot in zip(self.kernel.params, self.packed) if p.implicit]
+        self._debug = bool(self.kernel.manifest.get("workspace", {}).get("debug"))
+
     def launch(self, stream=None) -> None:
         """Launch asynchronously on `stream` (None: the legacy default stream, 0)."""
         k, handle = self.kernel, _stream_handle(stream)
+        k._require_loaded("cuLaunchKernel")
         if self.events is not None:
             from .workspace import ensure_workspace, mark_unknown
             fresh = ensure_workspace(k, *self.events)
-            for p, slot in zip(k.params, self.packed):
-                if p.implicit:
-                    slot.value = fresh[p.implicit]
+            for slot, kind in self._implicit:
+                slot.value = fresh[kind]
             try:
-                k.launch_packed(self.packed, self.dims, handle)
+                k._launch_slots(self._params_address, self.dims, handle)
             except BaseException:
                 mark_unknown(k)  # the region this launch was to clear is still dirty
                 raise
         else:
-            k.launch_packed(self.packed, self.dims, handle)
-        if k.manifest.get("workspace", {}).get("debug"):
+            k._launch_slots(self._params_address, self.dims, handle)
+        if self._debug:
             k._check_timeout(handle)
