@@ -8,7 +8,9 @@ a dispatch tile that notifies 512 rows takes four steps of 128 threads, not 512 
 Waits run in phases. A wait whose element or count reads a device tensor starts a new phase: the
 block has finished the earlier waits (a barrier) before anyone reads what they guard (PL086).
 Within a phase every thread takes its share of the elements; the phase ends in
-`__syncthreads_and`, which also carries a debug build's timeout to every thread.
+`__syncthreads_and`, which also carries a debug build's timeout to every thread. A wait on one
+fixed element for a fixed count (`placed[0]` reaching the number of dispatch tasks) is waited once
+per CTA: counters only grow within a launch, so a later task of the same CTA skips it.
 """
 from __future__ import annotations
 
@@ -111,11 +113,34 @@ def reads_device(side) -> bool:
     return any(t.kind == "gather" or (t.kind == "range" and "[" in t.text) for t in side.map.terms)
 
 
+def task_invariant(side) -> bool:
+    """Whether every task of the side waits on the same element for the same count."""
+    from .expr import parse as parse_expr
+    dims = set(side.map.task_dims)
+    if side.count_term is not None or any(t.kind != "index" for t in side.map.terms):
+        return False
+    if any(parse_expr(t.text).names & dims for t in side.map.terms):
+        return False
+    return side.count is None or not (side.count.names & dims)
+
+
+def ready_flag(comp_index: int, n: int) -> str:
+    """The CTA's register saying the `n`-th wait of component `comp_index` is met for good."""
+    return f"pl_ready_{comp_index}_{n}"
+
+
+def ready_flags(r, plan) -> list[str]:
+    """Declarations, before the task loops, of the flags of every task-invariant wait."""
+    names = [c.name for c in r.components]
+    return [f"bool {ready_flag(names.index(comp), n)} = false;  // met once per CTA: the wait {side.map.text} of {comp}"
+            for comp in plan.order for n, (_, side) in enumerate(plan.waits_of(comp)) if task_invariant(side)]
+
+
 def wait_block(r, waits, tensor_index: dict, comp_index: int, threads: int, bound: str, count_of,
                indent: str) -> list[str]:
     """Every wait of a task, in contract order and phases; leaves the task if a debug wait timed out."""
     out = [f"{indent}{{", f"{indent}  bool pl_ok = true;"]
-    slot = 0
+    slot, met = 0, []
     for n, (tensor, side) in enumerate(waits):
         if n and reads_device(side):
             out.append(f"{indent}  pl_ok = __syncthreads_and(pl_ok);  // the waits above guard what this one reads")
@@ -123,10 +148,16 @@ def wait_block(r, waits, tensor_index: dict, comp_index: int, threads: int, boun
         space = element_space(r, j, side)
         call = (f"pl_ok = pl_ok && pl::events::wait_for(e{j} + {space.index}, (unsigned)({count_of(tensor, side)}), "
                 f"pl_epoch, {bound}, pl_report, {comp_index}u, {j}u, {space.index}, (unsigned long long)t);")
-        out += shared_loop(space, call, threads, slot, indent + "  ")
+        loop = shared_loop(space, call, threads, slot, indent + "  ")
+        if task_invariant(side):  # met once in this CTA: met for the rest of the launch
+            flag = ready_flag(comp_index, n)
+            loop = [f"{indent}  if (!{flag})"] + loop
+            met.append(flag)
+        out += loop
         slot += not space.loops
-    out += [f"{indent}  if (!__syncthreads_and(pl_ok)) return;  // a debug build's wait timed out somewhere",
-            f"{indent}}}"]
+    out.append(f"{indent}  if (!__syncthreads_and(pl_ok)) return;  // a debug build's wait timed out somewhere")
+    out += [f"{indent}  {flag} = true;" for flag in met]
+    out.append(f"{indent}}}")
     return out
 
 
