@@ -280,17 +280,14 @@ def _persistent(r: Resolved, a: Allocation) -> list[str]:
         for k in range(len(plan.order)):
             ends.append(f"c{k}_tasks" if k == 0 else f"{ends[-1]} + c{k}_tasks")
         out.append(f"  const unsigned total_tasks = {ends[-1]};")
-        claim = (f"(unsigned)min(atomicAdd(pl_workspace + {TASK_COUNTER_WORD}, 1ull) - pl_task_base, "
-                 "(unsigned long long)total_tasks)")
-        out += ["  // One counter for every launch, never reset: this launch's claims start at pl_task_base.",
-                f"  if (threadIdx.x == 0) pl_flags[1] = {claim};",
-                "  __syncthreads();",
-                "  unsigned task = pl_flags[1];",
-                "  while (task < total_tasks) {",
-                "    // Claim the next task now, so the atomic's round trip overlaps this one. Safe: the",
-                "    // unfinished task of lowest index is never one held back behind its CTA's current task.",
-                "    unsigned long long pl_next = 0ull;",
-                f"    if (threadIdx.x == 0) pl_next = atomicAdd(pl_workspace + {TASK_COUNTER_WORD}, 1ull);"]
+        out += ["  while (true) {",
+                "    // One counter for every launch, never reset: this launch's claims start at pl_task_base.",
+                f"    if (threadIdx.x == 0) pl_flags[1] = (unsigned)min(atomicAdd(pl_workspace + {TASK_COUNTER_WORD}, "
+                "1ull) - pl_task_base, (unsigned long long)total_tasks);",
+                "    __syncthreads();",
+                "    const unsigned task = pl_flags[1];",
+                "    __syncthreads();  // every thread has read it before the next claim",
+                "    if (task >= total_tasks) break;"]
         for k, name in enumerate(plan.order):
             lo = "0u" if k == 0 else f"(unsigned)({ends[k - 1]})"
             cond = f"task < (unsigned)({ends[k]})"
@@ -298,12 +295,7 @@ def _persistent(r: Resolved, a: Allocation) -> list[str]:
             out.append(f"      const int t = (int)(task - {lo});")
             out += _task_body(r, a, k, name, "      ")
             out.append("    }")
-        out += ["    // Every task passed a barrier after all threads read pl_flags[1]: it may change now.",
-                "    if (threadIdx.x == 0) pl_flags[1] = (unsigned)min(pl_next - pl_task_base, "
-                "(unsigned long long)total_tasks);",
-                "    __syncthreads();",
-                "    task = pl_flags[1];",
-                "  }"]
+        out.append("  }")
     return out
 
 
