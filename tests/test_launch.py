@@ -350,6 +350,9 @@ def test_fp8_e5m2_is_rounded_half():
     (lambda m: m.update(tiles=["M ** 2"]), "bad tile expression"),
     (lambda m: m.update(dynamic_smem=-1), "dynamic_smem"),
     (lambda m: m.update(manifest=2), "manifest version"),
+    (lambda m: m["params"][0].update(implicit="scratch"), "unknown implicit kind"),
+    (lambda m: m["params"].append({"name": "w", "dtype": "u64", "pointer": True, "implicit": "workspace"}),
+     "implicit parameters"),
 ])
 def test_manifest_errors(change, words):
     m = copy.deepcopy(MANIFEST)
@@ -839,3 +842,19 @@ def test_a_launch_that_fails_to_start_zeroes_the_workspace_before_the_next(monke
     assert len(memsets) == 2  # the failed launch never cleared the region before it: all of it afresh
     region = 0x7000 + 16 * 8
     assert fake.seen["values"][3:] == [region, region + 32, 0, 3, 0]
+
+
+def test_a_manifest_from_before_the_event_regions_still_launches(monkeypatch):
+    """Older persistent kernels take (workspace, epoch, task_base) and tag counters with the epoch:
+    they get the header and a fresh epoch; their counters start where region 0 does."""
+    memsets = []
+    fake, k = _persistent_fake(monkeypatch, memsets)
+    m = dict(k.manifest)
+    m["params"] = [p for p in m["params"] if p.get("implicit") in (None, "workspace", "epoch", "task_base")]
+    fake.dtypes = [ctypes.c_uint64, ctypes.c_int32, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint64]
+    old = fake_occupancy(Kernel(m), sms=132, per_sm=1)
+    old.function = object()
+    old.pointer_device = lambda ptr: 0
+    old.launch(FakeTensor(ptr=0xAB00), M=100, grid=4)
+    old.launch(FakeTensor(ptr=0xAB00), M=100, grid=4)
+    assert fake.seen["values"] == [0xAB00, 100, 0x7000, 2, 8]
