@@ -105,7 +105,7 @@ def gpu_available() -> bool:
 
 # --- the manifest --------------------------------------------------------------------------
 
-LEGACY_IMPLICIT = ("workspace", "epoch", "task_base")
+LEGACY_IMPLICIT = ("workspace", "epoch", "task_base")  # epoch-tagged counters: refused, relink
 # The parameters a persistent kernel takes from the launcher (workspace.py), as ctypes values.
 IMPLICIT = {"workspace": ctypes.c_void_p, "events": ctypes.c_void_p, "clear": ctypes.c_void_p,
             "clear_words": ctypes.c_uint64, "epoch": ctypes.c_uint32, "task_base": ctypes.c_uint64}
@@ -154,11 +154,12 @@ def _parse_params(kernel: str, raw) -> tuple[ParamSpec, ...]:
             raise _manifest_error(kernel, f"parameter '{name}' has unknown implicit kind {implicit!r}")
         params.append(ParamSpec(name, p["dtype"], p["pointer"], p.get("const", False), implicit))
     kinds = [p.implicit for p in params if p.implicit]
-    # A persistent kernel takes every implicit argument once; a kernel linked before the event
-    # regions (epoch-tagged counters) takes the first three only and runs in region 0 onwards.
-    if kinds and sorted(kinds) not in (sorted(IMPLICIT), sorted(LEGACY_IMPLICIT)):
-        raise _manifest_error(kernel, f"implicit parameters {kinds} are neither all of {list(IMPLICIT)} once each nor "
-                                      f"the older {list(LEGACY_IMPLICIT)}")
+    if kinds and sorted(kinds) == sorted(LEGACY_IMPLICIT):
+        raise _manifest_error(kernel, "it was linked by an earlier pipelink, whose event counters this launcher no "
+                                      "longer manages; link it again")
+    if kinds and sorted(kinds) != sorted(IMPLICIT):
+        raise _manifest_error(kernel, f"implicit parameters {kinds}: a persistent kernel takes each of "
+                                      f"{list(IMPLICIT)} once")
     return tuple(params)
 
 

@@ -844,17 +844,11 @@ def test_a_launch_that_fails_to_start_zeroes_the_workspace_before_the_next(monke
     assert fake.seen["values"][3:] == [region, region + 32, 0, 3, 0]
 
 
-def test_a_manifest_from_before_the_event_regions_still_launches(monkeypatch):
-    """Older persistent kernels take (workspace, epoch, task_base) and tag counters with the epoch:
-    they get the header and a fresh epoch; their counters start where region 0 does."""
-    memsets = []
-    fake, k = _persistent_fake(monkeypatch, memsets)
+def test_a_manifest_from_before_the_event_regions_is_refused(monkeypatch):
+    """Older persistent kernels took (workspace, epoch, task_base) and tagged counters with the
+    epoch; sharing a workspace with them would leave dirty counters: the launcher asks for a relink."""
+    fake, k = _persistent_fake(monkeypatch, [])
     m = dict(k.manifest)
     m["params"] = [p for p in m["params"] if p.get("implicit") in (None, "workspace", "epoch", "task_base")]
-    fake.dtypes = [ctypes.c_uint64, ctypes.c_int32, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint64]
-    old = fake_occupancy(Kernel(m), sms=132, per_sm=1)
-    old.function = object()
-    old.pointer_device = lambda ptr: 0
-    old.launch(FakeTensor(ptr=0xAB00), M=100, grid=4)
-    old.launch(FakeTensor(ptr=0xAB00), M=100, grid=4)
-    assert fake.seen["values"] == [0xAB00, 100, 0x7000, 2, 8]
+    with pytest.raises(ValueError, match="link it again"):
+        Kernel(m)
