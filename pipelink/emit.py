@@ -132,7 +132,7 @@ def link_map(r: Resolved, a: Allocation, arch: str, kernel_info=None) -> str:
             shape = ", ".join(substitute(e, r.geometry) for e in t.shape)
             notes = "; ".join(f"{n.component} notifies {n.map.text}" for n in t.notifiers)
             waits = "; ".join(f"{w.component} waits {w.map.text} for " + _wait_count(t, w, r.geometry)
-                              for w in t.waiters)
+                              + (" (once per CTA)" if task_invariant(w) else "") for w in t.waiters)
             out.append(f"  {t.name}[{shape}]: {notes}; {waits}")
     else:
         out += ["", "## tiles",
@@ -144,6 +144,11 @@ def link_map(r: Resolved, a: Allocation, arch: str, kernel_info=None) -> str:
                 f"{kernel_info.max_stack_bytes} B, static smem {kernel_info.static_smem_bytes} B, named barriers "
                 f"{kernel_info.num_barriers}, subroutines {', '.join(kernel_info.subroutines) or 'none'}"]
     return "\n".join(out) + "\n"
+
+
+def task_invariant(side) -> bool:
+    from .event_glue import task_invariant as invariant
+    return invariant(side)
 
 
 def _wait_count(t, w, geometry: dict) -> str:

@@ -171,3 +171,31 @@ def test_a_negative_gathered_index_names_no_event():
     r, sink = run([comp("moe_scatter"), comp("moe_expert"), comp("moe_combine")], dispatch="dynamic")
     glue = generate_glue(r, allocate(r, "sm_90", sink))
     assert "a0_at >= 0; a0_at = -1" in glue  # the run-once guard around a gathered event index
+
+
+def test_a_fixed_wait_is_met_once_per_cta_and_a_per_task_one_every_time():
+    from pipelink.event_glue import task_invariant
+    from pipelink.events import Side
+    from pipelink.expr import parse
+    from pipelink.indexmap import parse_map
+
+    def side(m, count=None):
+        return Side("c", parse_map(m), (), parse(count) if count else None, "p")
+    assert task_invariant(side("t->0", "ceil_div(T, 64)"))      # one element, a count over shapes only
+    assert not task_invariant(side("t->t"))                     # the element moves with the task
+    assert not task_invariant(side("t->0", "t + 1"))            # so does the count
+    assert not task_invariant(side("t->:"))                     # many elements
+    assert not task_invariant(side("t->topk[t, :]"))            # read on the device
+    # the case study's combine: 'placed' is waited once per CTA, the gathered 'done' by every task
+    from pipelink.collect import Component
+    comps = []
+    for team in ("router", "dispatch", "expert", "combine"):
+        path = REPO / "case_studies" / "moe_four_owners" / team / f"{team}.json"
+        sink = DiagnosticSink()
+        comps.append(Component(load_contract_bytes(path.read_bytes(), Source(path.name), sink), None))
+    r, sink = run(comps, dispatch="dynamic")
+    assert not sink.items, [d.render() for d in sink.items]
+    body = generate_glue(r, allocate(r, "sm_90", sink)).split("// moe_combine\n")[1]
+    guard, placed, done = body.index("if (!pl_ready_3_0)"), body.index("wait_for(e2 +"), body.index("wait_for(e4 +")
+    assert guard < placed < done and body.index("pl_ready_3_0 = true;") > done
+    assert body[placed:done].count("if (!pl_ready") == 0  # nothing guards the per-task wait
