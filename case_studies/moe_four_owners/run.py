@@ -7,7 +7,8 @@ modified-geometry test. Results go to results/ (all.json with every raw time, RE
 `smoke` runs pipelink's kernel (plain and --debug-events) and the classic one once each in child
 processes under the watchdog: the first thing to try after a change that might hang. `once` runs
 each kernel once on two small problems in this process: the target for
-`compute-sanitizer --tool memcheck|racecheck|synccheck python .../run.py once`.
+`compute-sanitizer --tool memcheck|racecheck|synccheck python .../run.py once [--shape small]`
+(racecheck did not finish the qwen shape within a minute).
 """
 from __future__ import annotations
 
