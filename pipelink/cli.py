@@ -144,6 +144,7 @@ def cmd_inspect(args) -> int:
             item = object_summary(obj)
             lines += object_text(obj)
             if obj.format == "cubin":  # a linked kernel: its manifest, not a contract, describes it
+                lines += _inspect_manifest(Path(path).with_suffix(".json"), obj.data, item, sink)
                 results.append(item)
                 lines.append("")
                 continue
@@ -160,6 +161,23 @@ def cmd_inspect(args) -> int:
             results.append(item)
             lines.append("")
     return _finish(sink, args.format, {"inputs": results}, lines, partial_ok=True)
+
+
+def _inspect_manifest(path: Path, cubin: bytes, item: dict, sink: DiagnosticSink) -> list[str]:
+    """The manifest `pipelink link -o K.cubin` writes next to it (K.json), if there is one."""
+    from .report import manifest_summary, manifest_text
+    if not path.is_file():
+        return []
+    try:
+        m = manifest_summary(json.loads(path.read_text()), cubin)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, ValueError, TypeError, KeyError, AttributeError) as exc:
+        sink.error("PL009", f"{path} does not describe a kernel: {exc}", Location(file=str(path)))
+        return []
+    if not m["matches_cubin"]:
+        sink.warning("PL035", f"{path} was written for another cubin than {path.with_suffix('.cubin').name}",
+                     Location(file=str(path)))
+    item["manifest"] = dict(m, path=str(path))
+    return manifest_text(str(path), m)
 
 
 def cmd_check(args) -> int:

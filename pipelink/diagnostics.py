@@ -43,6 +43,8 @@ CODES = _codes(
     Code("PL006", "not valid JSON", U, "fix the JSON syntax at the location shown"),
     Code("PL007", "cannot write output", U, "check that the output directory exists and is writable"),
     Code("PL008", "toolchain unavailable", U, "reinstall pipelink so that its pinned CUDA 13.0 wheels are present"),
+    Code("PL009", "bad kernel manifest", U,
+         "the manifest next to a cubin is the K.json `pipelink link -o K.cubin` writes; link again to get both"),
     # inputs (exit 1)
     Code("PL010", "no device code", L, "compile with `nvcc -dc -dlto -arch=sm_90` (the object holds host code only)"),
     Code("PL011", "no LTO-IR", L, "compile with `-dlto` (or `-gencode arch=compute_90,code=lto_90`): pipelink links LTO-IR"),
@@ -79,6 +81,8 @@ CODES = _codes(
     Code("PL032", "bad size", L, "sizes and alignments must be positive; alignments a power of two"),
     Code("PL033", "registers over the limit", L, "at most 255 registers per thread and 64K per SM for the block"),
     Code("PL034", "arch not supported", L, "known targets: see `pipelink check --help`"),
+    Code("PL035", "manifest does not describe this cubin", L,
+         "its cubin_sha256 belongs to another link: use the K.json written with this cubin, or link again"),
     # a set of contracts (exit 1)
     Code("PL040", "compile flags disagree", L,
          "build every component with the same -ftz/-prec-div/-prec-sqrt/-fmad: LTO cannot inline across them"),

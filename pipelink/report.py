@@ -122,3 +122,37 @@ def object_text(obj: InputObject) -> list[str]:
                      f"static smem, {', '.join(bounds) or 'no launch bounds'}, {k['named_barriers'] or 0} named "
                      f"barriers, {k['text_bytes']} B of code")
     return lines
+
+
+def manifest_summary(manifest: dict, cubin: bytes) -> dict:
+    """How to call a linked kernel, from its manifest (validated as the launcher would)."""
+    import hashlib
+
+    from .launch import Kernel
+    k = Kernel(manifest)  # raises ValueError on a manifest the launcher would refuse
+    ws = manifest.get("workspace")
+    return {
+        "kernel": k.name, "matches_cubin": manifest.get("cubin_sha256") == hashlib.sha256(cubin).hexdigest(),
+        "call": [f"{p.describe()} {p.name}" for p in k.user_params],
+        "from_launcher": [p.name for p in k.params if p.implicit],
+        "block": list(k.block), "dynamic_smem": k.dynamic_smem, "schedule": manifest.get("schedule"),
+        "dispatch": manifest.get("dispatch"), "tiles": manifest.get("tiles", []),
+        "geometry": manifest.get("geometry", {}),
+        "events": [{"name": e["name"], "shape": e["shape"], "notified_by": e.get("notified_by", []),
+                    "waited_by": e.get("waited_by", [])} for e in (ws or {}).get("events", [])],
+    }
+
+
+def manifest_text(path: str, m: dict) -> list[str]:
+    lines = [f"  manifest {path}" + ("" if m["matches_cubin"] else " (written for another cubin)")]
+    implicit = f"  (+ {len(m['from_launcher'])} from the launcher)" if m["from_launcher"] else ""
+    lines.append(f"    call     {m['kernel']}({', '.join(m['call'])}){implicit}")
+    sched = m["schedule"] + (f", dispatch {m['dispatch']}" if m["dispatch"] else "") if m["schedule"] else "?"
+    lines.append(f"    launch   block {'x'.join(str(b) for b in m['block'] if b > 1) or '1'}, {m['dynamic_smem']} B dynamic "
+                 f"smem, {sched}; tiles {' * '.join(m['tiles']) or '1'}")
+    if m["geometry"]:
+        lines.append("    geometry " + ", ".join(f"{k}={v}" for k, v in sorted(m["geometry"].items())))
+    for e in m["events"]:
+        lines.append(f"    event    {e['name']}[{', '.join(e['shape'])}]: notified by {'; '.join(e['notified_by'])}; "
+                     f"waited by {'; '.join(e['waited_by'])}")
+    return lines

@@ -100,6 +100,25 @@ def test_cli_link_writes_cubin_manifest_map(shipped_objects, tmp_path, capsys):
     assert (tmp_path / "rowsum.map").read_text().startswith("# pipelink link map: kernel rowsum")
     assert "namespace pl_unit_block_rowsum" in (tmp_path / "one.cu").read_text()
 
+    # inspect reads the manifest written next to the cubin: how to call the kernel
+    assert main(["inspect", str(out)]) == 0
+    o, _ = capsys.readouterr()
+    assert "call     rowsum(const f32* x, i32 M, i32 N, f32 scale, f32* out)" in o
+    assert "tiles ceil_div(M, 32) * ceil_div(N, 128)" in o
+    assert main(["inspect", "--format", "json", str(out)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["inputs"][0]["manifest"]["matches_cubin"] is True
+
+    manifest["cubin_sha256"] = "0" * 64  # a manifest from another link
+    (tmp_path / "rowsum.json").write_text(json.dumps(manifest))
+    assert main(["inspect", str(out)]) == 0
+    o, err = capsys.readouterr()
+    assert "(written for another cubin)" in o and "warning[PL035]" in err
+
+    (tmp_path / "rowsum.json").write_text(json.dumps({"kernel": "rowsum", "block": [0]}))  # not a manifest
+    assert main(["inspect", str(out)]) == 2
+    assert "error[PL009]" in capsys.readouterr().err
+
 
 def _variant(tmp_path, name, edit, source=None):
     """A component rebuilt with an edited contract (and, if given, its own source): a team's change."""
