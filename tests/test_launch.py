@@ -852,3 +852,16 @@ def test_a_manifest_from_before_the_event_regions_is_refused(monkeypatch):
     m["params"] = [p for p in m["params"] if p.get("implicit") in (None, "workspace", "epoch", "task_base")]
     with pytest.raises(ValueError, match="link it again"):
         Kernel(m)
+
+
+def test_a_launch_needing_more_counters_gets_a_new_zeroed_workspace(monkeypatch):
+    memsets = []
+    fake, k = _persistent_fake(monkeypatch, memsets)
+    k.launch(FakeTensor(ptr=0xAB00), M=100, grid=4)    # 4 events: regions of 4 words
+    k.launch(FakeTensor(ptr=0xAB00), M=1000, grid=4)   # 32 events: a new workspace, regions of 32 words
+    assert memsets == [(16 + 2 * 4) * 8, (16 + 2 * 32) * 8]
+    region = 0x7000 + 16 * 8
+    # the new memory is all zero: region 0, nothing to clear, claims from 0 again (a new task counter)
+    assert fake.seen["values"][3:] == [region, region + 32 * 8, 0, 2, 0]
+    k.launch(FakeTensor(ptr=0xAB00), M=100, grid=4)    # fits: region 1, clears the 32 words just used
+    assert fake.seen["values"][3:6] == [region + 32 * 8, region, 32] and len(memsets) == 2
