@@ -99,7 +99,6 @@ TIE = 1e-3        # routing logits closer than this may pick either expert
 
 
 def reference_logits(shape: ModelShape, x, weights):
-    import torch
     return x.float() @ weights["w_router"].float().t()
 
 
@@ -130,7 +129,7 @@ def check_routing(shape: ModelShape, x, weights, topk_ids, topk_w) -> tuple[bool
 def reference_output(shape: ModelShape, x, weights, ids):
     """fp32 reference of the expert MLPs and the combine, for the routing the kernel chose."""
     import torch
-    T, K = x.shape[0], shape.TOPK
+    T = x.shape[0]
     logits = reference_logits(shape, x, weights)
     w = torch.softmax(logits.gather(1, ids), dim=1)
     xf = x.float()
@@ -167,7 +166,7 @@ def torch_moe(shape: ModelShape, x, weights):
     """A plain torch MoE layer in bf16, the way a model file writes it (Qwen3-MoE style): router,
     softmax, top-k, renormalize, then a loop over the experts that received tokens."""
     import torch
-    T, K = x.shape[0], shape.TOPK
+    K = shape.TOPK
     logits = x @ weights["w_router"].t()
     probs = torch.softmax(logits, dim=1, dtype=torch.float32)
     w, ids = probs.topk(K, dim=1)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 
 def render(doc: dict) -> str:
-    out = [f"# MoE case study: results", "",
+    out = ["# MoE case study: results", "",
            f"`{doc['command']}` on an {doc['device']}, {doc['date']} (inputs seed {doc['seed']}).", ""]
     if "tests" in doc:
         tests = doc["tests"]
