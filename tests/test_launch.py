@@ -13,8 +13,9 @@ from types import SimpleNamespace
 import pytest
 
 from pipelink import launch
-from pipelink.launch import (Kernel, LaunchError, float_to_bf16_bits, float_to_f16_bits,
-                             float_to_fp8_e4m3_bits, float_to_fp8_e5m2_bits, gpu_available)
+from pipelink import scalars
+from pipelink.launch import Kernel, LaunchError, gpu_available
+from pipelink.scalars import float_to_bf16_bits, float_to_f16_bits, float_to_fp8_e4m3_bits, float_to_fp8_e5m2_bits
 
 MANIFEST = {
     "manifest": 1, "kernel": "rowsum_fused", "target": "sm_90", "block": [128, 1, 1], "dynamic_smem": 33024,
@@ -308,9 +309,9 @@ def test_generic_rounding_matches_struct_half_and_the_f32_trick():
             want = float_to_f16_bits(x)
         except OverflowError:
             with pytest.raises(OverflowError):
-                launch._round_to_small_float(x, 5, 10, 0x7BFF, 0x7C00, 0x7E00)
+                scalars._round_to_small_float(x, 5, 10, 0x7BFF, 0x7C00, 0x7E00)
             continue
-        assert launch._round_to_small_float(x, 5, 10, 0x7BFF, 0x7C00, 0x7E00) == want, x
+        assert scalars._round_to_small_float(x, 5, 10, 0x7BFF, 0x7C00, 0x7E00) == want, x
     for _ in range(20000):
         x = struct.unpack("<f", struct.pack("<I", rng.getrandbits(31) | rng.getrandbits(1) << 31))[0]
         if math.isfinite(x) and abs(x) < 3.38e38:
