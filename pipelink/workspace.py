@@ -69,9 +69,10 @@ def ensure_workspace(kernel, header_words: int, event_words: int, claims: int = 
     drv = _driver()
     ws = workspace_of(kernel)
     if event_words > ws.region_words or header_words != ws.header_words:
-        if ws.ptr is not None:
-            _call("cuMemFree (the event workspace)", drv.cuMemFree, ws.ptr)
         region = max(event_words, 2 * ws.region_words, 1)
+        if ws.ptr is not None:
+            old, ws.ptr, ws.region_words = ws.ptr, None, 0  # forgotten first: a failed allocation leaves none
+            _call("cuMemFree (the event workspace)", drv.cuMemFree, old)
         size = (header_words + 2 * region) * 8
         ws.ptr = _call(f"cuMemAlloc({size}) for the events of kernel '{kernel.name}'", drv.cuMemAlloc, size)
         _call("cuMemsetD8 (the new event workspace)", drv.cuMemsetD8, ws.ptr, 0, size)

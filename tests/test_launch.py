@@ -866,3 +866,19 @@ def test_a_launch_needing_more_counters_gets_a_new_zeroed_workspace(monkeypatch)
     assert fake.seen["values"][3:] == [region, region + 32 * 8, 0, 2, 0]
     k.launch(FakeTensor(ptr=0xAB00), M=100, grid=4)    # fits: region 1, clears the 32 words just used
     assert fake.seen["values"][3:6] == [region + 32 * 8, region, 32] and len(memsets) == 2
+
+
+def test_a_failed_workspace_allocation_leaves_no_dangling_pointer(monkeypatch):
+    fake, k = _persistent_fake(monkeypatch, [])
+    from cuda.bindings import driver
+    freed, fail = [], [False]
+    fake.cuMemFree = lambda ptr: (freed.append(int(ptr)), (fake.CUresult.CUDA_SUCCESS,))[1]
+    fake.cuMemAlloc = lambda size: ((fake.CUresult.CUDA_ERROR_OUT_OF_MEMORY, None) if fail[0]
+                                    else (fake.CUresult.CUDA_SUCCESS, driver.CUdeviceptr(0x7000)))
+    k.launch(FakeTensor(ptr=0xAB00), M=100, grid=4)
+    fail[0] = True
+    with pytest.raises(LaunchError, match="cuMemAlloc"):
+        k.launch(FakeTensor(ptr=0xAB00), M=1000, grid=4)   # more counters: the old memory is freed first
+    fail[0] = False
+    k.launch(FakeTensor(ptr=0xAB00), M=1000, grid=4)
+    assert freed == [0x7000]  # freed once, never again
