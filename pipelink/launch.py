@@ -12,6 +12,7 @@ are pure and are unit-tested without one. Neither torch nor numpy is imported at
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import math
 import operator
 import struct
@@ -330,6 +331,11 @@ class Kernel:
         image = bytes(cubin)
         if not image:
             raise ValueError(f"empty cubin for kernel '{kernel.name}'")
+        want = manifest.get("cubin_sha256")
+        if want is not None and want != hashlib.sha256(image).hexdigest():
+            # Another link's manifest may list other parameters: launching would pass garbage.
+            raise ValueError(f"the manifest of kernel '{kernel.name}' was written for another cubin "
+                             "(its cubin_sha256 differs): use the K.json written with this cubin, or link again")
         drv = _driver()
         _call("cuInit", drv.cuInit, 0)
         kernel._cu_device = _call(f"cuDeviceGet({device})", drv.cuDeviceGet, device)

@@ -882,3 +882,11 @@ def test_a_failed_workspace_allocation_leaves_no_dangling_pointer(monkeypatch):
     fail[0] = False
     k.launch(FakeTensor(ptr=0xAB00), M=1000, grid=4)
     assert freed == [0x7000]  # freed once, never again
+
+
+def test_load_refuses_a_manifest_written_for_another_cubin():
+    """Checked before the driver is touched: another link's manifest may list other parameters."""
+    import hashlib
+    m = dict(AXPY_MANIFEST, cubin_sha256=hashlib.sha256(b"another cubin").hexdigest())
+    with pytest.raises(ValueError, match="written for another cubin"):
+        Kernel.load(b"this cubin", m)

@@ -14,6 +14,7 @@ SAMPLES at a time, until the paired difference (the median of each round's diffe
 """
 import argparse
 import datetime
+import hashlib
 import json
 import statistics
 import sys
@@ -116,7 +117,9 @@ def main():
                 name = result.manifest["kernel"]
                 linked_text, control_text = read_cubin(result.cubin)[name].text, read_cubin(control_cubin)[name].text
                 identical = linked_text == control_text
-                linked_k, control_k = result.kernel(), Kernel.load(control_cubin, result.manifest)
+                # The control is another cubin with the same kernel: the manifest, with its hash.
+                control_manifest = dict(result.manifest, cubin_sha256=hashlib.sha256(control_cubin).hexdigest())
+                linked_k, control_k = result.kernel(), Kernel.load(control_cubin, control_manifest)
                 # One event workspace for both: the same addresses, so data placement cannot differ.
                 control_k.share_workspace(linked_k)
                 for shape in shapes:
