@@ -6,6 +6,7 @@ import hashlib
 
 from . import __version__
 from .allocate import Allocation
+from .event_glue import task_invariant
 from .expr import Expr
 from .resolve import Resolved
 
@@ -144,11 +145,6 @@ def link_map(r: Resolved, a: Allocation, arch: str, kernel_info=None) -> str:
                 f"{kernel_info.max_stack_bytes} B, static smem {kernel_info.static_smem_bytes} B, named barriers "
                 f"{kernel_info.num_barriers}, subroutines {', '.join(kernel_info.subroutines) or 'none'}"]
     return "\n".join(out) + "\n"
-
-
-def task_invariant(side) -> bool:
-    from .event_glue import task_invariant as invariant
-    return invariant(side)
 
 
 def _wait_count(t, w, geometry: dict) -> str:

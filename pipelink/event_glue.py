@@ -115,11 +115,10 @@ def reads_device(side) -> bool:
 
 def task_invariant(side) -> bool:
     """Whether every task of the side waits on the same element for the same count."""
-    from .expr import parse as parse_expr
     dims = set(side.map.task_dims)
     if side.count_term is not None or any(t.kind != "index" for t in side.map.terms):
         return False
-    if any(parse_expr(t.text).names & dims for t in side.map.terms):
+    if any(parse(t.text).names & dims for t in side.map.terms):
         return False
     return side.count is None or not (side.count.names & dims)
 
@@ -136,8 +135,16 @@ def ready_flags(r, plan) -> list[str]:
             for comp in plan.order for n, (_, side) in enumerate(plan.waits_of(comp)) if task_invariant(side)]
 
 
-def wait_block(r, waits, tensor_index: dict, comp_index: int, threads: int, bound: str, count_of,
-               indent: str) -> list[str]:
+def count_c(r, tensor, side) -> str:
+    """C expression of the count a waited element must reach."""
+    if side.count_term is not None:  # read per task from a device tensor
+        letters = {d: f"tile.coord[{i}]" for i, d in enumerate(side.map.task_dims)}
+        return gather_c(r, r.component(side.component), side.count_term.text, letters, "unused")[0]
+    geo = lambda n: str(r.geometry[n]) if n in r.geometry else n  # noqa: E731
+    return side.count.to_c(geo) if side.count is not None else tensor.count_c(geo)
+
+
+def wait_block(r, waits, tensor_index: dict, comp_index: int, threads: int, bound: str, indent: str) -> list[str]:
     """Every wait of a task, in contract order and phases; leaves the task if a debug wait timed out."""
     out = [f"{indent}{{", f"{indent}  bool pl_ok = true;"]
     slot, met = 0, []
@@ -146,7 +153,7 @@ def wait_block(r, waits, tensor_index: dict, comp_index: int, threads: int, boun
             out.append(f"{indent}  pl_ok = __syncthreads_and(pl_ok);  // the waits above guard what this one reads")
         j = tensor_index[tensor.name]
         space = element_space(r, j, side)
-        call = (f"pl_ok = pl_ok && pl::events::wait_for(e{j} + {space.index}, (unsigned)({count_of(tensor, side)}), "
+        call = (f"pl_ok = pl_ok && pl::events::wait_for(e{j} + {space.index}, (unsigned)({count_c(r, tensor, side)}), "
                 f"pl_epoch, {bound}, pl_report, {comp_index}u, {j}u, {space.index}, (unsigned long long)t);")
         loop = shared_loop(space, call, threads, slot, indent + "  ")
         if task_invariant(side):  # met once in this CTA: met for the rest of the launch

@@ -309,20 +309,11 @@ def _task_body(r: Resolved, a: Allocation, k: int, name: str, indent: str) -> li
     plan = r.events
     tensor_index = {t.name: j for j, t in enumerate(plan.tensors.values())}
     comp_index = [c.name for c in r.components].index(name)
-    geo = lambda n: str(r.geometry[n]) if n in r.geometry else n  # noqa: E731
-
-    def count_of(tensor, side) -> str:
-        if side.count_term is not None:  # read per task from a device tensor
-            task_letters = {d: f"tile.coord[{i}]" for i, d in enumerate(side.map.task_dims)}
-            read, _ = event_glue.gather_c(r, comp, side.count_term.text, task_letters, "unused")
-            return read
-        return side.count.to_c(geo) if side.count is not None else tensor.count_c(geo)
-
     out = _decode(r, k, name, indent)
     waits = plan.waits_of(name)
     if waits:
         bound = f"{DEBUG_SPIN_BOUND}ull" if r.debug_events else "0ull"
-        out += event_glue.wait_block(r, waits, tensor_index, comp_index, a.block_threads, bound, count_of, indent)
+        out += event_glue.wait_block(r, waits, tensor_index, comp_index, a.block_threads, bound, indent)
     threads = comp.contract.threads.count
     guard = f"if (threadIdx.x < {threads}) " if threads < a.block_threads else ""
     out.append(_call(comp, indent + guard))

@@ -132,6 +132,12 @@ class ParamSpec:
         return f"{'const ' if self.const else ''}{self.dtype}*" if self.pointer else self.dtype
 
 
+def manifest_describes(manifest: dict, cubin: bytes) -> bool:
+    """False where the manifest names another cubin's sha256 (one without a hash is taken on trust)."""
+    want = manifest.get("cubin_sha256")
+    return want is None or want == hashlib.sha256(bytes(cubin)).hexdigest()
+
+
 def _manifest_error(kernel: str, message: str) -> ValueError:
     return ValueError(f"manifest of kernel '{kernel}': {message}")
 
@@ -331,8 +337,7 @@ class Kernel:
         image = bytes(cubin)
         if not image:
             raise ValueError(f"empty cubin for kernel '{kernel.name}'")
-        want = manifest.get("cubin_sha256")
-        if want is not None and want != hashlib.sha256(image).hexdigest():
+        if not manifest_describes(manifest, image):
             # Another link's manifest may list other parameters: launching would pass garbage.
             raise ValueError(f"the manifest of kernel '{kernel.name}' was written for another cubin "
                              "(its cubin_sha256 differs): use the K.json written with this cubin, or link again")

@@ -126,13 +126,11 @@ def object_text(obj: InputObject) -> list[str]:
 
 def manifest_summary(manifest: dict, cubin: bytes) -> dict:
     """How to call a linked kernel, from its manifest (validated as the launcher would)."""
-    import hashlib
-
-    from .launch import Kernel
+    from .launch import Kernel, manifest_describes
     k = Kernel(manifest)  # raises ValueError on a manifest the launcher would refuse
     ws = manifest.get("workspace")
     return {
-        "kernel": k.name, "matches_cubin": manifest.get("cubin_sha256") == hashlib.sha256(cubin).hexdigest(),
+        "kernel": k.name, "matches_cubin": manifest_describes(manifest, cubin),
         "call": [f"{p.describe()} {p.name}" for p in k.user_params],
         "from_launcher": [p.name for p in k.params if p.implicit],
         "block": list(k.block), "dynamic_smem": k.dynamic_smem, "schedule": manifest.get("schedule"),
