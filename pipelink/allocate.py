@@ -77,6 +77,10 @@ class Allocation:
     block_warps: int = 0
     registers: int | None = None
     steps: dict[str, int] = field(default_factory=dict)  # component -> its step (sequential schedule)
+    group_begin: dict[str, int] = field(default_factory=dict)        # role group -> first warp
+    group_registers: dict[str, int] = field(default_factory=dict)    # role group -> registers per thread
+    entry_registers: int | None = None   # role-structured: what each thread gets at entry (launch bounds)
+    arena_align: int = ARENA_ALIGN       # the arena's base alignment the buffers need
 
     @property
     def block_threads(self) -> int:
@@ -105,12 +109,19 @@ def allocate(r: Resolved, arch: str, sink: DiagnosticSink) -> Allocation | None:
         sink.error("PL042", f"the fused kernel needs {total} bytes of shared memory after sharing every byte it may; "
                    f"{arch} allows {target.smem_per_block}. Largest: "
                    + ", ".join(f"{p.item.key} {p.item.size} B" for p in top), owner.contract.at("/smem"))
+    alloc.arena_align = max([ARENA_ALIGN] + [p.item.align for p in placed])
     _barrier_ids(r, alloc, target.named_barriers, sink)
-    _warps(r, alloc, sink)
+    if r.roles is not None:
+        _role_warps(r, alloc, sink)
+    else:
+        _warps(r, alloc, sink)
     if alloc.block_threads > target.max_threads_per_block:
         sink.error("PL043", f"the fused block needs {alloc.block_threads} threads; {arch} allows "
                    f"{target.max_threads_per_block}", r.components[0].contract.at("/threads"))
-    _registers(r, alloc, target, sink)
+    if r.roles is not None:
+        _role_registers(r, alloc, target, sink)
+    else:
+        _registers(r, alloc, target, sink)
     return None if sink.has_errors else alloc
 
 
@@ -196,6 +207,8 @@ def _ports(r: Resolved, alloc: Allocation) -> None:
                 alloc.port_offset[(c.name, p.name)] = (where[f"port {c.name}.{p.name}"],
                                                        _port_bytes(p, r.geometry) // stages)
     for w in r.wires:
+        if w.kind == "fragment":  # registers: nothing in the arena
+            continue
         off, stride = alloc.port_offset[(w.producer, w.out_port.name)]
         if w.kind == "relayout":
             off = where[f"port {w.consumer}.{w.in_port.name}"]
@@ -243,6 +256,56 @@ def _warps(r: Resolved, alloc: Allocation, sink: DiagnosticSink) -> None:
         place_roles(c, begin)
         cursor = begin + c.contract.threads.warps
     alloc.block_warps = cursor
+
+
+def _role_warps(r: Resolved, alloc: Allocation, sink: DiagnosticSink) -> None:
+    """Each role group gets its own warps, warpgroup-aligned groups on multiples of 4, in pipeline
+    order (a component's roles stay contiguous, in contract order, so its warp_rank() holds)."""
+    cursor = 0
+    for g in r.roles.groups:
+        begin = _round_up(cursor, 4) if g.warpgroup_aligned else cursor
+        alloc.group_begin[g.name] = begin
+        for m in g.members:
+            alloc.role_begin[(m.component, m.role)] = begin
+        cursor = begin + g.warps
+    alloc.block_warps = cursor
+    for c in r.components:
+        begins = [alloc.role_begin[(c.name, role.name)] for role in c.contract.threads.roles]
+        alloc.warp_begin[c.name] = begins[0]
+        expected = begins[0]
+        for role, begin in zip(c.contract.threads.roles, begins):
+            if begin != expected:  # a role placed on another component's warps, away from its siblings
+                sink.error("PL070", f"role '{role.name}' of '{c.name}' runs on warps {begin}.. but its component's "
+                           f"roles must be contiguous from warp {begins[0]}", c.contract.at(role.pointer_path),
+                           hint="a component whose roles join different groups cannot keep one warp range")
+                break
+            expected += role.warps
+
+
+def _role_registers(r: Resolved, alloc: Allocation, target, sink: DiagnosticSink) -> None:
+    """The joint register pool: every warp gets the launch-bounds share at entry; a group with
+    `setmaxnreg` moves to its own count. The counts must fit the SM's registers at one block per
+    SM, and a component's own cap must fit the registers its role gets."""
+    threads = alloc.block_threads
+    entry = min(target.max_regs_per_thread, target.regs_per_sm // max(threads, 1) // 8 * 8)
+    alloc.entry_registers = entry
+    total, parts = 0, []
+    for g in r.roles.groups:
+        regs = g.setmaxnreg or entry
+        alloc.group_registers[g.name] = regs
+        total += 32 * g.warps * regs
+        parts.append(f"{g.name} {g.warps} warps x {regs}")
+        for m in g.members:
+            c = r.component(m.component).contract
+            if c.max_registers and c.max_registers > regs:
+                sink.error("PL104", f"'{m.component}' needs up to {c.max_registers} registers per thread but its role "
+                           f"'{m.role}' runs on warps with {regs} ({g.name})", c.at("/registers/max_per_thread"),
+                           hint="raise the role's setmaxnreg, or lower the component's register cap")
+    if total > target.regs_per_sm:
+        owner = r.component(r.roles.groups[0].members[0].component).contract
+        sink.error("PL100", f"the roles' registers add up to {total} ({'; '.join(parts)}), over the "
+                   f"{target.regs_per_sm} of an SM at one block per SM", owner.at("/threads/roles"),
+                   hint="lower a role's setmaxnreg or its warps")
 
 
 def _registers(r: Resolved, alloc: Allocation, target, sink: DiagnosticSink) -> None:

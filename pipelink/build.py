@@ -37,6 +37,21 @@ def pipelink_include_dir() -> Path:
     return Path(str(resources.files("pipelink.include")))
 
 
+def cutlass_include_dir() -> Path | None:
+    """The CUTLASS/CuTe headers of the pinned `nvidia-cutlass` wheel, found without importing it."""
+    import importlib.util
+    spec = importlib.util.find_spec("cutlass_library")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(list(spec.submodule_search_locations)[0]) / "source" / "include"
+    return path if (path / "cute").is_dir() else None
+
+
+# What every component build gets besides the contract's flags: the header by a fixed macro name (one
+# source may serve several contracts, e.g. tile shapes), and what CUTLASS/CuTe code needs to compile.
+COMMON_NVCC = ("--expt-relaxed-constexpr",)
+
+
 def gencode(arch: str) -> str:
     num = arch[3:]
     return f"-gencode=arch=compute_{num},code=lto_{num}"
@@ -46,7 +61,11 @@ def nvcc_command(contract: Contract, source: Path, output: Path, header_dir: Pat
     archs = opts.archs or contract.targets.archs
     cmd = [str(toolchain.nvcc_path()), "-dc", "-std=c++17", opts.optimize, *map(gencode, archs),
            *contract.targets.flags.nvcc_options(),
-           f"-I{header_dir}", f"-I{pipelink_include_dir()}", f"-I{source.parent}"]
+           f"-I{header_dir}", f"-I{pipelink_include_dir()}", f"-I{source.parent}",
+           f'-DPIPELINK_HEADER="{contract.name}.pipelink.h"', *COMMON_NVCC]
+    cutlass = cutlass_include_dir()
+    if cutlass is not None:
+        cmd.append(f"-I{cutlass}")
     cmd += [f"-I{d}" for d in opts.include_dirs]
     cmd += [f"-D{d}" for d in opts.defines]
     cmd += list(opts.extra_nvcc)

@@ -57,14 +57,33 @@ def _no_common_target(contracts: list[Contract], sink: DiagnosticSink) -> None:
 
 def check_names(contracts: list[Contract], sink: DiagnosticSink) -> None:
     for attr, code, what in (("name", "PL047", "component name"), ("symbol", "PL048", "entry symbol")):
-        seen: dict[str, Contract] = {}
+        seen: dict[str, tuple[Contract, str]] = {}
         for c in contracts:
-            key = c.name if attr == "name" else c.entry.symbol
-            if key in seen:
-                ptr = "/name" if attr == "name" else "/entry/symbol"
-                sink.error(code, f"{what} '{key}' is used by two components", c.at(ptr),
-                           related=(seen[key].at(ptr),))
-            seen.setdefault(key, c)
+            keys = [(c.name, "/name")] if attr == "name" else _symbols(c)
+            for key, ptr in keys:
+                if key in seen:
+                    sink.error(code, f"{what} '{key}' is used by two components", c.at(ptr),
+                               related=(seen[key][0].at(seen[key][1]),))
+                seen.setdefault(key, (c, ptr))
+
+
+def _symbols(c: Contract) -> list[tuple[str, str]]:
+    if c.entries:
+        return [(e.symbol, f"{e.pointer_path}/symbol") for e in c.entries]
+    return [(c.entry.symbol, "/entry/symbol")]
+
+
+def check_cluster(contracts: list[Contract], sink: DiagnosticSink) -> None:
+    """One kernel has one cluster shape: every component that assumes one must assume the same."""
+    declared = [c for c in contracts if c.cluster is not None]
+    for c in declared[1:]:
+        if _dims3(c.cluster) != _dims3(declared[0].cluster):
+            sink.error("PL107", f"'{c.name}' assumes a cluster of {list(c.cluster)} but '{declared[0].name}' one of "
+                       f"{list(declared[0].cluster)}", c.at("/cluster/dims"), related=(declared[0].at("/cluster/dims"),))
+
+
+def _dims3(dims: tuple[int, ...]) -> tuple[int, int, int]:
+    return tuple(list(dims) + [1] * (3 - len(dims)))
 
 
 def check_flags(contracts: list[Contract], sink: DiagnosticSink) -> None:
@@ -194,6 +213,7 @@ def check_set(contracts: list[Contract], sink: DiagnosticSink, arch: str | None 
     if not contracts:
         return None
     check_names(contracts, sink)
+    check_cluster(contracts, sink)
     check_flags(contracts, sink)
     env = check_geometry(contracts, sink)
     target = choose_target(contracts, arch, sink)

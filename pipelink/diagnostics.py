@@ -141,6 +141,24 @@ CODES = _codes(
          "pass the data through global memory (a gmem port) and order the tasks with an event"),
     Code("PL076", "no source for the one-unit control", L,
          "build components with `pipelink build` (it embeds the source) to use --emit-monolithic"),
+    # role-structured (Hopper) components
+    Code("PL100", "register pool does not fit", L,
+         "warps x registers of every role must fit the SM's 65536 at one block per SM; lower a setmaxnreg"),
+    Code("PL101", "entry and role do not match", L,
+         "each entry runs on a declared role (or '*', per CTA) and takes parameters or register ports of that role"),
+    Code("PL102", "register fragment mismatch", L,
+         "producer and consumer of a register port must name the same fragment layout, dtype and tile"),
+    Code("PL103", "fragment crosses warps", L,
+         "a role that reads a register fragment runs on the warps holding it: give it as many warps"),
+    Code("PL104", "component cap above its role's registers", L,
+         "a component's registers.max_per_thread must fit the registers its role runs with"),
+    Code("PL105", "tensor map the TMA cannot use", L,
+         "boxes: at most 256 per extent, the contiguous extent a multiple of 16 bytes and within the swizzle"),
+    Code("PL106", "malformed register port", L,
+         "a reg port needs fragment, role and tile, and no param or stages; it needs the `entries` form"),
+    Code("PL107", "cluster shapes disagree", L, "every component of a kernel must assume the same cluster shape"),
+    Code("PL108", "arch-specific component with family IR", L,
+         "build sm_90a components with -gencode arch=compute_90a,code=lto_90a only (pipelink build does)"),
 )
 
 

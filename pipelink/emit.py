@@ -28,7 +28,7 @@ def manifest(r: Resolved, a: Allocation, arch: str, cubin: bytes, kernel_info=No
         "schedule": r.schedule,
         "block": [a.block_threads, 1, 1],
         "dynamic_smem": a.smem_bytes,
-        "params": [{"name": p.name, "dtype": p.dtype, "pointer": p.pointer, "const": p.const} for p in r.params],
+        "params": [_param_doc(p, r.geometry) for p in r.params],
         "tiles": [substitute(e, r.geometry) for e in r.tiles.grid],
         "tile_order": r.tiles.order,
         "distribution": r.tiles.distribution,
@@ -44,6 +44,16 @@ def manifest(r: Resolved, a: Allocation, arch: str, cubin: bytes, kernel_info=No
     if kernel_info is not None:
         doc["resources"] = {"registers": kernel_info.registers, "frame_bytes": kernel_info.frame_bytes,
                             "static_smem": kernel_info.static_smem_bytes, "named_barriers": kernel_info.num_barriers}
+    return doc
+
+
+def _param_doc(p, geometry: dict[str, int]) -> dict:
+    doc = {"name": p.name, "dtype": p.dtype, "pointer": p.pointer, "const": p.const}
+    if p.tensor_map is not None:  # the launcher encodes it: extents over the shape parameters, box fixed
+        t = p.tensor_map
+        doc["tensor_map"] = {"shape": [substitute(e, geometry) for e in t.shape],
+                             "box": [e.evaluate(geometry) for e in t.box], "swizzle": t.swizzle,
+                             "oob_fill": t.oob_fill}
     return doc
 
 

@@ -84,6 +84,8 @@ def _kernel(r: Resolved, a: Allocation) -> list[str]:
     # nvcc ignores -maxrregcount for a kernel with __launch_bounds__, so a register budget is the
     # kernel's own __maxnreg__ (the two qualifiers exclude each other).
     bounds = f"__maxnreg__({a.registers})" if a.registers else f"__launch_bounds__({a.block_threads}, 1)"
+    if r.cluster:
+        bounds += f" __cluster_dims__({', '.join(map(str, r.cluster))})"
     out = [f'extern "C" __global__ void {bounds} {r.name}({params}) {{',
            "  // A stale component build leaves its marker undefined; the link reports it (PL049).",
            "  if (" + " + ".join(marker_symbol(c.contract) for c in r.components) +
@@ -96,7 +98,10 @@ def _kernel(r: Resolved, a: Allocation) -> list[str]:
     for i, e in enumerate(r.tiles.grid):
         out.append(f"  const int tiles_{i} = {e.to_c(geometry_c)};")
     out.append("  const int num_tiles = " + " * ".join(f"tiles_{i}" for i in range(len(r.tiles.grid))) + ";")
-    body = _sequential(r, a) if r.schedule == "sequential" else _warp_specialized(r, a)
+    if r.roles is not None:
+        body = _role_structured(r, a)
+    else:
+        body = _sequential(r, a) if r.schedule == "sequential" else _warp_specialized(r, a)
     return out + body + ["}"]
 
 
@@ -111,15 +116,26 @@ def _tile_loop(r: Resolved, indent: str, stages: int) -> list[str]:
     else:  # grid_stride
         head = [f"{indent}for (int t = blockIdx.x, it = 0; t < num_tiles; t += gridDim.x, ++it) {{"]
     stage = f"it % {stages}" if stages > 1 else "0"
-    return head + _tile_from(r.tiles.order, len(r.tiles.grid), "tiles_", "it", stage, indent + "  ")
+    return head + _tile_from(r.tiles.order, len(r.tiles.grid), "tiles_", "it", stage, indent + "  ", r.tiles.group)
 
 
-def _tile_from(order: str, n: int, extents: str, iteration: str, stage: str, indent: str) -> list[str]:
+def _tile_from(order: str, n: int, extents: str, iteration: str, stage: str, indent: str, group: int = 8) -> list[str]:
     """Declare `tile` for linear task `t` of a grid whose extents are `<extents>0..n-1`, walked in
     `order` (row_major and snake: the last coordinate moves fastest; snake reverses it on odd rows)."""
     out = [f"{indent}pl::Tile tile;", f"{indent}tile.linear = t;", f"{indent}tile.iteration = {iteration};",
            f"{indent}tile.stage = {stage};", f"{indent}int rest = t;"]
-    walk = list(reversed(range(n))) if order in ("row_major", "snake") else list(range(n))
+    if order == "grouped" and n == 2:
+        # Bands of `group` rows walked one after another, rows moving fastest inside a band: the tiles
+        # in flight at once share a few rows of A and a few columns of B, which stay in L2.
+        return out[:-1] + [
+            f"{indent}const int band_tiles = {group} * {extents}1;",
+            f"{indent}const int band_first = (t / band_tiles) * {group};",
+            f"{indent}const int band_rows = min({group}, {extents}0 - band_first);",
+            f"{indent}const int in_band = t - (band_first / {group}) * band_tiles;",
+            f"{indent}tile.coord[0] = band_first + in_band % band_rows;",
+            f"{indent}tile.coord[1] = in_band / band_rows;",
+            f"{indent}tile.coord[2] = 0;"]
+    walk = list(reversed(range(n))) if order in ("row_major", "snake", "grouped") else list(range(n))
     for d in walk:
         out.append(f"{indent}tile.coord[{d}] = rest % {extents}{d}; rest /= {extents}{d};")
     if order == "snake" and n >= 2:
@@ -127,6 +143,61 @@ def _tile_from(order: str, n: int, extents: str, iteration: str, stage: str, ind
                    f"tile.coord[{n - 1}];")
     for d in range(n, 3):
         out.append(f"{indent}tile.coord[{d}] = 0;")
+    return out
+
+
+def _role_structured(r: Resolved, a: Allocation) -> list[str]:
+    """Every thread runs the per-CTA `*` entries; after one block barrier, each role group runs on
+    its own warps: its register count first (setmaxnreg), then its per-CTA entries, then, for each
+    of this CTA's tiles, its members' per-tile entries in order, fragments passed in registers."""
+    plan = r.roles
+    params = {p.name: p for p in r.params}
+    frag_of = {(f.consumer, f.in_port): f for f in plan.fragments}
+    frag_name = lambda f: f"pl_frag_{f.producer}__{f.out_port}"  # noqa: E731
+
+    def args(comp: str, entry) -> str:
+        out = ["tile"] if entry.invocation == "per_tile" else []
+        for name in entry.args:
+            c = r.component(comp).contract
+            port = c.port(name)
+            if port is not None:
+                f = frag_of.get((comp, name)) if port.direction == "in" else next(
+                    x for x in plan.fragments if (x.producer, x.out_port) == (comp, name))
+                out.append(frag_name(f) if f else "nullptr")
+            else:
+                out.append(f"&{name}" if params[name].tensor_map is not None else name)
+        return ", ".join(out)
+
+    out = []
+    if a.arena_align > 16:
+        out += [f"  // Buffers assume a {a.arena_align}-byte aligned arena (swizzled TMA tiles act on address bits).",
+                f"  if (pl::glue::smem_address(pl::dynamic_smem()) % {a.arena_align}u) __trap();"]
+    if plan.init:
+        out.append("  // Every thread: the per-CTA entries that run before the roles split.")
+        out += [f"  {e.symbol}({args(comp, e)});  // {comp}.{e.name}" for comp, e in plan.init]
+    out += ["  __syncthreads();", "  const unsigned warp = threadIdx.x / 32;"]
+    for g in plan.groups:
+        begin = a.group_begin[g.name]
+        lower = f"warp >= {begin}u && " if begin else ""
+        roles = ", ".join(f"{m.component}.{m.role}" for m in g.members)
+        out.append(f"  if ({lower}warp < {begin + g.warps}u) {{  // warps {begin}-{begin + g.warps - 1}: {roles}")
+        regs = a.group_registers[g.name]
+        if g.setmaxnreg is not None and regs != a.entry_registers:
+            verb = "inc" if regs > a.entry_registers else "dec"
+            out.append(f'    asm volatile("setmaxnreg.{verb}.sync.aligned.u32 {regs};");  '
+                       f"// {a.entry_registers} at entry -> {regs}")
+        per_cta = [(m.component, e) for m in g.members for e in m.entries if e.invocation == "per_cta"]
+        per_tile = [(m.component, e) for m in g.members for e in m.entries if e.invocation == "per_tile"]
+        out += [f"    {e.symbol}({args(comp, e)});  // {comp}.{e.name}" for comp, e in per_cta]
+        if per_tile:
+            out += _tile_loop(r, "    ", 1)
+            made = {f for f in plan.fragments for m in g.members if (f.producer, f.role) == (m.component, m.role)}
+            for f in sorted(made, key=lambda f: (f.producer, f.out_port)):
+                out.append(f"      {f.ctype} {frag_name(f)}[{f.elements}];  // {f.producer}.{f.out_port} -> "
+                           f"{f.consumer}.{f.in_port}, in registers")
+            out += [f"      {e.symbol}({args(comp, e)});  // {comp}.{e.name}" for comp, e in per_tile]
+            out.append("    }")
+        out += ["    return;", "  }"]
     return out
 
 
@@ -301,7 +372,7 @@ def _persistent(r: Resolved, a: Allocation) -> list[str]:
 
 def _decode(r: Resolved, k: int, name: str, indent: str) -> list[str]:
     seq = r.component(name).contract.geometry.tile_sequence
-    return _tile_from(seq.order, len(seq.grid), f"c{k}_tiles_", "0", "0", indent)
+    return _tile_from(seq.order, len(seq.grid), f"c{k}_tiles_", "0", "0", indent, seq.group)
 
 
 def _task_body(r: Resolved, a: Allocation, k: int, name: str, indent: str) -> list[str]:

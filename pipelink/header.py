@@ -33,15 +33,33 @@ def constant_symbols(c: Contract) -> dict[str, str]:
     return syms
 
 
+def self_alias(c: Contract) -> str:
+    return f"namespace pl_component = ::pl::{c.name};"
+
+
 def marker_symbol(c: Contract) -> str:
     return f"{symbol_prefix(c)}contract__{c.hash[:MARKER_HEX]}"
 
 
 def entry_prototype(c: Contract) -> str:
+    """The prototype of the single entry (the `entry` form), or of every entry, one per line."""
+    if c.entries:
+        return ";\n".join(entry_point_prototype(c, e) for e in c.entries)
     params = [p.c_decl() for p in c.entry.params]
     if c.entry.invocation == "per_tile":
         params.insert(0, "pl::Tile tile")
     return f'extern "C" __device__ void {c.entry.symbol}({", ".join(params) or "void"})'
+
+
+def entry_point_prototype(c: Contract, e) -> str:
+    params = ["pl::Tile tile"] if e.invocation == "per_tile" else []
+    for name in e.args:
+        port = c.port(name)
+        if port is not None:  # a register fragment: the caller's array, which LTO keeps in registers
+            params.append(f"{DTYPE_C[port.dtype]}* __restrict__ {name}")
+        else:
+            params.append(c.param(name).c_decl())
+    return f'extern "C" __device__ void {e.symbol}({", ".join(params) or "void"})'
 
 
 def _geom_c(c: Contract):
@@ -58,6 +76,7 @@ def generate_header(c: Contract) -> str:
         "#pragma once",
         "#include <pipelink/component.h>",
         *dtype_includes([q.dtype for q in c.ports] + [q.dtype for q in c.entry.params]),
+        *(["#include <pipelink/fragment.h>"] if any(q.space == "reg" for q in c.ports) else []),
         "",
         "// Link-time constants. The linker's glue defines them; LTO folds every use into an immediate.",
         'extern "C" {',
@@ -70,14 +89,22 @@ def generate_header(c: Contract) -> str:
     out += [f"constexpr int {k} = {v};" for k, v in c.geometry.provides.items()]
     out += [f"__device__ __forceinline__ int {k}() {{ return {p}geom__{k}; }}" for k in c.geometry.consumes]
 
-    out += ["", "// Threads: this component's warps are a contiguous range of the fused block.",
-            f"constexpr unsigned WARPS = {c.threads.warps};",
-            f"constexpr unsigned THREADS = {c.threads.count};",
+    out += ["", "// Threads: this component's warps are a contiguous range of the fused block."]
+    if c.threads.warps_expr is not None:  # warps over geometry: link-time values
+        w = c.threads.warps_expr.to_c(g)
+        out += [f"__device__ __forceinline__ unsigned WARPS() {{ return {w}; }}",
+                f"__device__ __forceinline__ unsigned THREADS() {{ return 32u * ({w}); }}"]
+    else:
+        out += [f"constexpr unsigned WARPS = {c.threads.warps};", f"constexpr unsigned THREADS = {c.threads.count};"]
+    out += [
             f"__device__ __forceinline__ unsigned warp_begin() {{ return {p}warp_begin; }}",
             "__device__ __forceinline__ unsigned warp_rank() { return pl::warp_index() - warp_begin(); }",
             "__device__ __forceinline__ unsigned thread_rank() { return threadIdx.x - 32u * warp_begin(); }"]
     for r in c.threads.roles:
-        out.append(f"constexpr unsigned {r.name.upper()}_WARPS = {r.warps};")
+        if r.warps_expr is not None:
+            out.append(f"__device__ __forceinline__ unsigned {r.name.upper()}_WARPS() {{ return {r.warps_expr.to_c(g)}; }}")
+        else:
+            out.append(f"constexpr unsigned {r.name.upper()}_WARPS = {r.warps};")
         out.append(f"__device__ __forceinline__ unsigned {r.name}_warp_begin() {{ return {p}role_begin__{r.name}; }}")
 
     if c.buffers:
@@ -108,6 +135,24 @@ def generate_header(c: Contract) -> str:
         out.append(f"// port {q.name}: {q.dtype} [{', '.join(str(e) for e in q.tile)}] {q.layout}, "
                    f"{DTYPE_BYTES[q.dtype]} bytes per element, ({elems}) elements per stage")
 
+    reg_ports = [q for q in c.ports if q.space == "reg"]
+    if reg_ports:
+        out += ["", "// Register ports: fragments handed between entries of one role's threads (pipelink/fragment.h)."]
+    for q in reg_ports:
+        role = next(r for r in c.threads.roles if r.name == q.role)
+        elems = " * ".join(f"({e.to_c(g)})" for e in q.tile)
+        known = all(e.names <= set(c.geometry.provides) for e in q.tile) and role.warps_expr is None
+        if known:
+            n = 1
+            for e in q.tile:
+                n *= e.evaluate(c.geometry.provides)
+            out.append(f"constexpr int port_{q.name}_elements = {n // (32 * role.warps)};  // per thread, "
+                       f"layout {q.fragment}")
+        else:
+            threads = f"32 * ({role.warps_expr.to_c(g)})" if role.warps_expr is not None else str(32 * role.warps)
+            out.append(f"__device__ __forceinline__ int port_{q.name}_elements() {{ return {elems} / ({threads}); }}"
+                       f"  // per thread, layout {q.fragment}")
+
     if c.barriers.named or c.barriers.mbarriers:
         out += ["", "// Barriers: ids and mbarrier slots assigned by the linker."]
     for b in c.barriers.named:
@@ -121,6 +166,8 @@ def generate_header(c: Contract) -> str:
                    f"{{ return reinterpret_cast<unsigned long long*>(pl::dynamic_smem() + {p}mbar__{b.name}) + i; }}")
 
     out += ["", f"}} }}  // namespace pl::{c.name}", "",
+            "// The component's own namespace under a fixed name, so one source can serve several contracts.",
+            self_alias(c), "",
             "// The contract marker: the linker references it, so a build against another contract fails to link.",
             "// A component of several translation units defines PL_NO_CONTRACT_MARKER in all but one.",
             "#ifndef PL_NO_CONTRACT_MARKER",

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from . import expr as _expr
 from .model import DTYPE_BYTES, INTEGER_DTYPES
+from .tensormap import TensorMapDecl
 from .scalars import float_to_bf16_bits, float_to_f16_bits, float_to_fp8_e4m3_bits, float_to_fp8_e5m2_bits
 
 MANIFEST_VERSION = 1
@@ -122,13 +123,16 @@ class ParamSpec:
     pointer: bool
     const: bool
     implicit: str | None = None   # one of IMPLICIT: the launcher supplies it, not the caller
+    tensor_map: TensorMapDecl | None = None  # a TMA descriptor encoded from the tensor passed
 
     @property
     def is_shape(self) -> bool:
         """An integer scalar: a value the tile expressions may use."""
-        return not self.pointer and self.dtype in INTEGER_DTYPES
+        return not self.pointer and self.tensor_map is None and self.dtype in INTEGER_DTYPES
 
     def describe(self) -> str:
+        if self.tensor_map is not None:
+            return f"{self.dtype} tensor map"
         return f"{'const ' if self.const else ''}{self.dtype}*" if self.pointer else self.dtype
 
 
@@ -160,7 +164,13 @@ def _parse_params(kernel: str, raw) -> tuple[ParamSpec, ...]:
         implicit = p.get("implicit")
         if implicit is not None and implicit not in IMPLICIT:
             raise _manifest_error(kernel, f"parameter '{name}' has unknown implicit kind {implicit!r}")
-        params.append(ParamSpec(name, p["dtype"], p["pointer"], p.get("const", False), implicit))
+        tmap = None
+        if p.get("tensor_map") is not None:
+            try:
+                tmap = TensorMapDecl.from_manifest(p["tensor_map"])
+            except (ValueError, _expr.ExprError) as exc:
+                raise _manifest_error(kernel, f"parameter '{name}': {exc}") from None
+        params.append(ParamSpec(name, p["dtype"], p["pointer"], p.get("const", False), implicit, tmap))
     kinds = [p.implicit for p in params if p.implicit]
     if kinds and sorted(kinds) == sorted(LEGACY_IMPLICIT):
         raise _manifest_error(kernel, "it was linked by an earlier pipelink, whose event counters this launcher no "
@@ -468,12 +478,57 @@ class Kernel:
 
     def pack_args(self, *args, **kwargs) -> list:
         """ctypes objects, one per parameter in order, holding the bytes the kernel receives."""
-        return [self.pack_one(p, v) for p, v in zip(self.user_params, self.bind(args, kwargs))]
+        return self._pack_all(self.bind(args, kwargs))
 
-    def pack_one(self, param: ParamSpec, value):
+    def _pack_all(self, values: list) -> list:
+        """Scalars and pointers first (checked one by one), then the tensor maps, whose declared
+        extents are evaluated over the integer scalars."""
+        packed = [None if p.tensor_map is not None else self.pack_one(p, v) for p, v in zip(self.user_params, values)]
+        if any(p.tensor_map is not None for p in self.user_params):
+            env = self.shape_env(values)
+            packed = [self.pack_one(p, v, env) if p.tensor_map is not None else done
+                      for p, v, done in zip(self.user_params, values, packed)]
+        return packed
+
+    def pack_one(self, param: ParamSpec, value, env: dict | None = None):
+        if param.tensor_map is not None:
+            return self._tensor_map(param, value, env or {})
         if param.pointer:
             return ctypes.c_void_p(self._pointer(param, value))
         return self._scalar(param, value)
+
+    def _tensor_map(self, param: ParamSpec, value, env: dict):
+        """The descriptor for `value`, checked against the declaration, encoded once per layout."""
+        from . import tensormap
+        layout = tensormap.layout_of(value, self._dtype_of)
+        if layout is None:
+            raise ArgumentError(f"argument '{param.name}' is a {param.describe()}: expected a CUDA tensor or array, "
+                                f"got {type(value).__name__}")
+        if _is_torch_like(value):
+            dev = value.device
+            if getattr(dev, "type", "cuda") != "cuda":
+                raise ArgumentError(f"argument '{param.name}' is a {dev} tensor; kernel '{self.name}' needs it on "
+                                    f"cuda:{self.device}")
+            self._check_device(param, f"cuda:{dev.index}", dev.index)
+        why = tensormap.check(param.name, param.dtype, param.tensor_map, layout, env)
+        if why:
+            raise ArgumentError(f"argument '{param.name}' {why}")
+        key = ("tmap", param.name, layout, param.tensor_map)
+        cached = self._memo.get(key)
+        if cached is None:
+            cached = tensormap.encode(param.dtype, param.tensor_map, layout)
+            if not isinstance(cached, ctypes.Array):
+                raise LaunchError(f"cuTensorMapEncodeTiled for argument '{param.name}' of kernel '{self.name}'",
+                                  *_error_text(cached))
+            self._memo[key] = cached
+        return cached
+
+    @staticmethod
+    def _dtype_of(value) -> str | None:
+        if _is_torch_like(value):
+            return _TORCH_DTYPES.get(str(value.dtype).removeprefix("torch."))
+        cai = _cuda_array_interface(value) or {}
+        return _TYPESTRS.get(cai.get("typestr"))
 
     def _pointer(self, param: ParamSpec, value) -> int:
         """The device address an argument for a pointer parameter stands for, after the checks."""
@@ -684,7 +739,7 @@ class Kernel:
         the cost of the driver call (a persistent kernel also takes its event region and task base
         each time). The arrays must stay where they are: prepare again after reallocating one."""
         values = self.bind(args, kwargs)
-        packed = [self.pack_one(p, v) for p, v in zip(self.user_params, values)]
+        packed = self._pack_all(values)
         env = self.shape_env(values)
         for name, value in self.manifest.get("specialized", {}).items():
             if env.get(name) != value:

@@ -15,9 +15,9 @@ import jsonschema
 from . import expr as exprs
 from .diagnostics import DiagnosticSink, Location
 from .indexmap import MapError, parse_map
-from .model import (INTEGER_DTYPES, Barriers, Buffer, CompileFlags, Contract, Entry, EventNotify, Events, EventWait,
-                    Geometry, MBarrier, NamedBarrier, Param, ParamRange, Port, Role, Source, Targets,
-                    Threads, TileSequence)
+from .model import (ALL_THREADS, DTYPE_BYTES, INTEGER_DTYPES, SWIZZLE_BYTES, Barriers, Buffer, CompileFlags,
+                    Contract, Entry, EntryPoint, EventNotify, Events, EventWait, Geometry, MBarrier, NamedBarrier,
+                    Param, ParamRange, Port, Role, Source, Targets, TensorMapSpec, Threads, TileSequence)
 from .targets import TARGETS
 
 FORMAT_VERSION = 1
@@ -184,48 +184,152 @@ class _SemanticCheck:
 
     def build(self) -> Contract | None:
         raw = self.raw
-        entry = self.entry(raw["entry"])
+        entry = self.entry(raw)
         targets = self.targets(raw["targets"])
-        threads = self.threads(raw["threads"], targets)
-        max_regs = raw.get("registers", {}).get("max_per_thread")
-        if max_regs is not None and max_regs * threads.count > 65536:
-            self.error("PL033", f"{max_regs} registers x {threads.count} threads = {max_regs * threads.count}, "
-                       f"over the 65536 registers of an SM", "/registers/max_per_thread")
         geometry = self.geometry(raw.get("geometry", {}), entry)
         link_names = set(geometry.provides) | set(geometry.consumes)
         env = dict(geometry.provides)
         env.update({k: r.default for k, r in geometry.consumes.items() if r.default is not None})
+        threads = self.threads(raw["threads"], targets, link_names, env)
+        max_regs = raw.get("registers", {}).get("max_per_thread")
+        if max_regs is not None and threads is not None and max_regs * threads.count > 65536:
+            self.error("PL033", f"{max_regs} registers x {threads.count} threads = {max_regs * threads.count}, "
+                       f"over the 65536 registers of an SM", "/registers/max_per_thread")
+        if threads is None:
+            return None
+        self.tensor_maps(entry, link_names)
         buffers = self.buffers(raw.get("smem", {}).get("buffers", []), link_names, env)
         barriers = self.barriers(raw.get("barriers", {}), link_names, env, threads)
-        ports = self.ports(raw.get("ports", []), link_names, env, entry)
+        ports = self.ports(raw.get("ports", []), link_names, env, entry, threads)
+        entries = self.entries(raw.get("entries", []), entry, ports, threads)
         events = self.events(raw.get("events", {}), geometry, entry)
+        cluster = tuple(raw["cluster"]["dims"]) if "cluster" in raw else None
+        if cluster is not None and (len(cluster) > 3 or cluster[0] * (cluster[1:2] or [1])[0] * (cluster[2:3] or [1])[0] > 8):
+            self.error("PL107", f"cluster {list(cluster)} has more than the 8 CTAs a portable cluster may hold",
+                       "/cluster/dims")
         if self.failed:
             return None
         return Contract(
             name=self.name, version=raw["version"], owner=raw.get("owner"), description=raw.get("description"),
             entry=entry, targets=targets, threads=threads, max_registers=max_regs, buffers=buffers,
-            barriers=barriers, ports=ports, geometry=geometry, events=events, source=self.source, raw=raw)
+            barriers=barriers, ports=ports, geometry=geometry, events=events, source=self.source, raw=raw,
+            entries=entries, cluster=cluster)
 
     def entry(self, raw: dict) -> Entry:
-        params = raw.get("params", [])
-        self.unique(params, "/entry/params", "parameter")
-        shapes = {p["name"] for p in params if not p.get("pointer") and p["dtype"] in
-                  INTEGER_DTYPES}
+        """The parameters (of `entry`, or the top-level `params` of the `entries` form) and the first entry."""
+        if "entries" in raw:
+            params, base = raw.get("params", []), "/params"
+            first = raw["entries"][0]
+            symbol, invocation = first["symbol"], first.get("invocation", "per_tile")
+        else:
+            params, base = raw["entry"].get("params", []), "/entry/params"
+            symbol, invocation = raw["entry"]["symbol"], raw["entry"].get("invocation", "per_tile")
+        self.unique(params, base, "parameter")
+        shapes = {p["name"] for p in params if not p.get("pointer") and "tensor_map" not in p
+                  and p["dtype"] in INTEGER_DTYPES}
         provided = set(self.raw.get("geometry", {}).get("provides", {})) | set(
             self.raw.get("geometry", {}).get("consumes", {}))
         out = []
         for i, p in enumerate(params):
             shape = None
             if "shape" in p:
-                ptr = f"/entry/params/{i}/shape"
+                ptr = f"{base}/{i}/shape"
                 if not p.get("pointer"):
                     self.error("PL020", f"parameter '{p['name']}' has a shape but is not a pointer", ptr)
                 shape = tuple(self.size_expr(e, f"{ptr}/{j}", shapes | provided, "tensor extent")
                               for j, e in enumerate(p["shape"]))
                 shape = None if None in shape else shape
+            tmap = None
+            if "tensor_map" in p:
+                tmap = self.tensor_map(p, f"{base}/{i}", shapes | provided, provided)
             out.append(Param(p["name"], p["dtype"], p.get("pointer", False), p.get("const", False),
-                             f"/entry/params/{i}", shape))
-        return Entry(symbol=raw["symbol"], invocation=raw.get("invocation", "per_tile"), params=tuple(out))
+                             f"{base}/{i}", shape, tmap))
+        return Entry(symbol=symbol, invocation=invocation, params=tuple(out))
+
+    def tensor_map(self, p: dict, ptr: str, names: set[str], geometry: set[str]) -> TensorMapSpec | None:
+        t = p["tensor_map"]
+        if p.get("pointer") or p.get("const"):
+            self.error("PL105", f"tensor-map parameter '{p['name']}' is passed as a descriptor, not a pointer",
+                       f"{ptr}/pointer", hint="drop \"pointer\"/\"const\": the launcher encodes the tensor itself")
+        shape = tuple(self.size_expr(e, f"{ptr}/tensor_map/shape/{j}", names, "tensor-map extent")
+                      for j, e in enumerate(t["shape"]))
+        box = tuple(self.size_expr(e, f"{ptr}/tensor_map/box/{j}", geometry, "tensor-map box extent")
+                    for j, e in enumerate(t["box"]))
+        if None in shape or None in box:
+            return None
+        if len(box) != len(shape):
+            self.error("PL105", f"tensor map '{p['name']}' has a rank-{len(shape)} shape but a rank-{len(box)} box",
+                       f"{ptr}/tensor_map/box")
+            return None
+        return TensorMapSpec(shape, box, t.get("swizzle", "none"), t.get("oob_fill", "zero"))
+
+    def tensor_maps(self, entry: Entry, link_names: set[str]) -> None:
+        """Boxes the TMA can move: at most 256 per extent, 16-byte multiples inside, within the swizzle span."""
+        env = dict(self.raw.get("geometry", {}).get("provides", {}))
+        env.update({k: r["default"] for k, r in self.raw.get("geometry", {}).get("consumes", {}).items()
+                    if "default" in r})
+        for p in entry.params:
+            t = p.tensor_map
+            if t is None:
+                continue
+            ptr = f"{p.pointer_path}/tensor_map/box"
+            box = [self.positive(e, env, f"{ptr}/{j}", "tensor-map box extent") for j, e in enumerate(t.box)]
+            for j, b in enumerate(box):
+                if b is not None and b > 256:
+                    self.error("PL105", f"tensor map '{p.name}': box extent {b} exceeds the TMA's 256", f"{ptr}/{j}")
+            inner = box[-1]
+            if inner is not None:
+                row = inner * DTYPE_BYTES[p.dtype]
+                span = SWIZZLE_BYTES[t.swizzle]
+                if row % 16:
+                    self.error("PL105", f"tensor map '{p.name}': the box's contiguous extent is {row} bytes, not a "
+                               "multiple of 16", f"{ptr}/{len(box) - 1}")
+                elif span and row > span:
+                    self.error("PL105", f"tensor map '{p.name}': the box's contiguous extent is {row} bytes, wider "
+                               f"than its {t.swizzle} swizzle", f"{ptr}/{len(box) - 1}",
+                               hint="a swizzled box's inner extent must fit the swizzle span")
+
+    def entries(self, raw: list, entry: Entry, ports, threads: Threads) -> tuple[EntryPoint, ...]:
+        self.unique(raw, "/entries", "entry")
+        roles = {r.name for r in threads.roles}
+        params = {p.name for p in entry.params}
+        reg_ports = {p.name: p for p in ports if p.space == "reg"}
+        out, used_ports = [], set()
+        seen_symbols: dict[str, int] = {}
+        for i, e in enumerate(raw):
+            ptr = f"/entries/{i}"
+            role, inv = e["role"], e.get("invocation", "per_tile")
+            if e["symbol"] in seen_symbols:
+                self.error("PL022", f"entries {seen_symbols[e['symbol']]} and {i} name the same symbol "
+                           f"'{e['symbol']}'", f"{ptr}/symbol")
+            seen_symbols.setdefault(e["symbol"], i)
+            if role != ALL_THREADS and role not in roles:
+                self.error("PL101", f"entry '{e['name']}' runs on role '{role}', which threads.roles does not declare",
+                           f"{ptr}/role", hint="roles: " + ", ".join(sorted(roles)))
+            if role == ALL_THREADS and inv != "per_cta":
+                self.error("PL101", f"entry '{e['name']}' runs on every thread ('*'), which happens once before the "
+                           "roles split: it must be per_cta", f"{ptr}/invocation")
+            for j, a in enumerate(e.get("params", [])):
+                if a in reg_ports:
+                    used_ports.add(a)
+                    if reg_ports[a].role != role:
+                        self.error("PL101", f"entry '{e['name']}' (role '{role}') takes register port '{a}', which "
+                                   f"lives in role '{reg_ports[a].role}'", f"{ptr}/params/{j}")
+                    if inv != "per_tile":
+                        self.error("PL101", f"entry '{e['name']}' takes register port '{a}' but is not per_tile",
+                                   f"{ptr}/params/{j}")
+                elif a not in params:
+                    self.error("PL029", f"entry '{e['name']}' takes '{a}', which is neither a parameter nor a "
+                               "register port", f"{ptr}/params/{j}",
+                               hint="declare it in \"params\" or as a port with space \"reg\"")
+            out.append(EntryPoint(e["name"], e["symbol"], role, inv, tuple(e.get("params", [])), ptr))
+        for name, port in reg_ports.items():
+            if raw and name not in used_ports:
+                self.error("PL101", f"register port '{name}' is taken by no entry", port.pointer_path)
+        if reg_ports and not raw:
+            self.error("PL106", "register ports need the `entries` form: an entry of the port's role takes it",
+                       next(iter(reg_ports.values())).pointer_path)
+        return tuple(out)
 
     def targets(self, raw: dict) -> Targets:
         for i, arch in enumerate(raw["archs"]):
@@ -236,21 +340,42 @@ class _SemanticCheck:
         known = {k: v for k, v in (flags or {}).items() if k in CompileFlags.__dataclass_fields__}
         return Targets(tuple(raw["archs"]), CompileFlags(**known), flags is not None)
 
-    def threads(self, raw: dict, targets: Targets) -> Threads:
-        warps = raw["warps"]
-        roles_raw = raw.get("roles") or [{"name": "main", "warps": warps}]
+    def warps(self, value, pointer: str, names: set[str], env: dict, what: str):
+        """(warps, expression or None): an integer, or a size expression over geometry."""
+        if isinstance(value, int):
+            return value, None
+        e = self.size_expr(value, pointer, names, what)
+        if e is None:
+            return None, None
+        if not e.names <= env.keys():
+            self.error("PL029", f"{what} {value!r} uses geometry without a value here", pointer,
+                       hint="give the consumed names a default")
+            return None, None
+        n = self.positive(e, env, pointer, what)
+        if n is not None and n > 32:
+            self.error("PL023", f"{what} is {n} (from {value!r}); at most 32", pointer)
+            return None, None
+        return n, e
+
+    def threads(self, raw: dict, targets: Targets, names: set[str], env: dict) -> Threads | None:
+        warps, warps_expr = self.warps(raw["warps"], "/threads/warps", names, env, "threads.warps")
+        roles_raw = raw.get("roles") or [{"name": "main", "warps": raw["warps"]}]
         self.unique(roles_raw, "/threads/roles", "role")
-        total = sum(r["warps"] for r in roles_raw)
+        role_warps = [self.warps(r["warps"], f"/threads/roles/{i}/warps", names, env, f"role '{r['name']}' warps")
+                      for i, r in enumerate(roles_raw)]
+        if warps is None or any(w is None for w, _ in role_warps):
+            return None
+        total = sum(w for w, _ in role_warps)
         if total != warps:
             self.error("PL023", f"threads.warps is {warps} but the roles add up to {total} "
-                       f"({' + '.join(str(r['warps']) for r in roles_raw)})", "/threads/warps")
+                       f"({' + '.join(str(w) for w, _ in role_warps)})", "/threads/warps")
         roles = []
         has_setmaxnreg_target = any(TARGETS[a].setmaxnreg for a in targets.archs if a in TARGETS)
-        for i, r in enumerate(roles_raw):
+        for i, (r, (rw, rexpr)) in enumerate(zip(roles_raw, role_warps)):
             ptr = f"/threads/roles/{i}"
             nreg = r.get("setmaxnreg")
-            if (r.get("warpgroup_aligned") or nreg is not None) and r["warps"] % 4:
-                self.error("PL024", f"role '{r['name']}' has {r['warps']} warps; a warpgroup-aligned role needs a "
+            if (r.get("warpgroup_aligned") or nreg is not None) and rw % 4:
+                self.error("PL024", f"role '{r['name']}' has {rw} warps; a warpgroup-aligned role needs a "
                            f"multiple of 4", f"{ptr}/warps")
             if nreg is not None:
                 if not (24 <= nreg <= 256 and nreg % 8 == 0):
@@ -259,8 +384,8 @@ class _SemanticCheck:
                     self.error("PL025", f"role '{r['name']}' uses setmaxnreg but no target supports it "
                                f"(targets: {', '.join(targets.archs)})", f"{ptr}/setmaxnreg",
                                hint="add sm_90a to targets.archs and build with -arch=sm_90a")
-            roles.append(Role(r["name"], r["warps"], bool(r.get("warpgroup_aligned") or nreg is not None), nreg, ptr))
-        return Threads(warps, tuple(roles), raw.get("uses_syncthreads", False))
+            roles.append(Role(r["name"], rw, bool(r.get("warpgroup_aligned") or nreg is not None), nreg, ptr, rexpr))
+        return Threads(warps, tuple(roles), raw.get("uses_syncthreads", False), warps_expr)
 
     def geometry(self, raw: dict, entry: Entry) -> Geometry:
         provides = dict(raw.get("provides", {}))
@@ -296,8 +421,11 @@ class _SemanticCheck:
             allowed = set(provides) | set(consumes) | shapes
             grid = tuple(self.size_expr(g, f"/geometry/tile_sequence/grid/{i}", allowed, "tile grid extent")
                          for i, g in enumerate(ts["grid"]))
+            if "group" in ts and ts.get("order") != "grouped":
+                self.error("PL020", "tile_sequence.group applies to order \"grouped\" only",
+                           "/geometry/tile_sequence/group")
             seq = TileSequence(tuple(g for g in grid if g is not None), ts.get("order", "row_major"),
-                               ts.get("distribution", "grid_stride"), "/geometry/tile_sequence")
+                               ts.get("distribution", "grid_stride"), "/geometry/tile_sequence", ts.get("group", 8))
         return Geometry(provides, consumes, seq)
 
     def buffers(self, raw: list, link_names: set[str], env: dict, ) -> tuple[Buffer, ...]:
@@ -352,7 +480,7 @@ class _SemanticCheck:
                        "/barriers")
         return Barriers(tuple(named), tuple(mbars), tuple(ids))
 
-    def ports(self, raw: list, link_names: set[str], env: dict, entry: Entry) -> tuple[Port, ...]:
+    def ports(self, raw: list, link_names: set[str], env: dict, entry: Entry, threads: Threads) -> tuple[Port, ...]:
         self.unique(raw, "/ports", "port")
         params = {p.name: p for p in entry.params}
         out = []
@@ -368,6 +496,11 @@ class _SemanticCheck:
             self.positive(stages, env, f"{ptr}/stages", f"port '{p['name']}' stages")
             if space == "smem" and not p.get("tile"):
                 self.error("PL020", f"smem port '{p['name']}' needs a tile shape", f"{ptr}/tile")
+            if space == "reg":
+                self.reg_port(p, ptr, threads)
+            elif "fragment" in p or "role" in p:
+                self.error("PL106", f"{space} port '{p['name']}' has a fragment layout or role; only reg ports do",
+                           f"{ptr}/{'fragment' if 'fragment' in p else 'role'}")
             if space == "smem" and "param" in p:
                 self.error("PL020", f"smem port '{p['name']}' names a parameter; only gmem ports do", f"{ptr}/param")
             if space == "gmem":
@@ -387,8 +520,24 @@ class _SemanticCheck:
                                f"{param.dtype}", f"{ptr}/dtype")
             if stages is not None and None not in tile:
                 out.append(Port(p["name"], p["direction"], space, p["dtype"], tuple(tile),
-                                p.get("layout", "row_major"), p.get("swizzle", "none"), stages, p.get("param"), ptr))
+                                p.get("layout", "row_major"), p.get("swizzle", "none"), stages, p.get("param"), ptr,
+                                p.get("fragment"), p.get("role")))
         return tuple(out)
+
+    def reg_port(self, p: dict, ptr: str, threads: Threads) -> None:
+        """A fragment in registers: handed from one entry to the next inside one role's threads."""
+        for key in ("fragment", "role", "tile"):
+            if key not in p:
+                self.error("PL106", f"register port '{p['name']}' needs '{key}'", f"{ptr}/{key}",
+                           hint="a register port names its layout (fragment), the role holding it and its tile")
+        for key in ("param", "stages"):
+            if key in p:
+                self.error("PL106", f"register port '{p['name']}' has '{key}'; it lives in registers, one stage",
+                           f"{ptr}/{key}")
+        role = p.get("role")
+        if role is not None and role not in {r.name for r in threads.roles}:
+            self.error("PL101", f"register port '{p['name']}' lives in role '{role}', which threads.roles does not "
+                       "declare", f"{ptr}/role")
 
     def _count_term(self, text: str, imap, int_pointers: set[str], pointer: str):
         """A count like `counts[i]`: read per task from an integer tensor the entry receives."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .diagnostics import Location
 from .expr import Expr
@@ -44,6 +44,19 @@ class Source:
         return Location(file=self.file, pointer=pointer, component=component)
 
 
+SWIZZLE_BYTES = {"none": 0, "32B": 32, "64B": 64, "128B": 128}
+
+
+@dataclass(frozen=True)
+class TensorMapSpec:
+    """A TMA descriptor parameter: the launcher encodes it from the tensor the caller passes."""
+
+    shape: tuple[Expr, ...]   # the tensor's extents, outermost first; the last is contiguous
+    box: tuple[Expr, ...]     # what one copy moves, same order
+    swizzle: str              # "none" | "32B" | "64B" | "128B"
+    oob_fill: str             # "zero" | "nan"
+
+
 @dataclass(frozen=True)
 class Param:
     name: str
@@ -52,14 +65,18 @@ class Param:
     const: bool
     pointer_path: str
     shape: tuple[Expr, ...] | None = None  # pointer params an index map reads: extents, row-major
+    tensor_map: TensorMapSpec | None = None
 
     @property
     def is_shape(self) -> bool:
         """An integer scalar: usable in size expressions, known at launch."""
-        return not self.pointer and self.dtype in INTEGER_DTYPES
+        return not self.pointer and self.tensor_map is None and self.dtype in INTEGER_DTYPES
 
     def c_decl(self) -> str:
+        """How a component's entry receives it (a tensor map: the address of the kernel's parameter)."""
         base = DTYPE_C[self.dtype]
+        if self.tensor_map is not None:
+            return f"const pl::TensorMap* {self.name}"
         if self.pointer:
             return f"{'const ' if self.const else ''}{base}* __restrict__ {self.name}"
         return f"{base} {self.name}"
@@ -67,9 +84,26 @@ class Param:
 
 @dataclass(frozen=True)
 class Entry:
+    """The parameters of a component and its first entry point (the only one in the `entry` form)."""
+
     symbol: str
     invocation: str
     params: tuple[Param, ...]
+
+
+ALL_THREADS = "*"  # an entry point every thread of the block runs, before the roles split
+
+
+@dataclass(frozen=True)
+class EntryPoint:
+    """One entry of a component with `entries`: which role calls it, when, and with what."""
+
+    name: str
+    symbol: str
+    role: str                 # a role name, or ALL_THREADS
+    invocation: str           # "per_tile" | "per_cta"
+    args: tuple[str, ...]     # parameter names and register-port names, in call order (after `tile`)
+    pointer_path: str
 
 
 @dataclass(frozen=True)
@@ -102,6 +136,7 @@ class Role:
     warpgroup_aligned: bool
     setmaxnreg: int | None
     pointer_path: str
+    warps_expr: Expr | None = None  # warps given over geometry: `warps` is its value for the defaults
 
 
 @dataclass(frozen=True)
@@ -109,6 +144,15 @@ class Threads:
     warps: int
     roles: tuple[Role, ...]
     uses_syncthreads: bool
+    warps_expr: Expr | None = None  # as for Role
+
+    def at(self, geometry: dict[str, int]) -> "Threads":
+        """The warp counts for the link's geometry (where they are expressions over it)."""
+        if self.warps_expr is None and all(r.warps_expr is None for r in self.roles):
+            return self
+        value = lambda e, default: e.evaluate(geometry) if e is not None else default  # noqa: E731
+        roles = tuple(replace(r, warps=value(r.warps_expr, r.warps)) for r in self.roles)
+        return replace(self, warps=value(self.warps_expr, self.warps), roles=roles)
 
     @property
     def count(self) -> int:
@@ -159,6 +203,8 @@ class Port:
     stages: Expr
     param: str | None
     pointer_path: str
+    fragment: str | None = None  # reg ports: the named register layout (pipelink/include/pipelink/fragment.h)
+    role: str | None = None      # reg ports: the role whose threads hold it
 
 
 @dataclass(frozen=True)
@@ -192,6 +238,7 @@ class TileSequence:
     order: str
     distribution: str
     pointer_path: str
+    group: int = 1   # order "grouped": bands of this many tiles along the first dimension
 
 
 @dataclass(frozen=True)
@@ -241,6 +288,16 @@ class Contract:
     events: Events
     source: Source
     raw: dict = field(repr=False, compare=False, default_factory=dict)
+    entries: tuple[EntryPoint, ...] = ()   # the `entries` form; empty for a single `entry`
+    cluster: tuple[int, ...] | None = None
+
+    @property
+    def symbols(self) -> tuple[str, ...]:
+        """Every entry symbol the object must define."""
+        return tuple(e.symbol for e in self.entries) or (self.entry.symbol,)
+
+    def param(self, name: str) -> Param | None:
+        return next((p for p in self.entry.params if p.name == name), None)
 
     @property
     def hash(self) -> str:

@@ -12,11 +12,13 @@ import json
 import re
 
 from .diagnostics import DiagnosticSink
-from .header import generate_header
+from .header import generate_header, self_alias
 from .resolve import Resolved
 
 _SYSTEM_INCLUDE = re.compile(r'^\s*#\s*include\s*<[^>]+>\s*$')
 _LOCAL_INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"\s*$')
+_OWN_HEADER_MACRO = re.compile(r'^\s*#\s*include\s+PIPELINK_HEADER\s*$')  # what `pipelink build` defines
+_DEFINE = re.compile(r'^\s*#\s*define\s')
 
 
 def component_source(comp, sink: DiagnosticSink) -> tuple[str, str] | None:
@@ -42,10 +44,19 @@ def generate_monolithic(r: Resolved, glue: str, sink: DiagnosticSink) -> str | N
         if found is None:
             continue
         file, source = found
+        alias = self_alias(comp.contract)  # one per component: it moves into the component's namespace
         header = "\n".join(ln for ln in generate_header(comp.contract).splitlines()
-                           if ln.strip() != "#pragma once")
+                           if ln.strip() not in ("#pragma once", alias))
         body = []
+        preamble = True  # #defines before the first include configure the headers: they go first too
         for ln in source.splitlines():
+            if preamble and _DEFINE.match(ln):
+                hoisted.append(ln.strip())
+                continue
+            if ln.strip() and not ln.lstrip().startswith(("//", "#")):
+                preamble = False
+            if _OWN_HEADER_MACRO.match(ln):
+                continue
             if _SYSTEM_INCLUDE.match(ln):
                 if ln.strip() not in hoisted:
                     hoisted.append(ln.strip())
@@ -59,7 +70,7 @@ def generate_monolithic(r: Resolved, glue: str, sink: DiagnosticSink) -> str | N
                 continue
             body.append(ln)
         units.append(f"// ---- component {comp.name} ({file}) ----\n{header}\n"
-                     f"namespace pl_unit_{comp.name} {{\n" + "\n".join(body) + f"\n}}  // namespace pl_unit_{comp.name}")
+                     f"namespace pl_unit_{comp.name} {{\n{alias}\n" + "\n".join(body) + f"\n}}  // namespace pl_unit_{comp.name}")
     if sink.has_errors:
         return None
     glue_body = "\n".join(ln for ln in glue.splitlines() if ln.strip() != "#include <pipelink/glue.h>")

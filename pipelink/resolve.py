@@ -5,12 +5,12 @@ Pure: contracts and the pipeline spec in, a `Resolved` pipeline (or diagnostics)
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .collect import Component
 from .diagnostics import DiagnosticSink, Location
 from .expr import Expr, ExprError
-from .model import INTEGER_DTYPES, Param, Port, TileSequence
+from .model import INTEGER_DTYPES, Param, Port, TensorMapSpec, TileSequence
 from .pipeline import PipelineSpec, WireSpec
 
 
@@ -36,8 +36,11 @@ class KernelParam:
     pointer: bool
     const: bool
     users: tuple[str, ...]
+    tensor_map: TensorMapSpec | None = None
 
     def c_decl(self) -> str:
+        if self.tensor_map is not None:  # the descriptor itself, in the parameter space
+            return f"const __grid_constant__ pl::TensorMap {self.name}"
         return Param(self.name, self.dtype, self.pointer, self.const, "").c_decl()
 
 
@@ -56,6 +59,8 @@ class Resolved:
     dispatch: str = "static"
     debug_events: bool = False
     specialize: dict = None            # shape parameter -> constant, for a link made for one shape
+    roles: object = None               # RolePlan: components in the `entries` form split the block by role
+    cluster: tuple[int, int, int] | None = None
 
     def component(self, name: str) -> Component:
         return next(c for c in self.components if c.name == name)
@@ -68,14 +73,24 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
     comps = _order(components, spec, sink)
     if comps is None:
         return None
-    by_name = {c.name: c for c in comps}
     geometry = _geometry(comps, sink)
+    if sink.has_errors:
+        return None
+    # Warp counts given over geometry take the link's values from here on.
+    comps = [replace(c, contract=replace(c.contract, threads=c.contract.threads.at(geometry))) for c in comps]
+    by_name = {c.name: c for c in comps}
+    role_structured = any(c.contract.entries for c in comps)
     wires_spec = _explicit_wires(spec.wires, by_name, sink)
     if sink.has_errors:
         return None
     wires_spec += _auto_wires(comps, wires_spec, sink)
     has_events = any(c.contract.events.notifies or c.contract.events.waits for c in comps)
-    schedule = spec.schedule or ("persistent" if has_events else _infer_schedule(wires_spec, by_name, geometry))
+    schedule = spec.schedule or ("persistent" if has_events else "warp_specialized" if role_structured
+                                 else _infer_schedule(wires_spec, by_name, geometry))
+    if role_structured:
+        _role_structured_only(comps, schedule, spec, sink)
+        if sink.has_errors:
+            return None
     wires = [w for w in (_check_wire(ws, explicit, by_name, schedule, geometry, sink) for ws, explicit in wires_spec)
              if w]
     if schedule == "warp_specialized":
@@ -100,7 +115,7 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
             sink.error("PL078", f"'{c.name}' declares events, which only the persistent schedule wires (this "
                        f"pipeline's is {schedule})", c.contract.at("/events"))
         for role in c.contract.threads.roles:
-            if role.setmaxnreg is not None:
+            if role.setmaxnreg is not None and not role_structured:
                 sink.error("PL078", f"role '{role.name}' of '{c.name}' asks for setmaxnreg {role.setmaxnreg}; the glue "
                            "does not reconfigure registers per role yet, and ignoring the request would break the "
                            "component's register plan", c.contract.at(f"{role.pointer_path}/setmaxnreg"))
@@ -109,6 +124,10 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
             if c.contract.threads.uses_syncthreads and len(comps) > 1:
                 sink.error("PL071", f"'{c.name}' calls __syncthreads, which would wait for the warps of the other "
                            "components too", c.contract.at("/threads/uses_syncthreads"))
+    roles = None
+    if role_structured and not sink.has_errors:
+        from .roles import plan_roles
+        roles = plan_roles(comps, wires, sink)
     if sink.has_errors or tiles is None or order is None:
         return None
     shapes = {p.name for p in params if not p.pointer and p.dtype in INTEGER_DTYPES}
@@ -118,8 +137,22 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
                        hint="integer parameters: " + ", ".join(sorted(shapes)))
     if sink.has_errors:
         return None
+    cluster = next((c.contract.cluster for c in comps if c.contract.cluster), None)
     return Resolved(spec.name, comps, order, wires, geometry, schedule, tiles[0], tiles[1], params, events,
-                    spec.dispatch, spec.debug_events, dict(spec.specialize))
+                    spec.dispatch, spec.debug_events, dict(spec.specialize), roles,
+                    tuple(list(cluster) + [1] * (3 - len(cluster))) if cluster else None)
+
+
+def _role_structured_only(comps, schedule: str, spec: PipelineSpec, sink) -> None:
+    """Entries split the block by role; a component with a single entry has no role to run on."""
+    if schedule != "warp_specialized":
+        sink.error("PL078", f"components with several entries run warp-specialized; the pipeline asks for {schedule}",
+                   Location(file=spec.source, pointer="/schedule"))
+    for c in comps:
+        if not c.contract.entries:
+            sink.error("PL078", f"'{c.name}' has a single entry, and the other components split the block by role "
+                       "(the `entries` form); this linker does not mix the two in one kernel",
+                       c.contract.at("/entry"), hint="give the component an `entries` list with its role")
 
 
 def _order(components: list[Component], spec: PipelineSpec, sink: DiagnosticSink) -> list[Component] | None:
@@ -168,9 +201,9 @@ def _explicit_wires(specs, by_name, sink) -> list[tuple[WireSpec, bool]]:
                 sink.error("PL062", f"wire '{w}' names component '{comp}', which is not in the link",
                            hint="components: " + ", ".join(by_name))
                 ok = False
-            elif p is None or p.direction != direction or p.space != "smem":
-                have = [q.name for q in c.contract.ports if q.direction == direction and q.space == "smem"]
-                sink.error("PL062", f"wire '{w}': '{comp}' has no shared-memory {direction} port '{port}'",
+            elif p is None or p.direction != direction or p.space not in ("smem", "reg"):
+                have = [q.name for q in c.contract.ports if q.direction == direction and q.space in ("smem", "reg")]
+                sink.error("PL062", f"wire '{w}': '{comp}' has no shared-memory or register {direction} port '{port}'",
                            c.contract.at("/ports"), hint=f"its {direction} ports: {', '.join(have) or 'none'}")
                 ok = False
         if ok:
@@ -187,10 +220,10 @@ def _auto_wires(comps, explicit, sink) -> list[tuple[WireSpec, bool]]:
     out = []
     for c in comps:
         for p in c.contract.ports:
-            if p.direction != "in" or p.space != "smem" or (c.name, p.name) in wired:
+            if p.direction != "in" or p.space not in ("smem", "reg") or (c.name, p.name) in wired:
                 continue
             cands = [(o.name, q) for o in comps if o.name != c.name for q in o.contract.ports
-                     if q.direction == "out" and q.space == "smem" and q.dtype == p.dtype]
+                     if q.direction == "out" and q.space == p.space and q.dtype == p.dtype]
             free = [(n, q) for n, q in cands if (n, q.name) not in feeding]
             if len(free) == 1 or len(cands) == 1:
                 prod, q = free[0] if len(free) == 1 else cands[0]
@@ -241,6 +274,15 @@ def _check_wire(ws: WireSpec, explicit: bool, by_name, schedule: str, geometry, 
                    where, related=(other,))
         ok = False
     same_layout = (out.layout, out.swizzle) == (inp.layout, inp.swizzle)
+    if out.space != inp.space:
+        sink.error("PL062", f"wire '{ws}' joins a {out.space} port to a {inp.space} port", where, related=(other,))
+        return None
+    if out.space == "reg":
+        if out.fragment != inp.fragment:
+            sink.error("PL102", f"fragment '{ws}': '{ws.producer}' holds layout {out.fragment}, '{ws.consumer}' reads "
+                       f"{inp.fragment}", where, related=(other,))
+            ok = False
+        return Wire(ws.producer, out, ws.consumer, inp, "fragment", 1, tuple(t_out), explicit) if ok else None
     if schedule == "warp_specialized":
         kind = "ring"
         if not same_layout:
@@ -357,15 +399,25 @@ def _params(comps, sink) -> list[KernelParam]:
         for p in c.contract.entry.params:
             have = merged.get(p.name)
             if have is None:
-                merged[p.name] = KernelParam(p.name, p.dtype, p.pointer, p.const, (c.name,))
+                merged[p.name] = KernelParam(p.name, p.dtype, p.pointer, p.const, (c.name,), p.tensor_map)
                 first[p.name] = c
+            elif have.tensor_map != p.tensor_map and (have.tensor_map is None or p.tensor_map is None or
+                                                      _tmap_key(have.tensor_map) != _tmap_key(p.tensor_map)):
+                sink.error("PL069", f"parameter '{p.name}' is declared differently by '{c.name}' and "
+                           f"'{first[p.name].name}' (one tensor map for both, or neither)",
+                           c.contract.at(p.pointer_path))
             elif (have.dtype, have.pointer) != (p.dtype, p.pointer):
                 sink.error("PL069", f"parameter '{p.name}' is {_kind(p.dtype, p.pointer)} in '{c.name}' but "
                            f"{_kind(have.dtype, have.pointer)} in '{first[p.name].name}'",
                            c.contract.at(p.pointer_path), related=(first[p.name].contract.at("/entry/params"),))
             else:
-                merged[p.name] = KernelParam(p.name, p.dtype, p.pointer, have.const and p.const, have.users + (c.name,))
+                merged[p.name] = KernelParam(p.name, p.dtype, p.pointer, have.const and p.const, have.users + (c.name,),
+                                             have.tensor_map)
     return list(merged.values())
+
+
+def _tmap_key(t: TensorMapSpec) -> tuple:
+    return (tuple(map(str, t.shape)), tuple(map(str, t.box)), t.swizzle, t.oob_fill)
 
 
 def _kind(dtype: str, pointer: bool) -> str:

@@ -59,8 +59,10 @@ def test_shipped_headers_compile_with_nvrtc(path, tmp_path):
     c = load_contract_file(path, sink)
     (tmp_path / f"{c.name}.pipelink.h").write_text(generate_header(c))
     src = f'#include "{c.name}.pipelink.h"\n'
-    toolchain.nvrtc_to_ltoir(src, "use.cu", ["-arch=sm_90", "-dlto", "-rdc=true", "-std=c++17",
-                                             f"-I{tmp_path}", f"-I{pipelink_include_dir()}"])
+    arch = "sm_90" if "sm_90" in c.targets.archs else c.targets.archs[0]
+    toolchain.nvrtc_to_ltoir(src, "use.cu", [f"-arch={arch}", "-dlto", "-rdc=true", "-std=c++17",
+                                             f"-I{tmp_path}", f"-I{pipelink_include_dir()}",
+                                             *(f"-I{d}" for d in toolchain.cuda_include_dirs())])
 
 
 def test_factory_header_compiles_and_accessors_work(tmp_path):

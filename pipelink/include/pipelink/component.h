@@ -32,3 +32,14 @@ __device__ __forceinline__ unsigned warp_index() { return threadIdx.x >> 5; }
 __device__ __forceinline__ unsigned lane_index() { return threadIdx.x & 31; }
 
 }  // namespace pl
+
+namespace pl {
+
+// A TMA descriptor (the driver's CUtensorMap: 128 opaque bytes, 64-byte aligned), encoded by the
+// launcher from the user's tensor and passed as a __grid_constant__ kernel parameter; the glue
+// hands components its address. Declared here so that code compiled by NVRTC needs no <cuda.h>.
+struct alignas(64) TensorMap {
+  unsigned long long opaque[16];
+};
+
+}  // namespace pl

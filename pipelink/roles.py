@@ -1,0 +1,125 @@
+"""Role groups of a role-structured kernel: which components' roles run on which warps, with how
+many registers, and which entries each calls in what order.
+
+Components written in the `entries` form (a Hopper mainloop: `init` on every thread, then `load`
+on a producer warpgroup and `mma` on consumer warpgroups) split the block by role. A role that
+takes a register fragment from another component's role runs on that role's warps, right after
+it, tile by tile: the fragment never leaves the registers (an epilogue after a mainloop). Pure:
+resolved components and wires in, a plan (or diagnostics) out.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .diagnostics import DiagnosticSink
+from .model import ALL_THREADS, EntryPoint
+
+
+@dataclass(frozen=True)
+class Member:
+    component: str
+    role: str
+    entries: tuple[EntryPoint, ...]   # its per-tile (and per-CTA) entries on this role, in contract order
+
+
+@dataclass(frozen=True)
+class RoleGroup:
+    """Warps that run together: one component's role, and the roles that join it through fragments."""
+
+    members: tuple[Member, ...]       # the owner first, then joiners in fragment order
+    warps: int
+    setmaxnreg: int | None            # the owner's (joiners may not ask for another)
+    warpgroup_aligned: bool
+
+    @property
+    def name(self) -> str:
+        return f"{self.members[0].component}.{self.members[0].role}"
+
+
+@dataclass(frozen=True)
+class Fragment:
+    """A register port wire: the consumer's entry reads what the producer's entry left in registers."""
+
+    producer: str
+    out_port: str
+    consumer: str
+    in_port: str
+    elements: int                     # per thread of the role
+    ctype: str
+    role: str                         # the producer's role, whose warps hold it
+
+
+@dataclass(frozen=True)
+class RolePlan:
+    init: tuple[tuple[str, EntryPoint], ...]    # (component, entry) run by every thread, in pipeline order
+    groups: tuple[RoleGroup, ...]
+    fragments: tuple[Fragment, ...]
+
+
+def plan_roles(components, wires, sink: DiagnosticSink) -> RolePlan | None:
+    """Groups from the fragment wires: a role that consumes a fragment joins the producer's group."""
+    from .model import DTYPE_C
+    by_name = {c.name: c for c in components}
+    joins: dict[tuple[str, str], tuple[str, str]] = {}
+    fragments = []
+    for w in wires:
+        if w.kind != "fragment":
+            continue
+        prod, cons = by_name[w.producer].contract, by_name[w.consumer].contract
+        src = (w.producer, w.out_port.role)
+        dst = (w.consumer, w.in_port.role)
+        p_role = next(r for r in prod.threads.roles if r.name == src[1])
+        c_role = next(r for r in cons.threads.roles if r.name == dst[1])
+        if p_role.warps != c_role.warps:
+            sink.error("PL103", f"fragment '{w}': role '{dst[1]}' of '{w.consumer}' has {c_role.warps} warps but "
+                       f"the role holding the fragment ('{src[1]}' of '{w.producer}') has {p_role.warps}; a register "
+                       "fragment stays with the threads that hold it", cons.at(c_role.pointer_path),
+                       related=(prod.at(p_role.pointer_path),))
+            continue
+        if dst in joins and joins[dst] != src:
+            sink.error("PL103", f"role '{dst[1]}' of '{w.consumer}' takes fragments from two roles "
+                       f"({joins[dst][0]}.{joins[dst][1]} and {src[0]}.{src[1]})", cons.at(c_role.pointer_path))
+            continue
+        joins[dst] = src
+        elements = 1
+        for e in w.tile:
+            elements *= e
+        threads = 32 * p_role.warps
+        if elements % threads:
+            sink.error("PL102", f"fragment '{w}': a {'x'.join(map(str, w.tile))} tile does not split evenly over the "
+                       f"{threads} threads of role '{src[1]}'", prod.at(w.out_port.pointer_path))
+            continue
+        fragments.append(Fragment(w.producer, w.out_port.name, w.consumer, w.in_port.name, elements // threads,
+                                  DTYPE_C[w.out_port.dtype], src[1]))
+    if sink.has_errors:
+        return None
+
+    def owner(key):
+        seen = set()
+        while key in joins and key not in seen:
+            seen.add(key)
+            key = joins[key]
+        return key
+
+    groups: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    for c in components:
+        for r in c.contract.threads.roles:
+            groups.setdefault(owner((c.name, r.name)), []).append((c.name, r.name))
+    out = []
+    for (comp, role), keys in groups.items():
+        members = []
+        for cname, rname in sorted(keys, key=lambda k: (k != (comp, role), [c.name for c in components].index(k[0]))):
+            contract = by_name[cname].contract
+            members.append(Member(cname, rname, tuple(e for e in contract.entries if e.role == rname)))
+        head = next(r for r in by_name[comp].contract.threads.roles if r.name == role)
+        for cname, rname in keys:
+            r = next(x for x in by_name[cname].contract.threads.roles if x.name == rname)
+            if (cname, rname) != (comp, role) and r.setmaxnreg is not None and r.setmaxnreg != head.setmaxnreg:
+                sink.error("PL100", f"role '{rname}' of '{cname}' asks setmaxnreg {r.setmaxnreg} but runs on the warps "
+                           f"of '{comp}.{role}', which set {head.setmaxnreg}", by_name[cname].contract.at(
+                               f"{r.pointer_path}/setmaxnreg"))
+        out.append(RoleGroup(tuple(members), head.warps, head.setmaxnreg,
+                             any(by_name[c].contract.threads.roles[[x.name for x in by_name[c].contract.threads.roles]
+                                                                   .index(r)].warpgroup_aligned for c, r in keys)))
+    init = tuple((c.name, e) for c in components for e in c.contract.entries if e.role == ALL_THREADS)
+    return None if sink.has_errors else RolePlan(init, tuple(out), tuple(fragments))
