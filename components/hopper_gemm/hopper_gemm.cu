@@ -67,8 +67,10 @@ extern "C" __device__ void hgemm_init(const pl::TensorMap* a, const pl::TensorMa
 }
 
 extern "C" __device__ void hgemm_load(pl::Tile tile, const pl::TensorMap* a, const pl::TensorMap* b, int K) {
-  // One thread of the producer warpgroup issues every copy; the others have nothing to do.
-  if (pl::warp_index() != self::producer_warp_begin() || !cute::elect_one_sync()) return;
+  // One thread of the producer warpgroup issues every copy; the others have nothing to do. A fixed
+  // lane, not elect.sync: this entry runs once per tile, and the other lanes are a tile ahead by
+  // then, so a warp-collective election here would wait on a diverged warp.
+  if (pl::warp_index() != self::producer_warp_begin() || pl::lane_index() != 0) return;
   Pipeline pipeline(pipeline_storage(), pipeline_params(Pipeline::ThreadCategory::Producer, true),
                     Shape<_1, _1, _1>{}, cute::false_type{});
   auto& tensors = *self::smem_tensors<typename Mainloop::TensorStorage>();

@@ -1,0 +1,194 @@
+"""Run the Qwen3-32B MLP case study on a GPU: correctness at every shape, then the benchmark.
+
+    python case_studies/qwen3_32b_mlp/build.py        # build and link (no GPU needed)
+    python case_studies/qwen3_32b_mlp/run.py          # on the GPU: writes results/results.json, RESULTS.md
+
+Shapes: hidden 5120, intermediate 25600 (gate/up GEMM N = 51200, K = 5120; down GEMM N = 5120,
+K = 25600), tokens M in {16, 128, 1024, 2048, 4096, 8192}; bf16 in, fp32 accumulate, bf16 out.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[1]))
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from pipelink.launch import Kernel  # noqa: E402
+
+HIDDEN, INTER = 5120, 25600
+MS = (16, 128, 1024, 2048, 4096, 8192)
+SMALL_M = 64  # at or below: the 64x128 mainloop (more tiles to spread the weight stream over the SMs)
+
+
+def load(name: str) -> Kernel:
+    build = HERE / "build"
+    return Kernel.load((build / f"{name}.cubin").read_bytes(), json.loads((build / f"{name}.json").read_text()))
+
+
+def interleave(w_gate: torch.Tensor, w_up: torch.Tensor) -> torch.Tensor:
+    """Rows 2j = gate j, 2j+1 = up j: what the SwiGLU epilogue reads from one accumulator tile."""
+    return torch.stack([w_gate, w_up], dim=1).reshape(-1, w_gate.shape[1]).contiguous()
+
+
+def time_alternating(fns: dict, rounds: int, warmup: int = 3) -> dict[str, list[float]]:
+    """Median-ready samples (ms) per variant: each round times every variant once, in rotated order."""
+    for _ in range(warmup):
+        for fn in fns.values():
+            fn()
+    torch.cuda.synchronize()
+    names = list(fns)
+    samples = {n: [] for n in names}
+    starts = {n: torch.cuda.Event(enable_timing=True) for n in names}
+    ends = {n: torch.cuda.Event(enable_timing=True) for n in names}
+    for r in range(rounds):
+        order = names[r % len(names):] + names[:r % len(names)]
+        for n in order:
+            starts[n].record()
+            fns[n]()
+            ends[n].record()
+        torch.cuda.synchronize()
+        for n in order:
+            samples[n].append(starts[n].elapsed_time(ends[n]))
+    return samples
+
+
+def check(name: str, got: torch.Tensor, ref: torch.Tensor, failures: list) -> float:
+    """Max error relative to the reference's scale; records a failure above bf16's reach."""
+    got = got.float()
+    if not torch.isfinite(got).all():
+        failures.append(f"{name}: non-finite values (unwritten or poisoned outputs left)")
+        return float("inf")
+    scale = ref.abs().max().item() or 1.0
+    err = (got - ref).abs().max().item() / scale
+    if err > 2e-2:
+        failures.append(f"{name}: max error {err:.3g} of the output's scale")
+    return err
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ms", default=",".join(map(str, MS)))
+    ap.add_argument("--rounds", type=int, default=30)
+    ap.add_argument("--out", default=str(HERE / "results"))
+    args = ap.parse_args()
+    ms = [int(m) for m in args.ms.split(",")]
+    torch.backends.cuda.matmul.allow_tf32 = False
+    dev = torch.device("cuda")
+    seed = int(time.time())
+    torch.manual_seed(seed)
+    kernels = {n: load(n) for n in ("swiglu_128x256", "swiglu_64x128", "plain_128x256", "plain_64x128",
+                                    "residual_128x256", "residual_64x128")}
+    # Weights scaled like a trained layer's: outputs of order 1.
+    w_gate = (torch.randn(INTER, HIDDEN, device=dev) / HIDDEN ** 0.5).bfloat16()
+    w_up = (torch.randn(INTER, HIDDEN, device=dev) / HIDDEN ** 0.5).bfloat16()
+    w_gu = torch.cat([w_gate, w_up]).contiguous()         # what a torch user multiplies by
+    w_gu_il = interleave(w_gate, w_up)                     # the same weights, interleaved for the epilogue
+    w_down = (torch.randn(HIDDEN, INTER, device=dev) / INTER ** 0.5).bfloat16()
+    bias = (torch.randn(HIDDEN, device=dev) * 0.1).bfloat16()
+
+    def act(gu):
+        return F.silu(gu[:, :INTER]) * gu[:, INTER:]
+    act_compiled = torch.compile(act)
+    act_il_compiled = torch.compile(lambda y: F.silu(y[:, 0::2]) * y[:, 1::2])
+    add_compiled = torch.compile(lambda y, r: y + r)
+
+    results, failures = [], []
+    for M in ms:
+        x = torch.randn(M, HIDDEN, device=dev).bfloat16()
+        h_in = (torch.randn(M, INTER, device=dev)).bfloat16()
+        resid = torch.randn(M, HIDDEN, device=dev).bfloat16()
+        tile = "64x128" if M <= SMALL_M else "128x256"
+        h = torch.empty(M, INTER, device=dev, dtype=torch.bfloat16)
+        d = torch.empty(M, 2 * INTER, device=dev, dtype=torch.bfloat16)
+        y = torch.empty(M, HIDDEN, device=dev, dtype=torch.bfloat16)
+        yd = torch.empty(M, HIDDEN, device=dev, dtype=torch.bfloat16)
+        N1, N2 = 2 * INTER, HIDDEN
+        fused = {t: kernels[f"swiglu_{t}"].prepare(a=x, b=w_gu_il, M=M, N=N1, K=HIDDEN, h=h) for t in ("128x256", "64x128")}
+        plain = {t: kernels[f"plain_{t}"].prepare(a=x, b=w_gu_il, M=M, N=N1, K=HIDDEN, d=d) for t in ("128x256", "64x128")}
+        plain_down = {t: kernels[f"plain_{t}"].prepare(a=h_in, b=w_down, M=M, N=N2, K=INTER, d=yd) for t in ("128x256", "64x128")}
+        resid_k = {t: kernels[f"residual_{t}"].prepare(a=h_in, b=w_down, M=M, N=N2, K=INTER, y=y, bias=bias,
+                                                       residual=resid) for t in ("128x256", "64x128")}
+        # Correctness against fp32 (outputs poisoned first, fresh inputs per run).
+        with torch.no_grad():
+            gu_ref = x.float() @ w_gu.float().T
+            h_ref = F.silu(gu_ref[:, :INTER]) * gu_ref[:, INTER:]
+            d_ref = x.float() @ w_gu_il.float().T
+            y_ref = h_in.float() @ w_down.float().T + bias.float() + resid.float()
+            yd_ref = h_in.float() @ w_down.float().T
+        errs = {}
+        for t in ("128x256", "64x128"):
+            for out, run, ref, name in ((h, fused[t], h_ref, f"swiglu_{t}"), (d, plain[t], d_ref, f"plain_{t}"),
+                                        (y, resid_k[t], y_ref, f"residual_{t}"), (yd, plain_down[t], yd_ref, f"plain_down_{t}")):
+                out.fill_(float("nan"))
+                run.launch()
+                torch.cuda.synchronize()
+                errs[name] = check(f"M={M} {name}", out, ref, failures)
+        del gu_ref, h_ref, d_ref, y_ref, yd_ref
+        gu = torch.empty(M, N1, device=dev, dtype=torch.bfloat16)
+        yc = torch.empty(M, HIDDEN, device=dev, dtype=torch.bfloat16)
+        fns = {
+            "pipelink_swiglu": fused[tile].launch,
+            "pipelink_swiglu_128x256": fused["128x256"].launch,
+            "pipelink_swiglu_64x128": fused["64x128"].launch,
+            "cublas_eager_act": lambda: act(torch.matmul(x, w_gu.T, out=gu)),
+            "cublas_compiled_act": lambda: act_compiled(torch.matmul(x, w_gu.T, out=gu)),
+            "cublas_gemm": lambda: torch.matmul(x, w_gu.T, out=gu),
+            "pipelink_plain_gemm": plain[tile].launch,
+            "pipelink_plain_then_compiled_act": lambda: (plain[tile].launch(), act_il_compiled(d)),
+            "pipelink_residual": resid_k[tile].launch,
+            "cublas_linear_then_add": lambda: torch.add(F.linear(h_in, w_down, bias), resid, out=yc),
+            "cublas_linear_then_compiled_add": lambda: add_compiled(F.linear(h_in, w_down, bias), resid),
+            "cublas_down_gemm": lambda: torch.matmul(h_in, w_down.T, out=yc),
+            "pipelink_plain_down_gemm": plain_down[tile].launch,
+        }
+        samples = time_alternating(fns, args.rounds)
+        med = {k: statistics.median(v) for k, v in samples.items()}
+        flops1, flops2 = 2 * M * N1 * HIDDEN, 2 * M * N2 * INTER
+        row = {"M": M, "tile": tile, "ms": med, "errors": errs,
+               "tflops": {"pipelink_plain_gemm": flops1 / med["pipelink_plain_gemm"] / 1e9,
+                          "cublas_gemm": flops1 / med["cublas_gemm"] / 1e9,
+                          "pipelink_plain_down_gemm": flops2 / med["pipelink_plain_down_gemm"] / 1e9,
+                          "cublas_down_gemm": flops2 / med["cublas_down_gemm"] / 1e9},
+               "weight_tb_s": {k: w_gu.numel() * 2 / med[k] / 1e9 for k in ("pipelink_swiglu", "cublas_gemm")}}
+        results.append(row)
+        print(f"M={M:5d} [{tile}] swiglu {med['pipelink_swiglu']:.3f} ms | cublas+eager {med['cublas_eager_act']:.3f} "
+              f"| cublas+compiled {med['cublas_compiled_act']:.3f} | gemm {med['pipelink_plain_gemm']:.3f} vs cublas "
+              f"{med['cublas_gemm']:.3f} | down+res {med['pipelink_residual']:.3f} vs {med['cublas_linear_then_add']:.3f}"
+              f" | err {max(errs.values()):.2e}", flush=True)
+        del x, h_in, resid, h, d, y, yd, gu, yc
+        torch.cuda.empty_cache()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    doc = {"date": time.strftime("%Y-%m-%d"), "device": torch.cuda.get_device_name(), "seed": seed,
+           "torch": torch.__version__, "rounds": args.rounds, "failures": failures, "results": results}
+    (out / "results.json").write_text(json.dumps(doc, indent=1) + "\n")
+    print("\n".join(failures) or "all outputs correct")
+    print(summary(doc, HERE / "results" / "link_cost.json"))
+    sys.exit(1 if failures else 0)
+
+
+def summary(doc: dict, link_cost: Path) -> str:
+    rows = doc["results"]
+    big = [r for r in rows if r["M"] >= 128]
+    ratio = lambda r, k: r["ms"][k] / r["ms"]["pipelink_swiglu"]  # noqa: E731
+    a = min((ratio(r, "cublas_compiled_act") for r in big), default=float("nan"))
+    b = next((ratio(r, "cublas_compiled_act") for r in rows if r["M"] == 16), float("nan"))
+    c = min((ratio(r, "cublas_eager_act") for r in big), default=float("nan"))
+    gemm = [min(r["ms"]["cublas_gemm"] / r["ms"]["pipelink_plain_gemm"],
+                r["ms"]["cublas_down_gemm"] / r["ms"]["pipelink_plain_down_gemm"]) for r in rows if r["M"] >= 1024]
+    d = min(gemm, default=float("nan"))
+    e = json.loads(link_cost.read_text())["ratio"] if link_cost.exists() else float("nan")
+    return (f"summary: swiglu vs cublas+compiled-act min {a:.2f}x at M>=128, {b:.2f}x at M=16; vs cublas+eager-act "
+            f"min {c:.2f}x at M>=128; gemm vs cublas min {d:.2f}x at M>=1024; relink/rebuild {e:.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,100 @@
+"""Small shapes through every kernel of the case study, each launch watched: a launch that does not
+finish within a few seconds is reported by name (a hang) and the process exits.
+
+    python case_studies/qwen3_32b_mlp/smoke.py
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[1]))
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from pipelink.launch import Kernel  # noqa: E402
+
+
+def load(name: str) -> Kernel:
+    build = HERE / "build"
+    return Kernel.load((build / f"{name}.cubin").read_bytes(), json.loads((build / f"{name}.json").read_text()))
+
+
+def watched(what: str, step, seconds: float = 10.0) -> None:
+    step()
+    done = torch.cuda.Event()
+    done.record()
+    start = time.time()
+    while not done.query():
+        if time.time() - start > seconds:
+            print(f"HANG: {what} did not finish in {seconds} s", flush=True)
+            os._exit(3)
+        time.sleep(0.001)
+
+
+SHAPES = [(64, 128, 64, 1), (128, 256, 64, 1), (128, 256, 512, None), (300, 1000, 640, 1), (300, 1000, 640, None),
+          (16, 4096, 1024, None)]
+CASES = [(tile, kind, *shape) for tile in ("64x128", "128x256") for kind in ("plain", "swiglu", "residual")
+         for shape in SHAPES]
+
+
+def main() -> int:
+    """Each case in a process of its own: a hang stops only that case."""
+    import subprocess
+    only = [int(a) for a in sys.argv[1:]]
+    if only:
+        return run_cases([CASES[i] for i in only])
+    bad = 0
+    for i, case in enumerate(CASES):
+        try:
+            proc = subprocess.run([sys.executable, __file__, str(i)], capture_output=True, text=True, timeout=60)
+            out = (proc.stdout + proc.stderr).strip().splitlines()
+            print(out[0] if out else f"case {i}: no output (exit {proc.returncode})", flush=True)
+            bad += proc.returncode != 0
+        except subprocess.TimeoutExpired:
+            print(f"case {i} {case}: timed out", flush=True)
+            bad += 1
+    print("all correct" if not bad else f"{bad} wrong or hung")
+    return 1 if bad else 0
+
+
+def run_cases(cases) -> int:
+    dev = torch.device("cuda")
+    torch.manual_seed(int(time.time()))
+    bad = 0
+    for tile, kind, M, N, K, grid in cases:
+            k = load(f"{kind}_{tile}")
+            if True:
+                x = torch.randn(M, K, device=dev).bfloat16()
+                w = (torch.randn(N, K, device=dev) / K ** 0.5).bfloat16()
+                ref = x.float() @ w.float().T
+                if kind == "plain":
+                    out = torch.full((M, N), float("nan"), device=dev, dtype=torch.bfloat16)
+                    args = dict(a=x, b=w, M=M, N=N, K=K, d=out)
+                elif kind == "swiglu":
+                    out = torch.full((M, N // 2), float("nan"), device=dev, dtype=torch.bfloat16)
+                    args = dict(a=x, b=w, M=M, N=N, K=K, h=out)
+                    ref = F.silu(ref[:, 0::2]) * ref[:, 1::2]
+                else:
+                    bias = torch.randn(N, device=dev).bfloat16()
+                    res = torch.randn(M, N, device=dev).bfloat16()
+                    out = torch.full((M, N), float("nan"), device=dev, dtype=torch.bfloat16)
+                    args = dict(a=x, b=w, M=M, N=N, K=K, y=out, bias=bias, residual=res)
+                    ref = ref + bias.float() + res.float()
+                what = f"{kind}_{tile} M={M} N={N} K={K} grid={grid or 'auto'}"
+                watched(what, lambda: k.launch(grid=grid, **args))
+                torch.cuda.synchronize()
+                err = ((out.float() - ref).abs().max() / ref.abs().max()).item()
+                ok = err < 2e-2
+                bad += not ok
+                print(f"{'ok ' if ok else 'BAD'} {what}: max error {err:.2e}", flush=True)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
