@@ -15,8 +15,8 @@ from .diagnostics import DiagnosticSink
 from .header import generate_header
 from .resolve import Resolved
 
-_SYSTEM_INCLUDE = re.compile(r'^\s*#\s*include\s*<[^>]+>\s*$')
-_LOCAL_INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"\s*$')
+_SYSTEM_INCLUDE = re.compile(r'\s*#\s*include\s*<[^>]+>\s*')
+_LOCAL_INCLUDE = re.compile(r'\s*#\s*include\s*"([^"]+)"\s*')
 
 
 def component_source(comp, sink: DiagnosticSink) -> tuple[str, str] | None:
@@ -46,11 +46,11 @@ def generate_monolithic(r: Resolved, glue: str, sink: DiagnosticSink) -> str | N
                            if ln.strip() != "#pragma once")
         body = []
         for ln in source.splitlines():
-            if _SYSTEM_INCLUDE.match(ln):
+            if _SYSTEM_INCLUDE.fullmatch(ln):
                 if ln.strip() not in hoisted:
                     hoisted.append(ln.strip())
                 continue
-            m = _LOCAL_INCLUDE.match(ln)
+            m = _LOCAL_INCLUDE.fullmatch(ln)
             if m and m.group(1) == f"{comp.name}.pipelink.h":
                 continue
             if m:
