@@ -369,7 +369,7 @@ def _link_outputs(args, kernel: str) -> dict[str, Output]:
                                      hint=move_manifest)
     else:
         outputs["manifest"] = Output(str(Path(cubin).with_suffix(".json")), "manifest",
-                                     f"default: beside the cubin, {Path(cubin).stem}.json", hint=move_manifest)
+                                     f"default beside the cubin {cubin}", hint=move_manifest)
     for key, value, role, option in (("map", args.map, "link map", "--map"),
                                      ("glue", args.emit_glue, "glue source", "--emit-glue"),
                                      ("monolithic", args.emit_monolithic, "one-unit control source",

@@ -332,7 +332,10 @@ def codes_markdown() -> str:
              "Every problem pipelink reports has a stable code. Codes are never renumbered; new ones are added.",
              "Exit code 2 means bad usage or an input that cannot be read as what it claims to be; 1 means a",
              "contract or link problem. Each diagnostic names where (file, JSON pointer, component), what clashed",
-             "with what (`>>> also ...`), and gives a hint. `--format json` gives the same as objects.",
+             "with what (`>>> also ...`), and gives a hint. `--format json` gives the same as objects. Text from",
+             "inputs is shown safely in both: control characters escaped (`\\x1b`), a value over 256 characters cut",
+             "to its first 60 and its length. A command whose stdout is closed early (`pipelink inspect ... | head`)",
+             "ends quietly with exit code 141, as a tool ended by SIGPIPE would.",
              "This file is generated: `python -m pipelink.diagnostics > docs/diagnostics.md`.", "",
              "A code with exit \"1 or 0\" is also reported as a warning (exit 0); its row says when.", "",
              "| code | exit | what | default hint |", "| --- | --- | --- | --- |"]

@@ -103,8 +103,9 @@ def check_outputs(outputs: list[Output], inputs: list[Input], sink: DiagnosticSi
                 break
         for earlier, other in files[:n]:
             if _same(ident, other):
+                hints = [h for h in dict.fromkeys((o.hint, earlier.hint)) if h]
                 sink.error("PL121", f"{o.label} and {earlier.label} are one file", Location(file=o.path),
-                           hint=o.hint or earlier.hint, related=(Location(file=earlier.path),))
+                           hint="; or ".join(hints) or None, related=(Location(file=earlier.path),))
     return len(sink.errors) == before
 
 
