@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 
-from .diagnostics import DiagnosticSink
+from .diagnostics import DiagnosticSink, escape_controls
 from .header import generate_header
 from .resolve import Resolved
 
@@ -58,7 +58,8 @@ def generate_monolithic(r: Resolved, glue: str, sink: DiagnosticSink) -> str | N
                            "the object does not carry", comp.contract.at("/"))
                 continue
             body.append(ln)
-        units.append(f"// ---- component {comp.name} ({file}) ----\n{header}\n"
+        # the file name comes from the object: a line break in it would end the comment
+        units.append(f"// ---- component {comp.name} ({escape_controls(file)}) ----\n{header}\n"
                      f"namespace pl_unit_{comp.name} {{\n" + "\n".join(body) + f"\n}}  // namespace pl_unit_{comp.name}")
     if sink.has_errors:
         return None

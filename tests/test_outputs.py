@@ -215,6 +215,15 @@ def test_names_ending_in_a_newline_are_refused(capsys, work):
     assert got == 2 and "error[PL001]" in err and "--name" in err
 
 
+def test_event_maps_are_one_line():
+    """A map's text is quoted in comments of the generated glue: a line break would end the comment."""
+    from pipelink.indexmap import MapError, parse_map
+    assert parse_map("ij->i").rank == 1
+    for bad in ("ij->i\n#error boom\n,j", "i->i\n", "i->i # note", "i->\x1bi"):
+        with pytest.raises(MapError, match="one line"):
+            parse_map(bad)
+
+
 def test_every_schema_pattern_matches_whole_strings():
     from pipelink.loader import _python_pattern, schema
     patterns = []
