@@ -7,8 +7,6 @@ object can never travel without the contract it was compiled against.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
@@ -16,10 +14,12 @@ from importlib import resources
 from pathlib import Path
 
 from . import toolchain
+from .check import check_set
 from .diagnostics import DiagnosticSink, Location
 from .header import generate_header
 from .inputs import SOURCE_SECTION, embed_contract
 from .model import Contract
+from .outputs import STDOUT, Input, Output, check_outputs, write_outputs
 
 
 @dataclass
@@ -75,12 +75,18 @@ def nvcc_command(contract: Contract, source: Path, output: Path, header_dir: Pat
 
 def build_component(contract: Contract, contract_bytes: bytes, source: str | Path, output: str | Path,
                     sink: DiagnosticSink, opts: BuildOptions | None = None) -> bool:
-    """Compile `source` into `output` (an `nvcc -dc -dlto` host object with the contract inside).
+    """Compile `source` into `output` (an `nvcc -dc -dlto` host object with the contract inside; `-`:
+    stdout). Refuses a contract `pipelink check` refuses, and an output that is one of the inputs.
 
     Writes `output` only on success, atomically.
     """
     opts = opts or BuildOptions()
-    source, output = Path(source), Path(output)
+    source = Path(source)
+    output = Output(str(output), "object", "-o", binary=True, hint="write the object elsewhere (-o PATH)")
+    inputs = [Input(str(source), f"the source {source}"), Input(contract.source.file, f"the contract "
+                                                                f"{contract.source.file}")]
+    if not check_outputs([output], inputs, sink):
+        return False
     if not source.is_file():
         sink.error("PL002", f"cannot read source {source}", Location(file=str(source)))
         return False
@@ -89,6 +95,11 @@ def build_component(contract: Contract, contract_bytes: bytes, source: str | Pat
             sink.error("PL034", f"{arch} is not among the contract's targets ({', '.join(contract.targets.archs)})",
                        contract.at("/targets/archs"))
             return False
+    before = len(sink.errors)
+    for arch in opts.archs or (None,):  # what `pipelink check [--arch A] CONTRACT` checks
+        check_set([contract], sink, arch)
+    if len(sink.errors) > before:
+        return False
     with tempfile.TemporaryDirectory(prefix="pipelink-build-") as tmp:
         tmp = Path(tmp)
         (tmp / f"{contract.name}.pipelink.h").write_text(generate_header(contract))
@@ -106,21 +117,28 @@ def build_component(contract: Contract, contract_bytes: bytes, source: str | Pat
                        Location(file=str(source), component=contract.name))
             return False
         try:
+            text = source.read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            sink.error("PL002", f"cannot read source {source} as UTF-8 text: {exc}", Location(file=str(source)))
+            return False
+        try:
             staged = tmp / "with-contract.o"
-            source_doc = json.dumps({"file": source.name, "source": source.read_text()}).encode()
+            source_doc = json.dumps({"file": source.name, "source": text}).encode()
             embed_contract(obj, contract_bytes, staged, {SOURCE_SECTION: source_doc})
-            output.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp_out = tempfile.mkstemp(dir=output.parent, prefix=f".{output.name}.")
-            os.close(fd)
-            shutil.copyfile(staged, tmp_out)  # /tmp may be another filesystem
-            os.replace(tmp_out, output)
+            data = staged.read_bytes()
         except toolchain.ToolchainError as exc:
-            sink.error("PL008", str(exc), Location(file=str(output)))
+            sink.error("PL008", str(exc), Location(file=output.path))
             return False
         except OSError as exc:
-            sink.error("PL007", f"cannot write {output}: {exc.strerror or exc}", Location(file=str(output)))
+            sink.error("PL007", f"cannot stage the object: {exc.strerror or exc}", Location(file=output.path))
             return False
-    return True
+    if output.path != STDOUT:
+        try:
+            Path(output.path).parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            sink.error("PL007", f"cannot write {output.path}: {exc.strerror or exc}", Location(file=output.path))
+            return False
+    return write_outputs({output.path: data}, sink)
 
 
 def _indent(text: str, limit: int = 40) -> str:

@@ -22,8 +22,8 @@ from pathlib import Path
 
 from . import __version__, toolchain
 from .diagnostics import Diagnostic
-from .fatbin import AR_MAGIC, CorruptError, UnsupportedError, ar_members
-from .inputs import sidecar_contract_path
+from .fatbin import CorruptError, UnsupportedError
+from .inputs import sidecar_paths
 
 PACKAGE = Path(__file__).resolve().parent
 
@@ -56,10 +56,7 @@ def _input_doc(path) -> dict:
     contract the read pass could pick up for it or, in an archive, for each member."""
     name = os.fspath(path)
     data = Path(name).read_bytes()
-    candidates = [sidecar_contract_path(name)]
-    if data.startswith(AR_MAGIC):
-        candidates += [sidecar_contract_path(f"{name}({member})") for member, _ in ar_members(data)]
-    sidecars = [[str(p), _sha256(p.read_bytes())] for p in candidates if p is not None]
+    sidecars = [[str(p), _sha256(p.read_bytes())] for p in sidecar_paths(name, data)]
     return {"path": name, "sha256": _sha256(data), "sidecars": sidecars}
 
 

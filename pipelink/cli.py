@@ -1,5 +1,6 @@
 """The `pipelink` command: a thin shell over the library. Exit codes: 0 ok, 1 a contract or link
-problem, 2 bad usage or unreadable input, 3 a bug in pipelink itself."""
+problem, 2 bad usage or unreadable input, 3 a bug in pipelink itself, 141 when the reader of stdout
+went away (`pipelink inspect ... | head`), quietly, as a tool ended by SIGPIPE would."""
 from __future__ import annotations
 
 import argparse
@@ -9,10 +10,12 @@ import sys
 import traceback
 from pathlib import Path
 
-from .diagnostics import Diagnostic, DiagnosticSink, ExitCode, Location, render_all
+from .diagnostics import Diagnostic, DiagnosticSink, ExitCode, Location, escape_controls, render_all, safe_text
+from .outputs import STDOUT, Input, Output, check_outputs, object_inputs, write_outputs
 from .targets import TARGETS
 
 INTERNAL_ERROR = 3
+STDOUT_CLOSED = 128 + 13  # SIGPIPE
 
 
 class UsageError(Exception):
@@ -40,17 +43,17 @@ def _parser() -> argparse.ArgumentParser:
     chk.add_argument("--pipeline", metavar="P", help="also check the set as this pipeline links it, without "
                      "compiling: wires, geometry, events (PL06x-PL08x) and the joint allocation (PL04x)")
     chk.add_argument("--map", metavar="FILE", help="with --pipeline: write the link map of what the link would "
-                     "decide (everything but the linked kernel's own resources)")
+                     "decide (everything but the linked kernel's own resources); - for stdout")
     chk.add_argument("--format", choices=("text", "json"), default="text")
 
     hdr = sub.add_parser("header", help="write the header a component compiles against")
     hdr.add_argument("contract")
-    hdr.add_argument("-o", "--output", help="file to write (default: stdout)")
+    hdr.add_argument("-o", "--output", default=STDOUT, help="file to write (default: - for stdout)")
 
     bld = sub.add_parser("build", help="compile a component against its contract and embed the contract")
     bld.add_argument("source")
     bld.add_argument("--contract", required=True)
-    bld.add_argument("-o", "--output", required=True)
+    bld.add_argument("-o", "--output", required=True, help="the object to write (- for stdout)")
     bld.add_argument("--arch", action="append", help="build only for this target (repeatable)")
     bld.add_argument("-I", dest="include", action="append", default=[], help="include directory")
     bld.add_argument("-D", dest="define", action="append", default=[], help="preprocessor definition")
@@ -62,7 +65,7 @@ def _parser() -> argparse.ArgumentParser:
                                      "link is reused from the link cache: PIPELINK_CACHE_DIR (default "
                                      "~/.cache/pipelink); PIPELINK_CACHE=0 turns it off.")
     lnk.add_argument("files", nargs="+", metavar="FILE", help="component objects (with contracts)")
-    lnk.add_argument("-o", "--output", help="the cubin (default: <kernel>.cubin)")
+    lnk.add_argument("-o", "--output", help="the cubin (default: <kernel>.cubin; - for stdout)")
     lnk.add_argument("--pipeline", help="a pipeline file: components' order, wires, schedule, kernel name")
     lnk.add_argument("--wire", action="append", default=[], metavar="P.OUT=C.IN", help="wire two ports (repeatable)")
     lnk.add_argument("--schedule", choices=("sequential", "warp_specialized", "persistent"))
@@ -73,8 +76,9 @@ def _parser() -> argparse.ArgumentParser:
                      help="a wait that spins too long stops the kernel; the launcher raises EventTimeout")
     lnk.add_argument("--name", help="the kernel's name (default: the pipeline's, or pipelink_fused)")
     lnk.add_argument("--arch", help="the link target (default: the first target every component supports)")
-    lnk.add_argument("--map", metavar="FILE", help="write the link map")
-    lnk.add_argument("--manifest", metavar="FILE", help="where to write the manifest (default: <output>.json)")
+    lnk.add_argument("--map", metavar="FILE", help="write the link map (- for stdout)")
+    lnk.add_argument("--manifest", metavar="FILE", help="where to write the manifest (default: the cubin's path "
+                     "with .json, or <kernel>.json when the cubin goes to stdout)")
     lnk.add_argument("--emit-glue", metavar="FILE", help="also write the generated glue source")
     lnk.add_argument("--emit-monolithic", metavar="FILE", help="also write the one-unit control source")
     lnk.add_argument("-v", "--verbose", action="store_true", help="say what each pass decided")
@@ -89,19 +93,38 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    for stream in (sys.stdout, sys.stderr):  # a name the terminal cannot encode must not end the command
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
     try:
-        return _run(argv)
+        code = _run(argv)
+        sys.stdout.flush()  # a closed stdout shows here at the latest
+        return code
     except UsageError as exc:
         _emit([Diagnostic("PL001", str(exc))], "text")
         return ExitCode.USAGE
+    except BrokenPipeError:
+        return _stdout_closed()
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # a bug, not bad input: say so plainly
         if os.environ.get("PIPELINK_TRACEBACK"):
             traceback.print_exc()
-        print(f"internal error: {type(exc).__name__}: {exc}\n  = this is a bug in pipelink; rerun with "
-              "PIPELINK_TRACEBACK=1 and report the output", file=sys.stderr)
+        print(f"internal error: {type(exc).__name__}: {safe_text(str(exc), lines=True)}\n  = this is a bug in "
+              "pipelink; rerun with PIPELINK_TRACEBACK=1 and report the output", file=sys.stderr)
         return INTERNAL_ERROR
+
+
+def _stdout_closed() -> int:
+    """The reader of stdout went away (`... | head`): nothing more to say to it. Point stdout at
+    /dev/null so that the interpreter's last flush does not complain either."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # no file descriptor behind sys.stdout
+        pass
+    return STDOUT_CLOSED
 
 
 def _run(argv: list[str]) -> int:
@@ -185,17 +208,17 @@ def cmd_check(args) -> int:
     from .report import contract_summary
 
     sink = DiagnosticSink()
-    got = collect(args.files, sink, args.arch)
     if args.map and not args.pipeline:
         sink.error("PL001", "--map needs --pipeline: the map shows what linking as that pipeline decides")
         return _finish(sink, args.format, {}, [])
+    outputs = [Output(args.map, "link map", "--map", hint="write the link map elsewhere (--map PATH)")] if args.map else []
+    if not check_outputs(outputs, object_inputs(args.files, args.pipeline), sink, _report(args.format)):
+        return _finish(sink, args.format, {}, [])
+    got = collect(args.files, sink, args.arch)
     if args.pipeline and not sink.has_errors:
         text = _check_as_pipeline(got, args.pipeline, sink)
         if text is not None and args.map and not sink.has_errors:
-            try:
-                _atomic_write_all({Path(args.map): text.encode()})
-            except OSError as exc:
-                sink.error("PL007", f"cannot write {args.map}: {exc.strerror or exc}", Location(file=args.map))
+            write_outputs({args.map: text.encode()}, sink)
     ok = not sink.has_errors
     names = [c.name for c in got.components]
     summary = (f"ok: {len(names)} component{'s' if len(names) != 1 else ''} ({', '.join(names)}) "
@@ -204,7 +227,12 @@ def cmd_check(args) -> int:
     doc = {"ok": ok, "target": got.target,
            "components": [dict(contract_summary(c.contract), object=c.obj.path if c.obj else None)
                           for c in got.components] if ok else []}
-    return _finish(sink, args.format, doc, [summary])
+    return _finish(sink, args.format, doc, [summary], to_stderr=args.map == STDOUT)
+
+
+def _report(fmt: str) -> str | None:
+    """What else a command prints on stdout, for check_outputs."""
+    return "the --format json report" if fmt == "json" else None
 
 
 def _check_as_pipeline(got, pipeline: str, sink: DiagnosticSink) -> str | None:
@@ -229,19 +257,13 @@ def cmd_header(args) -> int:
     from .loader import load_contract_file
 
     sink = DiagnosticSink()
-    c = load_contract_file(args.contract, sink)
-    if c is None:
+    output = Output(args.output, "header", "-o", hint="write the header elsewhere (-o PATH)")
+    if not check_outputs([output], [Input(args.contract, f"the contract {args.contract}")], sink):
         return _finish(sink, "text", {}, [])
-    text = generate_header(c)
-    if args.output:
-        try:
-            _atomic_write_all({Path(args.output): text.encode()})
-        except OSError as exc:
-            sink.error("PL007", f"cannot write {args.output}: {exc.strerror or exc}", Location(file=args.output))
-            return _finish(sink, "text", {}, [])
-    else:
-        sys.stdout.write(text)
-    return ExitCode.OK
+    c = load_contract_file(args.contract, sink)
+    if c is not None:
+        write_outputs({args.output: generate_header(c).encode()}, sink)
+    return _finish(sink, "text", {}, [])
 
 
 def cmd_build(args) -> int:
@@ -259,11 +281,12 @@ def cmd_build(args) -> int:
         for cmd in opts.nvcc_log:
             print(cmd, file=sys.stderr)
     return _finish(sink, "text", {}, [f"built {args.output} ({c.name} {c.version}, contract {c.hash[:16]})"]
-                   if ok else [])
+                   if ok else [], to_stderr=args.output == STDOUT)
 
 
 def _link_options(args, sink: DiagnosticSink):
     from .linker import LinkOptions
+    from .model import is_identifier
     from .pipeline import PipelineSpec, load_pipeline, parse_wire
 
     spec = load_pipeline(args.pipeline, sink) if args.pipeline else PipelineSpec()
@@ -284,6 +307,9 @@ def _link_options(args, sink: DiagnosticSink):
             sink.error("PL001", f"--specialize {item!r}: write NAME=INTEGER")
     if sink.has_errors:
         return None
+    if args.name is not None and not is_identifier(args.name):
+        sink.error("PL001", f"--name {args.name!r} is not a C identifier", hint="the kernel's name is a C identifier")
+        return None
     spec.name = args.name or spec.name
     return LinkOptions(arch=args.arch, pipeline=spec, monolithic=bool(args.emit_monolithic), cache=not args.no_cache)
 
@@ -295,6 +321,10 @@ def cmd_link(args) -> int:
     options = _link_options(args, sink)
     if options is None:
         return _finish(sink, args.format, {}, [])
+    outputs = _link_outputs(args, options.pipeline.name)
+    if not check_outputs(list(outputs.values()), object_inputs(args.files, args.pipeline), sink,
+                         _report(args.format)):
+        return _finish(sink, args.format, {"ok": False}, [])
     result = link(args.files, options)
     sink.extend(result.diagnostics)
     ctx = result.context
@@ -314,41 +344,39 @@ def cmd_link(args) -> int:
             print(f"pipelink: pass {name:<9} {seconds * 1000:8.1f} ms", file=sys.stderr)
     if not result.ok:
         return _finish(sink, args.format, {"ok": False}, [])
-    name = result.manifest["kernel"]
-    output = Path(args.output or f"{name}.cubin")
-    files = {output: result.cubin,
-             Path(args.manifest or output.with_suffix(".json")): (json.dumps(result.manifest, indent=2) + "\n").encode()}
-    if args.map:
-        files[Path(args.map)] = result.link_map.encode()
-    if args.emit_glue:
-        files[Path(args.emit_glue)] = result.glue.encode()
-    if args.emit_monolithic:
-        files[Path(args.emit_monolithic)] = result.monolithic.encode()
-    try:
-        _atomic_write_all(files)
-    except OSError as exc:
-        sink.error("PL007", f"cannot write {exc.filename}: {exc.strerror or exc}", Location(file=str(exc.filename)))
+    content = {"cubin": result.cubin, "manifest": (json.dumps(result.manifest, indent=2) + "\n").encode(),
+               "map": result.link_map.encode(), "glue": (result.glue or "").encode(),
+               "monolithic": (result.monolithic or "").encode()}
+    if not write_outputs({o.path: content[key] for key, o in outputs.items()}, sink):
         return _finish(sink, args.format, {"ok": False}, [])
-    m = result.manifest
-    summary = (f"linked {output}: kernel {name}, {m['block'][0]} threads, {m['dynamic_smem']} bytes of dynamic smem"
-               + (f", {m['resources']['registers']} registers" if "resources" in m else ""))
-    return _finish(sink, args.format, {"ok": True, "output": str(output), "manifest": m}, [summary])
+    m, output = result.manifest, outputs["cubin"].path
+    summary = (f"linked {output}: kernel {m['kernel']}, {m['block'][0]} threads, {m['dynamic_smem']} bytes of "
+               "dynamic smem" + (f", {m['resources']['registers']} registers" if "resources" in m else ""))
+    return _finish(sink, args.format, {"ok": True, "output": output, "manifest": m}, [summary],
+                   to_stderr=any(o.path == STDOUT for o in outputs.values()))
 
 
-def _atomic_write_all(files: dict) -> None:
-    """Write every file or none: stage each next to its target, then rename them all."""
-    staged = []
-    try:
-        for path, data in files.items():
-            tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-            tmp.write_bytes(data)
-            staged.append((tmp, path))
-        for tmp, path in staged:
-            os.replace(tmp, path)
-    finally:
-        for tmp, _ in staged:
-            if tmp.exists():
-                tmp.unlink()
+def _link_outputs(args, kernel: str) -> dict[str, Output]:
+    """What a link writes, known before it runs: the kernel's name is the pipeline's or --name."""
+    cubin = args.output or f"{kernel}.cubin"
+    move_manifest = "move the manifest with --manifest PATH, or name the cubin differently (-o PATH)"
+    outputs = {"cubin": Output(cubin, "cubin", "-o" if args.output else "default: <kernel>.cubin", binary=True,
+                               hint="name the cubin differently (-o PATH)")}
+    if args.manifest:
+        outputs["manifest"] = Output(args.manifest, "manifest", "--manifest", hint=move_manifest)
+    elif cubin == STDOUT:
+        outputs["manifest"] = Output(f"{kernel}.json", "manifest", "default with -o -: <kernel>.json",
+                                     hint=move_manifest)
+    else:
+        outputs["manifest"] = Output(str(Path(cubin).with_suffix(".json")), "manifest",
+                                     f"default beside the cubin {cubin}", hint=move_manifest)
+    for key, value, role, option in (("map", args.map, "link map", "--map"),
+                                     ("glue", args.emit_glue, "glue source", "--emit-glue"),
+                                     ("monolithic", args.emit_monolithic, "one-unit control source",
+                                      "--emit-monolithic")):
+        if value:
+            outputs[key] = Output(value, role, option, hint=f"write the {role} elsewhere ({option} PATH)")
+    return outputs
 
 
 def cmd_demo(args) -> int:
@@ -356,14 +384,18 @@ def cmd_demo(args) -> int:
     return run_demo(Path(args.build_dir))
 
 
-def _finish(sink: DiagnosticSink, fmt: str, doc: dict, lines: list[str], partial_ok: bool = False) -> int:
-    """Print the result (lines on success, or always with partial_ok) and the diagnostics."""
+def _finish(sink: DiagnosticSink, fmt: str, doc: dict, lines: list[str], partial_ok: bool = False,
+            to_stderr: bool = False) -> int:
+    """Print the result (lines on success, or always with partial_ok) and the diagnostics. `to_stderr`:
+    an output went to stdout, so the lines go to stderr."""
     if fmt == "json":
         doc = dict(doc, diagnostics=[d.to_json() for d in sink.items])
         print(json.dumps(doc, indent=2))
     else:
+        # the lines say what inputs hold (names, symbols, paths): nothing in them may drive the terminal
+        lines = [escape_controls(ln, lines=True) for ln in lines]
         if lines and (partial_ok or not sink.has_errors):
-            print("\n".join(lines).rstrip())
+            print("\n".join(lines).rstrip(), file=sys.stderr if to_stderr else sys.stdout)
         _emit(sink.items, "text")
         if lines and sink.has_errors and not partial_ok:
             print(lines[-1], file=sys.stderr)

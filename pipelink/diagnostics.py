@@ -7,6 +7,7 @@ Every problem pipelink reports is a `Diagnostic`: a stable code (``PL0xx``), a m
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from enum import IntEnum
 
@@ -23,6 +24,7 @@ class Code:
     title: str
     exit: ExitCode
     hint: str
+    warning: str = ""  # when the code is reported as a warning (exit 0) instead, for the docs
 
 
 def _codes(*items: Code) -> dict[str, Code]:
@@ -82,7 +84,9 @@ CODES = _codes(
     Code("PL033", "registers over the limit", L, "at most 255 registers per thread and 64K per SM for the block"),
     Code("PL034", "arch not supported", L, "known targets: see `pipelink check --help`"),
     Code("PL035", "manifest does not describe this cubin", L,
-         "its cubin_sha256 belongs to another link: use the K.json written with this cubin, or link again"),
+         "its cubin_sha256 belongs to another link: use the K.json written with this cubin, or link again",
+         warning="reported only as a warning, by `pipelink inspect` (`Kernel.load` refuses such a manifest "
+         "with a ValueError)"),
     # a set of contracts (exit 1)
     Code("PL040", "compile flags disagree", L,
          "build every component with the same -ftz/-prec-div/-prec-sqrt/-fmad: LTO cannot inline across them"),
@@ -122,7 +126,11 @@ CODES = _codes(
     Code("PL071", "__syncthreads in a warp-specialized pipeline", L,
          "a component that calls __syncthreads waits for every warp of the block; it cannot run beside others"),
     Code("PL072", "no tile sequence", L, "at least one component must declare geometry.tile_sequence"),
-    Code("PL073", "linked kernel exceeds a limit", L, "the linked cubin uses more than the contracts or the device allow"),
+    Code("PL073", "linked kernel exceeds a limit", L, "the linked cubin uses more than the contracts or the device allow",
+         warning="an error when the kernel uses more registers than the contracts allow, more registers or shared "
+         "memory than the device has, or the cubin cannot be read; a warning when it spills or uses a stack, "
+         "declares static __shared__ memory outside the arena, uses more named barriers than were assigned, or "
+         "still calls a component that was not inlined"),
     Code("PL074", "link failed", L, "see the nvJitLink log"),
     Code("PL075", "glue does not compile", L, "a bug in pipelink's generated glue: report it with the log"),
     Code("PL077", "kernel name clashes with a symbol", L, "name the pipeline (kernel) differently"),
@@ -159,7 +167,49 @@ CODES = _codes(
     Code("PL107", "cluster shapes disagree", L, "every component of a kernel must assume the same cluster shape"),
     Code("PL108", "arch-specific component with family IR", L,
          "build sm_90a components with -gencode arch=compute_90a,code=lto_90a only (pipelink build does)"),
+    # where a command writes (exit 2)
+    Code("PL120", "output would overwrite an input", U,
+         "write the output elsewhere: each output has its own option (-o, --manifest, --map, ...)"),
+    Code("PL121", "two outputs name one file", U, "give each output its own path"),
+    Code("PL122", "more than one output to stdout", U,
+         "`-` (stdout) takes one output; write the others to files (`--format json` puts its report on stdout)"),
+    Code("PL123", "binary output to a terminal", U, "redirect stdout to a file or a pipe, or name a file"),
 )
+
+
+# Diagnostics echo what users and files say: a name, a path, a wire. Rendered, such text must not
+# drive the terminal (ESC, BEL, NUL, bidirectional overrides) nor flood it (a 10 MB string).
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+_CONTROL_OR_BREAK = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+_NAMED_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_LONG_RUN = re.compile(r"[^\s'\"]{257,}")  # a value without spaces or quotes, such as a name or a path
+_LONG_LINE = re.compile(r"[^\n]{4097,}")
+SHOWN = 60  # characters a shortened value keeps
+
+
+def _escape(ch: str) -> str:
+    code = ord(ch)
+    return _NAMED_ESCAPES.get(ch) or (f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+
+
+def _shorten(m: re.Match) -> str:
+    return f"{m.group()[:SHOWN]}... ({len(m.group())} characters)"
+
+
+def escape_controls(text: str, lines: bool = False) -> str:
+    """Control characters as visible escapes (`\\x1b`); with `lines`, line breaks and tabs stay."""
+    return (_CONTROL if lines else _CONTROL_OR_BREAK).sub(lambda m: _escape(m.group()), text)
+
+
+def safe_text(text: str, lines: bool = False) -> str:
+    """Untrusted text as a diagnostic shows it: every value longer than 256 characters cut to its first
+    60 and its length, every line to 4096, then control characters escaped."""
+    text = _LONG_LINE.sub(_shorten, _LONG_RUN.sub(_shorten, text))
+    return escape_controls(text, lines)
+
+
+def _safe(value: str | None, lines: bool = False) -> str | None:
+    return None if value is None else safe_text(str(value), lines)
 
 
 @dataclass(frozen=True)
@@ -175,18 +225,18 @@ class Location:
     def render(self) -> str:
         parts = []
         if self.file:
-            where = self.file
+            where = _safe(self.file)
             if self.line is not None:
                 where += f":{self.line}" + (f":{self.column}" if self.column is not None else "")
             parts.append(where)
         if self.pointer is not None:
-            parts.append(f"at {self.pointer or '/'}")
+            parts.append(f"at {_safe(self.pointer) or '/'}")
         if self.component:
-            parts.append(f"component '{self.component}'")
+            parts.append(f"component '{_safe(self.component)}'")
         return ", ".join(parts)
 
     def to_json(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if v is not None}
+        return {k: _safe(v) if isinstance(v, str) else v for k, v in self.__dict__.items() if v is not None}
 
     @classmethod
     def from_json(cls, doc: dict) -> "Location":
@@ -215,19 +265,20 @@ class Diagnostic:
         return self.hint if self.hint is not None else CODES[self.code].hint
 
     def render(self) -> str:
-        lines = [f"{self.severity}[{self.code}]: {self.message}"]
+        lines = [f"{self.severity}[{self.code}]: {_safe(self.message, lines=True)}"]
         where = self.location.render()
         if where:
             lines.append(f"  --> {where}")
         for rel in self.related:
             lines.append(f"  >>> also {rel.render()}")
         if self.effective_hint:
-            lines.append(f"  = hint: {self.effective_hint}")
+            lines.append(f"  = hint: {_safe(self.effective_hint, lines=True)}")
         return "\n".join(lines)
 
     def to_json(self) -> dict:
-        out = {"severity": self.severity, "code": self.code, "message": self.message,
-               "location": self.location.to_json(), "hint": self.effective_hint}
+        """As render shows it: control characters escaped, long values shortened."""
+        out = {"severity": self.severity, "code": self.code, "message": _safe(self.message, lines=True),
+               "location": self.location.to_json(), "hint": _safe(self.effective_hint, lines=True)}
         if self.related:
             out["related"] = [r.to_json() for r in self.related]
         return out
@@ -299,12 +350,18 @@ def codes_markdown() -> str:
              "Every problem pipelink reports has a stable code. Codes are never renumbered; new ones are added.",
              "Exit code 2 means bad usage or an input that cannot be read as what it claims to be; 1 means a",
              "contract or link problem. Each diagnostic names where (file, JSON pointer, component), what clashed",
-             "with what (`>>> also ...`), and gives a hint. `--format json` gives the same as objects.",
+             "with what (`>>> also ...`), and gives a hint. `--format json` gives the same as objects. Text from",
+             "inputs is shown safely in both: control characters escaped (`\\x1b`), a value over 256 characters cut",
+             "to its first 60 and its length. A command whose stdout is closed early (`pipelink inspect ... | head`)",
+             "ends quietly with exit code 141, as a tool ended by SIGPIPE would.",
              "This file is generated: `python -m pipelink.diagnostics > docs/diagnostics.md`.", "",
+             "A code with exit \"1 or 0\" is also reported as a warning (exit 0); its row says when.", "",
              "| code | exit | what | default hint |", "| --- | --- | --- | --- |"]
     for c in CODES.values():
         hint = c.hint.replace("|", "\\|")
-        lines.append(f"| {c.code} | {int(c.exit)} | {c.title} | {hint} |")
+        what = f"{c.title}: {c.warning}" if c.warning else c.title
+        exit_ = f"{int(c.exit)} or 0" if c.warning else f"{int(c.exit)}"
+        lines.append(f"| {c.code} | {exit_} | {what} | {hint} |")
     return "\n".join(lines) + "\n"
 
 

@@ -56,14 +56,16 @@ class IndexMap:
         return "reduction"
 
 
-_LHS = re.compile(r"^[a-z]{1,3}$")
+_LHS = re.compile(r"[a-z]{1,3}")
 
 
 def parse_map(text: str) -> IndexMap:
+    if not text.isprintable() or "#" in text:  # the text is quoted in the glue's comments; Python reads '#' as one
+        raise MapError(f"{text!r} holds a line break, a control character or '#': a map is one line")
     if "->" not in text:
         raise MapError(f"{text!r} has no '->' between task and event coordinates")
     lhs, rhs = (s.strip() for s in text.split("->", 1))
-    if not _LHS.match(lhs) or len(set(lhs)) != len(lhs):
+    if not _LHS.fullmatch(lhs) or len(set(lhs)) != len(lhs):
         raise MapError(f"the task side {lhs!r} must be 1-3 distinct lowercase letters, e.g. 'ij'")
     dims = tuple(lhs)
     if re.fullmatch(r"[a-z]+", rhs):  # shorthand: ij->ji

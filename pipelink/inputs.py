@@ -19,6 +19,7 @@ from . import toolchain
 from .diagnostics import DiagnosticSink, Location
 from .fatbin import (AR_MAGIC, ELF_MAGIC, EM_CUDA, FATBIN_MAGIC_BYTES, LTOIR_MAGIC, THIN_AR_MAGIC, CorruptError,
                      FatbinEntry, UnsupportedError, ar_members, parse_elf, parse_fatbin, ptx_symbols)
+from .model import is_identifier
 from .targets import ltoir_archs_for
 
 __all__ = ["FatbinEntry", "InputObject", "read_input", "read_bytes", "require_ltoir", "sidecar_contract_path",
@@ -211,7 +212,7 @@ def _and(items: list[str]) -> str:
 
 # --- contracts that travel with an object ----------------------------------------------------
 
-_MEMBER = re.compile(r"^(?P<archive>.*)\((?P<member>[^()/]+)\)$")
+_MEMBER = re.compile(r"(?P<archive>.*)\((?P<member>[^()/]+)\)")
 
 
 def sidecar_contract_path(path: str | os.PathLike) -> Path | None:
@@ -220,13 +221,24 @@ def sidecar_contract_path(path: str | os.PathLike) -> Path | None:
     For an archive member `lib.a(m.o)` the sidecar sits next to the archive: `m.o.contract.json`.
     """
     p = Path(path)
-    member = _MEMBER.match(os.fspath(path))
+    member = _MEMBER.fullmatch(os.fspath(path))
     if member and not p.exists():
         p = Path(member["archive"]).parent / member["member"]
     for candidate in (p.with_name(p.name + ".contract.json"), p.with_name(p.stem + ".contract.json")):
         if candidate.is_file():
             return candidate
     return None
+
+
+def sidecar_paths(path: str | os.PathLike, data: bytes | None = None) -> list[Path]:
+    """Every sidecar contract the read pass could pick up for the file: its own and, for an archive,
+    each member's. Raises OSError or CorruptError where the file cannot be read."""
+    name = os.fspath(path)
+    data = Path(name).read_bytes() if data is None else data
+    candidates = [sidecar_contract_path(name)]
+    if data.startswith(AR_MAGIC):
+        candidates += [sidecar_contract_path(f"{name}({member})") for member, _ in ar_members(data)]
+    return [p for p in candidates if p is not None]
 
 
 def find_contract(obj: InputObject, sink: DiagnosticSink) -> tuple[bytes, str] | None:
@@ -287,15 +299,12 @@ def _section_names(path: str | os.PathLike) -> set[str]:
 
 # --- the entry symbol ------------------------------------------------------------------------
 
-_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
 def check_entry_symbol(obj: InputObject, symbol: str, arch: str, sink: DiagnosticSink,
                        pointer: str = "/entry/symbol", contract_file: str | None = None) -> bool:
     """Does `obj` define the `extern "C" __device__` function `symbol` for `arch`? Asks nvJitLink."""
     where = Location(file=contract_file or obj.path, pointer=pointer)
     related = (Location(file=obj.path),) if contract_file and contract_file != obj.path else ()
-    if not _IDENTIFIER.match(symbol):
+    if not is_identifier(symbol):
         sink.error("PL014", f"entry symbol '{symbol}' is not a C identifier", where, related=related)
         return False
     try:

@@ -19,7 +19,7 @@ import struct
 from dataclasses import dataclass, field
 
 from . import expr as _expr
-from .model import DTYPE_BYTES, INTEGER_DTYPES
+from .model import DTYPE_BYTES, INTEGER_DTYPES, is_identifier
 from .tensormap import TensorMapDecl
 from .scalars import float_to_bf16_bits, float_to_f16_bits, float_to_fp8_e4m3_bits, float_to_fp8_e5m2_bits
 
@@ -151,7 +151,7 @@ def _parse_params(kernel: str, raw) -> tuple[ParamSpec, ...]:
         raise _manifest_error(kernel, "'params' must be a list")
     params, seen = [], set()
     for i, p in enumerate(raw):
-        if not isinstance(p, dict) or not isinstance(p.get("name"), str) or not p["name"].isidentifier():
+        if not isinstance(p, dict) or not isinstance(p.get("name"), str) or not is_identifier(p["name"]):
             raise _manifest_error(kernel, f"params[{i}] needs an identifier 'name'")
         name = p["name"]
         if name in seen:

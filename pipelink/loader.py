@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from importlib import resources
 from pathlib import Path
 
@@ -35,10 +36,35 @@ def _is_strict_integer(checker, instance) -> bool:
 
 
 @functools.cache
+def _python_pattern(pattern: str) -> re.Pattern:
+    """A schema pattern as Python must read it. Schema patterns are ECMA-262, where `$` matches only at
+    the end; Python's `$` also matches before a final newline (so 'name\\n' passed), so `$` outside a
+    character class becomes `\\Z`."""
+    out, in_class, i = [], False, 0
+    while i < len(pattern):
+        token = pattern[i:i + 2] if pattern[i] == "\\" else pattern[i]  # an escape is one token
+        i += len(token)
+        if token == "[":
+            in_class = True
+        elif token == "]":
+            in_class = False
+        elif token == "$" and not in_class:
+            token = r"\Z"
+        out.append(token)
+    return re.compile("".join(out))
+
+
+def _pattern(validator, pattern, instance, schema):
+    # jsonschema's own `pattern` applies the schema's regex with Python semantics (re.search)
+    if validator.is_type(instance, "string") and not _python_pattern(pattern).search(instance):
+        yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+@functools.cache
 def _validator():
     base = jsonschema.Draft202012Validator
     checker = base.TYPE_CHECKER.redefine("integer", _is_strict_integer)
-    return jsonschema.validators.extend(base, type_checker=checker)(schema())
+    return jsonschema.validators.extend(base, validators={"pattern": _pattern}, type_checker=checker)(schema())
 
 
 def load_contract_file(path: str | Path, sink: DiagnosticSink) -> Contract | None:

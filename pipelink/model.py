@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field, replace
 
 from .diagnostics import Location
@@ -27,6 +28,14 @@ DTYPE_HEADER = {"f16": "cuda_fp16.h", "bf16": "cuda_bf16.h", "fp8_e4m3": "cuda_f
 
 def dtype_includes(dtypes) -> list[str]:
     return [f"#include <{h}>" for h in sorted({DTYPE_HEADER[d] for d in dtypes if d in DTYPE_HEADER})]
+
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def is_identifier(text) -> bool:
+    """A C identifier, the whole string: `re.match(...$)` would also take one ending in a newline."""
+    return isinstance(text, str) and _IDENTIFIER.fullmatch(text) is not None
 
 
 INTEGER_DTYPES = frozenset({"i64", "u64", "i32", "u32", "i16", "u16", "i8", "u8"})

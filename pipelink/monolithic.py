@@ -11,14 +11,14 @@ from __future__ import annotations
 import json
 import re
 
-from .diagnostics import DiagnosticSink
+from .diagnostics import DiagnosticSink, escape_controls
 from .header import generate_header, self_alias
 from .resolve import Resolved
 
-_SYSTEM_INCLUDE = re.compile(r'^\s*#\s*include\s*<[^>]+>\s*$')
-_LOCAL_INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"\s*$')
-_OWN_HEADER_MACRO = re.compile(r'^\s*#\s*include\s+PIPELINK_HEADER\s*$')  # what `pipelink build` defines
-_DEFINE = re.compile(r'^\s*#\s*define\s')
+_SYSTEM_INCLUDE = re.compile(r'\s*#\s*include\s*<[^>]+>\s*')
+_LOCAL_INCLUDE = re.compile(r'\s*#\s*include\s*"([^"]+)"\s*')
+_OWN_HEADER_MACRO = re.compile(r'\s*#\s*include\s+PIPELINK_HEADER\s*')  # what `pipelink build` defines
+_DEFINE = re.compile(r'\s*#\s*define\s.*')
 
 
 def component_source(comp, sink: DiagnosticSink) -> tuple[str, str] | None:
@@ -50,18 +50,18 @@ def generate_monolithic(r: Resolved, glue: str, sink: DiagnosticSink) -> str | N
         body = []
         preamble = True  # #defines before the first include configure the headers: they go first too
         for ln in source.splitlines():
-            if preamble and _DEFINE.match(ln):
+            if preamble and _DEFINE.fullmatch(ln):
                 hoisted.append(ln.strip())
                 continue
             if ln.strip() and not ln.lstrip().startswith(("//", "#")):
                 preamble = False
-            if _OWN_HEADER_MACRO.match(ln):
+            if _OWN_HEADER_MACRO.fullmatch(ln):
                 continue
-            if _SYSTEM_INCLUDE.match(ln):
+            if _SYSTEM_INCLUDE.fullmatch(ln):
                 if ln.strip() not in hoisted:
                     hoisted.append(ln.strip())
                 continue
-            m = _LOCAL_INCLUDE.match(ln)
+            m = _LOCAL_INCLUDE.fullmatch(ln)
             if m and m.group(1) == f"{comp.name}.pipelink.h":
                 continue
             if m:
@@ -69,7 +69,8 @@ def generate_monolithic(r: Resolved, glue: str, sink: DiagnosticSink) -> str | N
                            "the object does not carry", comp.contract.at("/"))
                 continue
             body.append(ln)
-        units.append(f"// ---- component {comp.name} ({file}) ----\n{header}\n"
+        # the file name comes from the object: a line break in it would end the comment
+        units.append(f"// ---- component {comp.name} ({escape_controls(file)}) ----\n{header}\n"
                      f"namespace pl_unit_{comp.name} {{\n{alias}\n" + "\n".join(body) + f"\n}}  // namespace pl_unit_{comp.name}")
     if sink.has_errors:
         return None

@@ -11,11 +11,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .diagnostics import DiagnosticSink, Location
+from .model import is_identifier
 
 SCHEDULES = ("sequential", "warp_specialized", "persistent")
 DISPATCHES = ("static", "dynamic")
-_WIRE = re.compile(r"^\s*(\w+)\.(\w+)\s*(?:->|=)\s*(\w+)\.(\w+)\s*$")
-_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_WIRE = re.compile(r"\s*(\w+)\.(\w+)\s*(?:->|=)\s*(\w+)\.(\w+)\s*", re.ASCII)
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ class PipelineSpec:
 
 
 def parse_wire(text: str, sink: DiagnosticSink, where: Location | None = None) -> WireSpec | None:
-    m = _WIRE.match(text)
+    m = _WIRE.fullmatch(text)
     if not m:
         sink.error("PL001", f"cannot read wire {text!r}", where,
                    hint="write wires as producer.out_port=consumer.in_port (or ->)")
@@ -76,7 +76,7 @@ def load_pipeline(path: str | Path, sink: DiagnosticSink) -> PipelineSpec | None
         sink.error("PL001", f"unknown dispatch {dispatch!r}", Location(file=str(path), pointer="/dispatch"),
                    hint="dispatch: " + ", ".join(DISPATCHES))
         ok = False
-    if not isinstance(name, str) or not _IDENT.match(name):
+    if not is_identifier(name):
         sink.error("PL001", f"pipeline name {name!r} is not a C identifier", Location(file=str(path), pointer="/name"))
         ok = False
     if not isinstance(comps, list) or not all(isinstance(c, str) for c in comps):

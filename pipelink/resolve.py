@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from .collect import Component
 from .diagnostics import DiagnosticSink, Location
 from .expr import Expr, ExprError
-from .model import INTEGER_DTYPES, Param, Port, TensorMapSpec, TileSequence
+from .model import INTEGER_DTYPES, Param, Port, TensorMapSpec, TileSequence, is_identifier
 from .pipeline import PipelineSpec, WireSpec
 
 
@@ -70,6 +70,10 @@ SAMPLE_SHAPES = (1, 2, 3, 17, 64, 100, 129, 1000, 4096, 5003)
 
 
 def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSink) -> Resolved | None:
+    if not is_identifier(spec.name):  # it names the generated kernel
+        sink.error("PL001", f"the kernel name {spec.name!r} is not a C identifier",
+                   Location(file=spec.source, pointer="/name") if spec.source else None)
+        return None
     comps = _order(components, spec, sink)
     if comps is None:
         return None

@@ -1,8 +1,11 @@
 """The `pipelink` command end to end on real objects: what users see, and exit codes."""
 import json
+import os
 import shutil
+import stat
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -114,6 +117,50 @@ def test_build_command(capsys, tmp_path):
     assert "built" in out and out_file.is_file()
     code, out, _ = run(capsys, "inspect", out_file)
     assert "ltoir  sm_90 " in out and "sm_90a" not in out.split("contract")[0]
+
+
+def test_build_output_gets_the_usual_mode(capsys, tmp_path):
+    """Not mkstemp's 0600: 0666 less the umask, as any new file."""
+    from pipelink.shipped import REPO
+    out_file = tmp_path / "t.o"
+    old = os.umask(0o002)
+    try:
+        code, _, err = run(capsys, "build", REPO / "components/tile_transform/tile_transform.cu", "--contract",
+                           REPO / "contracts/tile_transform.json", "-o", out_file, "--arch", "sm_90")
+    finally:
+        os.umask(old)
+    assert code == 0, err
+    assert stat.S_IMODE(out_file.stat().st_mode) == 0o664
+
+
+def test_link_manifest_moved_with_its_option(capsys, shipped_objects, tmp_path, monkeypatch):
+    """`-o rowsum.cubin` beside `rowsum.json` (the pipeline): --manifest moves the manifest away."""
+    from pipelink.shipped import REPO
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(REPO / "pipelines" / "rowsum.json", "rowsum.json")
+    objects = [shipped_objects[n] for n in ROWSUM]
+    old = os.umask(0o027)
+    try:
+        code, out, err = run(capsys, "link", "--pipeline", "rowsum.json", *objects, "-o", "rowsum.cubin",
+                             "--manifest", "rowsum.manifest.json")
+    finally:
+        os.umask(old)
+    assert code == 0, err
+    assert Path("rowsum.json").read_bytes() == (REPO / "pipelines" / "rowsum.json").read_bytes()
+    assert json.loads(Path("rowsum.manifest.json").read_text())["kernel"] == "rowsum"
+    assert {p.name: stat.S_IMODE(p.stat().st_mode) for p in tmp_path.iterdir()} == {
+        "rowsum.json": 0o644, "rowsum.cubin": 0o640, "rowsum.manifest.json": 0o640}
+
+
+def test_link_cubin_to_stdout(shipped_objects, tmp_path):
+    """`-o -`: the cubin on stdout, the summary on stderr, the manifest as <kernel>.json."""
+    from pipelink.shipped import REPO
+    proc = subprocess.run([sys.executable, "-m", "pipelink.cli", "link", "--pipeline", REPO / "pipelines/rowsum.json",
+                           *(shipped_objects[n] for n in ROWSUM), "-o", "-"], cwd=tmp_path, capture_output=True,
+                          env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert proc.stdout.startswith(b"\x7fELF") and b"linked -: kernel rowsum" in proc.stderr
+    assert json.loads((tmp_path / "rowsum.json").read_text())["kernel"] == "rowsum"
 
 
 def test_build_compile_error_writes_nothing(capsys, tmp_path):

@@ -157,7 +157,15 @@ def test_conflict_hardcoded_barrier_ids(shipped_objects, tmp_path):
 
 
 def test_conflict_smem_over_the_limit(shipped_objects, tmp_path):
-    obj = _variant(tmp_path, "ring_load", lambda c: c["geometry"]["provides"].update(STAGES=8, TILE_N=1024))
+    """A contract whose ports alone exceed the device: `pipelink build` refuses it, as `check` does, so
+    the object carries it only by hand (objcopy); the link refuses it too."""
+    raw = json.loads((REPO / "contracts" / "ring_load.json").read_text())
+    raw["geometry"]["provides"].update(STAGES=8, TILE_N=1024)
+    cpath, obj = tmp_path / "ring_load.json", tmp_path / "ring_load.o"
+    cpath.write_text(json.dumps(raw))
+    assert main(["build", str(REPO / "components/ring_load/ring_load.cu"), "--contract", str(cpath),
+                 "-o", str(obj), "--arch", "sm_90"]) == 1 and not obj.exists()
+    embed_contract(shipped_objects["ring_load"], json.dumps(raw).encode(), obj)
     _link_fails(shipped_objects, tmp_path, "ring_gemv", "PL042", ("ring_load", obj))
 
 

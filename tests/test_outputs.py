@@ -1,0 +1,307 @@
+"""Never lose a user's file: what every command writes is checked against what it reads and against its
+other outputs before anything runs; names are validated whole; diagnostics show untrusted text
+safely; a closed stdout ends quietly. CPU only: every refusal here comes before any toolchain call."""
+import ast
+import json
+import os
+import pty
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from comp_contract import COMP_CONTRACT
+from pipelink.cli import main
+from pipelink.diagnostics import CODES, Diagnostic, DiagnosticSink, Location
+from pipelink.shipped import REPO
+
+PACKAGE = REPO / "pipelink"
+
+
+def run(capsys, *argv):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    return code, out, err
+
+
+def cli(*argv, cwd=None, **kw):
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    return subprocess.run([sys.executable, "-m", "pipelink.cli", *map(str, argv)], cwd=cwd, env=env, **kw)
+
+
+@pytest.fixture
+def work(tmp_path, monkeypatch):
+    """A folder holding what a user links: a pipeline file, objects (never read: every refusal comes
+    first), a contract."""
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(REPO / "pipelines" / "rowsum.json", "rowsum.json")
+    for name in ("tile_load.o", "tile_transform.o", "block_rowsum.o", "my.o"):
+        Path(name).write_bytes(b"an object the user cares about " + name.encode())
+    Path("tile.json").write_text(json.dumps(COMP_CONTRACT))
+    return tmp_path
+
+
+def _snapshot(folder: Path) -> dict:
+    return {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+
+
+def _refused(capsys, folder, code, *argv):
+    before = _snapshot(folder)
+    got, out, err = run(capsys, *argv)
+    assert got == 2, err
+    assert f"error[{code}]" in err and "= hint: " in err, err
+    assert _snapshot(folder) == before  # nothing written, nothing replaced
+    return err
+
+
+# --- outputs never clobber inputs ------------------------------------------------------------------
+
+def test_link_manifest_would_replace_the_pipeline_file(capsys, work):
+    err = _refused(capsys, work, "PL120", "link", "--pipeline", "rowsum.json", "tile_load.o", "tile_transform.o",
+                   "block_rowsum.o", "-o", "rowsum.cubin")
+    assert "the manifest rowsum.json" in err and "the pipeline file rowsum.json" in err
+    assert "--manifest PATH" in err
+
+
+def test_link_manifest_would_replace_a_contract(capsys, work):
+    err = _refused(capsys, work, "PL120", "link", "tile.json", "my.o", "-o", "tile.cubin")
+    assert "would overwrite input tile.json" in err
+
+
+def test_link_cubin_would_replace_an_input_object(capsys, work):
+    err = _refused(capsys, work, "PL120", "link", "my.o", "tile_load.o", "-o", "my.o")
+    assert "the cubin my.o (-o) would overwrite input my.o" in err
+
+
+def test_link_map_and_manifest_are_one_file(capsys, work):
+    err = _refused(capsys, work, "PL121", "link", "my.o", "-o", "k.cubin", "--map", "k.json")
+    assert "--manifest PATH" in err
+
+
+def test_link_output_would_replace_a_sidecar_contract(capsys, work):
+    Path("my.o.contract.json").write_text(json.dumps(COMP_CONTRACT))
+    err = _refused(capsys, work, "PL120", "link", "my.o", "--emit-glue", "my.o.contract.json")
+    assert "the sidecar contract my.o.contract.json of my.o" in err
+
+
+def test_link_output_would_replace_an_archive_members_sidecar(capsys, work):
+    data = b"member bytes"
+    header = f"{'m.o/':<16}{0:<12}{0:<6}{0:<6}{644:<8}{len(data):<10}`\n".encode()
+    Path("lib.a").write_bytes(b"!<arch>\n" + header + data)
+    Path("m.o.contract.json").write_text(json.dumps(COMP_CONTRACT))
+    err = _refused(capsys, work, "PL120", "link", "lib.a", "--map", "m.o.contract.json")
+    assert "of lib.a" in err
+
+
+def test_links_to_an_input_are_caught(capsys, work):
+    os.symlink("rowsum.json", "soft.map")
+    os.link("my.o", "hard.map")
+    for alias in ("soft.map", "hard.map"):
+        _refused(capsys, work, "PL120", "link", "--pipeline", "rowsum.json", "my.o", "--map", alias)
+    _refused(capsys, work, "PL120", "link", "my.o", "-o", str(work / "sub" / ".." / "my.o"))
+
+
+def test_output_that_is_a_directory_is_refused_before_the_link(capsys, work):
+    os.mkdir("out")
+    err = _refused(capsys, work, "PL007", "link", "my.o", "-o", "out")
+    assert "is a directory" in err
+
+
+def test_check_map_would_replace_the_pipeline_file(capsys, work):
+    _refused(capsys, work, "PL120", "check", "tile.json", "--pipeline", "rowsum.json", "--map", "rowsum.json")
+
+
+def test_header_would_replace_its_contract(capsys, work):
+    err = _refused(capsys, work, "PL120", "header", "tile.json", "-o", "tile.json")
+    assert "the contract tile.json" in err
+
+
+def test_build_would_replace_its_source_or_contract(capsys, work):
+    Path("comp.cu").write_text('extern "C" __device__ void comp_scale(float* x, int n) {}\n')
+    _refused(capsys, work, "PL120", "build", "comp.cu", "--contract", "tile.json", "-o", "comp.cu")
+    _refused(capsys, work, "PL120", "build", "comp.cu", "--contract", "tile.json", "-o", "tile.json")
+
+
+# --- stdout ----------------------------------------------------------------------------------------
+
+def test_one_output_at_most_goes_to_stdout(capsys, work):
+    _refused(capsys, work, "PL122", "link", "my.o", "-o", "-", "--map", "-")
+    got, out, _ = run(capsys, "link", "my.o", "-o", "-", "--format", "json")
+    assert got == 2 and "PL122" in out and "--format json report" in out
+    got, out, _ = run(capsys, "check", "tile.json", "--pipeline", "rowsum.json", "--map", "-", "--format", "json")
+    assert got == 2 and [d["code"] for d in json.loads(out)["diagnostics"]] == ["PL122"]
+
+
+def test_header_to_stdout(capsys, work):
+    got, out, _ = run(capsys, "header", "tile.json", "-o", "-")
+    assert got == 0 and out.startswith("// comp.pipelink.h")
+
+
+def test_binary_output_to_a_terminal_is_refused(tmp_path):
+    """Through a pseudo-terminal: the refusal comes before the link reads anything."""
+    for argv in (["link", "missing.o", "-o", "-"],
+                 ["build", "missing.cu", "--contract", REPO / "contracts" / "tile_load.json", "-o", "-"]):
+        leader, follower = pty.openpty()
+        try:
+            proc = cli(*argv, cwd=tmp_path, stdout=follower, stderr=subprocess.PIPE, text=True)
+        finally:
+            os.close(follower)
+            os.close(leader)
+        assert proc.returncode == 2 and "error[PL123]" in proc.stderr, proc.stderr
+        assert list(tmp_path.iterdir()) == []
+
+
+def test_closed_stdout_ends_quietly(tmp_path):
+    """`pipelink inspect ... | head`: the reader has gone; exit 141, no traceback, no internal error."""
+    contract = tmp_path / "c.json"
+    contract.write_text(json.dumps(COMP_CONTRACT))
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.Popen([sys.executable, "-m", "pipelink.cli", "inspect", *[contract] * 200],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    proc.stdout.close()  # before pipelink writes a byte
+    err = proc.stderr.read().decode()
+    assert proc.wait() == 141 and err == ""
+
+
+# --- how files are written -------------------------------------------------------------------------
+
+def test_outputs_get_the_usual_mode(capsys, work):
+    old = os.umask(0o027)
+    try:
+        got, _, err = run(capsys, "header", "tile.json", "-o", "comp.pipelink.h")
+    finally:
+        os.umask(old)
+    assert got == 0, err
+    assert stat.S_IMODE(os.stat("comp.pipelink.h").st_mode) == 0o640
+
+
+def test_writes_are_all_or_nothing(tmp_path):
+    from pipelink.outputs import write_outputs
+    sink = DiagnosticSink()
+    assert not write_outputs({str(tmp_path / "a.cubin"): b"x", str(tmp_path / "missing" / "b.map"): b"y"}, sink)
+    assert [d.code for d in sink.items] == ["PL007"] and "b.map" in sink.items[0].message
+    assert list(tmp_path.iterdir()) == []  # neither a.cubin nor a temporary file
+
+
+# --- build runs check's contract checks -------------------------------------------------------------
+
+def test_build_refuses_what_check_refuses(capsys, work):
+    Path("comp.cu").write_text('extern "C" __device__ void comp_scale(float* x, int n) {}\n')
+    Path("big.json").write_text(json.dumps(dict(COMP_CONTRACT, smem={"buffers": [{"name": "big",
+                                                                                   "bytes": 300000}]})))
+    checked, _, check_err = run(capsys, "check", "big.json")
+    built, _, build_err = run(capsys, "build", "comp.cu", "--contract", "big.json", "-o", "comp.o")
+    assert checked == built == 1
+    first = lambda err: err.splitlines()[0]  # noqa: E731
+    assert first(check_err) == first(build_err) and first(build_err).startswith("error[PL042]")
+    assert not Path("comp.o").exists()
+
+
+# --- identifiers are matched whole --------------------------------------------------------------------
+
+def test_names_ending_in_a_newline_are_refused(capsys, work):
+    Path("nl.json").write_text(json.dumps(dict(COMP_CONTRACT, name="comp\n")))
+    got, _, err = run(capsys, "check", "nl.json")
+    assert got == 1 and "error[PL020]" in err and "at /name" in err
+    doc = json.loads(Path("rowsum.json").read_text())
+    Path("nl_pipeline.json").write_text(json.dumps(dict(doc, name="rowsum\n")))
+    got, _, err = run(capsys, "link", "my.o", "--pipeline", "nl_pipeline.json")
+    assert got == 2 and "error[PL001]" in err and "not a C identifier" in err
+    got, _, err = run(capsys, "link", "my.o", "--name", "kernel\n")
+    assert got == 2 and "error[PL001]" in err and "--name" in err
+
+
+def test_event_maps_are_one_line():
+    """A map's text is quoted in comments of the generated glue: a line break would end the comment."""
+    from pipelink.indexmap import MapError, parse_map
+    assert parse_map("ij->i").rank == 1
+    for bad in ("ij->i\n#error boom\n,j", "i->i\n", "i->i # note", "i->\x1bi"):
+        with pytest.raises(MapError, match="one line"):
+            parse_map(bad)
+
+
+def test_every_schema_pattern_matches_whole_strings():
+    from pipelink.loader import _python_pattern, schema
+    patterns = []
+
+    def walk(node):
+        if isinstance(node, dict):
+            if isinstance(node.get("pattern"), str):
+                patterns.append(node["pattern"])
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+    walk(schema())
+    samples = ["comp", "1.0.0", "1.2.3-rc.1", "sm_90", "sm_90a"]
+    assert patterns
+    for p in patterns:
+        good = [s for s in samples if _python_pattern(p).search(s)]
+        assert good, p
+        for s in good:
+            for bad in (s + "\n", s + "\r\n", s + "\n\n"):
+                assert not _python_pattern(p).search(bad), (p, bad)
+
+
+def test_no_regex_in_the_package_is_anchored_with_dollar():
+    """Python's `$` also matches before a final newline: the package matches whole strings with
+    fullmatch (or `\\Z`); `$` only with re.M, where lines are meant."""
+    offenders = []
+    for path in sorted(PACKAGE.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "re"):
+                continue
+            args = node.args
+            if args and isinstance(args[0], ast.Constant) and isinstance(args[0].value, str) \
+                    and args[0].value.rstrip(")").endswith("$") and not any(
+                        "M" in ast.unparse(a) for a in args[1:] + [k.value for k in node.keywords]):
+                offenders.append(f"{path.name}:{node.lineno}")
+    assert offenders == []
+
+
+# --- diagnostics show untrusted text safely ------------------------------------------------------------
+
+def test_diagnostics_escape_control_characters_and_shorten_long_values(capsys, work):
+    name = "\x1b[31m\x07\x00" + "a" * 10 * 1024 * 1024
+    Path("evil.json").write_text(json.dumps(dict(COMP_CONTRACT, name=name)))
+    for fmt in ("text", "json"):
+        got, out, err = run(capsys, "check", "evil.json", "--format", fmt)
+        shown = out + err
+        assert got == 1 and len(shown) < 4000
+        assert not any(ch in shown for ch in "\x1b\x07\x00")
+        assert "(10485767 characters)" in shown  # ESC [ 3 1 m BEL NUL and the a's
+        if fmt == "json":
+            assert "\\\\x1b[31m" in out  # the escape survives as text; JSON adds its own backslash
+        else:
+            assert "component '\\x1b[31m\\x07\\x00aaaa" in err
+
+
+def test_diagnostic_rendering_is_safe_in_one_place():
+    d = Diagnostic("PL001", "line one\nline two \x1b[2J \u202e", Location(file="bad\nname\x1b.o", component="c\x00"))
+    text = d.render()
+    assert "line one\nline two \\x1b[2J \\u202e" in text and "bad\\nname\\x1b.o" in text and "'c\\x00'" in text
+    doc = d.to_json()
+    assert doc["location"] == {"file": "bad\\nname\\x1b.o", "component": "c\\x00"}
+    long = Diagnostic("PL002", f"cannot read {'p' * 5000}", Location(file="q" * 5000))
+    assert "... (5000 characters)" in long.render() and len(long.render()) < 400
+
+
+# --- the docs say what the code does --------------------------------------------------------------------
+
+def test_every_code_reported_as_a_warning_is_documented_as_one():
+    warned = set()
+    for path in sorted(PACKAGE.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "warning" \
+                    and node.args and isinstance(node.args[0], ast.Constant):
+                warned.add(node.args[0].value)
+    assert "PL073" in warned
+    assert [c for c in sorted(warned) if not CODES[c].warning] == []
+    doc = (REPO / "docs" / "diagnostics.md").read_text()
+    assert "| PL073 | 1 or 0 |" in doc and "a warning when it spills" in doc
