@@ -10,6 +10,7 @@ import traceback
 from pathlib import Path
 
 from .diagnostics import Diagnostic, DiagnosticSink, ExitCode, Location, render_all
+from .pipeline import DISPATCHES, SCHEDULES
 from .targets import TARGETS
 
 INTERNAL_ERROR = 3
@@ -65,8 +66,8 @@ def _parser() -> argparse.ArgumentParser:
     lnk.add_argument("-o", "--output", help="the cubin (default: <kernel>.cubin)")
     lnk.add_argument("--pipeline", help="a pipeline file: components' order, wires, schedule, kernel name")
     lnk.add_argument("--wire", action="append", default=[], metavar="P.OUT=C.IN", help="wire two ports (repeatable)")
-    lnk.add_argument("--schedule", choices=("sequential", "warp_specialized", "persistent"))
-    lnk.add_argument("--dispatch", choices=("static", "dynamic"), help="persistent schedule: how CTAs get tasks")
+    lnk.add_argument("--schedule", choices=SCHEDULES)
+    lnk.add_argument("--dispatch", choices=DISPATCHES, help="persistent schedule: how CTAs get tasks")
     lnk.add_argument("--specialize", action="append", default=[], metavar="NAME=VALUE",
                      help="bake an integer parameter's value into this link (one kernel per shape)")
     lnk.add_argument("--debug-events", action="store_true",
@@ -165,19 +166,24 @@ def cmd_inspect(args) -> int:
 
 def _inspect_manifest(path: Path, cubin: bytes, item: dict, sink: DiagnosticSink) -> list[str]:
     """The manifest `pipelink link -o K.cubin` writes next to it (K.json), if there is one."""
+    from .jsonread import read_file
     from .report import manifest_summary, manifest_text
     if not path.is_file():
         return []
+    doc = read_file(path, sink, "manifest")
+    if doc is None:
+        return []
     try:
-        m = manifest_summary(json.loads(path.read_text()), cubin)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, ValueError, TypeError, KeyError, AttributeError) as exc:
+        m = manifest_summary(doc.value, cubin)
+        lines = manifest_text(str(path), m)  # reads the fields the launcher does not check
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
         sink.error("PL009", f"{path} does not describe a kernel: {exc}", Location(file=str(path)))
         return []
     if not m["matches_cubin"]:
         sink.warning("PL035", f"{path} was written for another cubin than {path.with_suffix('.cubin').name}",
                      Location(file=str(path)))
     item["manifest"] = dict(m, path=str(path))
-    return manifest_text(str(path), m)
+    return lines
 
 
 def cmd_check(args) -> int:

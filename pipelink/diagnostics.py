@@ -141,6 +141,12 @@ CODES = _codes(
          "pass the data through global memory (a gmem port) and order the tasks with an event"),
     Code("PL076", "no source for the one-unit control", L,
          "build components with `pipelink build` (it embeds the source) to use --emit-monolithic"),
+    # reading JSON and pipeline files (exit 2); PL006 is JSON that does not parse
+    Code("PL130", "JSON document too large", U, "pipelink reads JSON documents of at most 16 MiB"),
+    Code("PL131", "JSON nests too deeply", U, "pipelink reads arrays and objects nested at most 64 deep"),
+    Code("PL132", "number out of range", U,
+         "integers must fit in 64 bits (-2^63 .. 2^64-1) and other numbers in a double"),
+    Code("PL133", "pipeline file schema violation", U, "see docs/pipeline.md for the field"),
 )
 
 
