@@ -135,7 +135,7 @@ def cmd_inspect(args) -> int:
         except OSError as exc:
             sink.error("PL002", f"cannot read {path}: {exc.strerror or exc}", Location(file=path))
             continue
-        if data and is_contract_file(path, data):
+        if is_contract_file(path, data):
             c = load_contract_file(path, sink)
             if c:
                 results.append({"path": path, "format": "contract", "contract": contract_summary(c)})

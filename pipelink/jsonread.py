@@ -24,7 +24,7 @@ MAX_DEPTH = 64
 INT_MIN, INT_MAX = -2**63, 2**64 - 1  # i64 and u64 values; no pipelink field needs more
 _MAX_INT_DIGITS = 20  # len(str(2**64 - 1)): longer digit strings are rejected before int() sees them
 
-_BOM = b"\xef\xbb\xbf"
+BOM = b"\xef\xbb\xbf"
 _WS = re.compile(r"[ \t\n\r]*")
 # A string token: no raw control characters, any escape (json.loads validates the escapes).
 _STRING = re.compile(r'"[^"\\\x00-\x1f]*(?:\\[^\x00-\x1f][^"\\\x00-\x1f]*)*"')
@@ -97,7 +97,7 @@ def parse(data: bytes) -> object:
         raise _too_large()
     if not data.strip():
         raise JSONError("PL003", "the file is empty" if not data else "the file holds only whitespace", 1, 1)
-    if data.startswith(_BOM):
+    if data.startswith(BOM):
         raise JSONError("PL006", "the file starts with a UTF-8 byte order mark, which JSON does not allow", 1, 1,
                         hint="save the file as UTF-8 without a BOM")
     try:

@@ -27,6 +27,7 @@ class WireSpec:
     consumer: str
     in_port: str
     text: str
+    where: Location | None = field(default=None, compare=False)  # the pipeline file's /wires/i; None: --wire
 
     def __str__(self) -> str:
         return f"{self.producer}.{self.out_port} -> {self.consumer}.{self.in_port}"
@@ -51,7 +52,7 @@ def parse_wire(text: str, sink: DiagnosticSink, where: Location | None = None) -
         sink.error("PL001", f"cannot read wire {text!r}", where,
                    hint="write wires as producer.out_port=consumer.in_port (or ->)")
         return None
-    return WireSpec(*m.groups(), text=text)
+    return WireSpec(*m.groups(), text=text, where=where)
 
 
 def load_pipeline(path: str | Path, sink: DiagnosticSink) -> PipelineSpec | None:
