@@ -285,9 +285,13 @@ def _link_options(args, sink: DiagnosticSink):
     for item in args.specialize:
         name, _, value = item.partition("=")
         try:
-            spec.specialize[name.strip()] = int(value)
+            number = int(value)  # a string of thousands of digits is a ValueError too
         except ValueError:
-            sink.error("PL001", f"--specialize {item!r}: write NAME=INTEGER")
+            number = None
+        if number is None or not -2**63 <= number < 2**63:  # the range the pipeline file's schema allows
+            sink.error("PL001", f"--specialize {item[:80]!r}: write NAME=INTEGER (a signed 64-bit value)")
+        else:
+            spec.specialize[name.strip()] = number
     if sink.has_errors:
         return None
     spec.name = args.name or spec.name

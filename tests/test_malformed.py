@@ -292,3 +292,11 @@ def test_specializing_a_missing_parameter_points_into_the_file(tmp_path, capsys)
     assert main(["check", *ROWSUM_CONTRACTS, "--pipeline", str(tmp_path / "p.json"), "--format", "json"]) == 2
     (d,) = json.loads(capsys.readouterr().out)["diagnostics"]
     assert d["code"] == "PL001" and d["location"]["pointer"] == "/specialize/Q"
+
+
+@pytest.mark.parametrize("value", ["9" * 5000, str(2**63), "x", ""])
+def test_specialize_on_the_command_line_has_the_schema_range(value, tmp_path, capsys):
+    assert main(["link", *ROWSUM_CONTRACTS, "--pipeline", str(ROWSUM), "--specialize", f"M={value}",
+                 "-o", str(tmp_path / "k.cubin")]) == 2
+    err = capsys.readouterr().err
+    assert "error[PL001]: --specialize" in err and len(err) < 1000 and not list(tmp_path.iterdir())
