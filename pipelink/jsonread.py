@@ -47,8 +47,8 @@ class JSONError(ValueError):
     def location(self, file: str | None) -> Location:
         return Location(file=file, pointer=self.pointer, line=self.line, column=self.column)
 
-    def report(self, sink: DiagnosticSink, file: str | None, what: str | None = None) -> None:
-        sink.error(self.code, f"{what}: {self.message}" if what else self.message, self.location(file), self.hint)
+    def report(self, sink: DiagnosticSink, file: str | None) -> None:
+        sink.error(self.code, self.message, self.location(file), self.hint)
 
 
 @dataclass(frozen=True)
@@ -58,22 +58,23 @@ class Document:
 
 
 def read_file(path: str | Path, sink: DiagnosticSink, what: str = "file") -> Document | None:
-    """Read and parse one file; every failure is a diagnostic (exit 2) and None."""
+    """Read and parse one file (`what` it is, for a file that cannot be read); every failure is a
+    diagnostic (exit 2) and None."""
     try:
         data = read_bytes(path)
         return Document(parse(data))
     except OSError as exc:
         sink.error("PL002", f"cannot read {what} {path}: {exc.strerror or exc}", Location(file=str(path)))
     except JSONError as exc:
-        exc.report(sink, str(path), what)
+        exc.report(sink, str(path))
     return None
 
 
-def parse_bytes(data: bytes, file: str | None, sink: DiagnosticSink, what: str | None = None) -> Document | None:
+def parse_bytes(data: bytes, file: str | None, sink: DiagnosticSink) -> Document | None:
     try:
         return Document(parse(data))
     except JSONError as exc:
-        exc.report(sink, file, what)
+        exc.report(sink, file)
         return None
 
 

@@ -64,9 +64,9 @@ def load_pipeline(path: str | Path, sink: DiagnosticSink) -> PipelineSpec | None
         return None
     raw = doc.value
     if not isinstance(raw, dict) or "pipeline" not in raw:
-        what = "a contract" if isinstance(raw, dict) and "pipelink_contract" in raw else "not a pipeline file"
-        sink.error("PL001", f"{file} is {what} (a pipeline file has \"pipeline\": {FORMAT_VERSION})",
-                   Location(file=file, pointer=""),
+        what = ("a contract, not a pipeline file" if isinstance(raw, dict) and "pipelink_contract" in raw else
+                f"not a pipeline file (\"pipeline\": {FORMAT_VERSION} is missing)")
+        sink.error("PL001", f"{file} is {what}", Location(file=file, pointer=""),
                    hint='a pipeline file has "pipeline": 1, "name", "components", "wires", "schedule" (docs/pipeline.md)')
         return None
     problems = validate.violations(SCHEMA_FILE, raw)
