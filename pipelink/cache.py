@@ -20,7 +20,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import __version__, toolchain
+from . import __version__, jsonread, toolchain
 from .diagnostics import Diagnostic
 from .fatbin import CorruptError, UnsupportedError
 from .inputs import sidecar_paths
@@ -105,15 +105,15 @@ def load(key: str, monolithic: bool = False, root: Path | None = None) -> Cached
     if not d.is_dir():
         return None
     try:
-        warnings = json.loads((d / "diagnostics.json").read_text())
+        warnings = jsonread.parse(jsonread.read_bytes(d / "diagnostics.json"))
         hit = CachedLink(cubin=(d / "kernel.cubin").read_bytes(),
-                         manifest=json.loads((d / "manifest.json").read_text()),
+                         manifest=jsonread.parse(jsonread.read_bytes(d / "manifest.json")),
                          link_map=(d / "link.map").read_text(), glue=(d / "glue.cu").read_text(),
                          monolithic=(d / "monolithic.cu").read_text() if monolithic else None,
                          diagnostics=[Diagnostic.from_json(x) for x in warnings])
         if hit.manifest["cubin_sha256"] != _sha256(hit.cubin):
             raise ValueError("cubin does not match its manifest")
-    except (OSError, ValueError, KeyError, TypeError):  # ValueError covers bad JSON and bad UTF-8
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):  # JSONError is a ValueError
         _remove(d)
         return None
     return hit

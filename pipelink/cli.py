@@ -12,6 +12,7 @@ from pathlib import Path
 
 from .diagnostics import Diagnostic, DiagnosticSink, ExitCode, Location, escape_controls, render_all, safe_text
 from .outputs import STDOUT, Input, Output, check_outputs, object_inputs, write_outputs
+from .pipeline import DISPATCHES, SCHEDULES
 from .targets import TARGETS
 
 INTERNAL_ERROR = 3
@@ -68,8 +69,8 @@ def _parser() -> argparse.ArgumentParser:
     lnk.add_argument("-o", "--output", help="the cubin (default: <kernel>.cubin; - for stdout)")
     lnk.add_argument("--pipeline", help="a pipeline file: components' order, wires, schedule, kernel name")
     lnk.add_argument("--wire", action="append", default=[], metavar="P.OUT=C.IN", help="wire two ports (repeatable)")
-    lnk.add_argument("--schedule", choices=("sequential", "warp_specialized", "persistent"))
-    lnk.add_argument("--dispatch", choices=("static", "dynamic"), help="persistent schedule: how CTAs get tasks")
+    lnk.add_argument("--schedule", choices=SCHEDULES)
+    lnk.add_argument("--dispatch", choices=DISPATCHES, help="persistent schedule: how CTAs get tasks")
     lnk.add_argument("--specialize", action="append", default=[], metavar="NAME=VALUE",
                      help="bake an integer parameter's value into this link (one kernel per shape)")
     lnk.add_argument("--debug-events", action="store_true",
@@ -157,7 +158,7 @@ def cmd_inspect(args) -> int:
         except OSError as exc:
             sink.error("PL002", f"cannot read {path}: {exc.strerror or exc}", Location(file=path))
             continue
-        if data and is_contract_file(path, data):
+        if is_contract_file(path, data):
             c = load_contract_file(path, sink)
             if c:
                 results.append({"path": path, "format": "contract", "contract": contract_summary(c)})
@@ -188,19 +189,24 @@ def cmd_inspect(args) -> int:
 
 def _inspect_manifest(path: Path, cubin: bytes, item: dict, sink: DiagnosticSink) -> list[str]:
     """The manifest `pipelink link -o K.cubin` writes next to it (K.json), if there is one."""
+    from .jsonread import read_file
     from .report import manifest_summary, manifest_text
     if not path.is_file():
         return []
+    doc = read_file(path, sink, "manifest")
+    if doc is None:
+        return []
     try:
-        m = manifest_summary(json.loads(path.read_text()), cubin)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, ValueError, TypeError, KeyError, AttributeError) as exc:
+        m = manifest_summary(doc.value, cubin)
+        lines = manifest_text(str(path), m)  # reads the fields the launcher does not check
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
         sink.error("PL009", f"{path} does not describe a kernel: {exc}", Location(file=str(path)))
         return []
     if not m["matches_cubin"]:
         sink.warning("PL035", f"{path} was written for another cubin than {path.with_suffix('.cubin').name}",
                      Location(file=str(path)))
     item["manifest"] = dict(m, path=str(path))
-    return manifest_text(str(path), m)
+    return lines
 
 
 def cmd_check(args) -> int:
@@ -302,9 +308,13 @@ def _link_options(args, sink: DiagnosticSink):
     for item in args.specialize:
         name, _, value = item.partition("=")
         try:
-            spec.specialize[name.strip()] = int(value)
+            number = int(value)  # a string of thousands of digits is a ValueError too
         except ValueError:
-            sink.error("PL001", f"--specialize {item!r}: write NAME=INTEGER")
+            number = None
+        if number is None or not -2**63 <= number < 2**63:  # the range the pipeline file's schema allows
+            sink.error("PL001", f"--specialize {item[:80]!r}: write NAME=INTEGER (a signed 64-bit value)")
+        else:
+            spec.specialize[name.strip()] = number
     if sink.has_errors:
         return None
     if args.name is not None and not is_identifier(args.name):

@@ -17,6 +17,7 @@ from .check import check_set
 from .diagnostics import DiagnosticSink, Location
 from .header import MARKER_HEX, marker_symbol, symbol_prefix
 from .inputs import InputObject, check_entry_symbol, find_contract, read_input, require_ltoir
+from .jsonread import BOM
 from .loader import load_contract_bytes
 from .model import Contract, Source
 from .targets import ltoir_archs_for
@@ -42,10 +43,12 @@ OBJECT_SUFFIXES = {".o", ".obj", ".a", ".lib", ".ltoir", ".fatbin", ".cubin"}
 
 
 def is_contract_file(path: str, data: bytes) -> bool:
-    """A JSON document not named like an object. (`x.o` holding JSON is a bad object, not a contract.)"""
-    if Path(path).suffix.lower() in OBJECT_SUFFIXES:
+    """A `.json` file, or a JSON document not named like an object. (`x.o` holding JSON is a bad object,
+    not a contract; `c.json` holding anything is a contract, which the JSON reader diagnoses.)"""
+    suffix = Path(path).suffix.lower()
+    if suffix in OBJECT_SUFFIXES:
         return False
-    return data.lstrip()[:1] in (b"{", b"[")
+    return suffix == ".json" or data.removeprefix(BOM).lstrip()[:1] in (b"{", b"[")
 
 
 def read_components(paths: list[str], sink: DiagnosticSink) -> list[Component]:
@@ -60,7 +63,7 @@ def read_components(paths: list[str], sink: DiagnosticSink) -> list[Component]:
         except OSError as exc:
             sink.error("PL002", f"cannot read {path}: {exc.strerror or exc}", Location(file=path))
             continue
-        if data and is_contract_file(path, data):
+        if is_contract_file(path, data):
             pending.append((data, Source(path), None))
             continue
         for obj in read_input(path, sink):

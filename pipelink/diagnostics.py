@@ -174,6 +174,12 @@ CODES = _codes(
     Code("PL122", "more than one output to stdout", U,
          "`-` (stdout) takes one output; write the others to files (`--format json` puts its report on stdout)"),
     Code("PL123", "binary output to a terminal", U, "redirect stdout to a file or a pipe, or name a file"),
+    # reading JSON and pipeline files (exit 2); PL006 is JSON that does not parse
+    Code("PL130", "JSON document too large", U, "pipelink reads JSON documents of at most 16 MiB"),
+    Code("PL131", "JSON nests too deeply", U, "pipelink reads arrays and objects nested at most 64 deep"),
+    Code("PL132", "number out of range", U,
+         "integers must fit in 64 bits (-2^63 .. 2^64-1) and other numbers in a double"),
+    Code("PL133", "pipeline file schema violation", U, "see docs/pipeline.md for the field"),
 )
 
 

@@ -5,15 +5,10 @@ contract cannot be used; never raises for bad input.
 """
 from __future__ import annotations
 
-import functools
-import json
-import re
-from importlib import resources
 from pathlib import Path
 
-import jsonschema
-
 from . import expr as exprs
+from . import jsonread, validate
 from .diagnostics import DiagnosticSink, Location
 from .indexmap import MapError, parse_map
 from .model import (ALL_THREADS, DTYPE_BYTES, INTEGER_DTYPES, SWIZZLE_BYTES, Barriers, Buffer, CompileFlags,
@@ -22,100 +17,29 @@ from .model import (ALL_THREADS, DTYPE_BYTES, INTEGER_DTYPES, SWIZZLE_BYTES, Bar
 from .targets import TARGETS
 
 FORMAT_VERSION = 1
-SCHEMA_FILE = "contract-v1.schema.json"
+SCHEMA_FILE = validate.CONTRACT_SCHEMA
 
 
-@functools.cache
 def schema() -> dict:
-    return json.loads(resources.files("pipelink.schema").joinpath(SCHEMA_FILE).read_text())
-
-
-def _is_strict_integer(checker, instance) -> bool:
-    # JSON Schema counts 4.0 as an integer; a contract must not (it would reach C++ as "4.0").
-    return isinstance(instance, int) and not isinstance(instance, bool)
-
-
-@functools.cache
-def _python_pattern(pattern: str) -> re.Pattern:
-    """A schema pattern as Python must read it. Schema patterns are ECMA-262, where `$` matches only at
-    the end; Python's `$` also matches before a final newline (so 'name\\n' passed), so `$` outside a
-    character class becomes `\\Z`."""
-    out, in_class, i = [], False, 0
-    while i < len(pattern):
-        token = pattern[i:i + 2] if pattern[i] == "\\" else pattern[i]  # an escape is one token
-        i += len(token)
-        if token == "[":
-            in_class = True
-        elif token == "]":
-            in_class = False
-        elif token == "$" and not in_class:
-            token = r"\Z"
-        out.append(token)
-    return re.compile("".join(out))
-
-
-def _pattern(validator, pattern, instance, schema):
-    # jsonschema's own `pattern` applies the schema's regex with Python semantics (re.search)
-    if validator.is_type(instance, "string") and not _python_pattern(pattern).search(instance):
-        yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
-
-
-@functools.cache
-def _validator():
-    base = jsonschema.Draft202012Validator
-    checker = base.TYPE_CHECKER.redefine("integer", _is_strict_integer)
-    return jsonschema.validators.extend(base, validators={"pattern": _pattern}, type_checker=checker)(schema())
+    return validate.schema(SCHEMA_FILE)
 
 
 def load_contract_file(path: str | Path, sink: DiagnosticSink) -> Contract | None:
     path = Path(path)
     try:
-        data = path.read_bytes()
+        data = jsonread.read_bytes(path)
     except OSError as exc:
         sink.error("PL002", f"cannot read contract: {exc.strerror or exc}", Location(file=str(path)))
+        return None
+    except jsonread.JSONError as exc:
+        exc.report(sink, str(path))
         return None
     return load_contract_bytes(data, Source(str(path)), sink)
 
 
 def load_contract_bytes(data: bytes, source: Source, sink: DiagnosticSink) -> Contract | None:
-    where = Location(file=source.file)
-    if not data.strip():
-        sink.error("PL003", "the contract is empty", where)
-        return None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        sink.error("PL006", f"the contract is not UTF-8 text (byte {exc.start})", where)
-        return None
-    try:
-        raw = json.loads(text, object_pairs_hook=_reject_duplicate_keys)
-    except json.JSONDecodeError as exc:
-        sink.error("PL006", f"invalid JSON: {exc.msg}",
-                   Location(file=source.file, line=exc.lineno, column=exc.colno))
-        return None
-    except _DuplicateKey as exc:
-        sink.error("PL006", f"key {exc.key!r} appears twice in one JSON object", where,
-                   hint="JSON readers disagree on which copy wins; keep one")
-        return None
-    except RecursionError:
-        sink.error("PL006", "the JSON nests too deeply", where)
-        return None
-    return load_contract_dict(raw, source, sink)
-
-
-class _DuplicateKey(ValueError):
-    def __init__(self, key: str):
-        super().__init__(key)
-        self.key = key
-
-
-def _reject_duplicate_keys(pairs):
-    out = {}
-    for key, value in pairs:
-        if key in out:
-            raise _DuplicateKey(key)
-        out[key] = value
-    return out
+    doc = jsonread.parse_bytes(data, source.file, sink)
+    return None if doc is None else load_contract_dict(doc.value, source, sink)
 
 
 def load_contract_dict(raw, source: Source, sink: DiagnosticSink) -> Contract | None:
@@ -131,27 +55,13 @@ def load_contract_dict(raw, source: Source, sink: DiagnosticSink) -> Contract | 
         sink.error("PL021", f"contract format {version!r}; this pipelink reads format {FORMAT_VERSION}",
                    source.at("/pipelink_contract"))
         return None
-    before = len(sink.errors)
-    for err in sorted(_validator().iter_errors(raw), key=lambda e: list(map(str, e.absolute_path))):
-        sink.error("PL020", _schema_message(err), source.at(_pointer(err.absolute_path), raw.get("name")
-                                                              if isinstance(raw.get("name"), str) else None))
-    if len(sink.errors) > before:
+    component = raw.get("name") if isinstance(raw.get("name"), str) else None
+    problems = validate.violations(SCHEMA_FILE, raw)
+    for pointer, message in problems:
+        sink.error("PL020", message, source.at(pointer, component))
+    if problems:
         return None
     return _SemanticCheck(raw, source, sink).build()
-
-
-def _pointer(path) -> str:
-    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in path)
-
-
-def _schema_message(err: jsonschema.ValidationError) -> str:
-    if err.validator == "oneOf" and err.schema.get("oneOf") and any(
-            "expr" in json.dumps(s) or s.get("type") == "integer" for s in err.schema["oneOf"]):
-        return f"{err.instance!r} is not a size (an integer >= 0 or an expression string)"
-    msg = err.message
-    if len(msg) > 200:
-        msg = msg[:200] + "..."
-    return msg
 
 
 class _SemanticCheck:

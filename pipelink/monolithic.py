@@ -8,9 +8,9 @@ components (`using namespace pl::tile_load;`) cannot collide.
 """
 from __future__ import annotations
 
-import json
 import re
 
+from . import jsonread
 from .diagnostics import DiagnosticSink, escape_controls
 from .header import generate_header, self_alias
 from .resolve import Resolved
@@ -29,11 +29,13 @@ def component_source(comp, sink: DiagnosticSink) -> tuple[str, str] | None:
                    comp.contract.at("/"))
         return None
     try:
-        doc = json.loads(raw.rstrip(b"\0"))
-        return doc["file"], doc["source"]
-    except (ValueError, KeyError, TypeError):
-        sink.error("PL076", f"the .pipelink.source section of '{comp.name}' is unreadable", comp.contract.at("/"))
-        return None
+        doc = jsonread.parse(raw.rstrip(b"\0"))
+        if isinstance(doc["file"], str) and isinstance(doc["source"], str):
+            return doc["file"], doc["source"]
+    except (ValueError, KeyError, TypeError):  # JSONError is a ValueError
+        pass
+    sink.error("PL076", f"the .pipelink.source section of '{comp.name}' is unreadable", comp.contract.at("/"))
+    return None
 
 
 def generate_monolithic(r: Resolved, glue: str, sink: DiagnosticSink) -> str | None:

@@ -5,16 +5,19 @@ pipeline file (`pipelines/rowsum.json`). Wires not given are found where the mat
 """
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import jsonread, validate
 from .diagnostics import DiagnosticSink, Location
 from .model import is_identifier
 
-SCHEDULES = ("sequential", "warp_specialized", "persistent")
-DISPATCHES = ("static", "dynamic")
+FORMAT_VERSION = 1
+SCHEMA_FILE = validate.PIPELINE_SCHEMA
+# The schema owns the choices; the command line offers the same ones.
+SCHEDULES = tuple(validate.schema(SCHEMA_FILE)["properties"]["schedule"]["enum"])
+DISPATCHES = tuple(validate.schema(SCHEMA_FILE)["properties"]["dispatch"]["enum"])
 _WIRE = re.compile(r"\s*(\w+)\.(\w+)\s*(?:->|=)\s*(\w+)\.(\w+)\s*", re.ASCII)
 
 
@@ -25,6 +28,7 @@ class WireSpec:
     consumer: str
     in_port: str
     text: str
+    where: Location | None = field(default=None, compare=False)  # the pipeline file's /wires/i; None: --wire
 
     def __str__(self) -> str:
         return f"{self.producer}.{self.out_port} -> {self.consumer}.{self.in_port}"
@@ -49,52 +53,34 @@ def parse_wire(text: str, sink: DiagnosticSink, where: Location | None = None) -
         sink.error("PL001", f"cannot read wire {text!r}", where,
                    hint="write wires as producer.out_port=consumer.in_port (or ->)")
         return None
-    return WireSpec(*m.groups(), text=text)
+    return WireSpec(*m.groups(), text=text, where=where)
 
 
 def load_pipeline(path: str | Path, sink: DiagnosticSink) -> PipelineSpec | None:
-    path = Path(path)
-    where = Location(file=str(path))
-    try:
-        doc = json.loads(path.read_text())
-    except OSError as exc:
-        sink.error("PL002", f"cannot read pipeline {path}: {exc.strerror or exc}", where)
+    """Read a pipeline file: JSON, then its schema (PL133, every violation with its pointer), then the
+    wires' syntax. None after any error."""
+    file = str(path)
+    doc = jsonread.read_file(path, sink, "pipeline")
+    if doc is None:
         return None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        sink.error("PL006", f"pipeline {path} is not valid JSON: {exc}", where)
+    raw = doc.value
+    if not isinstance(raw, dict) or "pipeline" not in raw:
+        what = ("a contract, not a pipeline file" if isinstance(raw, dict) and "pipelink_contract" in raw else
+                f"not a pipeline file (\"pipeline\": {FORMAT_VERSION} is missing)")
+        sink.error("PL001", f"{file} is {what}", Location(file=file, pointer=""),
+                   hint='a pipeline file has "pipeline": 1, "name", "components", "wires", "schedule" (docs/pipeline.md)')
         return None
-    if not isinstance(doc, dict) or doc.get("pipeline") != 1:
-        sink.error("PL001", f"{path} is not a pipeline file (format 1)", where,
-                   hint='a pipeline file has "pipeline": 1, "name", "components", "wires", "schedule"')
+    problems = validate.violations(SCHEMA_FILE, raw)
+    for pointer, message in problems:
+        sink.error("PL133", message, Location(file=file, pointer=pointer))
+    if problems:
         return None
-    name = doc.get("name", "pipelink_fused")
-    comps = doc.get("components", [])
-    schedule = doc.get("schedule")
-    dispatch = doc.get("dispatch", "static")
-    ok = True
-    if dispatch not in DISPATCHES:
-        sink.error("PL001", f"unknown dispatch {dispatch!r}", Location(file=str(path), pointer="/dispatch"),
-                   hint="dispatch: " + ", ".join(DISPATCHES))
-        ok = False
-    if not is_identifier(name):
-        sink.error("PL001", f"pipeline name {name!r} is not a C identifier", Location(file=str(path), pointer="/name"))
-        ok = False
-    if not isinstance(comps, list) or not all(isinstance(c, str) for c in comps):
-        sink.error("PL001", "components must be a list of component names", Location(file=str(path),
-                                                                                    pointer="/components"))
-        ok = False
-    if schedule is not None and schedule not in SCHEDULES:
-        sink.error("PL001", f"unknown schedule {schedule!r}", Location(file=str(path), pointer="/schedule"),
-                   hint="schedules: " + ", ".join(SCHEDULES))
-        ok = False
-    wires = []
-    for i, w in enumerate(doc.get("wires", [])):
-        spec = parse_wire(w, sink, Location(file=str(path), pointer=f"/wires/{i}")) if isinstance(w, str) else None
-        if spec is None:
-            ok = False
-        else:
-            wires.append(spec)
-    if not ok:
+    wires = [parse_wire(w, sink, Location(file=file, pointer=f"/wires/{i}"))
+             for i, w in enumerate(raw.get("wires", []))]
+    if None in wires:
         return None
-    return PipelineSpec(name=name, components=tuple(comps), wires=tuple(wires), schedule=schedule, dispatch=dispatch,
-                        source=str(path), extra=doc)
+    default = PipelineSpec()
+    return PipelineSpec(name=raw.get("name", default.name), components=tuple(raw.get("components", ())),
+                        wires=tuple(wires), schedule=raw.get("schedule"), dispatch=raw.get("dispatch", default.dispatch),
+                        debug_events=raw.get("debug_events", default.debug_events),
+                        specialize=dict(raw.get("specialize", {})), source=file, extra=raw)

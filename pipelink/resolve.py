@@ -135,9 +135,11 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
     if sink.has_errors or tiles is None or order is None:
         return None
     shapes = {p.name for p in params if not p.pointer and p.dtype in INTEGER_DTYPES}
+    from_file = spec.extra.get("specialize", {})
     for name in spec.specialize:
         if name not in shapes:
-            sink.error("PL001", f"--specialize {name}: the kernel has no integer parameter '{name}'",
+            where = Location(file=spec.source, pointer=f"/specialize/{name}") if name in from_file else None
+            sink.error("PL001", f"specialize {name}: the kernel has no integer parameter '{name}'", where,
                        hint="integer parameters: " + ", ".join(sorted(shapes)))
     if sink.has_errors:
         return None
@@ -202,13 +204,14 @@ def _explicit_wires(specs, by_name, sink) -> list[tuple[WireSpec, bool]]:
             c = by_name.get(comp)
             p = c.contract.port(port) if c else None
             if c is None:
-                sink.error("PL062", f"wire '{w}' names component '{comp}', which is not in the link",
+                sink.error("PL062", f"wire '{w}' names component '{comp}', which is not in the link", w.where,
                            hint="components: " + ", ".join(by_name))
                 ok = False
             elif p is None or p.direction != direction or p.space not in ("smem", "reg"):
                 have = [q.name for q in c.contract.ports if q.direction == direction and q.space in ("smem", "reg")]
                 sink.error("PL062", f"wire '{w}': '{comp}' has no shared-memory or register {direction} port '{port}'",
-                           c.contract.at("/ports"), hint=f"its {direction} ports: {', '.join(have) or 'none'}")
+                           c.contract.at("/ports"), hint=f"its {direction} ports: {', '.join(have) or 'none'}",
+                           related=(w.where,) if w.where else ())
                 ok = False
         if ok:
             out.append((w, True))

@@ -7,11 +7,10 @@ hash of the source, contract, pipelink's headers and the toolchain version sits 
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import toolchain
+from . import jsonread, toolchain
 from .build import BuildOptions, build_component, pipelink_include_dir
 from .diagnostics import DiagnosticSink, Location
 from .header import generate_header
@@ -48,7 +47,9 @@ def shipped_pipelines(repo: Path = REPO) -> list[ShippedPipeline]:
     """The pipelines under `pipelines/`: which shipped components go together."""
     out = []
     for path in sorted((repo / "pipelines").glob("*.json")):
-        doc = json.loads(path.read_text())
+        if path.name.endswith(".schema.json"):
+            continue
+        doc = jsonread.parse(jsonread.read_bytes(path))
         out.append(ShippedPipeline(doc["name"], tuple(doc["components"]), path))
     return out
 

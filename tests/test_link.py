@@ -223,3 +223,18 @@ def test_inspect_a_linked_cubin(linked, tmp_path, capsys):
     assert main(["inspect", "--format", "json", str(cubin)]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["inputs"][0]["kernels"]["rowsum"]["static_smem"] == 0
+
+
+@pytest.mark.parametrize("manifest", [b"[" * 100_000, b'{"manifest": ' + b"9" * 5000 + b"}", b'{"a": 1, "a": 2}',
+                                      b"\xef\xbb\xbf{}", b'{"kernel": "k\\udc00"}', "schedule 5", "geometry [1]"])
+def test_inspect_refuses_a_malformed_manifest(linked, tmp_path, capsys, manifest):
+    """K.json goes through the JSON reader, then the launcher's checks: located diagnostics, exit 2."""
+    cubin = tmp_path / "rowsum.cubin"
+    cubin.write_bytes(linked["rowsum"].cubin)
+    if isinstance(manifest, str):  # the real manifest with one field of another type
+        field, value = manifest.split()
+        manifest = json.dumps(dict(linked["rowsum"].manifest, **{field: json.loads(value)})).encode()
+    (tmp_path / "rowsum.json").write_bytes(manifest)
+    assert main(["inspect", str(cubin)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and f"--> {tmp_path / 'rowsum.json'}" in err

@@ -17,7 +17,8 @@ from pipelink.resolve import resolve
 
 REPO = Path(__file__).resolve().parent.parent
 CASE = REPO / "case_studies" / "moe_four_owners"
-PIPELINES = [json.loads(p.read_text()) for p in sorted((REPO / "pipelines").glob("*.json"))]
+PIPELINES = [json.loads(p.read_text()) for p in sorted((REPO / "pipelines").glob("*.json"))
+             if not p.name.endswith(".schema.json")]
 PIPELINES.append(json.loads((CASE / "integration" / "moe.pipeline.json").read_text()))
 RAW = {p.stem: json.loads(p.read_text()) for p in (REPO / "contracts").glob("*.json") if "schema" not in p.name}
 for team in ("router", "dispatch", "expert", "combine"):

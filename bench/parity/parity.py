@@ -27,6 +27,7 @@ from pipelink import toolchain
 from pipelink.build import BuildOptions, build_component
 from pipelink.cubin import read_cubin
 from pipelink.diagnostics import DiagnosticSink
+from pipelink.jsonread import parse
 from pipelink.launch import Kernel
 from pipelink.linker import LinkOptions, link
 from pipelink.loader import load_contract_bytes
@@ -63,7 +64,7 @@ def variant_objects(objects: dict, edits: dict, tmp: Path) -> dict:
     """The shipped objects, with the components named in `edits` rebuilt with other geometry."""
     out = dict(objects)
     for name, provides in edits.items():
-        raw = json.loads((REPO / "contracts" / f"{name}.json").read_text())
+        raw = parse((REPO / "contracts" / f"{name}.json").read_bytes())
         raw["geometry"]["provides"].update(provides)
         text = json.dumps(raw).encode()
         sink = DiagnosticSink()

@@ -52,7 +52,8 @@ class Change:
 
 
 def contract_with(team: Team, change: Change | None) -> bytes:
-    doc = json.loads(team.contract.read_text())
+    from pipelink.jsonread import parse
+    doc = parse(team.contract.read_bytes())
     if change is not None and change.team == team.folder:
         provides = doc["geometry"]["provides"]
         assert change.constant in provides, f"{team.folder} does not provide {change.constant}"

@@ -68,7 +68,8 @@ def child_main(world: str, cubin: Path, manifest: Path | None, shape_name: str, 
     shape = layer.SHAPES[shape_name]
     if world == "pipelink":
         from pipelink.launch import Kernel
-        doc = json.loads(manifest.read_text())
+        from pipelink.jsonread import parse
+        doc = parse(manifest.read_bytes())
         impl = launchers.PipelinkLayer(Kernel.load(cubin.read_bytes(), doc), doc["geometry"])
     else:
         impl = launchers.ClassicFused(cubin.read_bytes())

@@ -1,0 +1,81 @@
+"""The JSON Schemas of pipelink's input formats (`pipelink/schema/`) and validation against them:
+every violation at once, each with the JSON pointer of what breaks the rule."""
+from __future__ import annotations
+
+import functools
+import json
+import re
+from importlib import resources
+
+from . import jsonread
+
+CONTRACT_SCHEMA = "contract-v1.schema.json"
+PIPELINE_SCHEMA = "pipeline-v1.schema.json"
+
+
+@functools.cache
+def schema(name: str) -> dict:
+    return jsonread.parse(resources.files("pipelink.schema").joinpath(name).read_bytes())
+
+
+def _is_strict_integer(checker, instance) -> bool:
+    # JSON Schema counts 4.0 as an integer; pipelink must not (it would reach C++ as "4.0").
+    return isinstance(instance, int) and not isinstance(instance, bool)
+
+
+@functools.cache
+def _python_pattern(pattern: str) -> re.Pattern:
+    """A schema pattern as Python must read it. Schema patterns are ECMA-262, where `$` matches only at
+    the end; Python's `$` also matches before a final newline (so 'name\\n' passed), so `$` outside a
+    character class becomes `\\Z`."""
+    out, in_class, i = [], False, 0
+    while i < len(pattern):
+        token = pattern[i:i + 2] if pattern[i] == "\\" else pattern[i]  # an escape is one token
+        i += len(token)
+        if token == "[":
+            in_class = True
+        elif token == "]":
+            in_class = False
+        elif token == "$" and not in_class:
+            token = r"\Z"
+        out.append(token)
+    return re.compile("".join(out))
+
+
+@functools.cache
+def _validator(name: str):
+    import jsonschema  # only where a document is validated: `pipelink --help` need not load it
+
+    def pattern(validator, pattern, instance, schema):
+        # jsonschema's own `pattern` applies the schema's regex with Python semantics (re.search)
+        if validator.is_type(instance, "string") and not _python_pattern(pattern).search(instance):
+            yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
+
+    base = jsonschema.Draft202012Validator
+    checker = base.TYPE_CHECKER.redefine("integer", _is_strict_integer)
+    return jsonschema.validators.extend(base, validators={"pattern": pattern}, type_checker=checker)(schema(name))
+
+
+def violations(name: str, doc) -> list[tuple[str, str]]:
+    """(JSON pointer, message) for every rule `doc` breaks, in document order."""
+    errors = sorted(_validator(name).iter_errors(doc), key=lambda e: list(map(str, e.absolute_path)))
+    return [(pointer(e.absolute_path), _message(e)) for e in errors]
+
+
+def pointer(path) -> str:
+    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in path)
+
+
+def _message(err) -> str:
+    if err.validator == "oneOf" and err.schema.get("oneOf") and any(
+            "expr" in json.dumps(s) or s.get("type") == "integer" for s in err.schema["oneOf"]):
+        return f"{_short(err.instance)} is not a size (an integer >= 0 or an expression string)"
+    msg = err.message
+    if len(msg) > 200:
+        msg = msg[:200] + "..."
+    return msg
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:80] + "..."
