@@ -79,18 +79,19 @@ def probe_plan(c: Contract) -> Probe:
 
     offset = 0
 
-    def place(size, align: int) -> int:
+    def place(nbytes: int, align: int) -> int:
+        """One item after another: the offsets only have to be link-time constants, not a packing."""
         nonlocal offset
-        try:
-            n = size.evaluate(env) if hasattr(size, "evaluate") else size
-        except ExprError:
-            n = 0
         offset = -(-offset // align) * align
-        at, offset = offset, offset + max(n, 0)
+        at, offset = offset, offset + max(nbytes, 0)
         return at
 
     for b in c.buffers:
-        values[f"{p}smem__{b.name}"] = place(b.bytes, b.align)
+        try:
+            nbytes = b.bytes.evaluate(env)
+        except ExprError:  # a size over geometry nobody provides: any constant will do
+            nbytes = 0
+        values[f"{p}smem__{b.name}"] = place(nbytes, b.align)
     for port in c.ports:
         if port.space == "smem":
             try:
