@@ -4,8 +4,9 @@ Three passes, each stopping at its boundary when it found errors:
   read       every file: objects, archives, fatbins, LTO-IR, or bare contract files
   contracts  each object's contract (embedded section or sidecar), loaded and checked alone
   verify     the set (flags, targets, geometry, resources) and each object against its contract
-             (LTO-IR for the target, the compile flags it was built with, its entry symbol, and the
-             contract marker that proves which contract it was compiled against)
+             (LTO-IR for the target, the compile flags it was built with, its entry symbol, the
+             contract marker that proves which contract it was compiled against, and what its code
+             uses: shared memory, registers, barriers, local memory, calls)
 """
 from __future__ import annotations
 
@@ -86,9 +87,10 @@ def read_components(paths: list[str], sink: DiagnosticSink) -> list[Component]:
 
 
 def verify_object(comp: Component, arch: str, sink: DiagnosticSink, probe: bool = True) -> None:
-    """An object against its own contract, for the link target. With `probe`, also link a probe
-    kernel against it to find its entry symbol and contract marker (the link itself does without:
-    the real link and the cubin check find both, and `probe_symbols` explains a failure)."""
+    """An object against its own contract, for the link target. With `probe`, also link it alone
+    into a probe kernel: its entry symbol, its contract marker, and what its code really uses against
+    what the contract declares (conformance.py). The link itself does without: the real link and
+    the cubin check find the symbols, and `probe_symbols` explains a failure."""
     c, obj = comp.contract, comp.obj
     if not require_ltoir(obj, arch, sink):
         return
@@ -104,7 +106,8 @@ def verify_object(comp: Component, arch: str, sink: DiagnosticSink, probe: bool 
             sink.error("PL016", f"{obj.path} was compiled with other flags than contract '{c.name}' declares "
                        f"({'; '.join(diff)})", c.at("/targets/compile_flags"), related=(Location(file=obj.path),))
     if probe:
-        probe_symbols(comp, arch, sink)
+        from .conformance import check_conformance
+        check_conformance(comp, arch, sink)
 
 
 def probe_symbols(comp: Component, arch: str, sink: DiagnosticSink) -> None:

@@ -180,6 +180,21 @@ CODES = _codes(
     Code("PL132", "number out of range", U,
          "integers must fit in 64 bits (-2^63 .. 2^64-1) and other numbers in a double"),
     Code("PL133", "pipeline file schema violation", U, "see docs/pipeline.md for the field"),
+    # a component's code against its own contract (`pipelink check`'s probe; exit 1)
+    Code("PL140", "component declares its own shared memory", L,
+         "declare the bytes as an smem buffer (smem.buffers) and use the header's smem_<name>(): the linker "
+         "places every byte of shared memory"),
+    Code("PL141", "component uses more registers than its contract allows", L,
+         "raise registers.max_per_thread, or lower the code's register pressure"),
+    Code("PL142", "component uses an undeclared named-barrier id", L,
+         "declare the id in barriers.hardcoded_ids, or use a named barrier (barriers.named) and the header's "
+         "sync_<name>()"),
+    Code("PL143", "__syncthreads without threads.uses_syncthreads", L,
+         "set threads.uses_syncthreads, or synchronize the component's own warps with a named barrier"),
+    Code("PL144", "component uses local memory", L,
+         "local arrays indexed at run time and spills live in slow local memory; keep them in registers or smem"),
+    Code("PL145", "component calls a function LTO did not inline", L,
+         "drop __noinline__ (and -G), or build the callee with LTO-IR"),
 )
 
 
@@ -312,8 +327,9 @@ class DiagnosticSink:
               related: tuple[Location, ...] = ()) -> None:
         self.add(Diagnostic(code, message, location or Location(), hint, "error", related))
 
-    def warning(self, code: str, message: str, location: Location | None = None, hint: str | None = None) -> None:
-        self.add(Diagnostic(code, message, location or Location(), hint, "warning"))
+    def warning(self, code: str, message: str, location: Location | None = None, hint: str | None = None,
+                related: tuple[Location, ...] = ()) -> None:
+        self.add(Diagnostic(code, message, location or Location(), hint, "warning", related))
 
     def extend(self, diags) -> None:
         self.items.extend(diags)

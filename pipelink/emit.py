@@ -82,6 +82,11 @@ def _persistent_manifest(doc: dict, r: Resolved) -> None:
     }
 
 
+# What the link can say about a count read per task from a device tensor: nothing at link time.
+DEVICE_COUNT_NOTE = ("count read from the device: not checked at link time; --debug-events reports a wait that "
+                     "is never met")
+
+
 def link_map(r: Resolved, a: Allocation, arch: str, kernel_info=None) -> str:
     out = [f"# pipelink link map: kernel {r.name}, target {arch}, schedule {r.schedule}",
            f"# block {a.block_threads} threads ({a.block_warps} warps), dynamic smem {a.smem_bytes} bytes"
@@ -145,6 +150,8 @@ def link_map(r: Resolved, a: Allocation, arch: str, kernel_info=None) -> str:
             waits = "; ".join(f"{w.component} waits {w.map.text} for " + _wait_count(t, w, r.geometry)
                               + (" (once per CTA)" if task_invariant(w) else "") for w in t.waiters)
             out.append(f"  {t.name}[{shape}]: {notes}; {waits}")
+            out += [f"    {w.component} waits {w.map.text} for {w.count_term.text}: {DEVICE_COUNT_NOTE}"
+                    for w in t.waiters if w.count_term is not None]
     else:
         out += ["", "## tiles",
                 f"  grid [{', '.join(substitute(e, r.geometry) for e in r.tiles.grid)}] {r.tiles.order}, "

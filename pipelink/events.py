@@ -8,7 +8,9 @@ are projections (`ij->i`: one per j), or given in the contract. The analysis is 
   - every waited event has a notifier, and the ranks agree          (PL081, PL082)
   - the component graph the events form has no cycle                  (PL080)
   - on sampled shapes, every index stays inside its tensor, and every
-    waited element receives exactly the count its waiter expects    (PL084, PL083)
+    waited element receives exactly the count its waiter expects    (PL084, PL083);
+    where a map reads device data, a fixed count is at most what can
+    reach the element                                                 (PL083)
   - a map or count that reads a tensor another component writes in this
     launch comes after a wait that orders it behind that writer     (PL086)
 
@@ -16,6 +18,7 @@ Waits run in the order the contract lists them: a later wait may read what an ea
 """
 from __future__ import annotations
 
+import ast
 import functools
 import itertools
 import math
@@ -40,6 +43,7 @@ class Side:
     pointer: str
     count_term: object = None  # waits only: the count is read per task from a device tensor
     position: int = 0          # index in the contract's list: waits run in this order
+    tensor_shapes: tuple = ()  # (name, extents) of the device tensors the component's maps may read
 
     def reads(self) -> tuple[str, ...]:
         """Device tensors the map (and a device-read count) index."""
@@ -77,9 +81,10 @@ def plan_events(comps, geometry: dict[str, int], sink: DiagnosticSink) -> EventP
     for comp in comps:
         c = comp.contract
         grid = c.geometry.tile_sequence.grid if c.geometry.tile_sequence else ()
+        shaped = tuple((p.name, p.shape) for p in c.entry.params if p.shape)
         for n in c.events.notifies:
             t = tensors.setdefault(n.name, EventTensor(n.name, (), [], []))
-            side = Side(c.name, parse_map(n.map), grid, None, n.pointer_path)
+            side = Side(c.name, parse_map(n.map), grid, None, n.pointer_path, tensor_shapes=shaped)
             shape = n.shape or _derived_shape(side)
             if shape is None:
                 sink.error("PL081", f"'{c.name}' notifies '{n.name}' through {n.map!r}, whose extents cannot be "
@@ -93,7 +98,7 @@ def plan_events(comps, geometry: dict[str, int], sink: DiagnosticSink) -> EventP
             t.notifiers.append(side)
         for k, w in enumerate(c.events.waits):
             tensors.setdefault(w.name, EventTensor(w.name, (), [], [])).waiters.append(
-                Side(c.name, parse_map(w.map), grid, w.count, w.pointer_path, w.count_term, k))
+                Side(c.name, parse_map(w.map), grid, w.count, w.pointer_path, w.count_term, k, shaped))
     by_name = {comp.name: comp for comp in comps}
     for t in tensors.values():
         for w in t.waiters:
@@ -197,55 +202,175 @@ def _shape_names(comps, tensors, geometry) -> list[str]:
                 names |= e.names
             if s.count is not None:
                 names |= s.count.names
+            for _, extents in s.tensor_shapes:
+                for e in extents:
+                    names |= e.names
     return sorted(names - set(geometry))
 
 
 def _check_sampled(comps, tensors, geometry, sink) -> None:
-    """Evaluate every map on small shapes: indices in range, counts equal to what waiters expect."""
+    """Evaluate every map on small shapes: indices in range, counts equal to what waiters expect.
+
+    Affine maps (`ij->i`, `i->i,:`, `i->range(i - 1, i + 2)`) are evaluated exactly. A map that
+    reads device data is bounded instead: a gathered slot names one element per task, a range
+    read from a tensor each element at most once per task, and its affine terms still pin their
+    axes. A fixed count above the bound can never be met; a count read from the device is not
+    checked here (the link map says so, and --debug-events reports a wait that never ends)."""
     by_name = {c.name: c for c in comps}
     names = _shape_names(comps, tensors, geometry)
     reported = set()
+
+    def once(key, code, message, side):
+        if key not in reported:
+            reported.add(key)
+            sink.error(code, message, by_name[side.component].contract.at(side.pointer))
+
     for values in _sample_shapes(names, geometry):
         env = dict(geometry, **dict(zip(names, values)))
         at = ", ".join(f"{k}={v}" for k, v in zip(names, values))
         for t in tensors.values():
-            if any(s.map.kind == "data_dependent" or s.count_term is not None for s in t.notifiers + t.waiters):
-                continue  # data decide: checked at run time by the debug build
             try:
                 shape = [e.evaluate(env) for e in t.shape]
             except ExprError:
                 continue
-            got: dict[tuple, int] = {}
+            reach = {}
             for n in t.notifiers:
-                for task, idx in _hits(n, env, shape):
-                    if not _inside(idx, shape):
-                        key = ("range", n.component, t.name)
-                        if key not in reported:
-                            reported.add(key)
-                            sink.error("PL084", f"'{n.component}' task {task} notifies '{t.name}'{list(idx)} "
-                                       f"outside its shape {shape} (at {at})",
-                                       by_name[n.component].contract.at(n.pointer))
-                        continue
-                    got[idx] = got.get(idx, 0) + 1
+                reach[n] = r = _reach(n, env, shape)
+                if r is not None and r.outside:
+                    task, idx = r.outside
+                    once(("range", n.component, t.name), "PL084", f"'{n.component}' task {task} notifies "
+                         f"'{t.name}'{idx} outside its shape {shape} (at {at})", n)
+            counted = None not in reach.values()  # every notifier's tasks were enumerated
+            exact = counted and all(r.exact for r in reach.values())
             for w in t.waiters:
-                expected = _expected(t, w, env)  # the same for every task of this waiter
                 key = (w.component, t.name)
-                for task, idx in _hits(w, env, shape):
+                expected = _expected(t, w, env) if w.count_term is None else None
+                if w.map.kind == "data_dependent":
+                    r = _reach(w, env, shape)
+                    if r is not None and r.outside:
+                        task, idx = r.outside
+                        once(key, "PL084", f"'{w.component}' task {task} waits on '{t.name}'{idx} outside its "
+                             f"shape {shape} (at {at})", w)
+                    most = sum(r.most() for r in reach.values()) if counted else None
+                    if expected is not None and most is not None and expected > most:
+                        once(key, "PL083", f"'{w.component}' waits for {expected} notifications of each '{t.name}' "
+                             f"element it reads through {w.map.text!r}, but at most {most} can reach any element "
+                             f"({_senders(t)}; at {at}): the wait would never end", w)
+                    continue
+                r = _reach(w, env, shape)
+                if r is None:
+                    continue
+                if r.outside:
+                    task, idx = r.outside
+                    once(key, "PL084", f"'{w.component}' task {task} waits on '{t.name}'{idx} outside its shape "
+                         f"{shape} (at {at})", w)
+                    continue
+                if expected is None or not counted:
+                    continue
+                for idx, task in _waited(r, shape):
+                    got = sum(n.at(idx) for n in reach.values())
+                    where = f"'{w.component}' task {task} waits for {expected} notifications of '{t.name}'{list(idx)}"
+                    if exact and got != expected:
+                        once(key, "PL083", f"{where}, but the producers send {got} (at {at}): " +
+                             ("the wait would never end" if got < expected else
+                              "it would start before its inputs are complete"), w)
+                    elif not exact and expected > got:
+                        once(key, "PL083", f"{where}, but at most {got} can reach it ({_senders(t)}; at {at}): "
+                             "the wait would never end", w)
                     if key in reported:
                         break
-                    if not _inside(idx, shape):
-                        reported.add(key)
-                        sink.error("PL084", f"'{w.component}' task {task} waits on '{t.name}'{list(idx)} outside "
-                                   f"its shape {shape} (at {at})", by_name[w.component].contract.at(w.pointer))
-                    elif expected is not None and got.get(idx, 0) != expected:
-                        reported.add(key)
-                        sink.error("PL083", f"'{w.component}' task {task} waits for {expected} notifications of "
-                                   f"'{t.name}'{list(idx)}, but the producers send {got.get(idx, 0)} (at {at}): "
-                                   "the wait would never end" if got.get(idx, 0) < expected else
-                                   f"'{w.component}' task {task} waits for {expected} notifications of "
-                                   f"'{t.name}'{list(idx)}, but the producers send {got.get(idx, 0)} (at {at}): "
-                                   "it would start before its inputs are complete",
-                                   by_name[w.component].contract.at(w.pointer))
+
+
+def _senders(t: EventTensor) -> str:
+    return ", ".join(f"{n.component} {n.map.text!r}" for n in t.notifiers)
+
+
+@dataclass
+class _Reach:
+    """What one side's tasks send to (or ask of) the elements of its event, on one sampled shape."""
+    axes: tuple[int, ...]         # the axes the map pins per task: affine terms and affine ranges
+    counts: dict[tuple, int]      # coordinates on those axes -> notifications to each such element
+    exact: bool                   # False: `counts` is an upper bound (the map reads device data)
+    outside: tuple | None = None  # (task, element) of the first pinned index outside the tensor
+    first: dict = None            # coordinates -> the first task that names them
+
+    def at(self, idx) -> int:
+        return self.counts.get(tuple(idx[a] for a in self.axes), 0)
+
+    def most(self) -> int:
+        return max(self.counts.values(), default=0)
+
+
+def _reach(side: Side, env, shape: list[int]) -> _Reach | None:
+    """Notifications per element from every task of `side`, or None where the tasks (or a gathered
+    tensor's extents) cannot be enumerated on this shape. An axis the map does not pin (':', a
+    gather, a range read from a tensor) is the same for every element along it: ':' names each
+    element once per task, a range read from a tensor at most once, a gather at most once per
+    gathered slot (all of a task's slots may hold the same value)."""
+    m = side.map
+    axes = tuple(k for k, term in enumerate(m.terms) if term.kind == "index" or
+                 (term.kind == "range" and not term.reads_device))
+    per_task = 1
+    for k, term in enumerate(m.terms):
+        if term.kind == "all" and (k >= len(shape) or shape[k] <= 0):
+            return _Reach(axes, {}, m.kind != "data_dependent", None, {})  # an empty axis: no element at all
+        if term.kind == "gather":
+            slots = _gathered_slots(side, term.text, env)
+            if slots is None:
+                return None
+            per_task *= slots
+    tasks = _tasks(side, env)
+    if tasks is None:
+        return None
+    if not axes:  # nothing pinned: every task counts towards every element
+        keys = lambda task: ((),)  # noqa: E731
+    elif all(m.terms[a].kind == "index" for a in axes):  # one key per task: one call of the compiled map
+        fn = _map_function(tuple(m.task_dims), tuple(m.terms[a].text for a in axes))
+        keys = lambda task: (fn(*task),)  # noqa: E731
+    else:
+        keys = lambda task: itertools.product(*(_axis_values(m.terms[a], m.task_dims, task) for a in axes))  # noqa: E731
+    counts: dict[tuple, int] = {}
+    first: dict[tuple, tuple] = {}  # the first task that names each key: many tasks share one
+    for task in tasks:
+        for key in keys(task):
+            if key not in counts:
+                counts[key] = 0
+                first[key] = task
+            counts[key] += per_task
+    outside = None
+    for key in [k for k in counts if not all(0 <= v < shape[a] for v, a in zip(k, axes))]:
+        del counts[key]
+        if outside is None or first[key] < outside[0]:
+            shown = dict(zip(axes, key))
+            outside = (first[key], "[" + ", ".join(str(shown.get(k, ":")) for k in range(m.rank)) + "]")
+    return _Reach(axes, counts, m.kind != "data_dependent", outside, first)
+
+
+def _axis_values(term, dims: tuple[str, ...], task: tuple[int, ...]):
+    """The coordinates an affine term (one) or an affine range (an interval) names for a task."""
+    env = dict(zip(dims, task))
+    if term.kind == "range":
+        lo, hi = (int(eval(_compiled(b), {"__builtins__": {}}, env)) for b in _range_bounds(term.text))
+        return range(lo, hi)
+    return (int(eval(_compiled(term.text), {"__builtins__": {}}, env)),)
+
+
+@functools.lru_cache(maxsize=None)
+def _range_bounds(text: str) -> tuple[str, str]:
+    return tuple(ast.unparse(a) for a in ast.parse(text, mode="eval").body.args)
+
+
+def _gathered_slots(side: Side, text: str, env) -> int | None:
+    """Values a gather term reads per task: the product of the tensor's extents at its ':'."""
+    node = ast.parse(text, mode="eval").body
+    items = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+    shape = dict(side.tensor_shapes).get(node.value.id)
+    if shape is None or len(shape) != len(items):
+        return None
+    try:
+        return math.prod(shape[k].evaluate(env) for k, item in enumerate(items) if isinstance(item, ast.Slice))
+    except ExprError:
+        return None
 
 
 def _sample_shapes(names: list[str], geometry: dict[str, int]) -> list[tuple[int, ...]]:
@@ -272,40 +397,26 @@ def _expected(t: EventTensor, w: Side, env) -> int | None:
 
 
 def _tasks(side: Side, env):
+    """Every task of the side's grid on this shape; None where it cannot be evaluated or is too big."""
     try:
         extents = [e.evaluate(env) for e in side.grid]
     except ExprError:
-        return []
+        return None
     if math.prod(extents) > MAX_SAMPLED_TASKS:
-        return []
+        return None
     return itertools.product(*(range(n) for n in extents))
 
 
-def _hits(side: Side, env, shape: list[int]):
-    """(task, element) for every element every task of `side` hits, on shape `env`."""
-    m = side.map
-    if all(term.kind != "all" for term in m.terms):  # one element per task: one call of the compiled map
-        fn = _map_function(tuple(m.task_dims), tuple(term.text for term in m.terms))
-        for task in _tasks(side, env):
-            yield task, fn(*task)
-        return
-    for task in _tasks(side, env):
-        for idx in _indices(m, task, shape):
-            yield task, idx
-
-
-def _indices(m: IndexMap, task: tuple[int, ...], shape: list[int]):
-    """The event elements one task hits (affine and ':' terms only)."""
-    if all(term.kind != "all" for term in m.terms):  # one element: one call of the map compiled once
-        return [_map_function(tuple(m.task_dims), tuple(term.text for term in m.terms))(*task)]
-    env = dict(zip(m.task_dims, task))
-    axes = []
-    for k, term in enumerate(m.terms):
-        if term.kind == "all":
-            axes.append(range(shape[k]) if k < len(shape) else range(0))
-        else:
-            axes.append([int(eval(_compiled(term.text), {"__builtins__": {}}, env))])
-    return itertools.product(*axes)
+def _waited(r: _Reach, shape: list[int]):
+    """(element, first task waiting on it) for every element an affine waiter names: its pinned
+    coordinates, each ':' axis walked over the tensor's extent."""
+    for key, task in r.first.items():
+        if key not in r.counts:
+            continue  # outside the tensor: reported as PL084
+        pinned = dict(zip(r.axes, key))
+        axes = [(pinned[k],) if k in pinned else range(shape[k]) for k in range(len(shape))]
+        for idx in itertools.product(*axes):
+            yield idx, task
 
 
 @functools.lru_cache(maxsize=None)
@@ -319,6 +430,3 @@ def _compiled(affine: str):
     """An affine term, compiled once: the sampled analysis evaluates it for every task."""
     return compile(affine, "<map>", "eval")
 
-
-def _inside(idx, shape) -> bool:
-    return len(idx) == len(shape) and all(0 <= i < n for i, n in zip(idx, shape))

@@ -5,6 +5,7 @@
     i->i,:                          broadcast: task i hits every event along the second dim
     i->topk[i,:]                    data-dependent: the events are read from device tensor topk
     i->range(indptr[i], indptr[i+1]) data-dependent: a variable number of events
+    i->range(i - 1, i + 2)          window: affine bounds, as exact as any affine term
     ij->i//2, j                     affine terms over task indices
 
 The left side names the task dimensions (one letter each); the right side is either letters (a
@@ -27,6 +28,11 @@ class Term:
     text: str
     tensors: tuple[str, ...] = ()  # device tensors a data-dependent term reads
 
+    @property
+    def reads_device(self) -> bool:
+        """A gather, or a range with a bound read from a tensor; `range(i - 1, i + 2)` is affine."""
+        return bool(self.tensors)
+
 
 @dataclass(frozen=True)
 class IndexMap:
@@ -46,8 +52,10 @@ class IndexMap:
     @property
     def kind(self) -> str:
         kinds = {t.kind for t in self.terms}
-        if kinds & {"gather", "range"}:
+        if any(t.reads_device for t in self.terms):
             return "data_dependent"
+        if "range" in kinds:
+            return "window"
         if "all" in kinds:
             return "broadcast"
         used = "".join(t.text for t in self.terms if t.kind == "index")

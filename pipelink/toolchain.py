@@ -81,6 +81,37 @@ def objcopy_path() -> str | None:
     return shutil.which("objcopy")
 
 
+def nvdisasm_path() -> Path:
+    """nvdisasm from the pinned `nvidia-cuda-nvdisasm` wheel (it lands beside nvcc), or from the
+    PIPELINK_CUDA_HOME toolkit. It only reads cubins, so it need not be the nvcc release."""
+    candidates = [cuda_root() / "bin" / "nvdisasm"]
+    try:
+        import nvidia
+        candidates += [Path(base) / "cu13" / "bin" / "nvdisasm" for base in getattr(nvidia, "__path__", [])]
+    except ImportError:  # pragma: no cover - install problem
+        pass
+    for path in candidates:
+        if path.exists():
+            return path
+    raise ToolchainError("nvdisasm was not found: install the nvidia-cuda-nvdisasm wheel pipelink pins")
+
+
+def disassemble(cubin: bytes) -> str:
+    """The SASS of every code section of a cubin, as nvdisasm prints it."""
+    import subprocess
+    import tempfile
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        try:
+            proc = subprocess.run([str(nvdisasm_path()), "--print-code", f.name], capture_output=True, text=True)
+        except OSError as exc:
+            raise ToolchainError(f"cannot run nvdisasm: {exc}") from None
+    if proc.returncode != 0:
+        raise ToolchainError("nvdisasm could not read the probe cubin", proc.stderr.strip())
+    return proc.stdout
+
+
 # --- NVRTC ---------------------------------------------------------------------------------
 
 def nvrtc_to_ltoir(source: str, name: str, options: list[str]) -> bytes:

@@ -199,3 +199,118 @@ def test_a_fixed_wait_is_met_once_per_cta_and_a_per_task_one_every_time():
     guard, placed, done = body.index("if (!pl_ready_3_0)"), body.index("wait_for(e2 +"), body.index("wait_for(e4 +")
     assert guard < placed < done and body.index("pl_ready_3_0 = true;") > done
     assert body[placed:done].count("if (!pl_ready") == 0  # nothing guards the per-task wait
+
+
+# --- affine ranges are affine; maps read from the device are bounded -----------------------------
+
+def test_affine_range_wait_is_checked_like_any_affine_map():
+    """`i->range(i - 1, i + 2)` reads no device data: task 0 waits on element -1 (PL084)."""
+    count = "ceil_div(K, KCHUNK)"
+    _, sink = run(splitk(reduce=lambda c: c["events"]["waits"][0].update(map="i->range(i - 1, i + 2)", count=count)))
+    assert codes(sink) == ["PL084"], [d.render() for d in sink.items]
+    assert "'splitk_reduce' task (0,) waits on 'partials'[-1] outside its shape" in sink.items[0].message
+
+
+def test_affine_range_counts_are_exact():
+    window = lambda count: lambda c: c["events"]["waits"][0].update(map="i->range(i, i + 1)", count=count)  # noqa: E731
+    _, sink = run(splitk(reduce=window("ceil_div(K, KCHUNK)")))
+    assert not sink.items, [d.render() for d in sink.items]
+    _, sink = run(splitk(reduce=window("ceil_div(K, KCHUNK) + 1")))
+    assert codes(sink) == ["PL083"] and "the wait would never end" in sink.items[0].message
+
+
+def test_affine_range_notifier_out_of_range():
+    _, sink = run(splitk(partial=lambda c: c["events"]["notifies"][0].update(map="ik->range(i, i + 2)",
+                                                                            shape=["ceil_div(M, ROWS)"]),
+                         reduce=lambda c: c["events"]["waits"][0].update(count="ceil_div(K, KCHUNK)")))
+    assert "PL084" in codes(sink)
+    d = next(d for d in sink.items if d.code == "PL084")
+    assert "'splitk_partial' task" in d.message and "notifies 'partials'" in d.message
+
+
+def _case_study(edits=None):
+    from pipelink.collect import Component
+    comps = []
+    for team in ("router", "dispatch", "expert", "combine"):
+        raw = json.loads((REPO / "case_studies" / "moe_four_owners" / team / f"{team}.json").read_text())
+        if edits and team in edits:
+            edits[team](raw)
+        sink = DiagnosticSink()
+        c = load_contract_bytes(json.dumps(raw).encode(), Source(f"{team}.json"), sink)
+        assert c is not None, [d.render() for d in sink.items]
+        comps.append(Component(c, None))
+    return comps
+
+
+def test_unmeetable_count_on_a_map_read_from_the_device():
+    """combine waits for 7 notifications of each element pair_tile names, but expert's `i->i` sends one
+    to each element: no value of pair_tile can make the wait end."""
+    def seven(c):
+        c["events"]["waits"][1]["count"] = 7
+    _, sink = run(_case_study({"combine": seven}), dispatch="dynamic")
+    assert codes(sink) == ["PL083"], [d.render() for d in sink.items]
+    d = sink.items[0]
+    assert d.location.component == "moe_combine"
+    assert "waits for 7 notifications of each 'done' element it reads through 'tc->pair_tile[t, :]'" in d.message
+    assert "at most 1 can reach any element" in d.message and "the wait would never end" in d.message
+    _, sink = run(_case_study(), dispatch="dynamic")   # the count of 1 it ships with is possible
+    assert not sink.items, [d.render() for d in sink.items]
+
+
+def test_notifications_of_a_gathering_notifier_are_bounded():
+    """moe_scatter's `i->topk[i,:]` sends at most T x TOPK notifications to one expert (every slot of
+    every token naming it): a fixed count above that can never be met; one at it might be."""
+    def count(value):
+        return lambda c: c["events"]["waits"][0].update(count=value)
+    comps = lambda value: [comp("moe_scatter"), comp("moe_expert", count(value)), comp("moe_combine")]  # noqa: E731
+    _, sink = run(comps("T * TOPK + 1"), dispatch="dynamic")
+    assert codes(sink) == ["PL083"], [d.render() for d in sink.items]
+    assert "but at most" in sink.items[0].message and "moe_scatter 'i->topk[i,:]'" in sink.items[0].message
+    _, sink = run(comps("T * TOPK"), dispatch="dynamic")
+    assert not sink.items, [d.render() for d in sink.items]
+
+
+def test_a_range_read_from_the_device_sends_at_most_one_per_task():
+    """moe_expert's `e->range(offsets[e], offsets[e+1])` reaches a row at most once per expert task."""
+    def combine(value):
+        def edit(c):
+            c["entry"]["params"].append({"name": "E", "dtype": "i32"})
+            c["events"]["waits"][0]["count"] = value
+        return edit
+    _, sink = run([comp("moe_scatter"), comp("moe_expert"), comp("moe_combine", combine("E + 1"))], dispatch="dynamic")
+    assert codes(sink) == ["PL083"] and "at most" in sink.items[0].message
+    _, sink = run([comp("moe_scatter"), comp("moe_expert"), comp("moe_combine", combine("E"))], dispatch="dynamic")
+    assert not sink.items, [d.render() for d in sink.items]
+
+
+def test_affine_side_of_a_data_dependent_event_is_still_range_checked():
+    """expert notifies `done` through `i->i`, shape given too small: out of range whatever pair_tile holds."""
+    def small_shape(c):
+        c["events"]["notifies"][0]["shape"] = ["E"]
+    _, sink = run(_case_study({"expert": small_shape}), dispatch="dynamic")
+    assert "PL084" in codes(sink), [d.render() for d in sink.items]
+
+
+def test_link_map_says_a_device_count_is_not_checked():
+    from pipelink.emit import DEVICE_COUNT_NOTE, link_map
+    r, sink = run([comp("moe_scatter"), comp("moe_expert"), comp("moe_combine")], dispatch="dynamic")
+    text = link_map(r, allocate(r, "sm_90", sink), "sm_90")
+    lines = [line for line in text.splitlines() if DEVICE_COUNT_NOTE in line]
+    assert lines == [f"    moe_expert waits e->e for counts[e]: {DEVICE_COUNT_NOTE}"]
+    assert "count read from the device: not checked at link time; --debug-events reports a wait that is never met" \
+        in DEVICE_COUNT_NOTE
+
+
+def test_debug_events_bound_every_wait():
+    """--debug-events gives every generated wait its spin bound: waits on fixed elements, on gathered
+    elements, once-per-CTA waits and waits whose count is read from the device."""
+    import re
+    from pipelink.glue import DEBUG_SPIN_BOUND
+    comps = _case_study()
+    sink = DiagnosticSink()
+    r = resolve(comps, PipelineSpec(name="k", dispatch="dynamic", debug_events=True), sink)
+    glue = generate_glue(r, allocate(r, "sm_90", sink))
+    calls = re.findall(r"wait_for\(e\d+ \+ .*?, (\(unsigned\)\(.*?\)), pl_epoch, (\w+),", glue)
+    assert len(calls) == sum(len(c.contract.events.waits) for c in comps) == 5
+    assert {bound for _, bound in calls} == {f"{DEBUG_SPIN_BOUND}ull"}
+    assert any("tile_rows[" in count for count, _ in calls)  # the count read from the device

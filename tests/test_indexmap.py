@@ -10,6 +10,8 @@ from pipelink.indexmap import MapError, parse_map
     ("i->i,:", "broadcast", 2, ()),
     ("i->topk[i,:]", "data_dependent", 1, ("topk",)),
     ("i->range(indptr[i], indptr[i+1])", "data_dependent", 1, ("indptr",)),
+    ("i->range(i - 1, i + 2)", "window", 1, ()),   # affine bounds: no device data
+    ("i->range(i, indptr[i])", "data_dependent", 1, ("indptr",)),
     ("ij->i//2, j", "one_to_one", 2, ()),
     ("ijk->k", "reduction", 1, ()),
 ])

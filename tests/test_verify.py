@@ -2,6 +2,7 @@
 import json
 
 from pipelink.cli import main
+from pipelink.collect import collect
 from pipelink.diagnostics import DiagnosticSink
 from pipelink.linker import LinkOptions, link
 from pipelink.pipeline import load_pipeline
@@ -18,6 +19,17 @@ def _build(tmp_path, name, source, edit=None):
     assert main(["build", str(tmp_path / f"{name}.cu"), "--contract", str(tmp_path / f"{name}.json"), "-o", str(obj),
                  "--arch", "sm_90"]) == 0
     return obj
+
+
+def _check(obj):
+    """`pipelink check` on the object alone: its conformance probe."""
+    sink = DiagnosticSink()
+    collect([str(obj)], sink)
+    return sink.items
+
+
+def _names(d, obj) -> bool:
+    return "'tile_transform'" in d.message and str(obj) in d.message and d.location.component == "tile_transform"
 
 
 def _link(shipped_objects, **replace):
@@ -41,8 +53,10 @@ extern "C" __device__ void tile_transform(pl::Tile tile, float scale) {
     result = _link(shipped_objects, tile_transform=obj)
     assert result.ok
     warnings = [d for d in result.diagnostics if d.severity == "warning" and d.code == "PL073"]
-    assert any("barrier ids were not link-time constants" in d.message for d in warnings), \
-        [d.render() for d in result.diagnostics]
+    assert any("barrier ids were not link-time constants" in d.message and _names(d, obj) and
+               "computes an id at run time" in d.message for d in warnings), [d.render() for d in result.diagnostics]
+    (d,) = _check(obj)
+    assert (d.code, d.severity) == ("PL142", "warning") and _names(d, obj) and "at run time" in d.message
 
 
 def test_static_shared_memory_outside_the_arena_is_reported(shipped_objects, tmp_path):
@@ -59,8 +73,10 @@ extern "C" __device__ void tile_transform(pl::Tile tile, float scale) {
     obj = _build(tmp_path, "tile_transform", source)
     result = _link(shipped_objects, tile_transform=obj)
     assert result.ok
-    assert any("1024 bytes of static __shared__ memory" in d.message for d in result.diagnostics), \
+    assert any("1024 bytes of static __shared__ memory" in d.message and _names(d, obj) for d in result.diagnostics), \
         [d.render() for d in result.diagnostics]
+    (d,) = _check(obj)
+    assert (d.code, d.severity) == ("PL140", "error") and _names(d, obj) and "1024 bytes" in d.message
 
 
 def test_noinline_component_is_reported(shipped_objects, tmp_path):
@@ -76,5 +92,7 @@ extern "C" __device__ void tile_transform(pl::Tile tile, float scale) {
     obj = _build(tmp_path, "tile_transform", source)
     result = _link(shipped_objects, tile_transform=obj)
     assert result.ok
-    assert any("still calls" in d.message and "twice" in d.message for d in result.diagnostics), \
+    assert any("still calls" in d.message and "twice" in d.message and _names(d, obj) for d in result.diagnostics), \
         [d.render() for d in result.diagnostics]
+    (d,) = _check(obj)
+    assert (d.code, d.severity) == ("PL145", "warning") and _names(d, obj) and "_Z5twicef" in d.message

@@ -1,0 +1,192 @@
+"""Conformance: a component's code against its own contract. The decisions are pure (a contract and
+a Usage in, diagnostics out); one real component, built with `pipelink build`, breaks every rule."""
+import json
+
+import pytest
+
+from pipelink.cli import main
+from pipelink.collect import collect
+from pipelink.conformance import Usage, compare, probe_plan, probe_value, sass_barriers
+from pipelink.diagnostics import DiagnosticSink
+from pipelink.loader import load_contract_bytes
+from pipelink.model import ParamRange, Source
+
+BAD_CONTRACT = {
+    "pipelink_contract": 1, "name": "bad", "version": "1.0.0",
+    "entry": {"symbol": "bad", "params": [{"name": "x", "dtype": "f32", "pointer": True},
+                                          {"name": "n", "dtype": "i32"}]},
+    "targets": {"archs": ["sm_90"]}, "threads": {"warps": 4}, "registers": {"max_per_thread": 16},
+}
+
+# Everything the contract does not declare, in one component (one nvcc build).
+BAD_SOURCE = """#include "bad.pipelink.h"
+using namespace pl::bad;
+__device__ __noinline__ float twice(float v) { return 2.0f * v; }
+extern "C" __device__ void bad(pl::Tile tile, float* x, int n) {
+  __shared__ float own[128];     // the linker cannot see or place these bytes
+  float local[256];              // indexed at run time: local memory
+  for (int i = 0; i < n; ++i) local[i & 255] = x[i];
+  own[thread_rank() % 128] = local[x[0] > 0 ? n & 255 : 0];
+  __syncthreads();               // barrier 0, undeclared
+  pl::barrier_sync(5, THREADS);  // id 5, declared nowhere
+  x[thread_rank()] = twice(own[(thread_rank() + 1) % 128]);
+}
+"""
+
+
+def contract(**changes):
+    raw = dict(json.loads(json.dumps(BAD_CONTRACT)), **changes)
+    sink = DiagnosticSink()
+    c = load_contract_bytes(json.dumps(raw).encode(), Source("bad.json"), sink)
+    assert c is not None, [d.render() for d in sink.items]
+    return c
+
+
+def usage(**changes):
+    base = dict(registers=16, local_bytes=0, static_smem_bytes=0, barrier_ids=frozenset(), computed_barrier_ids=False,
+                callees=())
+    return Usage(**dict(base, **changes))
+
+
+def diagnose(c, u, assigned=None):
+    sink = DiagnosticSink()
+    compare(c, "bad.o", u, assigned or {}, sink)
+    return [(d.code, d.severity) for d in sink.items], sink.items
+
+
+# --- pure decisions ------------------------------------------------------------------------------
+
+def test_a_conforming_component_says_nothing():
+    c = contract(barriers={"hardcoded_ids": [3], "named": [{"name": "ready", "threads": 128}]},
+                 threads={"warps": 4, "uses_syncthreads": True})
+    assert diagnose(c, usage(barrier_ids=frozenset({0, 3, 15})), {"ready": 15})[0] == []
+
+
+def test_own_shared_memory_is_an_error():
+    codes, items = diagnose(contract(), usage(static_smem_bytes=512))
+    assert codes == [("PL140", "error")]
+    d = items[0]
+    assert "'bad' (bad.o) declares 512 bytes of __shared__ memory of its own" in d.message and "bad.json" in d.message
+    assert d.location.component == "bad" and d.location.pointer == "/smem" and d.related[0].file == "bad.o"
+
+
+def test_registers_over_the_contract_are_a_warning():
+    assert diagnose(contract(), usage(registers=40))[0] == [("PL141", "warning")]
+    assert diagnose(contract(registers={}), usage(registers=200))[0] == []  # no limit declared
+
+
+def test_undeclared_barrier_id_is_an_error():
+    c = contract(barriers={"hardcoded_ids": [3], "named": [{"name": "ready", "threads": 128}]})
+    codes, items = diagnose(c, usage(barrier_ids=frozenset({3, 5, 15})), {"ready": 15})
+    assert codes == [("PL142", "error")] and "uses named barrier id 5," in items[0].message
+
+
+def test_barrier_id_computed_at_run_time_is_a_warning():
+    assert diagnose(contract(), usage(computed_barrier_ids=True))[0] == [("PL142", "warning")]
+
+
+def test_syncthreads_needs_the_contract_to_say_so():
+    codes, items = diagnose(contract(), usage(barrier_ids=frozenset({0})))
+    assert codes == [("PL143", "error")] and items[0].location.pointer == "/threads"
+    assert diagnose(contract(threads={"warps": 4, "uses_syncthreads": True}), usage(barrier_ids=frozenset({0})))[0] == []
+
+
+def test_local_memory_and_calls_are_warnings():
+    assert diagnose(contract(), usage(local_bytes=1024))[0] == [("PL144", "warning")]
+    codes, items = diagnose(contract(), usage(callees=("_Z5twicef",)))
+    assert codes == [("PL145", "warning")] and "_Z5twicef" in items[0].message
+
+
+def test_sass_barriers():
+    sass = """
+        /*00e0*/                   BAR.SYNC.DEFER_BLOCKING 0x0 ;
+        /*00f0*/                   BAR.SYNC.DEFER_BLOCKING 0x3, 0x80 ;
+        /*0100*/                   BAR.ARV 0x5, 0x40 ;
+        /*0170*/              @P1  BAR.RED.POPC.DEFER_BLOCKING 0x7, 0x80, P0 ;
+        /*0240*/                   BAR.RED.AND.DEFER_BLOCKING 0x0, P0 ;
+        /*0250*/                   WARPSYNC.ALL ;
+    """
+    assert sass_barriers(sass) == (frozenset({0, 3, 5, 7}), False)
+    assert sass_barriers("BAR.SYNC.DEFER_BLOCKING R0, 0x80 ;") == (frozenset(), True)
+
+
+def test_probe_plan_gives_named_barriers_the_highest_free_ids():
+    c = contract(barriers={"hardcoded_ids": [15, 1], "named": [{"name": "a", "threads": 128},
+                                                                {"name": "b", "threads": 64}]},
+                 geometry={"consumes": {"T": {"min": 5, "multiple_of": 4}}})
+    plan = probe_plan(c)
+    assert plan.barrier_ids == {"a": 14, "b": 13}
+    assert "pl_bad__geom__T = 8;" in plan.source and "bad(tile, x, n);" in plan.source
+
+
+@pytest.mark.parametrize("rng,value", [(ParamRange(default=32, min=1), 32), (ParamRange(min=5, multiple_of=4), 8),
+                                       (ParamRange(one_of=(64, 16), max=32), 16), (ParamRange(min=5, max=6,
+                                                                                              multiple_of=4), None)])
+def test_probe_value(rng, value):
+    assert probe_value(rng) == value
+
+
+# --- a real component that breaks every rule -----------------------------------------------------
+
+@pytest.fixture(scope="module")
+def bad_check(tmp_path_factory):
+    d = tmp_path_factory.mktemp("bad")
+    (d / "bad.json").write_text(json.dumps(BAD_CONTRACT))
+    (d / "bad.cu").write_text(BAD_SOURCE)
+    obj = d / "bad.o"
+    assert main(["build", str(d / "bad.cu"), "--contract", str(d / "bad.json"), "-o", str(obj)]) == 0
+    sink = DiagnosticSink()
+    collect([str(obj)], sink)
+    return obj, {(d.code, d.severity): d for d in sink.items}, sink
+
+
+def _named(d, obj):
+    return "'bad'" in d.message and str(obj) in d.message and d.location.component == "bad" and \
+        d.related[0].file == str(obj)
+
+
+def test_check_finds_own_shared_memory(bad_check):
+    obj, found, _ = bad_check
+    d = found[("PL140", "error")]
+    assert _named(d, obj) and "512 bytes" in d.message
+
+
+def test_check_finds_registers_over_the_contract(bad_check):
+    obj, found, _ = bad_check
+    assert _named(found[("PL141", "warning")], obj)
+
+
+def test_check_finds_an_undeclared_barrier_id(bad_check):
+    obj, found, _ = bad_check
+    d = found[("PL142", "error")]
+    assert _named(d, obj) and "barrier id 5," in d.message
+
+
+def test_check_finds_undeclared_syncthreads(bad_check):
+    obj, found, _ = bad_check
+    assert _named(found[("PL143", "error")], obj)
+
+
+def test_check_finds_local_memory(bad_check):
+    obj, found, _ = bad_check
+    assert _named(found[("PL144", "warning")], obj)
+
+
+def test_check_finds_a_call_left_after_lto(bad_check):
+    obj, found, _ = bad_check
+    d = found[("PL145", "warning")]
+    assert _named(d, obj) and "_Z5twicef" in d.message
+
+
+def test_check_of_the_bad_component_exits_1(bad_check, capsys):
+    obj, found, sink = bad_check
+    assert len(sink.items) == 6 and int(sink.exit_code()) == 1
+    assert main(["check", str(obj)]) == 1
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_shipped_components_conform(shipped_objects):
+    for path in shipped_objects.values():  # one at a time: not every pair of them may share a kernel
+        sink = DiagnosticSink()
+        collect([str(path)], sink)
+        assert sink.items == [], [d.render() for d in sink.items]
