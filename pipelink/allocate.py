@@ -77,7 +77,9 @@ class Allocation:
     block_warps: int = 0
     registers: int | None = None
     steps: dict[str, int] = field(default_factory=dict)  # component -> its step (sequential schedule)
-    group_begin: dict[str, int] = field(default_factory=dict)        # role group -> first warp
+    group_begin: dict[str, int] = field(default_factory=dict)        # role group -> first warp (instance 0)
+    copies: dict[str, int] = field(default_factory=dict)             # component -> copies of its resources
+    smem_stride: dict[tuple[str, str], int] = field(default_factory=dict)  # (component, buffer/mbarrier) -> copy stride
     group_registers: dict[str, int] = field(default_factory=dict)    # role group -> registers per thread
     entry_registers: int | None = None   # role-structured: what each thread gets at entry (launch bounds)
     arena_align: int = ARENA_ALIGN       # the arena's base alignment the buffers need
@@ -90,10 +92,11 @@ class Allocation:
 def allocate(r: Resolved, arch: str, sink: DiagnosticSink) -> Allocation | None:
     target = TARGETS[arch]
     steps = _steps(r)
-    items = _smem_items(r, steps)
+    copies = {c.name: (r.roles.copies(c.contract) if r.roles is not None else 1) for c in r.components}
+    items, strides = _smem_items(r, steps, copies)
     placed = pack(items)
     total = _round_up(max((p.end for p in placed), default=0), ARENA_ALIGN)
-    alloc = Allocation(placed, total, steps=steps)
+    alloc = Allocation(placed, total, steps=steps, copies=copies, smem_stride=strides)
     for p in placed:
         kind, rest = p.item.key.split(" ", 1)
         if kind == "buffer":
@@ -133,17 +136,24 @@ def _steps(r: Resolved) -> dict[str, int]:
     return {name: 2 * k + 1 for k, name in enumerate(r.order)}
 
 
-def _smem_items(r: Resolved, steps: dict[str, int]) -> list[SmemItem]:
+def _smem_items(r: Resolved, steps: dict[str, int], copies: dict[str, int]):
+    """Every item of the arena; a component with several copies (one per instance of its role) gets
+    each buffer and mbarrier array that many times, `stride` bytes apart."""
     ws = r.schedule == "warp_specialized"
-    items = []
+    items, strides = [], {}
     for c in r.components:
+        n = copies[c.name]
         for b in c.contract.buffers:
             size = b.bytes.evaluate(r.geometry)
+            strides[(c.name, b.name)] = _round_up(size, b.align) if n > 1 else 0
             life = (Lifetime(frozenset({steps[c.name]}), c.name, b.phase) if b.lifetime == "scratch"
                     else Lifetime(None))
-            items.append(SmemItem(f"buffer {c.name}.{b.name}", "buffer", c.name, size, b.align, life))
+            items.append(SmemItem(f"buffer {c.name}.{b.name}", "buffer", c.name,
+                                  size + (n - 1) * strides[(c.name, b.name)], b.align, life))
         for m in c.contract.barriers.mbarriers:
-            items.append(SmemItem(f"mbarrier {c.name}.{m.name}", "mbarrier", c.name, 8 * m.count, 8, Lifetime(None)))
+            strides[(c.name, m.name)] = 8 * m.count if n > 1 else 0
+            items.append(SmemItem(f"mbarrier {c.name}.{m.name}", "mbarrier", c.name, 8 * m.count * n, 8,
+                                  Lifetime(None)))
     readers: dict[tuple[str, str], set[int]] = {}
     copies = set()
     for w in r.wires:
@@ -172,7 +182,7 @@ def _smem_items(r: Resolved, steps: dict[str, int]) -> list[SmemItem]:
         if w.kind == "ring":
             for which in ("full", "empty"):
                 items.append(SmemItem(f"ring {w} {which}", "mbarrier", w.producer, 8 * w.stages, 8, Lifetime(None)))
-    return items
+    return items, strides
 
 
 def _port_bytes(p, geometry) -> int:
@@ -223,12 +233,16 @@ def _barrier_ids(r: Resolved, alloc: Allocation, count: int, sink: DiagnosticSin
             alloc.hardcoded_ids.setdefault(bid, c.name)  # clashes: PL045 in check
     free = [i for i in range(1, count) if i not in alloc.hardcoded_ids]
     wanted = [(c, b) for c in r.components for b in c.contract.barriers.named]
-    if len(wanted) > len(free):
-        sink.error("PL044", f"{len(wanted)} named barriers to assign but only {len(free)} ids are free "
+    needed = sum(alloc.copies.get(c.name, 1) for c, _ in wanted)
+    if needed > len(free):
+        sink.error("PL044", f"{needed} named barrier ids to assign but only {len(free)} are free "
                    f"({len(alloc.hardcoded_ids)} hard-coded)", r.components[0].contract.at("/barriers"))
         return
-    for (c, b), bid in zip(wanted, free):
-        alloc.barrier_id[(c.name, b.name)] = bid
+    for c, b in wanted:  # a component with copies gets consecutive ids, one per copy
+        n = alloc.copies.get(c.name, 1)
+        start = next(k for k in range(len(free) - n + 1) if free[k + n - 1] - free[k] == n - 1) if n > 1 else 0
+        alloc.barrier_id[(c.name, b.name)] = free[start]
+        del free[start:start + n]
 
 
 def _warps(r: Resolved, alloc: Allocation, sink: DiagnosticSink) -> None:
@@ -267,7 +281,7 @@ def _role_warps(r: Resolved, alloc: Allocation, sink: DiagnosticSink) -> None:
         alloc.group_begin[g.name] = begin
         for m in g.members:
             alloc.role_begin[(m.component, m.role)] = begin
-        cursor = begin + g.warps
+        cursor = begin + g.warps * g.instances
     alloc.block_warps = cursor
     for c in r.components:
         begins = [alloc.role_begin[(c.name, role.name)] for role in c.contract.threads.roles]
@@ -279,7 +293,7 @@ def _role_warps(r: Resolved, alloc: Allocation, sink: DiagnosticSink) -> None:
                            f"roles must be contiguous from warp {begins[0]}", c.contract.at(role.pointer_path),
                            hint="a component whose roles join different groups cannot keep one warp range")
                 break
-            expected += role.warps
+            expected += role.warps * role.instances
 
 
 def _role_registers(r: Resolved, alloc: Allocation, target, sink: DiagnosticSink) -> None:
@@ -293,8 +307,8 @@ def _role_registers(r: Resolved, alloc: Allocation, target, sink: DiagnosticSink
     for g in r.roles.groups:
         regs = g.setmaxnreg or entry
         alloc.group_registers[g.name] = regs
-        total += 32 * g.warps * regs
-        parts.append(f"{g.name} {g.warps} warps x {regs}")
+        total += 32 * g.warps * g.instances * regs
+        parts.append(f"{g.name} {g.warps * g.instances} warps x {regs}")
         for m in g.members:
             c = r.component(m.component).contract
             if c.max_registers and c.max_registers > regs:

@@ -111,6 +111,11 @@ def probe_plan(c: Contract) -> Probe:
     for name, bid in ids.items():
         values[f"{p}bar__{name}"] = bid
 
+    if c.entries:  # alone, every role runs once and the component has one copy of its resources
+        values.update({f"{p}role_instances__{role.name}": 1 for role in c.threads.roles})
+        values[f"{p}copies"] = 1
+        values.update({f"{p}smem_stride__{b.name}": 0 for b in c.buffers})
+        values.update({f"{p}mbar_stride__{m.name}": 0 for m in c.barriers.mbarriers})
     types = constant_symbols(c)
     assert set(types) == set(values), set(types) ^ set(values)
     if c.entries:

@@ -36,6 +36,14 @@ def constant_values(r: Resolved, a: Allocation) -> dict[str, int]:
             values[f"{p}mbar__{m.name}"] = a.mbar_offset[(c.name, m.name)]
         for g in c.geometry.consumes:
             values[f"{p}geom__{g}"] = r.geometry[g]
+        if c.entries:
+            for role in c.threads.roles:
+                values[f"{p}role_instances__{role.name}"] = r.roles.group_of(c.name, role.name).instances
+            values[f"{p}copies"] = a.copies[c.name]
+            for b in c.buffers:
+                values[f"{p}smem_stride__{b.name}"] = a.smem_stride[(c.name, b.name)]
+            for m in c.barriers.mbarriers:
+                values[f"{p}mbar_stride__{m.name}"] = a.smem_stride[(c.name, m.name)]
         assert set(constant_symbols(c)) <= values.keys()
     return values
 
@@ -105,14 +113,18 @@ def _kernel(r: Resolved, a: Allocation) -> list[str]:
     return out + body + ["}"]
 
 
-def _tile_loop(r: Resolved, indent: str, stages: int) -> list[str]:
-    """The loop over this CTA's tiles, setting `tile` (coordinates in the sequence's order)."""
+def _tile_loop(r: Resolved, indent: str, stages: int, first: str = "0", step: int = 1) -> list[str]:
+    """The loop over this CTA's tiles, setting `tile` (coordinates in the sequence's order); with
+    `step`, only the CTA's tiles first, first + step, ... of a grid-stride walk."""
     if r.tiles.distribution == "queue":  # rejected in resolve (PL078) until the event scheduler exists
         raise ValueError("the queue distribution needs the event scheduler")
     if r.tiles.distribution == "blocked":
         head = [f"{indent}const int chunk = (num_tiles + gridDim.x - 1) / gridDim.x;",
                 f"{indent}const int first = blockIdx.x * chunk, last = min(num_tiles, first + chunk);",
                 f"{indent}for (int t = first, it = 0; t < last; ++t, ++it) {{"]
+    elif step > 1:
+        head = [f"{indent}for (int t = blockIdx.x + {first} * gridDim.x, it = {first}; t < num_tiles; "
+                f"t += {step} * gridDim.x, it += {step}) {{"]
     else:  # grid_stride
         head = [f"{indent}for (int t = blockIdx.x, it = 0; t < num_tiles; t += gridDim.x, ++it) {{"]
     stage = f"it % {stages}" if stages > 1 else "0"
@@ -177,10 +189,11 @@ def _role_structured(r: Resolved, a: Allocation) -> list[str]:
         out += [f"  {e.symbol}({args(comp, e)});  // {comp}.{e.name}" for comp, e in plan.init]
     out += ["  __syncthreads();", "  const unsigned warp = threadIdx.x / 32;"]
     for g in plan.groups:
-        begin = a.group_begin[g.name]
+        begin, end = a.group_begin[g.name], a.group_begin[g.name] + g.warps * g.instances
         lower = f"warp >= {begin}u && " if begin else ""
         roles = ", ".join(f"{m.component}.{m.role}" for m in g.members)
-        out.append(f"  if ({lower}warp < {begin + g.warps}u) {{  // warps {begin}-{begin + g.warps - 1}: {roles}")
+        copies = f" ({g.instances} instances of {g.warps} warps)" if g.instances > 1 else ""
+        out.append(f"  if ({lower}warp < {end}u) {{  // warps {begin}-{end - 1}: {roles}{copies}")
         regs = a.group_registers[g.name]
         if g.setmaxnreg is not None and regs != a.entry_registers:
             verb = "inc" if regs > a.entry_registers else "dec"
@@ -189,8 +202,14 @@ def _role_structured(r: Resolved, a: Allocation) -> list[str]:
         per_cta = [(m.component, e) for m in g.members for e in m.entries if e.invocation == "per_cta"]
         per_tile = [(m.component, e) for m in g.members for e in m.entries if e.invocation == "per_tile"]
         out += [f"    {e.symbol}({args(comp, e)});  // {comp}.{e.name}" for comp, e in per_cta]
-        if per_tile:
+        if per_tile and g.instances > 1:
+            # Instance k takes this CTA's tiles k, k + instances, ...: `it` still counts the CTA's tiles,
+            # so a pipeline shared with a role of one instance stays in step.
+            out.append(f"    const int pl_instance = (int)(warp - {begin}u) / {g.warps};")
+            out += _tile_loop(r, "    ", 1, first="pl_instance", step=g.instances)
+        elif per_tile:
             out += _tile_loop(r, "    ", 1)
+        if per_tile:
             made = {f for f in plan.fragments for m in g.members if (f.producer, f.role) == (m.component, m.role)}
             for f in sorted(made, key=lambda f: (f.producer, f.out_port)):
                 out.append(f"      {f.ctype} {frag_name(f)}[{f.elements}];  // {f.producer}.{f.out_port} -> "

@@ -30,6 +30,11 @@ def constant_symbols(c: Contract) -> dict[str, str]:
     syms.update({f"{p}bar__{b.name}": "unsigned" for b in c.barriers.named})
     syms.update({f"{p}mbar__{b.name}": "unsigned" for b in c.barriers.mbarriers})
     syms.update({f"{p}geom__{g}": "int" for g in c.geometry.consumes})
+    if c.entries:  # role-structured: instances of roles, copies of the component's own resources
+        syms.update({f"{p}role_instances__{r.name}": "unsigned" for r in c.threads.roles})
+        syms[f"{p}copies"] = "unsigned"
+        syms.update({f"{p}smem_stride__{b.name}": "unsigned" for b in c.buffers})
+        syms.update({f"{p}mbar_stride__{b.name}": "unsigned" for b in c.barriers.mbarriers})
     return syms
 
 
@@ -96,22 +101,39 @@ def generate_header(c: Contract) -> str:
                 f"__device__ __forceinline__ unsigned THREADS() {{ return 32u * ({w}); }}"]
     else:
         out += [f"constexpr unsigned WARPS = {c.threads.warps};", f"constexpr unsigned THREADS = {c.threads.count};"]
-    out += [
-            f"__device__ __forceinline__ unsigned warp_begin() {{ return {p}warp_begin; }}",
-            "__device__ __forceinline__ unsigned warp_rank() { return pl::warp_index() - warp_begin(); }",
+    warps_c = c.threads.warps_expr.to_c(g) if c.threads.warps_expr is not None else str(c.threads.warps)
+    if c.entries:
+        # A component whose role runs several times (instances) has one copy of its buffers and
+        # barriers per instance; copy() says which one the calling warp uses (0 when one copy).
+        out += ["// This warp's copy of the component's resources (the instance of its role it runs in).",
+                f"__device__ __forceinline__ unsigned copy() {{ return {p}copies > 1u ? "
+                f"(pl::warp_index() - {p}warp_begin) / ({warps_c}) : 0u; }}",
+                f"__device__ __forceinline__ unsigned warp_begin() {{ return {p}warp_begin + copy() * ({warps_c}); }}"]
+    else:
+        out.append(f"__device__ __forceinline__ unsigned warp_begin() {{ return {p}warp_begin; }}")
+    out += ["__device__ __forceinline__ unsigned warp_rank() { return pl::warp_index() - warp_begin(); }",
             "__device__ __forceinline__ unsigned thread_rank() { return threadIdx.x - 32u * warp_begin(); }"]
     for r in c.threads.roles:
+        rw = r.warps_expr.to_c(g) if r.warps_expr is not None else str(r.warps)
         if r.warps_expr is not None:
-            out.append(f"__device__ __forceinline__ unsigned {r.name.upper()}_WARPS() {{ return {r.warps_expr.to_c(g)}; }}")
+            out.append(f"__device__ __forceinline__ unsigned {r.name.upper()}_WARPS() {{ return {rw}; }}")
         else:
             out.append(f"constexpr unsigned {r.name.upper()}_WARPS = {r.warps};")
-        out.append(f"__device__ __forceinline__ unsigned {r.name}_warp_begin() {{ return {p}role_begin__{r.name}; }}")
+        if c.entries:  # the calling warp's instance of the role, and that instance's first warp
+            out.append(f"__device__ __forceinline__ unsigned {r.name}_instance() {{ return "
+                       f"{p}role_instances__{r.name} > 1u ? (pl::warp_index() - {p}role_begin__{r.name}) / ({rw}) "
+                       ": 0u; }")
+            out.append(f"__device__ __forceinline__ unsigned {r.name}_warp_begin() {{ return "
+                       f"{p}role_begin__{r.name} + {r.name}_instance() * ({rw}); }}")
+        else:
+            out.append(f"__device__ __forceinline__ unsigned {r.name}_warp_begin() {{ return {p}role_begin__{r.name}; }}")
 
     if c.buffers:
         out += ["", "// Shared-memory buffers, placed by the linker."]
     for b in c.buffers:
+        copy = f" + copy() * {p}smem_stride__{b.name}" if c.entries else ""
         out.append(f"template <class T = unsigned char> __device__ __forceinline__ T* smem_{b.name}() "
-                   f"{{ return reinterpret_cast<T*>(pl::dynamic_smem() + {p}smem__{b.name}); }}")
+                   f"{{ return reinterpret_cast<T*>(pl::dynamic_smem() + {p}smem__{b.name}{copy}); }}")
         out.append(f"constexpr unsigned smem_{b.name}_align = {b.align};")
         if b.bytes.names <= set(c.geometry.provides):
             out.append(f"constexpr unsigned smem_{b.name}_bytes = {b.bytes.evaluate(c.geometry.provides)};")
@@ -156,14 +178,17 @@ def generate_header(c: Contract) -> str:
     if c.barriers.named or c.barriers.mbarriers:
         out += ["", "// Barriers: ids and mbarrier slots assigned by the linker."]
     for b in c.barriers.named:
-        out.append(f"__device__ __forceinline__ unsigned bar_{b.name}() {{ return {p}bar__{b.name}; }}")
+        bid = f"{p}bar__{b.name} + copy()" if c.entries else f"{p}bar__{b.name}"  # copies: consecutive ids
+        out.append(f"__device__ __forceinline__ unsigned bar_{b.name}() {{ return {bid}; }}")
         out.append(f"__device__ __forceinline__ void sync_{b.name}() "
-                   f"{{ pl::barrier_sync({p}bar__{b.name}, {b.threads.to_c(g)}); }}")
+                   f"{{ pl::barrier_sync(bar_{b.name}(), {b.threads.to_c(g)}); }}")
         out.append(f"__device__ __forceinline__ void arrive_{b.name}() "
-                   f"{{ pl::barrier_arrive({p}bar__{b.name}, {b.threads.to_c(g)}); }}")
+                   f"{{ pl::barrier_arrive(bar_{b.name}(), {b.threads.to_c(g)}); }}")
     for b in c.barriers.mbarriers:
+        copy = f" + copy() * {p}mbar_stride__{b.name}" if c.entries else ""
         out.append(f"__device__ __forceinline__ unsigned long long* mbar_{b.name}(int i = 0) "
-                   f"{{ return reinterpret_cast<unsigned long long*>(pl::dynamic_smem() + {p}mbar__{b.name}) + i; }}")
+                   f"{{ return reinterpret_cast<unsigned long long*>(pl::dynamic_smem() + {p}mbar__{b.name}{copy})"
+                   " + i; }")
 
     out += ["", f"}} }}  // namespace pl::{c.name}", "",
             "// The component's own namespace under a fixed name, so one source can serve several contracts.",

@@ -301,10 +301,12 @@ class _SemanticCheck:
                       for i, r in enumerate(roles_raw)]
         if warps is None or any(w is None for w, _ in role_warps):
             return None
-        total = sum(w for w, _ in role_warps)
+        copies = [r.get("instances", 1) for r in roles_raw]
+        total = sum(w * n for (w, _), n in zip(role_warps, copies))
         if total != warps:
             self.error("PL023", f"threads.warps is {warps} but the roles add up to {total} "
-                       f"({' + '.join(str(w) for w, _ in role_warps)})", "/threads/warps")
+                       f"({' + '.join(str(w) if n == 1 else f'{n} x {w}' for (w, _), n in zip(role_warps, copies))})",
+                       "/threads/warps")
         roles = []
         has_setmaxnreg_target = any(TARGETS[a].setmaxnreg for a in targets.archs if a in TARGETS)
         for i, (r, (rw, rexpr)) in enumerate(zip(roles_raw, role_warps)):
@@ -320,7 +322,11 @@ class _SemanticCheck:
                     self.error("PL025", f"role '{r['name']}' uses setmaxnreg but no target supports it "
                                f"(targets: {', '.join(targets.archs)})", f"{ptr}/setmaxnreg",
                                hint="add sm_90a to targets.archs and build with -arch=sm_90a")
-            roles.append(Role(r["name"], rw, bool(r.get("warpgroup_aligned") or nreg is not None), nreg, ptr, rexpr))
+            if r.get("instances", 1) > 1 and not self.raw.get("entries"):
+                self.error("PL101", f"role '{r['name']}' has instances, which only the `entries` form runs",
+                           f"{ptr}/instances")
+            roles.append(Role(r["name"], rw, bool(r.get("warpgroup_aligned") or nreg is not None), nreg, ptr, rexpr,
+                              r.get("instances", 1)))
         return Threads(warps, tuple(roles), raw.get("uses_syncthreads", False), warps_expr)
 
     def geometry(self, raw: dict, entry: Entry) -> Geometry:

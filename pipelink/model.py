@@ -146,6 +146,7 @@ class Role:
     setmaxnreg: int | None
     pointer_path: str
     warps_expr: Expr | None = None  # warps given over geometry: `warps` is its value for the defaults
+    instances: int = 1              # copies of the role on consecutive warps, taking tiles round-robin
 
 
 @dataclass(frozen=True)

@@ -132,6 +132,12 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
     if role_structured and not sink.has_errors:
         from .roles import plan_roles
         roles = plan_roles(comps, wires, sink)
+        if roles is not None and tiles is not None and tiles[0].distribution != "grid_stride":
+            for g in roles.groups:
+                if g.instances > 1:
+                    sink.error("PL078", f"role '{g.name}' runs {g.instances} instances, which take a grid-stride walk's "
+                               f"tiles in turn; the tile sequence is {tiles[0].distribution}",
+                               r_at(comps, g.members[0].component))
     if sink.has_errors or tiles is None or order is None:
         return None
     shapes = {p.name for p in params if not p.pointer and p.dtype in INTEGER_DTYPES}
@@ -147,6 +153,10 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
     return Resolved(spec.name, comps, order, wires, geometry, schedule, tiles[0], tiles[1], params, events,
                     spec.dispatch, spec.debug_events, dict(spec.specialize), roles,
                     tuple(list(cluster) + [1] * (3 - len(cluster))) if cluster else None)
+
+
+def r_at(comps, name: str):
+    return next(c for c in comps if c.name == name).contract.at("/threads/roles")
 
 
 def _role_structured_only(comps, schedule: str, spec: PipelineSpec, sink) -> None:

@@ -27,9 +27,10 @@ class RoleGroup:
     """Warps that run together: one component's role, and the roles that join it through fragments."""
 
     members: tuple[Member, ...]       # the owner first, then joiners in fragment order
-    warps: int
+    warps: int                        # per instance
     setmaxnreg: int | None            # the owner's (joiners may not ask for another)
     warpgroup_aligned: bool
+    instances: int = 1                # the owner's: copies on consecutive warps, tiles round-robin
 
     @property
     def name(self) -> str:
@@ -54,6 +55,17 @@ class RolePlan:
     init: tuple[tuple[str, EntryPoint], ...]    # (component, entry) run by every thread, in pipeline order
     groups: tuple[RoleGroup, ...]
     fragments: tuple[Fragment, ...]
+
+    def group_of(self, component: str, role: str) -> RoleGroup:
+        return next(g for g in self.groups if any((m.component, m.role) == (component, role) for m in g.members))
+
+    def copies(self, contract) -> int:
+        """How many copies of a component's own resources the link makes: a component whose one role
+        runs on an instanced group gets its buffers and barriers once per instance; others share."""
+        roles = contract.threads.roles
+        if len(roles) != 1:
+            return 1
+        return self.group_of(contract.name, roles[0].name).instances
 
 
 def plan_roles(components, wires, sink: DiagnosticSink) -> RolePlan | None:
@@ -114,12 +126,16 @@ def plan_roles(components, wires, sink: DiagnosticSink) -> RolePlan | None:
         head = next(r for r in by_name[comp].contract.threads.roles if r.name == role)
         for cname, rname in keys:
             r = next(x for x in by_name[cname].contract.threads.roles if x.name == rname)
+            if (cname, rname) != (comp, role) and r.instances != 1:
+                sink.error("PL103", f"role '{rname}' of '{cname}' declares instances but runs on the warps of "
+                           f"'{comp}.{role}', whose instances it takes", by_name[cname].contract.at(
+                               f"{r.pointer_path}/instances"))
             if (cname, rname) != (comp, role) and r.setmaxnreg is not None and r.setmaxnreg != head.setmaxnreg:
                 sink.error("PL100", f"role '{rname}' of '{cname}' asks setmaxnreg {r.setmaxnreg} but runs on the warps "
                            f"of '{comp}.{role}', which set {head.setmaxnreg}", by_name[cname].contract.at(
                                f"{r.pointer_path}/setmaxnreg"))
-        out.append(RoleGroup(tuple(members), head.warps, head.setmaxnreg,
-                             any(by_name[c].contract.threads.roles[[x.name for x in by_name[c].contract.threads.roles]
-                                                                   .index(r)].warpgroup_aligned for c, r in keys)))
+        aligned = any(next(x for x in by_name[c].contract.threads.roles if x.name == r).warpgroup_aligned
+                      for c, r in keys)
+        out.append(RoleGroup(tuple(members), head.warps, head.setmaxnreg, aligned, head.instances))
     init = tuple((c.name, e) for c in components for e in c.contract.entries if e.role == ALL_THREADS)
     return None if sink.has_errors else RolePlan(init, tuple(out), tuple(fragments))

@@ -55,7 +55,10 @@ def verify_cubin(cubin: bytes, r: Resolved, a: Allocation, arch: str, sink: Diag
         sink.error("PL073", f"static {info.static_smem_bytes} + dynamic {a.smem_bytes} bytes of shared memory "
                    f"exceed {target.smem_per_block}")
     expected = expected_barrier_count(a)
-    if info.num_barriers is not None and info.num_barriers > expected:
+    # A component with a copy per instance of its role picks its barrier id at run time (base +
+    # copy), so ptxas reserves every id: expected, and harmless at one block per SM.
+    runtime_ids = any(a.copies.get(c.name, 1) > 1 and c.contract.barriers.named for c in r.components)
+    if info.num_barriers is not None and info.num_barriers > expected and not runtime_ids:
         who = probes.blame(lambda c, u, ids: u.computed_barrier_ids or stray_barrier_ids(c, u, ids),
                            lambda c, u, ids: "computes an id at run time" if u.computed_barrier_ids else
                            "uses id " + ", ".join(map(str, stray_barrier_ids(c, u, ids))))
@@ -111,5 +114,5 @@ def _where(who, pointer: str):
 
 def expected_barrier_count(a: Allocation) -> int:
     """Highest barrier id the kernel may use, plus one (id 0 is __syncthreads)."""
-    ids = list(a.barrier_id.values()) + list(a.hardcoded_ids)
+    ids = [bid + a.copies.get(comp, 1) - 1 for (comp, _), bid in a.barrier_id.items()] + list(a.hardcoded_ids)
     return max(ids, default=0) + 1

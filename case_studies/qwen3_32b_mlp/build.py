@@ -31,10 +31,11 @@ from pipelink.pipeline import load_pipeline  # noqa: E402
 BUILD = HERE / "build"
 # component -> (source, contract): the mainloop team ships one source with a contract per tile shape.
 COMPONENTS = {
-    "hopper_gemm_128x256": "hopper_gemm", "hopper_gemm_64x128": "hopper_gemm",
+    "hopper_gemm_128x256": "hopper_gemm", "hopper_gemm_128x128": "hopper_gemm", "hopper_gemm_64x128": "hopper_gemm",
     "epi_store_bf16": "epi_store_bf16", "epi_swiglu": "epi_swiglu", "epi_bias_residual": "epi_bias_residual",
 }
-KERNELS = ["swiglu_128x256", "swiglu_64x128", "plain_128x256", "plain_64x128", "residual_128x256", "residual_64x128"]
+TILES = ("128x256", "128x128", "64x128")
+KERNELS = [f"{kind}_{tile}" for kind in ("swiglu", "plain", "residual") for tile in TILES]
 
 
 def fail(sink: DiagnosticSink) -> None:

@@ -25,7 +25,14 @@ from pipelink.launch import Kernel  # noqa: E402
 
 HIDDEN, INTER = 5120, 25600
 MS = (16, 128, 1024, 2048, 4096, 8192)
-SMALL_M = 64  # at or below: the 64x128 mainloop (more tiles to spread the weight stream over the SMs)
+TILES = ("128x256", "128x128", "64x128")
+
+
+def tile_for(M: int) -> str:
+    """The mainloop a user links for M tokens (fixed before the timed run): 64x128 tiles spread few
+    rows' weight stream over more CTAs; from 128 rows on, ping-pong 128x128 tiles overlap each
+    warpgroup's epilogue with the other's MMAs."""
+    return "64x128" if M <= 64 else "128x128"
 
 
 def load(name: str) -> Kernel:
@@ -84,8 +91,7 @@ def main() -> None:
     dev = torch.device("cuda")
     seed = int(time.time())
     torch.manual_seed(seed)
-    kernels = {n: load(n) for n in ("swiglu_128x256", "swiglu_64x128", "plain_128x256", "plain_64x128",
-                                    "residual_128x256", "residual_64x128")}
+    kernels = {f"{k}_{t}": load(f"{k}_{t}") for k in ("swiglu", "plain", "residual") for t in TILES}
     # Weights scaled like a trained layer's: outputs of order 1.
     w_gate = (torch.randn(INTER, HIDDEN, device=dev) / HIDDEN ** 0.5).bfloat16()
     w_up = (torch.randn(INTER, HIDDEN, device=dev) / HIDDEN ** 0.5).bfloat16()
@@ -105,17 +111,17 @@ def main() -> None:
         x = torch.randn(M, HIDDEN, device=dev).bfloat16()
         h_in = (torch.randn(M, INTER, device=dev)).bfloat16()
         resid = torch.randn(M, HIDDEN, device=dev).bfloat16()
-        tile = "64x128" if M <= SMALL_M else "128x256"
+        tile = tile_for(M)
         h = torch.empty(M, INTER, device=dev, dtype=torch.bfloat16)
         d = torch.empty(M, 2 * INTER, device=dev, dtype=torch.bfloat16)
         y = torch.empty(M, HIDDEN, device=dev, dtype=torch.bfloat16)
         yd = torch.empty(M, HIDDEN, device=dev, dtype=torch.bfloat16)
         N1, N2 = 2 * INTER, HIDDEN
-        fused = {t: kernels[f"swiglu_{t}"].prepare(a=x, b=w_gu_il, M=M, N=N1, K=HIDDEN, h=h) for t in ("128x256", "64x128")}
-        plain = {t: kernels[f"plain_{t}"].prepare(a=x, b=w_gu_il, M=M, N=N1, K=HIDDEN, d=d) for t in ("128x256", "64x128")}
-        plain_down = {t: kernels[f"plain_{t}"].prepare(a=h_in, b=w_down, M=M, N=N2, K=INTER, d=yd) for t in ("128x256", "64x128")}
+        fused = {t: kernels[f"swiglu_{t}"].prepare(a=x, b=w_gu_il, M=M, N=N1, K=HIDDEN, h=h) for t in TILES}
+        plain = {t: kernels[f"plain_{t}"].prepare(a=x, b=w_gu_il, M=M, N=N1, K=HIDDEN, d=d) for t in TILES}
+        plain_down = {t: kernels[f"plain_{t}"].prepare(a=h_in, b=w_down, M=M, N=N2, K=INTER, d=yd) for t in TILES}
         resid_k = {t: kernels[f"residual_{t}"].prepare(a=h_in, b=w_down, M=M, N=N2, K=INTER, y=y, bias=bias,
-                                                       residual=resid) for t in ("128x256", "64x128")}
+                                                       residual=resid) for t in TILES}
         # Correctness against fp32 (outputs poisoned first, fresh inputs per run).
         with torch.no_grad():
             gu_ref = x.float() @ w_gu.float().T
@@ -124,7 +130,7 @@ def main() -> None:
             y_ref = h_in.float() @ w_down.float().T + bias.float() + resid.float()
             yd_ref = h_in.float() @ w_down.float().T
         errs = {}
-        for t in ("128x256", "64x128"):
+        for t in TILES:
             for out, run, ref, name in ((h, fused[t], h_ref, f"swiglu_{t}"), (d, plain[t], d_ref, f"plain_{t}"),
                                         (y, resid_k[t], y_ref, f"residual_{t}"), (yd, plain_down[t], yd_ref, f"plain_down_{t}")):
                 out.fill_(float("nan"))
@@ -136,8 +142,9 @@ def main() -> None:
         yc = torch.empty(M, HIDDEN, device=dev, dtype=torch.bfloat16)
         fns = {
             "pipelink_swiglu": fused[tile].launch,
-            "pipelink_swiglu_128x256": fused["128x256"].launch,
-            "pipelink_swiglu_64x128": fused["64x128"].launch,
+            **{f"pipelink_swiglu_{t}": fused[t].launch for t in TILES if t != tile},
+            **{f"pipelink_plain_gemm_{t}": plain[t].launch for t in TILES if t != tile},
+            **{f"pipelink_plain_down_gemm_{t}": plain_down[t].launch for t in TILES if t != tile},
             "cublas_eager_act": lambda: act(torch.matmul(x, w_gu.T, out=gu)),
             "cublas_compiled_act": lambda: act_compiled(torch.matmul(x, w_gu.T, out=gu)),
             "cublas_gemm": lambda: torch.matmul(x, w_gu.T, out=gu),

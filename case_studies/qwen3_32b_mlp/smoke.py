@@ -39,7 +39,7 @@ def watched(what: str, step, seconds: float = 10.0) -> None:
 
 SHAPES = [(64, 128, 64, 1), (128, 256, 64, 1), (128, 256, 512, None), (300, 1000, 640, 1), (300, 1000, 640, None),
           (16, 4096, 1024, None)]
-CASES = [(tile, kind, *shape) for tile in ("64x128", "128x256") for kind in ("plain", "swiglu", "residual")
+CASES = [(tile, kind, *shape) for tile in ("64x128", "128x256", "128x128") for kind in ("plain", "swiglu", "residual")
          for shape in SHAPES]
 
 

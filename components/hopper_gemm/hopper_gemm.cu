@@ -4,7 +4,8 @@
 // as three entries the linker's glue calls: `init` on every thread, then `load` on the producer
 // warpgroup and `mma` on the consumer warpgroups, once per output tile of this CTA. The
 // accumulator tile stays in the consumer's registers (port `acc`) for whichever epilogue the
-// link puts after it. One source, several contracts: each contract fixes the tile shape.
+// link puts after it. One source, several contracts: each contract fixes the tile shape, the consumer
+// warpgroups per tile (MMA_WARPGROUPS) and how many consumer instances take tiles in turn.
 #define NDEBUG  // CUTLASS's pipelines carry `brkpt` debug checks otherwise
 #include PIPELINK_HEADER
 #include <cute/tensor.hpp>
@@ -16,8 +17,9 @@ namespace self = pl_component;
 
 using Element = cutlass::bfloat16_t;
 using TileShape = Shape<Int<self::TILE_M>, Int<self::TILE_N>, Int<self::TILE_K>>;
-// Two consumer warpgroups split a 128-row tile (cooperative); one takes a 64-row tile alone.
-using Schedule = cute::conditional_t<(self::TILE_M >= 128), cutlass::gemm::KernelTmaWarpSpecializedCooperative,
+// Two consumer warpgroups split one tile (cooperative), or one warpgroup computes a whole tile (a
+// contract may run that role twice, the instances taking alternate tiles: ping-pong).
+using Schedule = cute::conditional_t<(self::MMA_WARPGROUPS == 2), cutlass::gemm::KernelTmaWarpSpecializedCooperative,
                                      cutlass::gemm::KernelTmaWarpSpecialized>;
 using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
     cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
@@ -104,7 +106,7 @@ extern "C" __device__ void hgemm_mma(pl::Tile tile, float* acc, int K) {
   Tensor accum = make_tensor(make_rmem_ptr<float>(acc), frag.layout());
   Mainloop mainloop;
   typename Mainloop::Params unused{};  // mma() reads shared memory only; its Params hold the TMA descriptors
-  const int thread = threadIdx.x - 32 * self::consumer_warp_begin();
+  const int thread = threadIdx.x - 32 * self::consumer_warp_begin();  // in this instance of the role
   mainloop.mma(pipeline, state, accum, k_tiles, thread, *self::smem_tensors<typename Mainloop::TensorStorage>(), unused);
   mainloop.mma_tail(pipeline, state, k_tiles);
 }
