@@ -79,6 +79,7 @@ class Allocation:
     steps: dict[str, int] = field(default_factory=dict)  # component -> its step (sequential schedule)
     group_begin: dict[str, int] = field(default_factory=dict)        # role group -> first warp (instance 0)
     copies: dict[str, int] = field(default_factory=dict)             # component -> copies of its resources
+    turn_mbar: dict[str, int] = field(default_factory=dict)          # instanced role group -> its turn mbarriers
     smem_stride: dict[tuple[str, str], int] = field(default_factory=dict)  # (component, buffer/mbarrier) -> copy stride
     group_registers: dict[str, int] = field(default_factory=dict)    # role group -> registers per thread
     entry_registers: int | None = None   # role-structured: what each thread gets at entry (launch bounds)
@@ -102,6 +103,8 @@ def allocate(r: Resolved, arch: str, sink: DiagnosticSink) -> Allocation | None:
         if kind == "buffer":
             comp, name = rest.split(".", 1)
             alloc.buffer_offset[(comp, name)] = p.offset
+        elif kind == "mbarrier" and rest.startswith("pl_glue.turn_"):
+            alloc.turn_mbar[rest[len("pl_glue.turn_"):]] = p.offset
         elif kind == "mbarrier":
             comp, name = rest.split(".", 1)
             alloc.mbar_offset[(comp, name)] = p.offset
@@ -178,6 +181,10 @@ def _smem_items(r: Resolved, steps: dict[str, int], copies: dict[str, int]):
                               Lifetime(frozenset({s - 1, s}))))
     if r.schedule == "persistent":  # the glue's own words: the wait verdict and the claimed task
         items.append(SmemItem("buffer pl_glue.flags", "buffer", "pl_glue", 16, 16, Lifetime(None)))
+    for g in (r.roles.groups if r.roles is not None else ()):
+        if g.instances > 1:  # one mbarrier per instance: whose turn it is on the owner's entries
+            items.append(SmemItem(f"mbarrier pl_glue.turn_{g.name}", "mbarrier", "pl_glue", 8 * g.instances, 8,
+                                  Lifetime(None)))
     for w in r.wires:
         if w.kind == "ring":
             for which in ("full", "empty"):

@@ -187,6 +187,13 @@ def _role_structured(r: Resolved, a: Allocation) -> list[str]:
     if plan.init:
         out.append("  // Every thread: the per-CTA entries that run before the roles split.")
         out += [f"  {e.symbol}({args(comp, e)});  // {comp}.{e.name}" for comp, e in plan.init]
+    turns = [(g, a.turn_mbar[g.name]) for g in plan.groups if g.instances > 1]
+    if turns:
+        out.append("  if (threadIdx.x == 0) {  // turn mbarriers: instances of a role take the owner's entries in order")
+        for g, off in turns:
+            out += [f"    pl::glue::mbarrier_init({off + 8 * k}u, {32 * g.warps}u);  // {g.name} turn[{k}]"
+                    for k in range(g.instances)]
+        out += ["    pl::glue::mbarrier_init_fence();", "  }"]
     out += ["  __syncthreads();", "  const unsigned warp = threadIdx.x / 32;"]
     for g in plan.groups:
         begin, end = a.group_begin[g.name], a.group_begin[g.name] + g.warps * g.instances
@@ -214,7 +221,18 @@ def _role_structured(r: Resolved, a: Allocation) -> list[str]:
             for f in sorted(made, key=lambda f: (f.producer, f.out_port)):
                 out.append(f"      {f.ctype} {frag_name(f)}[{f.elements}];  // {f.producer}.{f.out_port} -> "
                            f"{f.consumer}.{f.in_port}, in registers")
-            out += [f"      {e.symbol}({args(comp, e)});  // {comp}.{e.name}" for comp, e in per_tile]
+            calls = [f"      {e.symbol}({args(comp, e)});  // {comp}.{e.name}" for comp, e in per_tile]
+            if g.instances > 1:
+                # Instances run the owner's entries (the mainloop) one after another in tile order, and
+                # their joiners' entries (the epilogue) while the next instance runs the owner's: a
+                # pipeline shared by the instances is then waited on at most one phase ahead.
+                owner = sum(1 for comp, _ in per_tile if comp == g.members[0].component)
+                off, n = a.turn_mbar[g.name], g.instances
+                calls.insert(0, f"      if (it > 0) pl::glue::mbarrier_wait({off}u + 8u * pl_instance, "
+                                f"(unsigned)((it / {n} - (pl_instance == 0)) & 1));  // this instance's turn")
+                calls.insert(owner + 1, f"      pl::glue::mbarrier_arrive({off}u + 8u * ((pl_instance + 1) % {n}));"
+                                        "  // the next instance's turn")
+            out += calls
             out.append("    }")
         out += ["    return;", "  }"]
     return out

@@ -67,6 +67,22 @@ def time_alternating(fns: dict, rounds: int, warmup: int = 3) -> dict[str, list[
     return samples
 
 
+def watched(what: str, step, failures: list, seconds: float = 20.0) -> bool:
+    """Run `step` (a launch) and wait for it; a launch still running after `seconds` is a hang: report
+    it and end the process (the context cannot be recovered)."""
+    step()
+    done = torch.cuda.Event()
+    done.record()
+    start = time.time()
+    while not done.query():
+        if time.time() - start > seconds:
+            print(f"HANG: {what} did not finish in {seconds} s", flush=True)
+            import os
+            os._exit(3)
+        time.sleep(0.0005)
+    return True
+
+
 def check(name: str, got: torch.Tensor, ref: torch.Tensor, failures: list) -> float:
     """Max error relative to the reference's scale; records a failure above bf16's reach."""
     got = got.float()
@@ -134,7 +150,7 @@ def main() -> None:
             for out, run, ref, name in ((h, fused[t], h_ref, f"swiglu_{t}"), (d, plain[t], d_ref, f"plain_{t}"),
                                         (y, resid_k[t], y_ref, f"residual_{t}"), (yd, plain_down[t], yd_ref, f"plain_down_{t}")):
                 out.fill_(float("nan"))
-                run.launch()
+                watched(f"M={M} {name}", run.launch, failures)
                 torch.cuda.synchronize()
                 errs[name] = check(f"M={M} {name}", out, ref, failures)
         del gu_ref, h_ref, d_ref, y_ref, yd_ref
@@ -172,14 +188,20 @@ def main() -> None:
               f" | err {max(errs.values()):.2e}", flush=True)
         del x, h_in, resid, h, d, y, yd, gu, yc
         torch.cuda.empty_cache()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    doc = {"date": time.strftime("%Y-%m-%d"), "device": torch.cuda.get_device_name(), "seed": seed,
-           "torch": torch.__version__, "rounds": args.rounds, "failures": failures, "results": results}
-    (out / "results.json").write_text(json.dumps(doc, indent=1) + "\n")
+        doc = save(args, seed, failures, results)  # after every shape: a run cut short keeps what it measured
     print("\n".join(failures) or "all outputs correct")
     print(summary(doc, HERE / "results" / "link_cost.json"))
     sys.exit(1 if failures else 0)
+
+
+def save(args, seed: int, failures: list, results: list) -> dict:
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    doc = {"date": time.strftime("%Y-%m-%d"), "device": torch.cuda.get_device_name(), "seed": seed,
+           "torch": torch.__version__, "rounds": args.rounds, "command": " ".join(sys.argv),
+           "failures": failures, "results": results}
+    (out / "results.json").write_text(json.dumps(doc, indent=1) + "\n")
+    return doc
 
 
 def summary(doc: dict, link_cost: Path) -> str:
