@@ -39,6 +39,10 @@ def manifest(r: Resolved, a: Allocation, arch: str, cubin: bytes, kernel_info=No
     }
     if r.specialize:
         doc["specialized"] = dict(sorted(r.specialize.items()))
+    if r.roles is not None:
+        # Every CTA walks its tiles alone (no events): as many CTAs as give each the same number of
+        # tiles, so no last round runs on a few CTAs while the rest idle.
+        doc["grid_policy"] = "balanced"
     if r.schedule == "persistent":
         _persistent_manifest(doc, r)
     if kernel_info is not None:

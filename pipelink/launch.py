@@ -717,8 +717,12 @@ class Kernel:
         return self._resident
 
     def grid_for(self, **shapes) -> int:
-        """Blocks for a persistent grid-stride launch: every tile, but no more than fit at once."""
-        return max(1, min(self.total_tiles(**shapes), self.resident_blocks()))
+        """Blocks for a persistent grid-stride launch: every tile, but no more than fit at once.
+        A kernel whose manifest asks for a balanced grid gets the fewest blocks that still need no
+        more rounds of tiles, so every block walks the same number of tiles."""
+        tiles = self.total_tiles(**shapes)
+        return max(1, balanced_grid(tiles, self.resident_blocks()) if self.manifest.get("grid_policy") == "balanced"
+                   else min(tiles, self.resident_blocks()))
 
     def shape_env(self, values: list) -> dict[str, int]:
         """Integer scalar arguments by name: what the tile expressions are evaluated over."""
@@ -813,6 +817,16 @@ class Kernel:
             raise LaunchError(what(), type(exc).__name__, str(exc)) from exc
         if err != drv.CUresult.CUDA_SUCCESS:
             raise LaunchError(what(), *_error_text(err))
+
+
+def balanced_grid(tiles: int, resident: int) -> int:
+    """Blocks for `tiles` tiles walked grid-stride by at most `resident` blocks at once: the rounds
+    (tiles per block) stay ceil(tiles / resident), and the blocks are as few as that allows (400
+    tiles on 132 SMs: 100 blocks of 4 tiles, not 4 blocks walking a fourth tile alone)."""
+    if tiles <= 0:
+        return 1
+    rounds = -(-tiles // resident)
+    return -(-tiles // rounds)
 
 
 def _param_slots(packed: list):

@@ -890,3 +890,14 @@ def test_load_refuses_a_manifest_written_for_another_cubin():
     m = dict(AXPY_MANIFEST, cubin_sha256=hashlib.sha256(b"another cubin").hexdigest())
     with pytest.raises(ValueError, match="written for another cubin"):
         Kernel.load(b"this cubin", m)
+
+
+def test_balanced_grid_keeps_the_rounds_and_evens_them_out():
+    from pipelink.launch import balanced_grid
+    assert balanced_grid(400, 132) == 100  # 4 rounds either way; 100 blocks of 4 tiles
+    assert balanced_grid(3200, 132) == 128  # 25 rounds
+    assert balanced_grid(132, 132) == 132 and balanced_grid(133, 132) == 67 and balanced_grid(5, 132) == 5
+    assert balanced_grid(0, 132) == 1
+    for tiles in range(1, 2000, 37):
+        g = balanced_grid(tiles, 132)
+        assert g <= 132 and -(-tiles // g) == -(-tiles // 132)

@@ -28,11 +28,15 @@ MS = (16, 128, 1024, 2048, 4096, 8192)
 TILES = ("128x256", "128x128", "64x128")
 
 
-def tile_for(M: int) -> str:
-    """The mainloop a user links for M tokens (fixed before the timed run): 64x128 tiles spread few
-    rows' weight stream over more CTAs; from 128 rows on, ping-pong 128x128 tiles overlap each
-    warpgroup's epilogue with the other's MMAs."""
-    return "64x128" if M <= 64 else "128x128"
+def tile_for(M: int, N: int) -> str:
+    """The mainloop a user links for an M x N output (a fixed rule, set from an earlier sweep of every
+    tile shape at every M, results/pingpong_run.json): few rows stream the weights best over many small
+    tiles or wide ones; many rows compute best on ping-pong 128x128 tiles, whose two warpgroups overlap
+    one's epilogue with the other's MMAs. The narrow down projection (N = 5120) has few 128-row tiles
+    up to M = 1024, so it stays on 64x128 tiles there."""
+    if N >= 16384:
+        return "64x128" if M <= 16 else "128x256" if M <= 128 else "128x128"
+    return "64x128" if M <= 1024 else "128x128"
 
 
 def load(name: str) -> Kernel:
@@ -127,7 +131,7 @@ def main() -> None:
         x = torch.randn(M, HIDDEN, device=dev).bfloat16()
         h_in = (torch.randn(M, INTER, device=dev)).bfloat16()
         resid = torch.randn(M, HIDDEN, device=dev).bfloat16()
-        tile = tile_for(M)
+        tile, tile_d = tile_for(M, 2 * INTER), tile_for(M, HIDDEN)
         h = torch.empty(M, INTER, device=dev, dtype=torch.bfloat16)
         d = torch.empty(M, 2 * INTER, device=dev, dtype=torch.bfloat16)
         y = torch.empty(M, HIDDEN, device=dev, dtype=torch.bfloat16)
@@ -160,22 +164,22 @@ def main() -> None:
             "pipelink_swiglu": fused[tile].launch,
             **{f"pipelink_swiglu_{t}": fused[t].launch for t in TILES if t != tile},
             **{f"pipelink_plain_gemm_{t}": plain[t].launch for t in TILES if t != tile},
-            **{f"pipelink_plain_down_gemm_{t}": plain_down[t].launch for t in TILES if t != tile},
+            **{f"pipelink_plain_down_gemm_{t}": plain_down[t].launch for t in TILES if t != tile_d},
             "cublas_eager_act": lambda: act(torch.matmul(x, w_gu.T, out=gu)),
             "cublas_compiled_act": lambda: act_compiled(torch.matmul(x, w_gu.T, out=gu)),
             "cublas_gemm": lambda: torch.matmul(x, w_gu.T, out=gu),
             "pipelink_plain_gemm": plain[tile].launch,
             "pipelink_plain_then_compiled_act": lambda: (plain[tile].launch(), act_il_compiled(d)),
-            "pipelink_residual": resid_k[tile].launch,
+            "pipelink_residual": resid_k[tile_d].launch,
             "cublas_linear_then_add": lambda: torch.add(F.linear(h_in, w_down, bias), resid, out=yc),
             "cublas_linear_then_compiled_add": lambda: add_compiled(F.linear(h_in, w_down, bias), resid),
             "cublas_down_gemm": lambda: torch.matmul(h_in, w_down.T, out=yc),
-            "pipelink_plain_down_gemm": plain_down[tile].launch,
+            "pipelink_plain_down_gemm": plain_down[tile_d].launch,
         }
         samples = time_alternating(fns, args.rounds)
         med = {k: statistics.median(v) for k, v in samples.items()}
         flops1, flops2 = 2 * M * N1 * HIDDEN, 2 * M * N2 * INTER
-        row = {"M": M, "tile": tile, "ms": med, "errors": errs,
+        row = {"M": M, "tile": tile, "down_tile": tile_d, "ms": med, "errors": errs,
                "tflops": {"pipelink_plain_gemm": flops1 / med["pipelink_plain_gemm"] / 1e9,
                           "cublas_gemm": flops1 / med["cublas_gemm"] / 1e9,
                           "pipelink_plain_down_gemm": flops2 / med["pipelink_plain_down_gemm"] / 1e9,
@@ -190,7 +194,9 @@ def main() -> None:
         torch.cuda.empty_cache()
         doc = save(args, seed, failures, results)  # after every shape: a run cut short keeps what it measured
     print("\n".join(failures) or "all outputs correct")
-    print(summary(doc, HERE / "results" / "link_cost.json"))
+    line = summary(doc, HERE / "results" / "link_cost.json")
+    (Path(args.out) / "RESULTS.md").write_text(results_md(doc, line))
+    print(line)
     sys.exit(1 if failures else 0)
 
 
@@ -202,6 +208,36 @@ def save(args, seed: int, failures: list, results: list) -> dict:
            "failures": failures, "results": results}
     (out / "results.json").write_text(json.dumps(doc, indent=1) + "\n")
     return doc
+
+
+def results_md(doc: dict, line: str) -> str:
+    """The results table (GPU time per call, ms, medians over alternating rounds) and the summary line."""
+    out = [f"# Results: {doc['device']}, {doc['date']}, torch {doc['torch']}, {doc['rounds']} rounds",
+           f"Command: `{doc['command']}` (seed {doc['seed']}). Ratios > 1: pipelink faster.", "",
+           "## Gate/up GEMM + SwiGLU (N = 51200, K = 5120)", "",
+           "| M | tile | pipelink fused | cuBLAS + eager act | cuBLAS + compiled act | fused vs compiled | "
+           "fused vs eager | plain GEMM + compiled act | GEMM alone: pipelink / cuBLAS (TFLOP/s) |",
+           "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in doc["results"]:
+        ms, tf = r["ms"], r["tflops"]
+        out.append(f"| {r['M']} | {r['tile']} | {ms['pipelink_swiglu']:.3f} | {ms['cublas_eager_act']:.3f} | "
+                   f"{ms['cublas_compiled_act']:.3f} | {ms['cublas_compiled_act'] / ms['pipelink_swiglu']:.2f}x | "
+                   f"{ms['cublas_eager_act'] / ms['pipelink_swiglu']:.2f}x | {ms['pipelink_plain_then_compiled_act']:.3f} | "
+                   f"{tf['pipelink_plain_gemm']:.0f} / {tf['cublas_gemm']:.0f} |")
+    out += ["", "## Down projection + bias + residual (N = 5120, K = 25600)", "",
+            "| M | tile | pipelink fused | cuBLAS linear + add | cuBLAS linear + compiled add | fused vs linear+add | "
+            "GEMM alone: pipelink / cuBLAS (TFLOP/s) |", "|---:|---|---:|---:|---:|---:|---:|"]
+    for r in doc["results"]:
+        ms, tf = r["ms"], r["tflops"]
+        out.append(f"| {r['M']} | {r['down_tile']} | {ms['pipelink_residual']:.3f} | {ms['cublas_linear_then_add']:.3f} | "
+                   f"{ms['cublas_linear_then_compiled_add']:.3f} | "
+                   f"{ms['cublas_linear_then_add'] / ms['pipelink_residual']:.2f}x | "
+                   f"{tf['pipelink_plain_down_gemm']:.0f} / {tf['cublas_down_gemm']:.0f} |")
+    weights = [f"M={r['M']}: {r['weight_tb_s']['pipelink_swiglu']:.2f} vs {r['weight_tb_s']['cublas_gemm']:.2f}"
+               for r in doc["results"] if r["M"] <= 128]
+    out += ["", "Gate/up weights streamed (TB/s, pipelink fused vs cuBLAS GEMM; H200 HBM3e peak 4.8): "
+            + "; ".join(weights) + ".", "", line, ""]
+    return "\n".join(out)
 
 
 def summary(doc: dict, link_cost: Path) -> str:
