@@ -17,11 +17,13 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))
+sys.path.insert(0, str(HERE))
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from pipelink.launch import Kernel  # noqa: E402
+from report import results_md, summary  # noqa: E402
 
 HIDDEN, INTER = 5120, 25600
 MS = (16, 128, 1024, 2048, 4096, 8192)
@@ -208,51 +210,6 @@ def save(args, seed: int, failures: list, results: list) -> dict:
            "failures": failures, "results": results}
     (out / "results.json").write_text(json.dumps(doc, indent=1) + "\n")
     return doc
-
-
-def results_md(doc: dict, line: str) -> str:
-    """The results table (GPU time per call, ms, medians over alternating rounds) and the summary line."""
-    out = [f"# Results: {doc['device']}, {doc['date']}, torch {doc['torch']}, {doc['rounds']} rounds",
-           f"Command: `{doc['command']}` (seed {doc['seed']}). Ratios > 1: pipelink faster.", "",
-           "## Gate/up GEMM + SwiGLU (N = 51200, K = 5120)", "",
-           "| M | tile | pipelink fused | cuBLAS + eager act | cuBLAS + compiled act | fused vs compiled | "
-           "fused vs eager | plain GEMM + compiled act | GEMM alone: pipelink / cuBLAS (TFLOP/s) |",
-           "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
-    for r in doc["results"]:
-        ms, tf = r["ms"], r["tflops"]
-        out.append(f"| {r['M']} | {r['tile']} | {ms['pipelink_swiglu']:.3f} | {ms['cublas_eager_act']:.3f} | "
-                   f"{ms['cublas_compiled_act']:.3f} | {ms['cublas_compiled_act'] / ms['pipelink_swiglu']:.2f}x | "
-                   f"{ms['cublas_eager_act'] / ms['pipelink_swiglu']:.2f}x | {ms['pipelink_plain_then_compiled_act']:.3f} | "
-                   f"{tf['pipelink_plain_gemm']:.0f} / {tf['cublas_gemm']:.0f} |")
-    out += ["", "## Down projection + bias + residual (N = 5120, K = 25600)", "",
-            "| M | tile | pipelink fused | cuBLAS linear + add | cuBLAS linear + compiled add | fused vs linear+add | "
-            "GEMM alone: pipelink / cuBLAS (TFLOP/s) |", "|---:|---|---:|---:|---:|---:|---:|"]
-    for r in doc["results"]:
-        ms, tf = r["ms"], r["tflops"]
-        out.append(f"| {r['M']} | {r['down_tile']} | {ms['pipelink_residual']:.3f} | {ms['cublas_linear_then_add']:.3f} | "
-                   f"{ms['cublas_linear_then_compiled_add']:.3f} | "
-                   f"{ms['cublas_linear_then_add'] / ms['pipelink_residual']:.2f}x | "
-                   f"{tf['pipelink_plain_down_gemm']:.0f} / {tf['cublas_down_gemm']:.0f} |")
-    weights = [f"M={r['M']}: {r['weight_tb_s']['pipelink_swiglu']:.2f} vs {r['weight_tb_s']['cublas_gemm']:.2f}"
-               for r in doc["results"] if r["M"] <= 128]
-    out += ["", "Gate/up weights streamed (TB/s, pipelink fused vs cuBLAS GEMM; H200 HBM3e peak 4.8): "
-            + "; ".join(weights) + ".", "", line, ""]
-    return "\n".join(out)
-
-
-def summary(doc: dict, link_cost: Path) -> str:
-    rows = doc["results"]
-    big = [r for r in rows if r["M"] >= 128]
-    ratio = lambda r, k: r["ms"][k] / r["ms"]["pipelink_swiglu"]  # noqa: E731
-    a = min((ratio(r, "cublas_compiled_act") for r in big), default=float("nan"))
-    b = next((ratio(r, "cublas_compiled_act") for r in rows if r["M"] == 16), float("nan"))
-    c = min((ratio(r, "cublas_eager_act") for r in big), default=float("nan"))
-    gemm = [min(r["ms"]["cublas_gemm"] / r["ms"]["pipelink_plain_gemm"],
-                r["ms"]["cublas_down_gemm"] / r["ms"]["pipelink_plain_down_gemm"]) for r in rows if r["M"] >= 1024]
-    d = min(gemm, default=float("nan"))
-    e = json.loads(link_cost.read_text())["ratio"] if link_cost.exists() else float("nan")
-    return (f"summary: swiglu vs cublas+compiled-act min {a:.2f}x at M>=128, {b:.2f}x at M=16; vs cublas+eager-act "
-            f"min {c:.2f}x at M>=128; gemm vs cublas min {d:.2f}x at M>=1024; relink/rebuild {e:.2f}")
 
 
 if __name__ == "__main__":
