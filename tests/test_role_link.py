@@ -400,3 +400,68 @@ def test_the_shipped_hopper_pipelines_resolve():
         r, a, sink = run([shipped_component(gemm), shipped_component(epi)])
         assert not sink.items, [d.render() for d in sink.items]
         assert a.arena_align == 1024 and [g.setmaxnreg for g in r.roles.groups] == [40, 232]
+
+
+# --- the sm90_gmma_acc layout, as pipelink/fragment.h defines it ---------------------------------
+
+def _fragment_functions():
+    """row(i, role_thread) and col(i, role_thread) of `Sm90GmmaAcc`, read from the header and
+    evaluated as Python (unsigned, non-negative: `/` is floor division)."""
+    text = (REPO / "pipelink" / "include" / "pipelink" / "fragment.h").read_text()
+    body = text[text.index("struct Sm90GmmaAcc"):text.index("};", text.index("struct Sm90GmmaAcc"))]
+
+    def function(name):
+        m = re.search(r"static int " + name + r"\(int i, unsigned role_thread\) \{(.*?)\n  \}", body, re.S)
+        stmts = [s.strip() for s in m.group(1).split(";") if s.strip()]
+        code = []
+        for s in stmts:
+            s = re.sub(r"^const unsigned ", "", s).replace("return ", "result = ")
+            code.append(re.sub(r"(?<![/])/(?![/])", "//", s))
+        compiled = compile("\n".join(code), name, "exec")
+
+        def call(i, role_thread):
+            env = {"i": i, "role_thread": role_thread}
+            exec(compiled, env)
+            return env["result"]
+        return call
+    return function("row"), function("col")
+
+
+@pytest.mark.parametrize("warpgroups, n", [(1, 128), (2, 256), (1, 8), (2, 64)])
+def test_sm90_gmma_acc_covers_the_tile_once(warpgroups, n):
+    row, col = _fragment_functions()
+    threads, per_thread = 128 * warpgroups, n // 2   # N/2 elements per thread
+    held = [(row(i, t), col(i, t)) for t in range(threads) for i in range(per_thread)]
+    assert sorted(held) == [(r, c) for r in range(64 * warpgroups) for c in range(n)]
+    # as the header's comment says: element i -> row 16q + l/4 + 8*((i/2) % 2), column 8*(i/4) + 2*(l%4) + i%2
+    for t in (0, 37, 127, threads - 1):
+        q, lane = (t % 128) // 32, t % 32
+        for i in range(per_thread):
+            assert row(i, t) == 64 * (t // 128) + 16 * q + lane // 4 + 8 * ((i // 2) % 2)
+            assert col(i, t) == 8 * (i // 4) + 2 * (lane % 4) + i % 2
+
+
+def test_entries_header_compiles_against_definitions(tmp_path):
+    """A component defining its entries with the header's signatures, using the fragment layout."""
+    from pipelink import toolchain
+    from pipelink.build import pipelink_include_dir
+    ml = component(mainloop()).contract
+    (tmp_path / "ml.pipelink.h").write_text(generate_header(ml))
+    src = """#include "ml.pipelink.h"
+using namespace pl_component;
+extern "C" __device__ void ml_init(const pl::TensorMap* a) { asm volatile("" :: "l"(a)); }
+extern "C" __device__ void ml_load(pl::Tile tile, const pl::TensorMap* a, int K) { smem_tiles()[tile.coord[0]] = K; }
+extern "C" __device__ void ml_mma(pl::Tile tile, float* __restrict__ acc, int K) {
+  const unsigned t = threadIdx.x - 32u * consumer_warp_begin();
+  for (int i = 0; i < port_acc_elements; ++i)
+    acc[i] = pl::frag::Sm90GmmaAcc::row(i, t) * TILE_N + pl::frag::Sm90GmmaAcc::col(i, t) + K;
+}
+"""
+    toolchain.nvrtc_to_ltoir(src, "ml.cu", ["-arch=sm_90a", "-dlto", "-rdc=true", "-std=c++17",
+                                            f"-I{tmp_path}", f"-I{pipelink_include_dir()}",
+                                            *(f"-I{d}" for d in toolchain.cuda_include_dirs())])
+    bad = src.replace("float* __restrict__ acc, int K", "float* __restrict__ acc")
+    with pytest.raises(toolchain.ToolchainError):
+        toolchain.nvrtc_to_ltoir(bad, "ml.cu", ["-arch=sm_90a", "-dlto", "-rdc=true", "-std=c++17",
+                                                f"-I{tmp_path}", f"-I{pipelink_include_dir()}",
+                                                *(f"-I{d}" for d in toolchain.cuda_include_dirs())])
