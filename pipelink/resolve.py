@@ -101,8 +101,16 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
             return None
     wires = [w for w in (_check_wire(ws, explicit, by_name, schedule, geometry, sink) for ws, explicit in wires_spec)
              if w]
-    if schedule == "warp_specialized":
-        _one_stage_count_per_component(comps, wires, sink)
+    if schedule == "warp_specialized":  # a fragment is no ring: it has no slots
+        _one_stage_count_per_component(comps, [w for w in wires if w.kind != "fragment"], sink)
+    if role_structured:
+        for w in wires:
+            if w.kind != "fragment":
+                sink.error("PL078", f"wire '{w}' hands a shared-memory tile between components in the `entries` form; "
+                           "the glue orders their role groups through nothing but register fragments",
+                           by_name[w.consumer].contract.at(w.in_port.pointer_path),
+                           related=(by_name[w.producer].contract.at(w.out_port.pointer_path),),
+                           hint="hand the tile over in registers (a reg port), or keep it inside one component")
     order = _topological(comps, wires, sink)
     events = None
     if schedule == "persistent":
@@ -115,8 +123,8 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
         tiles = _tile_sequence(comps, sink)
     params = _params(comps, sink)
     for c in comps:
-        if c.contract.entry.symbol == spec.name:
-            sink.error("PL077", f"the kernel name '{spec.name}' is the entry symbol of '{c.name}'",
+        if spec.name in c.contract.symbols:
+            sink.error("PL077", f"the kernel name '{spec.name}' is an entry symbol of '{c.name}'",
                        Location(file=spec.source, pointer="/name"), hint="name the pipeline differently")
     for c in comps:
         if (c.contract.events.notifies or c.contract.events.waits) and schedule != "persistent":

@@ -191,6 +191,25 @@ def test_register_port_wired_to_shared_memory():
     assert "joins a reg port to a smem port" in sink.items[0].message
 
 
+def test_a_shared_memory_wire_between_role_structured_components_is_refused():
+    # The glue synchronizes role groups through nothing but register fragments: a ring here would race.
+    def out(c):
+        c["ports"].append({"name": "s", "direction": "out", "dtype": "f32", "tile": [64, 64], "stages": 2})
+
+    def inp(c):
+        c["ports"].append({"name": "s", "direction": "in", "dtype": "f32", "tile": [64, 64], "stages": 2})
+    _, _, sink = link(ml=out, epi=inp)
+    assert errors(sink) == [("PL078", "epi.json", "/ports/1")]  # not PL066: the fragment is no 1-stage ring
+    d = sink.items[0]
+    assert "hands a shared-memory tile" in d.message and d.related[0].pointer == "/ports/1"
+
+
+def test_the_kernel_name_must_not_be_any_entry_symbol():
+    sink = DiagnosticSink()
+    resolve([component(mainloop()), component(epilogue())], PipelineSpec(name="ml_mma"), sink)
+    assert [d.code for d in sink.items] == ["PL077"] and "an entry symbol of 'ml'" in sink.items[0].message
+
+
 # --- warps and boxes at the link's geometry ------------------------------------------------------
 
 def _wide(c):
