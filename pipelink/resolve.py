@@ -321,7 +321,7 @@ def _auto_wires(comps, explicit, sink) -> list[tuple[WireSpec, bool]]:
                 feeding.add((prod, q.name))
             elif not cands:
                 sink.error("PL060", f"input port '{c.name}.{p.name}' ({p.dtype}) has no producer: no other component "
-                           f"has a shared-memory {p.dtype} output", c.contract.at(p.pointer_path))
+                           f"has a {'register' if p.space == 'reg' else 'shared-memory'} {p.dtype} output", c.contract.at(p.pointer_path))
             else:
                 sink.error("PL061", f"input port '{c.name}.{p.name}' could take any of "
                            f"{', '.join(f'{n}.{q.name}' for n, q in (free or cands))}", c.contract.at(p.pointer_path))

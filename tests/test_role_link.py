@@ -157,6 +157,7 @@ def test_fragment_dtype_differs():
     assert "'ml' produces f32, 'epi' expects bf16" in sink.items[0].message
     _, _, sink = link(epi=lambda c: c["ports"][0].update(dtype="bf16"))  # no f32 register output left to pick
     assert errors(sink) == [("PL060", "epi.json", "/ports/0")]
+    assert "no other component has a register bf16 output" in sink.items[0].message
 
 
 def test_fragment_tile_differs():
