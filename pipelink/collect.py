@@ -21,7 +21,7 @@ from .inputs import InputObject, check_entry_symbol, find_contract, read_input, 
 from .jsonread import BOM
 from .loader import load_contract_bytes
 from .model import Contract, Source
-from .targets import ltoir_archs_for
+from .targets import TARGETS, ltoir_archs_for
 
 
 @dataclass
@@ -94,6 +94,8 @@ def verify_object(comp: Component, arch: str, sink: DiagnosticSink, probe: bool 
     c, obj = comp.contract, comp.obj
     if not require_ltoir(obj, arch, sink):
         return
+    if not arch_specific_only(comp, sink):
+        return
     accepted = ltoir_archs_for(arch)
     for entry in obj.entries:
         if entry.kind != "ltoir" or (entry.arch is not None and entry.arch not in accepted):
@@ -108,6 +110,27 @@ def verify_object(comp: Component, arch: str, sink: DiagnosticSink, probe: bool 
     if probe:
         from .conformance import check_conformance
         check_conformance(comp, arch, sink)
+
+
+def arch_specific_only(comp: Component, sink: DiagnosticSink) -> bool:
+    """An object whose contract targets an arch-specific arch (sm_90a) but not its family base (sm_90)
+    must not carry LTO-IR for the base: `-arch=sm_90a -dlto` writes both, and linked from the sm_90 IR
+    the code guarded by the sm_90a features (wgmma, setmaxnreg) becomes a trap."""
+    c, obj = comp.contract, comp.obj
+    ok = True
+    for i, arch in enumerate(c.targets.archs):
+        t = TARGETS.get(arch)
+        if t is None or t.base == arch or t.base in c.targets.archs:
+            continue
+        if any(e.kind == "ltoir" and e.arch == t.base for e in obj.entries):
+            also = f" besides {arch}" if any(e.kind == "ltoir" and e.arch == arch for e in obj.entries) else ""
+            sink.error("PL108", f"{obj.path} carries LTO-IR for {t.base}{also}, but contract '{c.name}' targets {arch} "
+                       f"and not {t.base}: linked from the {t.base} IR, the code that needs {arch} features (wgmma, "
+                       "setmaxnreg) would trap", c.at(f"/targets/archs/{i}"), related=(Location(file=obj.path),),
+                       hint=f"build it with -gencode arch=compute_{arch[3:]},code=lto_{arch[3:]} only "
+                       f"(`pipelink build` does), not with -arch={arch} -dlto")
+            ok = False
+    return ok
 
 
 def probe_symbols(comp: Component, arch: str, sink: DiagnosticSink) -> None:

@@ -482,37 +482,47 @@ class Kernel:
 
     def _pack_all(self, values: list) -> list:
         """Scalars and pointers first (checked one by one), then the tensor maps, whose declared
-        extents are evaluated over the integer scalars."""
+        extents are evaluated over the integer scalars: every map is checked before any is encoded."""
         packed = [None if p.tensor_map is not None else self.pack_one(p, v) for p, v in zip(self.user_params, values)]
         if any(p.tensor_map is not None for p in self.user_params):
             env = self.shape_env(values)
-            packed = [self.pack_one(p, v, env) if p.tensor_map is not None else done
-                      for p, v, done in zip(self.user_params, values, packed)]
+            layouts = [self._tensor_map_layout(p, v, env) if p.tensor_map is not None else None
+                       for p, v in zip(self.user_params, values)]
+            packed = [self._tensor_map_encoded(p, layout) if layout is not None else done
+                      for p, layout, done in zip(self.user_params, layouts, packed)]
         return packed
 
     def pack_one(self, param: ParamSpec, value, env: dict | None = None):
         if param.tensor_map is not None:
-            return self._tensor_map(param, value, env or {})
+            return self._tensor_map_encoded(param, self._tensor_map_layout(param, value, env or {}))
         if param.pointer:
             return ctypes.c_void_p(self._pointer(param, value))
         return self._scalar(param, value)
 
-    def _tensor_map(self, param: ParamSpec, value, env: dict):
-        """The descriptor for `value`, checked against the declaration, encoded once per layout."""
+    def _tensor_map_layout(self, param: ParamSpec, value, env: dict):
+        """What the launcher reads off `value`, checked against the declaration (no driver call)."""
         from . import tensormap
-        layout = tensormap.layout_of(value, self._dtype_of)
+        layout = tensormap.layout_of(value, lambda v: self._dtype_of(v, param.dtype))
         if layout is None:
             raise ArgumentError(f"argument '{param.name}' is a {param.describe()}: expected a CUDA tensor or array, "
                                 f"got {type(value).__name__}")
         if _is_torch_like(value):
             dev = value.device
-            if getattr(dev, "type", "cuda") != "cuda":
-                raise ArgumentError(f"argument '{param.name}' is a {dev} tensor; kernel '{self.name}' needs it on "
+            kind = getattr(dev, "type", str(dev).split(":")[0])
+            if kind != "cuda":
+                raise ArgumentError(f"argument '{param.name}' is a {kind} tensor; kernel '{self.name}' needs it on "
                                     f"cuda:{self.device}")
             self._check_device(param, f"cuda:{dev.index}", dev.index)
+        elif (_cuda_array_interface(value) or {}).get("mask") is not None:
+            raise ArgumentError(f"argument '{param.name}' is a masked array; the kernel cannot honour a mask")
         why = tensormap.check(param.name, param.dtype, param.tensor_map, layout, env)
         if why:
             raise ArgumentError(f"argument '{param.name}' {why}")
+        return layout
+
+    def _tensor_map_encoded(self, param: ParamSpec, layout):
+        """The descriptor for a checked layout, encoded once per layout."""
+        from . import tensormap
         key = ("tmap", param.name, layout, param.tensor_map)
         cached = self._memo.get(key)
         if cached is None:
@@ -524,11 +534,14 @@ class Kernel:
         return cached
 
     @staticmethod
-    def _dtype_of(value) -> str | None:
+    def _dtype_of(value, want: str | None = None) -> str | None:
+        """The tensor's pipelink dtype; a 2-byte void array counts as bf16 where `want` is bf16."""
         if _is_torch_like(value):
             return _TORCH_DTYPES.get(str(value.dtype).removeprefix("torch."))
-        cai = _cuda_array_interface(value) or {}
-        return _TYPESTRS.get(cai.get("typestr"))
+        typestr = (_cuda_array_interface(value) or {}).get("typestr")
+        if want == "bf16" and typestr in _BF16_VOID_TYPESTRS:
+            return "bf16"
+        return _TYPESTRS.get(typestr)
 
     def _pointer(self, param: ParamSpec, value) -> int:
         """The device address an argument for a pointer parameter stands for, after the checks."""

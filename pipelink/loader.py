@@ -64,6 +64,28 @@ def load_contract_dict(raw, source: Source, sink: DiagnosticSink) -> Contract | 
     return _SemanticCheck(raw, source, sink).build()
 
 
+def box_problems(p: Param, box: list[int | None]) -> list[tuple[str, str, str | None]]:
+    """(pointer, message, hint) for each way the box of tensor-map parameter `p`, with extents `box`
+    (None: unknown), breaks the TMA's rules: at most 256 per extent, the contiguous extent a multiple
+    of 16 bytes and, swizzled, within the swizzle span. The loader checks the box at the contract's
+    own geometry, the link at the link's."""
+    t, ptr, out = p.tensor_map, f"{p.pointer_path}/tensor_map/box", []
+    for j, b in enumerate(box):
+        if b is not None and b > 256:
+            out.append((f"{ptr}/{j}", f"tensor map '{p.name}': box extent {b} exceeds the TMA's 256", None))
+    if box[-1] is None:
+        return out
+    row = box[-1] * DTYPE_BYTES[p.dtype]
+    span = SWIZZLE_BYTES[t.swizzle]
+    if row % 16:
+        out.append((f"{ptr}/{len(box) - 1}", f"tensor map '{p.name}': the box's contiguous extent is {row} bytes, not a "
+                    "multiple of 16", None))
+    elif span and row > span:
+        out.append((f"{ptr}/{len(box) - 1}", f"tensor map '{p.name}': the box's contiguous extent is {row} bytes, wider "
+                    f"than its {t.swizzle} swizzle", "a swizzled box's inner extent must fit the swizzle span"))
+    return out
+
+
 class _SemanticCheck:
     """Checks inside one contract that the schema cannot express, then builds the model."""
 
@@ -200,7 +222,7 @@ class _SemanticCheck:
         return TensorMapSpec(shape, box, t.get("swizzle", "none"), t.get("oob_fill", "zero"))
 
     def tensor_maps(self, entry: Entry, link_names: set[str]) -> None:
-        """Boxes the TMA can move: at most 256 per extent, 16-byte multiples inside, within the swizzle span."""
+        """Boxes the TMA can move (`box_problems`), where the box's geometry has values here."""
         env = dict(self.raw.get("geometry", {}).get("provides", {}))
         env.update({k: r["default"] for k, r in self.raw.get("geometry", {}).get("consumes", {}).items()
                     if "default" in r})
@@ -210,20 +232,8 @@ class _SemanticCheck:
                 continue
             ptr = f"{p.pointer_path}/tensor_map/box"
             box = [self.positive(e, env, f"{ptr}/{j}", "tensor-map box extent") for j, e in enumerate(t.box)]
-            for j, b in enumerate(box):
-                if b is not None and b > 256:
-                    self.error("PL105", f"tensor map '{p.name}': box extent {b} exceeds the TMA's 256", f"{ptr}/{j}")
-            inner = box[-1]
-            if inner is not None:
-                row = inner * DTYPE_BYTES[p.dtype]
-                span = SWIZZLE_BYTES[t.swizzle]
-                if row % 16:
-                    self.error("PL105", f"tensor map '{p.name}': the box's contiguous extent is {row} bytes, not a "
-                               "multiple of 16", f"{ptr}/{len(box) - 1}")
-                elif span and row > span:
-                    self.error("PL105", f"tensor map '{p.name}': the box's contiguous extent is {row} bytes, wider "
-                               f"than its {t.swizzle} swizzle", f"{ptr}/{len(box) - 1}",
-                               hint="a swizzled box's inner extent must fit the swizzle span")
+            for pointer, message, hint in box_problems(p, box):
+                self.error("PL105", message, pointer, hint=hint)
 
     def entries(self, raw: list, entry: Entry, ports, threads: Threads) -> tuple[EntryPoint, ...]:
         self.unique(raw, "/entries", "entry")
@@ -248,7 +258,7 @@ class _SemanticCheck:
             for j, a in enumerate(e.get("params", [])):
                 if a in reg_ports:
                     used_ports.add(a)
-                    if reg_ports[a].role != role:
+                    if reg_ports[a].role != role and reg_ports[a].role in roles:  # else reported at the port
                         self.error("PL101", f"entry '{e['name']}' (role '{role}') takes register port '{a}', which "
                                    f"lives in role '{reg_ports[a].role}'", f"{ptr}/params/{j}")
                     if inv != "per_tile":

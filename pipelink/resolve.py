@@ -80,8 +80,12 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
     geometry = _geometry(comps, sink)
     if sink.has_errors:
         return None
-    # Warp counts given over geometry take the link's values from here on.
-    comps = [replace(c, contract=replace(c.contract, threads=c.contract.threads.at(geometry))) for c in comps]
+    # Warp counts and tensor-map boxes given over geometry take the link's values from here on: the
+    # loader checked them at the contract's own defaults only.
+    comps = [replace(c, contract=replace(c.contract, threads=_threads_at(c, geometry, sink))) for c in comps]
+    _tensor_map_boxes(comps, geometry, sink)
+    if sink.has_errors:
+        return None
     by_name = {c.name: c for c in comps}
     role_structured = any(c.contract.entries for c in comps)
     wires_spec = _explicit_wires(spec.wires, by_name, sink)
@@ -97,8 +101,16 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
             return None
     wires = [w for w in (_check_wire(ws, explicit, by_name, schedule, geometry, sink) for ws, explicit in wires_spec)
              if w]
-    if schedule == "warp_specialized":
-        _one_stage_count_per_component(comps, wires, sink)
+    if schedule == "warp_specialized":  # a fragment is no ring: it has no slots
+        _one_stage_count_per_component(comps, [w for w in wires if w.kind != "fragment"], sink)
+    if role_structured:
+        for w in wires:
+            if w.kind != "fragment":
+                sink.error("PL078", f"wire '{w}' hands a shared-memory tile between components in the `entries` form; "
+                           "the glue orders their role groups through nothing but register fragments",
+                           by_name[w.consumer].contract.at(w.in_port.pointer_path),
+                           related=(by_name[w.producer].contract.at(w.out_port.pointer_path),),
+                           hint="hand the tile over in registers (a reg port), or keep it inside one component")
     order = _topological(comps, wires, sink)
     events = None
     if schedule == "persistent":
@@ -111,8 +123,8 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
         tiles = _tile_sequence(comps, sink)
     params = _params(comps, sink)
     for c in comps:
-        if c.contract.entry.symbol == spec.name:
-            sink.error("PL077", f"the kernel name '{spec.name}' is the entry symbol of '{c.name}'",
+        if spec.name in c.contract.symbols:
+            sink.error("PL077", f"the kernel name '{spec.name}' is an entry symbol of '{c.name}'",
                        Location(file=spec.source, pointer="/name"), hint="name the pipeline differently")
     for c in comps:
         if (c.contract.events.notifies or c.contract.events.waits) and schedule != "persistent":
@@ -206,6 +218,76 @@ def _geometry(comps: list[Component], sink: DiagnosticSink) -> dict[str, int]:
     return env
 
 
+def _at(e: Expr, geometry) -> str:
+    """`TILE_M // 16` with the link's values of its names, for a message."""
+    values = ", ".join(f"{n}={geometry[n]}" for n in sorted(e.names) if n in geometry)
+    return f"{e.text!r} with {values}" if values else repr(e.text)
+
+
+def _threads_at(c: Component, geometry, sink: DiagnosticSink):
+    """The component's warps at the link's geometry, checked as the loader checks them at its defaults:
+    every count evaluates to 1..32, the roles add up, a warpgroup-aligned role has whole warpgroups."""
+    t = c.contract.threads
+    if t.warps_expr is None and all(r.warps_expr is None for r in t.roles):
+        return t
+    ok = True
+    for e, ptr, what in [(t.warps_expr, "/threads/warps", "threads.warps")] + [
+            (r.warps_expr, f"{r.pointer_path}/warps", f"role '{r.name}' warps") for r in t.roles]:
+        if e is None:
+            continue
+        try:
+            value = e.evaluate(geometry)
+        except ExprError as exc:
+            sink.error("PL028", f"{what} {_at(e, geometry)} cannot be evaluated at this link's geometry: {exc}",
+                       c.contract.at(ptr))
+            ok = False
+            continue
+        if not 1 <= value <= 32:
+            sink.error("PL023", f"{what} {_at(e, geometry)} is {value} at this link's geometry; a component has 1..32 "
+                       "warps", c.contract.at(ptr), hint="the warps must be 1..32 for every geometry value the contract "
+                       "accepts: narrow the consumed range")
+            ok = False
+    if not ok:
+        return t
+    at = t.at(geometry)
+    total = sum(r.warps for r in at.roles)
+    if total != at.warps:
+        sink.error("PL023", f"threads.warps is {at.warps} at this link's geometry but the roles add up to {total} "
+                   f"({' + '.join(str(r.warps) for r in at.roles)})", c.contract.at("/threads/warps"))
+    for r in at.roles:
+        if r.warps_expr is not None and r.warpgroup_aligned and r.warps % 4:
+            sink.error("PL024", f"role '{r.name}' warps {_at(r.warps_expr, geometry)} is {r.warps}; a warpgroup-aligned "
+                       "role needs a multiple of 4", c.contract.at(f"{r.pointer_path}/warps"))
+    return at
+
+
+def _tensor_map_boxes(comps: list[Component], geometry, sink: DiagnosticSink) -> None:
+    """Tensor-map boxes at the link's geometry: what the manifest will carry must suit the TMA (PL105)."""
+    from .loader import box_problems
+    for c in comps:
+        for p in c.contract.entry.params:
+            if p.tensor_map is None or all(e.names <= c.contract.geometry.provides.keys() for e in p.tensor_map.box):
+                continue  # a box over the component's own constants was checked when it loaded
+            box = []
+            for j, e in enumerate(p.tensor_map.box):
+                ptr = f"{p.pointer_path}/tensor_map/box/{j}"
+                try:
+                    value = e.evaluate(geometry)
+                except ExprError as exc:
+                    sink.error("PL028", f"tensor map '{p.name}': box extent {_at(e, geometry)} cannot be evaluated at "
+                               f"this link's geometry: {exc}", c.contract.at(ptr))
+                    value = None
+                if value is not None and value < 1:
+                    sink.error("PL105", f"tensor map '{p.name}': box extent {_at(e, geometry)} is {value} at this "
+                               "link's geometry; the TMA moves 1..256 per extent", c.contract.at(ptr))
+                    value = None
+                box.append(value)
+            names = sorted({n for e in p.tensor_map.box for n in e.names})
+            for pointer, message, hint in box_problems(p, box):
+                sink.error("PL105", f"{message} at this link's geometry ({', '.join(f'{n}={geometry[n]}' for n in names)})",
+                           c.contract.at(pointer), hint=hint)
+
+
 def _explicit_wires(specs, by_name, sink) -> list[tuple[WireSpec, bool]]:
     out = []
     for w in specs:
@@ -249,7 +331,7 @@ def _auto_wires(comps, explicit, sink) -> list[tuple[WireSpec, bool]]:
                 feeding.add((prod, q.name))
             elif not cands:
                 sink.error("PL060", f"input port '{c.name}.{p.name}' ({p.dtype}) has no producer: no other component "
-                           f"has a shared-memory {p.dtype} output", c.contract.at(p.pointer_path))
+                           f"has a {'register' if p.space == 'reg' else 'shared-memory'} {p.dtype} output", c.contract.at(p.pointer_path))
             else:
                 sink.error("PL061", f"input port '{c.name}.{p.name}' could take any of "
                            f"{', '.join(f'{n}.{q.name}' for n, q in (free or cands))}", c.contract.at(p.pointer_path))

@@ -67,6 +67,9 @@ def pointer(path) -> str:
 
 
 def _message(err) -> str:
+    if err.validator == "oneOf" and not err.absolute_path and isinstance(err.instance, dict) and {
+            tuple(s.get("required", ())) for s in err.schema.get("oneOf", ())} == {("entry",), ("entries",)}:
+        return _entry_forms(err.instance)
     if err.validator == "oneOf" and err.schema.get("oneOf") and any(
             "expr" in json.dumps(s) or s.get("type") == "integer" for s in err.schema["oneOf"]):
         return f"{_short(err.instance)} is not a size (an integer >= 0 or an expression string)"
@@ -74,6 +77,16 @@ def _message(err) -> str:
     if len(msg) > 200:
         msg = msg[:200] + "..."
     return msg
+
+
+def _entry_forms(contract: dict) -> str:
+    """Why a contract is in neither entry form (jsonschema would print the whole contract)."""
+    if "entry" in contract and "entries" in contract:
+        return "a contract has either 'entry' or 'entries', not both"
+    if "entry" in contract and "params" in contract:
+        return ("top-level 'params' go with 'entries'; a contract with one 'entry' lists its parameters in "
+                "entry.params")
+    return "a contract needs 'entry' (one entry point) or 'entries' (several, with top-level 'params')"
 
 
 def _short(value) -> str:
