@@ -424,41 +424,45 @@ def test_the_shipped_hopper_pipelines_resolve():
 
 # --- the sm90_gmma_acc layout, as pipelink/fragment.h defines it ---------------------------------
 
-def _fragment_functions():
-    """row(i, role_thread) and col(i, role_thread) of `Sm90GmmaAcc`, read from the header and
-    evaluated as Python (unsigned, non-negative: `/` is floor division)."""
+def _fragment_functions(tm: int, tn: int, wg: int):
+    """row(i, role_thread) and col(i, role_thread) of `Sm90GmmaAcc<tm, tn, wg>`, read from the header
+    and evaluated as Python (unsigned, non-negative: `/` is floor division)."""
     text = (REPO / "pipelink" / "include" / "pipelink" / "fragment.h").read_text()
     body = text[text.index("struct Sm90GmmaAcc"):text.index("};", text.index("struct Sm90GmmaAcc"))]
+    consts = {"TM": tm, "TN": tn, "WG": wg, "kPerBlock": tn // 2, "kBlocks": tm // (64 * wg)}
 
     def function(name):
         m = re.search(r"static int " + name + r"\(int i, unsigned role_thread\) \{(.*?)\n  \}", body, re.S)
-        stmts = [s.strip() for s in m.group(1).split(";") if s.strip()]
         code = []
-        for s in stmts:
-            s = re.sub(r"^const unsigned ", "", s).replace("return ", "result = ")
-            code.append(re.sub(r"(?<![/])/(?![/])", "//", s))
+        for stmt in (s.strip() for s in m.group(1).split(";") if s.strip()):
+            stmt = re.sub(r"^const (unsigned|int) ", "", stmt).replace("return ", "result = ")
+            for part in stmt.split(", ") if "result" not in stmt else [stmt]:  # `v = ..., mb = ...`
+                code.append(re.sub(r"(?<![/])/(?![/])", "//", part))
         compiled = compile("\n".join(code), name, "exec")
 
         def call(i, role_thread):
-            env = {"i": i, "role_thread": role_thread}
+            env = dict(consts, i=i, role_thread=role_thread)
             exec(compiled, env)
             return env["result"]
         return call
     return function("row"), function("col")
 
 
-@pytest.mark.parametrize("warpgroups, n", [(1, 128), (2, 256), (1, 8), (2, 64)])
-def test_sm90_gmma_acc_covers_the_tile_once(warpgroups, n):
-    row, col = _fragment_functions()
-    threads, per_thread = 128 * warpgroups, n // 2   # N/2 elements per thread
+@pytest.mark.parametrize("tm, tn, wg", [(64, 128, 1), (128, 256, 2), (128, 128, 1), (64, 8, 1), (128, 64, 2),
+                                        (256, 16, 1)])
+def test_sm90_gmma_acc_covers_the_tile_once(tm, tn, wg):
+    row, col = _fragment_functions(tm, tn, wg)
+    threads, per_thread = 128 * wg, tm * tn // (128 * wg)
     held = [(row(i, t), col(i, t)) for t in range(threads) for i in range(per_thread)]
-    assert sorted(held) == [(r, c) for r in range(64 * warpgroups) for c in range(n)]
-    # as the header's comment says: element i -> row 16q + l/4 + 8*((i/2) % 2), column 8*(i/4) + 2*(l%4) + i%2
+    assert sorted(held) == [(r, c) for r in range(tm) for c in range(tn)]
+    # as the header's comment says: element i = mb*(TN/2) + v -> row 64*WG*mb + 64w + 16q + l/4 + 8*((v/2) % 2),
+    # column 8*(v/4) + 2*(l%4) + v%2
     for t in (0, 37, 127, threads - 1):
         q, lane = (t % 128) // 32, t % 32
         for i in range(per_thread):
-            assert row(i, t) == 64 * (t // 128) + 16 * q + lane // 4 + 8 * ((i // 2) % 2)
-            assert col(i, t) == 8 * (i // 4) + 2 * (lane % 4) + i % 2
+            mb, v = divmod(i, tn // 2)
+            assert row(i, t) == 64 * wg * mb + 64 * (t // 128) + 16 * q + lane // 4 + 8 * ((v // 2) % 2)
+            assert col(i, t) == 8 * (v // 4) + 2 * (lane % 4) + v % 2
 
 
 def test_entries_header_compiles_against_definitions(tmp_path):
@@ -474,7 +478,7 @@ extern "C" __device__ void ml_load(pl::Tile tile, const pl::TensorMap* a, int K)
 extern "C" __device__ void ml_mma(pl::Tile tile, float* __restrict__ acc, int K) {
   const unsigned t = threadIdx.x - 32u * consumer_warp_begin();
   for (int i = 0; i < port_acc_elements; ++i)
-    acc[i] = pl::frag::Sm90GmmaAcc::row(i, t) * TILE_N + pl::frag::Sm90GmmaAcc::col(i, t) + K;
+    acc[i] = pl::frag::Sm90GmmaAcc<TILE_M, TILE_N, 2>::row(i, t) * TILE_N + pl::frag::Sm90GmmaAcc<TILE_M, TILE_N, 2>::col(i, t) + K;
 }
 """
     toolchain.nvrtc_to_ltoir(src, "ml.cu", ["-arch=sm_90a", "-dlto", "-rdc=true", "-std=c++17",
