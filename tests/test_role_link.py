@@ -489,3 +489,71 @@ extern "C" __device__ void ml_mma(pl::Tile tile, float* __restrict__ acc, int K)
         toolchain.nvrtc_to_ltoir(bad, "ml.cu", ["-arch=sm_90a", "-dlto", "-rdc=true", "-std=c++17",
                                                 f"-I{tmp_path}", f"-I{pipelink_include_dir()}",
                                                 *(f"-I{d}" for d in toolchain.cuda_include_dirs())])
+
+
+# --- instances of a role (ping-pong) ---------------------------------------------------------------
+
+def _pingpong(c):
+    c["threads"] = {"warps": 12, "roles": [{"name": "producer", "warps": 4, "setmaxnreg": 40},
+                                           {"name": "consumer", "warps": 4, "setmaxnreg": 232, "instances": 2}]}
+    c["geometry"]["provides"]["TILE_N"] = 128
+
+
+def _epi_per_warpgroup(c):
+    c["threads"] = {"warps": 4, "roles": [{"name": "epilogue", "warps": 4, "warpgroup_aligned": True}]}
+    c["smem"] = {"buffers": [{"name": "stage", "bytes": 16384, "align": 1024}]}
+    c["barriers"] = {"named": [{"name": "stage", "threads": 128}]}
+    c["geometry"]["consumes"]["TILE_N"] = {"one_of": [128, 256], "default": 128}
+
+
+def test_instances_give_a_joining_component_a_copy_of_its_resources():
+    r, a, sink = link(_pingpong, _epi_per_warpgroup)
+    assert not errors(sink), [d.render() for d in sink.items]
+    (prod, cons) = r.roles.groups
+    assert (cons.name, cons.warps, cons.instances) == ("ml.consumer", 4, 2)
+    assert a.block_warps == 12 and a.group_begin == {"ml.producer": 0, "ml.consumer": 4}
+    assert a.copies == {"ml": 1, "epi": 2}  # the mainloop's producer is shared: one copy of its ring
+    stage = next(p for p in a.smem if p.item.key == "buffer epi.stage")
+    assert stage.item.size == 2 * 16384 and a.smem_stride[("epi", "stage")] == 16384 and stage.offset % 1024 == 0
+    first = a.barrier_id[("epi", "stage")]
+    assert first >= 1 and first + 1 not in a.hardcoded_ids  # two consecutive ids, one per copy
+    # registers: both instances count
+    assert 32 * (4 * 40 + 8 * 232) <= 65536
+
+
+def test_instances_take_turns_in_the_generated_glue():
+    r, a, sink = link(_pingpong, _epi_per_warpgroup)
+    glue = generate_glue(r, a)
+    off = a.turn_mbar["ml.consumer"]
+    assert f"pl::glue::mbarrier_init({off}u, 128u);" in glue and f"pl::glue::mbarrier_init({off + 8}u, 128u);" in glue
+    body = glue[glue.index("const int pl_instance"):]
+    assert "t = blockIdx.x + pl_instance * gridDim.x, it = pl_instance; t < num_tiles; t += 2 * gridDim.x, it += 2" in body
+    wait, mma, arrive, epi = (body.index(s) for s in ("mbarrier_wait(", "ml_mma(", "mbarrier_arrive(", "epi_tile("))
+    assert wait < mma < arrive < epi  # the mainloop in turn, the epilogue while the other instance computes
+    # the parity each instance waits for: instance 1's j-th turn follows instance 0's j-th; instance 0's follows 1's (j-1)-th
+    expr = re.search(r"\(unsigned\)\((.*)\)\);", body[wait:]).group(1)
+    parity = lambda it, inst: eval(expr.replace("pl_instance == 0", str(int(inst == 0))).replace("pl_instance", str(inst))
+                                   .replace("it", str(it)).replace("/", "//"))  # noqa: E731
+    assert [parity(it, it % 2) for it in range(1, 9)] == [0, 0, 1, 1, 0, 0, 1, 1]
+
+
+def test_a_joining_role_cannot_declare_instances():
+    def epi(c):
+        _epi_per_warpgroup(c)
+        c["threads"]["roles"][0]["instances"] = 2
+        c["threads"]["warps"] = 8
+    _, _, sink = link(_pingpong, epi)
+    assert ("PL103", "epi.json", "/threads/roles/0/instances") in errors(sink)
+
+
+def test_instances_need_the_entries_form_and_add_up():
+    from hopper_factory import load
+    c, sink = load(mainloop(lambda c: c["threads"]["roles"][1].update(instances=2)))
+    assert c is None and any(d.code == "PL023" and "2 x 8" in d.message for d in sink.items)
+
+
+def test_role_structured_manifests_ask_for_a_balanced_grid():
+    from pipelink.emit import manifest
+    r, a, sink = link()
+    doc = manifest(r, a, "sm_90a", b"\0")
+    assert doc["grid_policy"] == "balanced"
