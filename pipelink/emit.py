@@ -118,11 +118,38 @@ def link_map(r: Resolved, a: Allocation, arch: str, kernel_info=None) -> str:
         out.append(f"{bid:>4}  {comp}.{name}")
     out += ["", "## warps", f"{'warps':>7}  owner"]
     for c in r.components:
-        b, n = a.warp_begin[c.name], c.contract.threads.warps
-        roles = ", ".join(f"{role.name} {a.role_begin[(c.name, role.name)]}-"
-                          f"{a.role_begin[(c.name, role.name)] + role.warps - 1}" for role in c.contract.threads.roles)
-        out.append(f"{b:>3}-{b + n - 1:<3}  {c.name} ({roles})" + (f", step {a.steps[c.name]}"
-                                                                  if r.schedule == "sequential" else ""))
+        b = a.warp_begin[c.name]
+
+        def span(role):  # the role's warps, every instance of its group included
+            n = r.roles.group_of(c.name, role.name).instances if r.roles is not None else 1
+            first = a.role_begin[(c.name, role.name)]
+            return first, first + role.warps * n - 1, n
+        spans = [(role, *span(role)) for role in c.contract.threads.roles]
+        roles = ", ".join(f"{role.name} {lo}-{hi}" + (f" ({n} instances)" if n > 1 else "") for role, lo, hi, n in spans)
+        end = max(hi for _, _, hi, _ in spans)
+        out.append(f"{b:>3}-{end:<3}  {c.name} ({roles})" + (f", step {a.steps[c.name]}"
+                                                            if r.schedule == "sequential" else ""))
+    if r.roles is not None:
+        out += ["", "## role groups (warps, instances, registers per thread; a fragment stays on its group's warps)"]
+        for g in r.roles.groups:
+            begin = a.group_begin[g.name]
+            end = begin + g.warps * g.instances - 1
+            regs = a.group_registers[g.name]
+            how = (f"setmaxnreg {'inc' if regs > a.entry_registers else 'dec'} {a.entry_registers} -> {regs}"
+                   if g.setmaxnreg is not None and regs != a.entry_registers else f"{regs} (entry)")
+            inst = f", {g.instances} instances of {g.warps} warps taking tiles in turn" if g.instances > 1 else ""
+            members = ", ".join(f"{m.component}.{m.role}" for m in g.members)
+            out.append(f"  {begin:>3}-{end:<3} {g.name}: {members}; registers {how}{inst}")
+        for f in r.roles.fragments:
+            out.append(f"  fragment {f.producer}.{f.out_port} -> {f.consumer}.{f.in_port}: {f.elements} x {f.ctype} "
+                       f"per thread of {f.producer}.{f.role}")
+        copies = {c: n for c, n in a.copies.items() if n > 1}
+        if copies:
+            out.append("  copies of buffers and barriers, one per instance: "
+                       + ", ".join(f"{c} x{n}" for c, n in copies.items()))
+        pool = sum(32 * g.warps * g.instances * a.group_registers[g.name] for g in r.roles.groups)
+        out.append(f"  register pool {pool} of 65536 at one block per SM; __launch_bounds__({a.block_threads}, 1)"
+                   + (f"; linked kernel uses {kernel_info.registers} at entry" if kernel_info else ""))
     out += ["", "## registers per thread"]
     for c in r.components:
         out.append(f"  {c.name}: {c.contract.max_registers or 'any'}")
