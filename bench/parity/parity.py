@@ -92,7 +92,7 @@ def pipeline_path(name: str) -> Path:
 
 def study_objects(out: Path, log=print) -> dict:
     """The case study's components, built with `pipelink build` into `out` (in parallel: the mainloop
-    takes a minute or more per tile shape)."""
+    takes half a minute or more per tile shape)."""
     out.mkdir(parents=True, exist_ok=True)
 
     def one(name):
