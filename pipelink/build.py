@@ -52,6 +52,21 @@ def cutlass_include_dir() -> Path | None:
 COMMON_NVCC = ("--expt-relaxed-constexpr",)
 
 
+def library_includes() -> list[str]:
+    """Include folders of the libraries every component build may use (CUTLASS/CuTe where installed)."""
+    cutlass = cutlass_include_dir()
+    return [f"-I{cutlass}"] if cutlass is not None else []
+
+
+def one_unit_nvcc_command(target: str, flags, source: Path, output: Path) -> list[str]:
+    """nvcc for the one-unit control: what `pipelink build` gives every component (the same -gencode,
+    contract flags, common flags and library headers), for one translation unit that needs no
+    generated header (monolithic.py inlines them)."""
+    return [str(toolchain.nvcc_path()), "-dc", "-std=c++17", BuildOptions().optimize, gencode(target),
+            *flags.nvcc_options(), f"-I{pipelink_include_dir()}", *COMMON_NVCC, *library_includes(),
+            str(source), "-o", str(output)]
+
+
 def gencode(arch: str) -> str:
     num = arch[3:]
     return f"-gencode=arch=compute_{num},code=lto_{num}"
@@ -62,10 +77,7 @@ def nvcc_command(contract: Contract, source: Path, output: Path, header_dir: Pat
     cmd = [str(toolchain.nvcc_path()), "-dc", "-std=c++17", opts.optimize, *map(gencode, archs),
            *contract.targets.flags.nvcc_options(),
            f"-I{header_dir}", f"-I{pipelink_include_dir()}", f"-I{source.parent}",
-           f'-DPIPELINK_HEADER="{contract.name}.pipelink.h"', *COMMON_NVCC]
-    cutlass = cutlass_include_dir()
-    if cutlass is not None:
-        cmd.append(f"-I{cutlass}")
+           f'-DPIPELINK_HEADER="{contract.name}.pipelink.h"', *COMMON_NVCC, *library_includes()]
     cmd += [f"-I{d}" for d in opts.include_dirs]
     cmd += [f"-D{d}" for d in opts.defines]
     cmd += list(opts.extra_nvcc)

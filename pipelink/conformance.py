@@ -223,8 +223,9 @@ def probe(comp, arch: str) -> ProbeResult:
                *(f"-I{d}" for d in toolchain.cuda_include_dirs()), *c.targets.flags.nvcc_options()]
     try:
         ltoir = toolchain.nvrtc_to_ltoir(plan.source, f"{c.name}_probe.cu", options)
-        out = toolchain.nvjitlink_link([toolchain.LinkInput("ltoir", ltoir, f"{c.name}_probe"),
-                                        comp.obj.link_input()], [f"-arch={arch}", "-lto", "-O3"])
+        # the component first, as in the real link (pass_link): its data layout holds for the kernel
+        out = toolchain.nvjitlink_link([comp.obj.link_input(), toolchain.LinkInput("ltoir", ltoir, f"{c.name}_probe")],
+                                       [f"-arch={arch}", "-lto", "-O3"])
     except toolchain.ToolchainError as exc:
         return ProbeResult(None, plan, exc.log or exc.message)
     if marker_symbol(c) not in toolchain.defined_symbols(out.cubin):

@@ -104,8 +104,12 @@ def jitlink_options(ctx: LinkContext) -> list[str]:
 
 
 def pass_link(ctx: LinkContext) -> None:
-    inputs = [toolchain.LinkInput("ltoir", ctx.glue_ltoir, f"{ctx.resolved.name}_glue")]
-    inputs += [c.obj.link_input() for c in ctx.resolved.components]
+    # The glue goes last: LTO merges the modules into the first one, whose data layout then holds for
+    # the whole kernel. nvcc's modules address shared memory with 32-bit pointers, NVRTC's with 64-bit
+    # ones; with the components first, the kernel is compiled as nvcc compiles its components (and as
+    # nvcc compiles the one-unit control: docs/architecture.md).
+    inputs = [c.obj.link_input() for c in ctx.resolved.components]
+    inputs.append(toolchain.LinkInput("ltoir", ctx.glue_ltoir, f"{ctx.resolved.name}_glue"))
     ctx.nvjitlink_options = jitlink_options(ctx)
     try:
         ctx.cubin = toolchain.nvjitlink_link(inputs, ctx.nvjitlink_options).cubin

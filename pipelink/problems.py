@@ -101,6 +101,40 @@ def moe_problem(T: int, H: int, seed: int, E: int = 16, TOPK: int = 4, skew: flo
     return Problem(args, ["y"], {"y": expected}, 1e-5)
 
 
+def gemm_problem(epilogue: str, M: int, N: int, K: int, seed: int, device: str = "cuda") -> Problem:
+    """A bf16 GEMM, D = x W^T accumulated in fp32, with one of the Qwen3-32B MLP case study's
+    epilogues: "plain" (d = D in bf16), "swiglu" (h = silu(D[:, 2j]) * D[:, 2j+1], gate and up rows
+    interleaved) or "residual" (y = D + bias + residual). The reference is an fp32 matmul of the same
+    bf16 inputs on the device (in float64 on the host this size takes minutes), kept in float64."""
+    import torch
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    x = torch.randn(M, K, generator=g).bfloat16().to(device)
+    w = (torch.randn(N, K, generator=g) / K ** 0.5).bfloat16().to(device)
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        acc = x.float() @ w.float().T
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+    nan = lambda *shape: torch.full(shape, float("nan"), dtype=torch.bfloat16, device=device)  # noqa: E731
+    args = {"a": x, "b": w, "M": M, "N": N, "K": K}
+    if epilogue == "plain":
+        out, want = "d", acc
+        args["d"] = nan(M, N)
+    elif epilogue == "swiglu":
+        out, want = "h", torch.nn.functional.silu(acc[:, 0::2]) * acc[:, 1::2]
+        args["h"] = nan(M, N // 2)
+    elif epilogue == "residual":
+        bias = (torch.randn(N, generator=g) * 0.1).bfloat16().to(device)
+        residual = torch.randn(M, N, generator=g).bfloat16().to(device)
+        out, want = "y", acc + bias.float() + residual.float()
+        args.update(y=nan(M, N), bias=bias, residual=residual)
+    else:
+        raise ValueError(f"no epilogue named {epilogue!r}")
+    # bf16 output: 2^-8 of the value, plus the accumulation order
+    return Problem(args, [out], {out: want.double().cpu()}, 1e-2)
+
+
 PROBLEMS = {"rowsum": rowsum_problem, "ring_gemv": gemv_problem, "splitk_gemv": splitk_problem,
             "tile_chain": chain_problem, "moe_dispatch": moe_problem}
 
