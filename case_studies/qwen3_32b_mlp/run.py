@@ -24,6 +24,7 @@ import torch.nn.functional as F  # noqa: E402
 
 from pipelink.launch import Kernel  # noqa: E402
 from report import results_md, summary  # noqa: E402
+from smoke import watched  # noqa: E402
 
 HIDDEN, INTER = 5120, 25600
 MS = (16, 128, 1024, 2048, 4096, 8192)
@@ -71,22 +72,6 @@ def time_alternating(fns: dict, rounds: int, warmup: int = 3) -> dict[str, list[
         for n in order:
             samples[n].append(starts[n].elapsed_time(ends[n]))
     return samples
-
-
-def watched(what: str, step, failures: list, seconds: float = 20.0) -> bool:
-    """Run `step` (a launch) and wait for it; a launch still running after `seconds` is a hang: report
-    it and end the process (the context cannot be recovered)."""
-    step()
-    done = torch.cuda.Event()
-    done.record()
-    start = time.time()
-    while not done.query():
-        if time.time() - start > seconds:
-            print(f"HANG: {what} did not finish in {seconds} s", flush=True)
-            import os
-            os._exit(3)
-        time.sleep(0.0005)
-    return True
 
 
 def check(name: str, got: torch.Tensor, ref: torch.Tensor, failures: list) -> float:
@@ -156,7 +141,7 @@ def main() -> None:
             for out, run, ref, name in ((h, fused[t], h_ref, f"swiglu_{t}"), (d, plain[t], d_ref, f"plain_{t}"),
                                         (y, resid_k[t], y_ref, f"residual_{t}"), (yd, plain_down[t], yd_ref, f"plain_down_{t}")):
                 out.fill_(float("nan"))
-                watched(f"M={M} {name}", run.launch, failures)
+                watched(f"M={M} {name}", run.launch, seconds=20.0)
                 torch.cuda.synchronize()
                 errs[name] = check(f"M={M} {name}", out, ref, failures)
         del gu_ref, h_ref, d_ref, y_ref, yd_ref
