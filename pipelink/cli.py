@@ -59,7 +59,8 @@ def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="pipelink", description="A contract-guided linker for fused GPU kernels.")
     p.add_argument("--version", action="store_true",
                    help="print pipelink's version and the toolchain it uses (nvcc, NVRTC, nvJitLink)")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser,
+                           help="what to do (`pipelink COMMAND --help` says more)")
 
     ins = sub.add_parser("inspect", help="show what objects and contracts hold")
     ins.add_argument("files", nargs="+", metavar="FILE", help="objects, archives, fatbins, LTO-IR, linked cubins "
