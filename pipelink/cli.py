@@ -196,7 +196,8 @@ def cmd_version() -> int:
         try:
             return read()
         except Exception as exc:  # ToolchainError, ImportError, a library that does not load: say which
-            return f"not available ({safe_text(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)})"
+            said = str(exc).splitlines()
+            return f"not available ({safe_text(said[0] if said else type(exc).__name__)})"
 
     print(f"pipelink {__version__} (CUDA toolchain pinned at {toolchain.PINNED_CUDA})")
     print(f"nvcc {found(lambda: f'{toolchain.nvcc_version()} ({toolchain.nvcc_path()})')}")
@@ -330,7 +331,7 @@ def cmd_check(args) -> int:
 
 
 def _check_summary(checked, together: bool) -> str:
-    """`ok: 3 components (a, b, c) checked one by one for sm_90`; with several targets, the names per target."""
+    """`ok: 3 components checked one by one: a, b, c for sm_90`; with several targets, `...: a for sm_90; b for sm_90a`."""
     n = len(checked)
     if n == 0:
         return "ok: no components"
