@@ -47,8 +47,7 @@ def cutlass_include_dir() -> Path | None:
     return path if (path / "cute").is_dir() else None
 
 
-# What every component build gets besides the contract's flags: the header by a fixed macro name (one
-# source may serve several contracts, e.g. tile shapes), and what CUTLASS/CuTe code needs to compile.
+# What CUTLASS/CuTe code needs to compile, in every component build.
 COMMON_NVCC = ("--expt-relaxed-constexpr",)
 
 
@@ -58,13 +57,21 @@ def library_includes() -> list[str]:
     return [f"-I{cutlass}"] if cutlass is not None else []
 
 
+def component_cflags() -> list[str]:
+    """What every component build gets besides its contract's flags and header: pipelink's headers, the
+    pinned toolchain's CUDA headers (runtime, CCCL), CUTLASS/CuTe where installed, and the common flags.
+    `pipelink build` compiles with these and `pipelink config --cflags` prints them, so a component built
+    with one's own nvcc sees the same headers. Raises ToolchainError where the toolchain is missing."""
+    return [f"-I{pipelink_include_dir()}", *(f"-I{d}" for d in toolchain.cuda_include_dirs()), *library_includes(),
+            *COMMON_NVCC]
+
+
 def one_unit_nvcc_command(target: str, flags, source: Path, output: Path) -> list[str]:
     """nvcc for the one-unit control: what `pipelink build` gives every component (the same -gencode,
-    contract flags, common flags and library headers), for one translation unit that needs no
-    generated header (monolithic.py inlines them)."""
+    contract flags and component_cflags), for one translation unit that needs no generated header
+    (monolithic.py inlines them)."""
     return [str(toolchain.nvcc_path()), "-dc", "-std=c++17", BuildOptions().optimize, gencode(target),
-            *flags.nvcc_options(), f"-I{pipelink_include_dir()}", *COMMON_NVCC, *library_includes(),
-            str(source), "-o", str(output)]
+            *flags.nvcc_options(), *component_cflags(), str(source), "-o", str(output)]
 
 
 def gencode(arch: str) -> str:
@@ -76,8 +83,9 @@ def nvcc_command(contract: Contract, source: Path, output: Path, header_dir: Pat
     archs = opts.archs or contract.targets.archs
     cmd = [str(toolchain.nvcc_path()), "-dc", "-std=c++17", opts.optimize, *map(gencode, archs),
            *contract.targets.flags.nvcc_options(),
-           f"-I{header_dir}", f"-I{pipelink_include_dir()}", f"-I{source.parent}",
-           f'-DPIPELINK_HEADER="{contract.name}.pipelink.h"', *COMMON_NVCC, *library_includes()]
+           f"-I{header_dir}", f"-I{source.parent}", *component_cflags(),
+           # the header by a fixed macro name: one source may serve several contracts (e.g. tile shapes)
+           f'-DPIPELINK_HEADER="{contract.name}.pipelink.h"']
     cmd += [f"-I{d}" for d in opts.include_dirs]
     cmd += [f"-D{d}" for d in opts.defines]
     cmd += list(opts.extra_nvcc)

@@ -6,11 +6,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 import traceback
+from dataclasses import replace
 from pathlib import Path
 
-from .diagnostics import Diagnostic, DiagnosticSink, ExitCode, Location, escape_controls, render_all, safe_text
+from .diagnostics import (Diagnostic, DiagnosticSink, ExitCode, Location, escape_controls, render_all, safe_text,
+                          sarif_log)
 from .outputs import STDOUT, Input, Output, check_outputs, object_inputs, write_outputs
 from .pipeline import DISPATCHES, SCHEDULES
 from .targets import TARGETS
@@ -23,42 +26,74 @@ class UsageError(Exception):
     pass
 
 
+class _ParserExit(Exception):
+    """--help printed its text: end the command with this status (argparse would exit the interpreter)."""
+
+    def __init__(self, status: int):
+        super().__init__(status)
+        self.status = status
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # argparse would print usage and exit 2 itself; keep our format
         raise UsageError(f"{self.prog}: {message}")
 
+    def exit(self, status=0, message=None):
+        if message:
+            print(message, end="", file=sys.stderr)
+        raise _ParserExit(status)
+
+
+FORMATS = ("text", "json", "sarif")
+
+
+def _report_options(p: argparse.ArgumentParser) -> None:
+    """The options of every command that reports diagnostics about its inputs."""
+    p.add_argument("--format", choices=FORMATS, default="text",
+                   help="text (default); json: one report on stdout; sarif: a SARIF 2.1.0 log on stdout, for "
+                        "code-scanning tools")
+    p.add_argument("--werror", action="store_true", help="treat warnings as errors (exit 1)")
+
 
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="pipelink", description="A contract-guided linker for fused GPU kernels.")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    p.add_argument("--version", action="store_true",
+                   help="print pipelink's version and the toolchain it uses (nvcc, NVRTC, nvJitLink)")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser,
+                           help="what to do (`pipelink COMMAND --help` says more)")
 
     ins = sub.add_parser("inspect", help="show what objects and contracts hold")
-    ins.add_argument("files", nargs="+", metavar="FILE")
-    ins.add_argument("--format", choices=("text", "json"), default="text")
+    ins.add_argument("files", nargs="+", metavar="FILE", help="objects, archives, fatbins, LTO-IR, linked cubins "
+                     "or contracts")
+    _report_options(ins)
 
-    chk = sub.add_parser("check", help="validate contracts (and objects) alone and as a set",
-                         description="Validate each contract, the set, and each object against its contract. "
-                                     f"Targets: {', '.join(TARGETS)}.")
+    chk = sub.add_parser("check", help="validate contracts and objects, each alone or as one kernel's set",
+                         description="Validate each component: its contract, and its object against the contract. "
+                                     "Each component is checked on its own unless --set or --pipeline asks for "
+                                     f"them as one kernel's components. Targets: {', '.join(TARGETS)}.")
     chk.add_argument("files", nargs="+", metavar="FILE", help="contracts (.json) or objects")
-    chk.add_argument("--arch", help="the link target (default: the first target every component supports)")
-    chk.add_argument("--pipeline", metavar="P", help="also check the set as this pipeline links it, without "
-                     "compiling: wires, geometry, events (PL06x-PL08x) and the joint allocation (PL04x)")
+    chk.add_argument("--set", action="store_true", help="check the components together as one kernel's: compile "
+                     "flags, a common target, geometry, barrier ids, resource lower bounds (PL04x, PL05x)")
+    chk.add_argument("--arch", help="the link target (default: the first target each component, or with --set "
+                     "every component, supports)")
+    chk.add_argument("--pipeline", metavar="P", help="check the set (implies --set) as this pipeline links it, "
+                     "without compiling: wires, geometry, events (PL06x-PL08x) and the joint allocation (PL04x)")
     chk.add_argument("--map", metavar="FILE", help="with --pipeline: write the link map of what the link would "
                      "decide (everything but the linked kernel's own resources); - for stdout")
-    chk.add_argument("--format", choices=("text", "json"), default="text")
+    _report_options(chk)
 
     hdr = sub.add_parser("header", help="write the header a component compiles against")
-    hdr.add_argument("contract")
+    hdr.add_argument("contract", help="the component's contract (.json)")
     hdr.add_argument("-o", "--output", default=STDOUT, help="file to write (default: - for stdout)")
 
     bld = sub.add_parser("build", help="compile a component against its contract and embed the contract")
-    bld.add_argument("source")
-    bld.add_argument("--contract", required=True)
+    bld.add_argument("source", help="the component's CUDA source")
+    bld.add_argument("--contract", required=True, help="the component's contract (.json)")
     bld.add_argument("-o", "--output", required=True, help="the object to write (- for stdout)")
     bld.add_argument("--arch", action="append", help="build only for this target (repeatable)")
     bld.add_argument("-I", dest="include", action="append", default=[], help="include directory")
     bld.add_argument("-D", dest="define", action="append", default=[], help="preprocessor definition")
-    bld.add_argument("-v", "--verbose", action="store_true")
+    bld.add_argument("-v", "--verbose", action="store_true", help="print the nvcc command lines")
 
     lnk = sub.add_parser("link", help="link component objects into one fused kernel",
                          description="Check, allocate, generate the glue, link with nvJitLink LTO, verify, emit. "
@@ -69,7 +104,8 @@ def _parser() -> argparse.ArgumentParser:
     lnk.add_argument("-o", "--output", help="the cubin (default: <kernel>.cubin; - for stdout)")
     lnk.add_argument("--pipeline", help="a pipeline file: components' order, wires, schedule, kernel name")
     lnk.add_argument("--wire", action="append", default=[], metavar="P.OUT=C.IN", help="wire two ports (repeatable)")
-    lnk.add_argument("--schedule", choices=SCHEDULES)
+    lnk.add_argument("--schedule", choices=SCHEDULES, help="how the components share the block (default: the "
+                     "pipeline's, else inferred from the contracts)")
     lnk.add_argument("--dispatch", choices=DISPATCHES, help="persistent schedule: how CTAs get tasks")
     lnk.add_argument("--specialize", action="append", default=[], metavar="NAME=VALUE",
                      help="bake an integer parameter's value into this link (one kernel per shape)")
@@ -85,10 +121,20 @@ def _parser() -> argparse.ArgumentParser:
     lnk.add_argument("-v", "--verbose", action="store_true", help="say what each pass decided")
     lnk.add_argument("--time", action="store_true", help="show each pass's time")
     lnk.add_argument("--no-cache", action="store_true", help="link afresh: neither read nor write the link cache")
-    lnk.add_argument("--format", choices=("text", "json"), default="text")
+    _report_options(lnk)
+
+    cfg = sub.add_parser("config", help="print what a component build with one's own nvcc needs",
+                         description="Print the flags `pipelink build` compiles every component with, for builds "
+                                     "with one's own nvcc (as pkg-config does). The contract's own flags and header "
+                                     "come from `pipelink header` and the contract.")
+    what = cfg.add_mutually_exclusive_group(required=True)
+    what.add_argument("--cflags", action="store_true", help="include folders (pipelink's, the pinned toolchain's "
+                      "CUDA headers, CUTLASS/CuTe where installed) and flags, on one line")
+    what.add_argument("--include-dir", action="store_true", help="pipelink's include folder")
 
     demo = sub.add_parser("demo", help="build the shipped components, link the default pipeline, run it on a GPU")
-    demo.add_argument("--build-dir", default="build/components")
+    demo.add_argument("--build-dir", default="build/components", help="where the shipped components are built "
+                      "(default: build/components)")
     return p
 
 
@@ -104,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         _emit([Diagnostic("PL001", str(exc))], "text")
         return ExitCode.USAGE
+    except _ParserExit as exc:
+        return exc.status
     except BrokenPipeError:
         return _stdout_closed()
     except KeyboardInterrupt:
@@ -130,17 +178,62 @@ def _stdout_closed() -> int:
 
 def _run(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
+    if args.version:
+        return cmd_version()
     if args.command is None:
         _parser().print_help()
         return ExitCode.USAGE
     return {"inspect": cmd_inspect, "check": cmd_check, "header": cmd_header, "build": cmd_build,
-            "link": cmd_link, "demo": cmd_demo}[args.command](args)
+            "link": cmd_link, "config": cmd_config, "demo": cmd_demo}[args.command](args)
+
+
+def cmd_version() -> int:
+    """Like `nvcc --version`: what pipelink is and which toolchain it found. A tool it cannot find is said
+    so on its line; the command that needs it reports PL008."""
+    from . import __version__, toolchain
+
+    def found(read) -> str:
+        try:
+            return read()
+        except Exception as exc:  # ToolchainError, ImportError, a library that does not load: say which
+            said = str(exc).splitlines()
+            return f"not available ({safe_text(said[0] if said else type(exc).__name__)})"
+
+    print(f"pipelink {__version__} (CUDA toolchain pinned at {toolchain.PINNED_CUDA})")
+    print(f"nvcc {found(lambda: f'{toolchain.nvcc_version()} ({toolchain.nvcc_path()})')}")
+    print(f"NVRTC {found(lambda: '.'.join(map(str, toolchain.nvrtc_version())))}")
+    print(f"nvJitLink {found(lambda: '.'.join(map(str, toolchain.nvjitlink_version())))}")
+    return ExitCode.OK
+
+
+def cmd_config(args) -> int:
+    from .build import component_cflags, pipelink_include_dir
+    from .toolchain import ToolchainError
+
+    if args.include_dir:
+        print(pipelink_include_dir())
+        return ExitCode.OK
+    try:
+        flags = component_cflags()
+    except ToolchainError as exc:
+        sink = DiagnosticSink()
+        sink.error("PL008", str(exc))
+        return _finish(sink, "text", {}, [])
+    print(shlex.join(flags))
+    return ExitCode.OK
 
 
 def _emit(diags, fmt: str) -> None:
     diags = list(diags)
     if diags and fmt == "text":
         print(render_all(diags), file=sys.stderr)
+
+
+def _werror(sink: DiagnosticSink, werror: bool) -> None:
+    """--werror: every warning becomes an error, as -Werror makes them; called before anything is written."""
+    if werror:
+        sink.items = [replace(d, severity="error", message=f"{d.message} [--werror]") if d.severity == "warning"
+                      else d for d in sink.items]
 
 
 def cmd_inspect(args) -> int:
@@ -184,6 +277,7 @@ def cmd_inspect(args) -> int:
                 lines.append("  contract  none (no .pipelink.contract section, no sidecar)")
             results.append(item)
             lines.append("")
+    _werror(sink, args.werror)
     return _finish(sink, args.format, {"inputs": results}, lines, partial_ok=True)
 
 
@@ -210,7 +304,7 @@ def _inspect_manifest(path: Path, cubin: bytes, item: dict, sink: DiagnosticSink
 
 
 def cmd_check(args) -> int:
-    from .collect import collect
+    from .collect import collect, collect_each
     from .report import contract_summary
 
     sink = DiagnosticSink()
@@ -220,25 +314,38 @@ def cmd_check(args) -> int:
     outputs = [Output(args.map, "link map", "--map", hint="write the link map elsewhere (--map PATH)")] if args.map else []
     if not check_outputs(outputs, object_inputs(args.files, args.pipeline), sink, _report(args.format)):
         return _finish(sink, args.format, {}, [])
-    got = collect(args.files, sink, args.arch)
-    if args.pipeline and not sink.has_errors:
-        text = _check_as_pipeline(got, args.pipeline, sink)
-        if text is not None and args.map and not sink.has_errors:
-            write_outputs({args.map: text.encode()}, sink)
+    together = args.set or args.pipeline is not None
+    got = [collect(args.files, sink, args.arch)] if together else collect_each(args.files, sink, args.arch)
+    text = _check_as_pipeline(got[0], args.pipeline, sink) if args.pipeline and not sink.has_errors else None
+    _werror(sink, args.werror)
+    if text is not None and args.map and not sink.has_errors:
+        write_outputs({args.map: text.encode()}, sink)
     ok = not sink.has_errors
-    names = [c.name for c in got.components]
-    summary = (f"ok: {len(names)} component{'s' if len(names) != 1 else ''} ({', '.join(names)}) "
-               f"checked for {got.target}" if ok else
-               f"{len(sink.errors)} error{'s' if len(sink.errors) != 1 else ''}")
-    doc = {"ok": ok, "target": got.target,
-           "components": [dict(contract_summary(c.contract), object=c.obj.path if c.obj else None)
-                          for c in got.components] if ok else []}
+    checked = [(c, g.target) for g in got for c in g.components]
+    targets = {target for _, target in checked}
+    doc = {"ok": ok, "together": together, "target": next(iter(targets)) if len(targets) == 1 else None,
+           "components": [dict(contract_summary(c.contract), object=c.obj.path if c.obj else None, target=target)
+                          for c, target in checked] if ok else []}
+    summary = _check_summary(checked, together) if ok else f"{len(sink.errors)} error{'s' if len(sink.errors) != 1 else ''}"
     return _finish(sink, args.format, doc, [summary], to_stderr=args.map == STDOUT)
+
+
+def _check_summary(checked, together: bool) -> str:
+    """`ok: 3 components checked one by one: a, b, c for sm_90`; with several targets, `...: a for sm_90; b for sm_90a`."""
+    n = len(checked)
+    if n == 0:
+        return "ok: no components"
+    how = "" if n < 2 else " together" if together else " one by one"
+    by_target: dict[str, list[str]] = {}
+    for c, target in checked:
+        by_target.setdefault(target, []).append(c.name)
+    return (f"ok: {n} component{'s' if n != 1 else ''} checked{how}: "
+            + "; ".join(f"{', '.join(names)} for {target}" for target, names in by_target.items()))
 
 
 def _report(fmt: str) -> str | None:
     """What else a command prints on stdout, for check_outputs."""
-    return "the --format json report" if fmt == "json" else None
+    return f"the --format {fmt} report" if fmt != "text" else None
 
 
 def _check_as_pipeline(got, pipeline: str, sink: DiagnosticSink) -> str | None:
@@ -345,14 +452,13 @@ def cmd_link(args) -> int:
         r = ctx.resolved
         print(f"pipelink: {len(r.components)} components for {ctx.target}, schedule {r.schedule}, kernel {r.name}",
               file=sys.stderr)
-        for w in r.wires:
-            print(f"pipelink:   wire {w} ({w.kind}, {'explicit' if w.explicit else 'auto'})", file=sys.stderr)
         if ctx.nvjitlink_options:
             print(f"pipelink:   nvJitLink {' '.join(ctx.nvjitlink_options)}", file=sys.stderr)
     if args.time:
         for name, seconds in result.timings:
             print(f"pipelink: pass {name:<9} {seconds * 1000:8.1f} ms", file=sys.stderr)
-    if not result.ok:
+    _werror(sink, args.werror)
+    if sink.has_errors:
         return _finish(sink, args.format, {"ok": False}, [])
     content = {"cubin": result.cubin, "manifest": (json.dumps(result.manifest, indent=2) + "\n").encode(),
                "map": result.link_map.encode(), "glue": (result.glue or "").encode(),
@@ -360,9 +466,13 @@ def cmd_link(args) -> int:
     if not write_outputs({o.path: content[key] for key, o in outputs.items()}, sink):
         return _finish(sink, args.format, {"ok": False}, [])
     m, output = result.manifest, outputs["cubin"].path
-    summary = (f"linked {output}: kernel {m['kernel']}, {m['block'][0]} threads, {m['dynamic_smem']} bytes of "
-               "dynamic smem" + (f", {m['resources']['registers']} registers" if "resources" in m else ""))
-    return _finish(sink, args.format, {"ok": True, "output": output, "manifest": m}, [summary],
+    # the wires from the manifest: a link from the cache ran no resolve pass
+    lines = [f"wire {w['from']} -> {w['to']} ({'explicit' if w['explicit'] else 'auto'}, {w['kind']})"
+             for w in m["wires"]]
+    lines.append(f"linked {output}{' (cached)' if ctx.cache_hit else ''}: kernel {m['kernel']}, {m['block'][0]} "
+                 f"threads, {m['dynamic_smem']} bytes of dynamic smem"
+                 + (f", {m['resources']['registers']} registers" if "resources" in m else ""))
+    return _finish(sink, args.format, {"ok": True, "output": output, "manifest": m}, lines,
                    to_stderr=any(o.path == STDOUT for o in outputs.values()))
 
 
@@ -401,6 +511,9 @@ def _finish(sink: DiagnosticSink, fmt: str, doc: dict, lines: list[str], partial
     if fmt == "json":
         doc = dict(doc, diagnostics=[d.to_json() for d in sink.items])
         print(json.dumps(doc, indent=2))
+    elif fmt == "sarif":  # the diagnostics only: what code-scanning tools read
+        from . import __version__
+        print(json.dumps(sarif_log(sink.items, __version__), indent=2))
     else:
         # the lines say what inputs hold (names, symbols, paths): nothing in them may drive the terminal
         lines = [escape_controls(ln, lines=True) for ln in lines]

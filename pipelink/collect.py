@@ -7,6 +7,8 @@ Three passes, each stopping at its boundary when it found errors:
              (LTO-IR for the target, the compile flags it was built with, its entry symbol, the
              contract marker that proves which contract it was compiled against, and what its code
              uses: shared memory, registers, barriers, local memory, calls)
+
+`collect` checks the components as one kernel's set; `collect_each` checks each as a set of one.
 """
 from __future__ import annotations
 
@@ -169,7 +171,27 @@ def check_marker(comp: Component, arch: str, sink: DiagnosticSink) -> None:
 
 
 def collect(paths: list[str], sink: DiagnosticSink, arch: str | None = None) -> Collected:
-    components = read_components(paths, sink)
+    """The components of `paths` checked as one kernel's (`pipelink check --set`)."""
+    return check_components(read_components(paths, sink), sink, arch)
+
+
+def collect_each(paths: list[str], sink: DiagnosticSink, arch: str | None = None) -> list[Collected]:
+    """Each component checked on its own (`pipelink check` without --set): unrelated components, such as
+    every object of a folder, need not fit one kernel together. A file with errors does not keep the
+    others from being checked."""
+    out = []
+    for path in paths:
+        read = DiagnosticSink()  # the passes stop at errors in their sink: one per file, one per component
+        components = read_components([path], read)
+        sink.extend(read.items)
+        for comp in components:
+            own = DiagnosticSink()
+            out.append(check_components([comp], own, arch))
+            sink.extend(own.items)
+    return out
+
+
+def check_components(components: list[Component], sink: DiagnosticSink, arch: str | None = None) -> Collected:
     if not components:
         return Collected([], None)
     target = check_set([comp.contract for comp in components], sink, arch)

@@ -26,11 +26,11 @@ def run_demo(build_dir: Path) -> int:
     results = {}
     for pipe in shipped_pipelines():
         files = [objects[n] for n in pipe.components]
-        say(f"\n== pipelink check {' '.join(files)}")
+        say(f"\n== pipelink check --set {' '.join(files)}")
         got = collect(files, sink)
         if sink.has_errors:
             return _fail(sink)
-        say(f"ok: {', '.join(c.name for c in got.components)} checked for {got.target}")
+        say(f"ok: {', '.join(c.name for c in got.components)} checked together for {got.target}")
         say(f"== pipelink link --pipeline {pipe.path.relative_to(pipe.path.parent.parent)} {' '.join(files)}")
         from .pipeline import load_pipeline
         spec = load_pipeline(pipe.path, sink)

@@ -366,16 +366,63 @@ def render_all(diags, fmt: str = "text") -> str:
     return "\n".join(d.render() for d in diags)
 
 
+SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
+
+
+def _file_uri(path: str) -> str:
+    """A path as SARIF's artifactLocation.uri wants it: a URI reference (relative paths stay relative)."""
+    from urllib.parse import quote
+    return ("file://" if path.startswith("/") else "") + quote(path)
+
+
+def _sarif_location(loc: dict) -> dict:
+    """A to_json() location as a SARIF location; the JSON pointer and component go in its property bag."""
+    out: dict = {}
+    if "file" in loc:
+        physical: dict = {"artifactLocation": {"uri": _file_uri(loc["file"])}}
+        if "line" in loc:
+            physical["region"] = {"startLine": loc["line"], **({"startColumn": loc["column"]} if "column" in loc else {})}
+        out["physicalLocation"] = physical
+    bag = {k: loc[k] for k in ("pointer", "component") if k in loc}
+    if bag:
+        out["properties"] = bag
+    return out
+
+
+def sarif_log(diags, tool_version: str) -> dict:
+    """The diagnostics as a SARIF 2.1.0 log for code-scanning tools: one run, a rule per code used (its
+    title and default hint), a result per diagnostic. Text as to_json() gives it: escaped and shortened."""
+    rules: dict[str, int] = {}
+    results = []
+    for d in diags:
+        doc = d.to_json()
+        rules.setdefault(d.code, len(rules))
+        result = {"ruleId": d.code, "ruleIndex": rules[d.code], "level": d.severity,
+                  "message": {"text": doc["message"]}, "properties": {"hint": doc["hint"]}}
+        where = _sarif_location(doc["location"])
+        if where:
+            result["locations"] = [where]
+        related = [dict(_sarif_location(r), id=i) for i, r in enumerate(doc.get("related", []))]
+        if related:
+            result["relatedLocations"] = related
+        results.append(result)
+    driver = {"name": "pipelink", "version": tool_version, "rules": [
+        {"id": code, "shortDescription": {"text": CODES[code].title}, "help": {"text": CODES[code].hint}}
+        for code in rules]}
+    return {"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": [{"tool": {"driver": driver}, "results": results}]}
+
+
 def codes_markdown() -> str:
     """docs/diagnostics.md, generated from the registry (`python -m pipelink.diagnostics`)."""
     lines = ["# Diagnostics", "",
              "Every problem pipelink reports has a stable code. Codes are never renumbered; new ones are added.",
              "Exit code 2 means bad usage or an input that cannot be read as what it claims to be; 1 means a",
              "contract or link problem. Each diagnostic names where (file, JSON pointer, component), what clashed",
-             "with what (`>>> also ...`), and gives a hint. `--format json` gives the same as objects. Text from",
-             "inputs is shown safely in both: control characters escaped (`\\x1b`), a value over 256 characters cut",
-             "to its first 60 and its length. A command whose stdout is closed early (`pipelink inspect ... | head`)",
-             "ends quietly with exit code 141, as a tool ended by SIGPIPE would.",
+             "with what (`>>> also ...`), and gives a hint. `--format json` gives the same as objects, `--format sarif`",
+             "as a SARIF 2.1.0 log (a rule per code, with its title and default hint). `--werror` makes warnings",
+             "errors (exit 1). Text from inputs is shown safely in every format: control characters escaped (`\\x1b`),",
+             "a value over 256 characters cut to its first 60 and its length. A command whose stdout is closed early",
+             "(`pipelink inspect ... | head`) ends quietly with exit code 141, as a tool ended by SIGPIPE would.",
              "This file is generated: `python -m pipelink.diagnostics > docs/diagnostics.md`.", "",
              "A code with exit \"1 or 0\" is also reported as a warning (exit 0); its row says when.", "",
              "| code | exit | what | default hint |", "| --- | --- | --- | --- |"]

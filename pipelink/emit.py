@@ -35,6 +35,8 @@ def manifest(r: Resolved, a: Allocation, arch: str, cubin: bytes, kernel_info=No
         "geometry": dict(sorted(r.geometry.items())),
         "components": [{"name": c.name, "version": c.contract.version, "contract_hash": c.contract.hash[:16],
                         "object": c.obj.path if c.obj else None} for c in r.components],
+        "wires": [{"from": f"{w.producer}.{w.out_port.name}", "to": f"{w.consumer}.{w.in_port.name}", "kind": w.kind,
+                   "explicit": w.explicit} for w in r.wires],
         "cubin_sha256": hashlib.sha256(cubin).hexdigest(),
     }
     if r.specialize:

@@ -49,10 +49,24 @@ def cuda_root() -> Path:
 
 
 def _require_pinned_release(root: Path) -> None:
+    version = nvcc_version(root)
+    if not version.startswith(f"{PINNED_CUDA}."):
+        raise ToolchainError(f"{root} is not CUDA {PINNED_CUDA}: its nvcc is {version}")
+
+
+def nvcc_version(root: Path | None = None) -> str:
+    """The version nvcc reports (`13.0.88`), of the toolkit at `root` (default: the one pipelink uses)."""
+    import re
     import subprocess
-    out = subprocess.run([str(root / "bin" / "nvcc"), "--version"], capture_output=True, text=True).stdout
-    if f"release {PINNED_CUDA}," not in out:
-        raise ToolchainError(f"{root} is not CUDA {PINNED_CUDA}: {out.strip().splitlines()[-1] if out else '?'}")
+    nvcc = (root or cuda_root()) / "bin" / "nvcc"
+    try:
+        out = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True).stdout
+    except OSError as exc:
+        raise ToolchainError(f"cannot run {nvcc}: {exc.strerror or exc}") from None
+    found = re.search(r"release [0-9.]+, V([0-9.]+)", out)
+    if found is None:
+        raise ToolchainError(f"{nvcc} --version names no release", out.strip())
+    return found.group(1)
 
 
 def nvcc_path() -> Path:

@@ -26,14 +26,14 @@ def _contracts(tmp_path, change=None) -> list[str]:
 
 
 def test_the_four_contracts_check_together(tmp_path, capsys):
-    assert main(["check", *_contracts(tmp_path)]) == 0
+    assert main(["check", "--set", *_contracts(tmp_path)]) == 0
     assert "4 components" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("variant", variants.VARIANTS, ids=lambda v: v.name)
 def test_each_variant_propagates_or_is_refused_at_link_time(variant, tmp_path, capsys):
     """Five changes propagate through the contracts; the 128-row expert tile cannot fit (PL042)."""
-    code = main(["check", *_contracts(tmp_path, variant.change)])
+    code = main(["check", "--set", *_contracts(tmp_path, variant.change)])
     if variant.name == "expert-tile-rows-128":
         assert code == 1 and "PL042" in capsys.readouterr().err
     else:

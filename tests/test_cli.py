@@ -28,28 +28,28 @@ def run(capsys, *argv):
 
 @pytest.mark.parametrize("names", [ROWSUM, RING], ids=["rowsum", "ring"])
 def test_check_shipped_pipeline(capsys, shipped_objects, names):
-    code, out, err = run(capsys, "check", *(shipped_objects[n] for n in names))
+    code, out, err = run(capsys, "check", "--set", *(shipped_objects[n] for n in names))
     assert code == 0, err
-    assert f"ok: {len(names)} components ({', '.join(names)}) checked for sm_90" in out
+    assert f"ok: {len(names)} components checked together: {', '.join(names)} for sm_90" in out
 
 
 def test_check_json(capsys, shipped_objects):
-    code, out, _ = run(capsys, "check", "--format", "json", *(shipped_objects[n] for n in RING))
+    code, out, _ = run(capsys, "check", "--set", "--format", "json", *(shipped_objects[n] for n in RING))
     doc = json.loads(out)
-    assert code == 0 and doc["ok"] and doc["target"] == "sm_90" and doc["diagnostics"] == []
+    assert code == 0 and doc["ok"] and doc["together"] and doc["target"] == "sm_90" and doc["diagnostics"] == []
     assert [c["name"] for c in doc["components"]] == RING
     assert doc["components"][1]["roles"][0]["warpgroup_aligned"] is True
 
 
 def test_check_for_sm90a(capsys, shipped_objects):
     code, out, _ = run(capsys, "check", "--arch", "sm_90a", *(shipped_objects[n] for n in ROWSUM))
-    assert code == 0 and "checked for sm_90a" in out
+    assert code == 0 and "checked one by one: tile_load, tile_transform, block_rowsum for sm_90a" in out
 
 
 def test_check_bare_contracts(capsys):
     from pipelink.shipped import REPO
-    code, out, _ = run(capsys, "check", *(REPO / "contracts" / f"{n}.json" for n in ROWSUM))
-    assert code == 0 and "checked for sm_90" in out
+    code, out, _ = run(capsys, "check", "--set", *(REPO / "contracts" / f"{n}.json" for n in ROWSUM))
+    assert code == 0 and "checked together: tile_load, tile_transform, block_rowsum for sm_90" in out
 
 
 def test_check_as_a_pipeline_runs_the_link_decisions_without_objects(capsys, tmp_path):
@@ -72,7 +72,7 @@ def test_check_as_a_pipeline_runs_the_link_decisions_without_objects(capsys, tmp
     code, _, err = run(capsys, "check", *contracts[:3], tmp_path / "combine.json", "--pipeline", pipeline)
     assert code == 1 and "PL086" in err
     # the set alone (no pipeline) cannot know: the event analysis belongs to the link
-    assert run(capsys, "check", *contracts[:3], tmp_path / "combine.json")[0] == 0
+    assert run(capsys, "check", "--set", *contracts[:3], tmp_path / "combine.json")[0] == 0
 
 
 def test_check_given_a_pipeline_file_says_so(capsys):
@@ -159,7 +159,8 @@ def test_link_cubin_to_stdout(shipped_objects, tmp_path):
                            *(shipped_objects[n] for n in ROWSUM), "-o", "-"], cwd=tmp_path, capture_output=True,
                           env=dict(os.environ, PYTHONPATH=str(REPO)))
     assert proc.returncode == 0, proc.stderr.decode()
-    assert proc.stdout.startswith(b"\x7fELF") and b"linked -: kernel rowsum" in proc.stderr
+    assert proc.stdout.startswith(b"\x7fELF") and b": kernel rowsum" in proc.stderr and b"linked -" in proc.stderr
+    assert b"wire tile_load.tile -> tile_transform.src (explicit, zero_copy)" in proc.stderr
     assert json.loads((tmp_path / "rowsum.json").read_text())["kernel"] == "rowsum"
 
 
@@ -267,7 +268,7 @@ def test_flags_differ_between_components(capsys, shipped_objects, tmp_path):
     assert code == 0, err
     code, out, _ = run(capsys, "inspect", obj)
     assert "-ftz=1" in out
-    got, _, err = run(capsys, "check", shipped_objects["tile_load"], obj)
+    got, _, err = run(capsys, "check", "--set", shipped_objects["tile_load"], obj)
     assert got == 1 and "error[PL040]" in err and "'tile_transform' is compiled with ftz=true but 'tile_load' with ftz=false" in err
 
 
@@ -298,7 +299,7 @@ def test_barrier_clash_between_components(capsys, tmp_path):
     pa, pb = tmp_path / "a.json", tmp_path / "b.json"
     pa.write_text(json.dumps(a))
     pb.write_text(json.dumps(b))
-    got, _, err = run(capsys, "check", pa, pb)
+    got, _, err = run(capsys, "check", "--set", pa, pb)
     assert got == 1 and "error[PL045]: barrier id 2 is hard-coded by both 'a' and 'b'" in err
     assert ">>> also " in err and "a.json" in err
 

@@ -89,7 +89,7 @@ def test_cli_link_writes_cubin_manifest_map(shipped_objects, tmp_path, capsys):
                  str(tmp_path / "one.cu"), "--emit-glue", str(tmp_path / "glue.cu"), "-v", "--time", "--no-cache"])
     o, err = capsys.readouterr()
     assert code == 0, err
-    assert "linked" in o and "pass resolve" in err and "wire tile_load.tile -> tile_transform.src" in err
+    assert "linked" in o and "pass resolve" in err and "wire tile_load.tile -> tile_transform.src (explicit, zero_copy)" in o
     manifest = json.loads((tmp_path / "rowsum.json").read_text())
     assert manifest["params"][0] == {"name": "x", "dtype": "f32", "pointer": True, "const": True}
     assert manifest["tiles"] == ["ceil_div(M, 32)", "ceil_div(N, 128)"]

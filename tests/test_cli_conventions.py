@@ -1,0 +1,323 @@
+"""The command line as the tools around it expect: --version, each component alone by default, --werror,
+SARIF, the pre-commit hook, `config --cflags`, what `link` says, and help text for every option."""
+import json
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from comp_contract import COMP_CONTRACT
+from pipelink import __version__, toolchain
+from pipelink.cli import _parser, main
+from pipelink.diagnostics import CODES
+from pipelink.shipped import REPO
+
+ROWSUM = ["tile_load", "tile_transform", "block_rowsum"]
+
+
+def run(capsys, *argv):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    return code, out, err
+
+
+def write(path: Path, doc: dict) -> Path:
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def component(name: str, **changes) -> dict:
+    return dict(COMP_CONTRACT, name=name, entry=dict(COMP_CONTRACT["entry"], symbol=name), **changes)
+
+
+def smem(size: int) -> dict:
+    return {"buffers": [{"name": "buf", "bytes": size, "align": 16}]}
+
+
+# --- --version -----------------------------------------------------------------------------------
+
+def test_version_names_pipelink_and_the_toolchain_it_found(capsys):
+    code, out, _ = run(capsys, "--version")
+    lines = out.splitlines()
+    assert code == 0 and lines[0] == f"pipelink {__version__} (CUDA toolchain pinned at {toolchain.PINNED_CUDA})"
+    assert lines[1] == f"nvcc {toolchain.nvcc_version()} ({toolchain.nvcc_path()})"
+    assert lines[1].startswith(f"nvcc {toolchain.PINNED_CUDA}.")
+    assert lines[2] == f"NVRTC {toolchain.PINNED_CUDA}" and lines[3] == f"nvJitLink {toolchain.PINNED_CUDA}"
+
+
+def test_version_says_which_tool_is_missing(capsys, monkeypatch):
+    def missing(root=None):
+        raise toolchain.ToolchainError("nvcc from the nvidia-cuda-nvcc==13.0.88 wheel was not found")
+    monkeypatch.setattr(toolchain, "nvcc_version", missing)
+    code, out, _ = run(capsys, "--version")
+    assert code == 0 and "nvcc not available (nvcc from the nvidia-cuda-nvcc==13.0.88 wheel was not found)" in out
+
+
+# --- check: each component alone, or --set ------------------------------------------------------
+
+def test_unrelated_components_are_checked_one_by_one(capsys, tmp_path):
+    """Each fits alone; together they need more shared memory than a block has (PL042)."""
+    a = write(tmp_path / "a.json", component("a", smem=smem(150000)))
+    b = write(tmp_path / "b.json", component("b", smem=smem(150000)))
+    code, out, err = run(capsys, "check", a, b)
+    assert code == 0 and "ok: 2 components checked one by one: a, b for sm_90" in out, err
+    code, _, err = run(capsys, "check", "--set", a, b)
+    assert code == 1 and "error[PL042]" in err
+
+
+def test_one_by_one_a_broken_file_does_not_hide_the_others(capsys, tmp_path):
+    bad = write(tmp_path / "bad.json", component("bad", threads={"warps": 0}))
+    big = write(tmp_path / "big.json", component("big", smem=smem(300000)))
+    code, _, err = run(capsys, "check", bad, big)
+    assert code == 1 and "error[PL020]" in err and "error[PL042]" in err
+    code, _, err = run(capsys, "check", "--set", bad, big)  # the set stops at the contracts pass
+    assert code == 1 and "error[PL020]" in err and "PL042" not in err
+
+
+def test_one_by_one_components_may_share_names_and_targets_differ(capsys, tmp_path):
+    """A folder may hold two builds of one component, for different targets."""
+    first = write(tmp_path / "first.json", component("same"))
+    second = write(tmp_path / "second.json", component("same", targets={"archs": ["sm_90a"]}))
+    code, out, _ = run(capsys, "check", "--format", "json", first, second)
+    doc = json.loads(out)
+    assert code == 0 and doc["together"] is False and doc["target"] is None
+    assert [(c["name"], c["target"]) for c in doc["components"]] == [("same", "sm_90"), ("same", "sm_90a")]
+    code, out, _ = run(capsys, "check", first, second)
+    assert code == 0 and "checked one by one: same for sm_90; same for sm_90a" in out
+    code, _, err = run(capsys, "check", "--set", first, second)
+    assert code == 1 and "error[PL047]" in err
+
+
+def test_a_pipeline_checks_the_set(capsys):
+    contracts = [REPO / "contracts" / f"{n}.json" for n in ROWSUM]
+    code, out, err = run(capsys, "check", *contracts, "--pipeline", REPO / "pipelines" / "rowsum.json")
+    assert code == 0 and "checked together: tile_load, tile_transform, block_rowsum for sm_90" in out, err
+
+
+# --- --werror and SARIF on a component whose only finding is a warning ---------------------------
+
+WARN_CONTRACT = {
+    "pipelink_contract": 1, "name": "warn", "version": "1.0.0",
+    "entry": {"symbol": "warn", "params": [{"name": "x", "dtype": "f32", "pointer": True},
+                                           {"name": "n", "dtype": "i32"}]},
+    "targets": {"archs": ["sm_90"]}, "threads": {"warps": 1},
+    "geometry": {"tile_sequence": {"grid": ["ceil_div(n, 32)"]}},
+}
+
+WARN_SOURCE = """#include "warn.pipelink.h"
+__device__ __noinline__ float twice(float v) { return 2.0f * v; }  // a call LTO keeps: a warning
+extern "C" __device__ void warn(pl::Tile tile, float* x, int n) {
+  const int i = tile.coord[0] * 32 + (int)(threadIdx.x % 32);
+  if (i < n) x[i] = twice(x[i]);
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def warn_object(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("warn")
+    write(d / "warn.json", WARN_CONTRACT)
+    (d / "warn.cu").write_text(WARN_SOURCE)
+    assert main(["build", str(d / "warn.cu"), "--contract", str(d / "warn.json"), "-o", str(d / "warn.o")]) == 0
+    return d / "warn.o"
+
+
+def test_werror_fails_check_on_a_warning(capsys, warn_object):
+    code, out, err = run(capsys, "check", warn_object)
+    assert code == 0 and "warning[PL145]" in err and "ok: 1 component checked: warn for sm_90" in out
+    code, out, err = run(capsys, "check", "--werror", warn_object)
+    assert code == 1 and "error[PL145]" in err and "[--werror]" in err and "warning[" not in err and "ok:" not in out
+    code, out, _ = run(capsys, "check", "--werror", "--format", "json", warn_object)
+    doc = json.loads(out)
+    assert code == 1 and not doc["ok"] and doc["diagnostics"][0]["severity"] == "error"
+
+
+def test_werror_fails_link_on_a_warning_and_writes_nothing(capsys, warn_object, tmp_path):
+    cubin = tmp_path / "k.cubin"
+    code, _, err = run(capsys, "link", warn_object, "-o", cubin, "--werror")
+    assert code == 1 and "error[PL073]" in err and "[--werror]" in err
+    assert not cubin.exists() and not cubin.with_suffix(".json").exists()
+    code, out, err = run(capsys, "link", warn_object, "-o", cubin)
+    assert code == 0 and "warning[PL073]" in err and f"linked {cubin}" in out and cubin.exists()
+
+
+def _assert_sarif(doc: dict) -> list[dict]:
+    """The parts of SARIF 2.1.0 that code-scanning tools require; returns the results."""
+    assert doc["version"] == "2.1.0" and doc["$schema"].endswith("sarif-2.1.0.json")
+    (run_,) = doc["runs"]
+    driver = run_["tool"]["driver"]
+    assert driver["name"] == "pipelink" and driver["version"] == __version__
+    ids = [r["id"] for r in driver["rules"]]
+    assert len(ids) == len(set(ids))
+    for rule in driver["rules"]:
+        assert rule["shortDescription"]["text"] == CODES[rule["id"]].title
+        assert rule["help"]["text"] == CODES[rule["id"]].hint
+    for result in run_["results"]:
+        assert result["ruleId"] == ids[result["ruleIndex"]]
+        assert result["level"] in ("error", "warning", "note") and result["message"]["text"]
+        for loc in result.get("locations", []) + result.get("relatedLocations", []):
+            uri = loc["physicalLocation"]["artifactLocation"]["uri"]
+            assert uri and not re.search(r"[\s\[\]]", uri)  # a URI reference: brackets and spaces escaped
+    return run_["results"]
+
+
+def test_sarif_for_a_set_problem(capsys, tmp_path):
+    a = write(tmp_path / "a.json", component("a", barriers={"hardcoded_ids": [1, 2]}))
+    b = write(tmp_path / "b b.json", component("b", barriers={"hardcoded_ids": [2]}))
+    code, out, _ = run(capsys, "check", "--set", "--format", "sarif", a, b)
+    (result,) = _assert_sarif(json.loads(out))
+    assert code == 1 and result["ruleId"] == "PL045" and result["level"] == "error"
+    assert "barrier id 2 is hard-coded by both 'a' and 'b'" in result["message"]["text"]
+    (where,) = result["locations"]
+    assert where["physicalLocation"]["artifactLocation"]["uri"] == "file://" + str(b).replace(" ", "%20")
+    assert where["properties"] == {"pointer": "/barriers/hardcoded_ids/0", "component": "b"}
+    assert result["relatedLocations"][0]["properties"]["pointer"] == "/barriers/hardcoded_ids/1"
+
+
+def test_sarif_levels_and_exit_codes_follow_the_other_formats(capsys, warn_object, tmp_path):
+    code, out, _ = run(capsys, "check", "--format", "sarif", warn_object)
+    (result,) = _assert_sarif(json.loads(out))
+    assert code == 0 and result["ruleId"] == "PL145" and result["level"] == "warning"
+    code, out, _ = run(capsys, "check", "--format", "sarif", "--werror", warn_object)
+    assert code == 1 and _assert_sarif(json.loads(out))[0]["level"] == "error"
+    code, out, _ = run(capsys, "check", "--format", "sarif", tmp_path / "missing.o")
+    assert code == 2 and _assert_sarif(json.loads(out))[0]["ruleId"] == "PL002"
+    code, out, _ = run(capsys, "check", "--format", "sarif", REPO / "contracts" / "tile_load.json")
+    assert code == 0 and _assert_sarif(json.loads(out)) == []
+
+
+def test_sarif_report_and_a_map_cannot_share_stdout(capsys):
+    contracts = [REPO / "contracts" / f"{n}.json" for n in ROWSUM]
+    code, out, _ = run(capsys, "check", *contracts, "--pipeline", REPO / "pipelines" / "rowsum.json", "--map", "-",
+                       "--format", "sarif")
+    (result,) = _assert_sarif(json.loads(out))
+    assert code == 2 and result["ruleId"] == "PL122" and "the --format sarif report" in result["message"]["text"]
+
+
+# --- the pre-commit hook -------------------------------------------------------------------------
+
+def _hooks() -> list[dict]:
+    """.pre-commit-hooks.yaml read as the flat list of mappings it is (no YAML library needed)."""
+    hooks = []
+    for line in (REPO / ".pre-commit-hooks.yaml").read_text().splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        key, _, value = line.strip().removeprefix("- ").partition(":")
+        if line.startswith("- "):
+            hooks.append({})
+        value = value.strip()
+        hooks[-1][key.strip()] = value[1:-1] if value[:1] in "'\"" and value else value
+    return hooks
+
+
+def test_pre_commit_hook_runs_check_on_contracts_and_objects():
+    (hook,) = _hooks()
+    assert hook["id"] == "pipelink-check" and hook["entry"] == "pipelink check"
+    assert hook["pass_filenames"] == "true" and hook["language"] == "python"
+    files = re.compile(hook["files"])
+    for name in ("c/ring_dot.json", "ring_dot.o", "lib.a", "k.ltoir", "k.fatbin"):
+        assert files.search(name), name
+    for name in ("ring_dot.cu", "ring_dot.h", "README.md", "k.cubin", "a.json.bak"):
+        assert not files.search(name), name
+    command = shlex.split(hook["entry"])
+    assert command[0] == "pipelink" and _parser().parse_args(command[1:] + ["x.o"]).command == "check"
+
+
+# --- config --------------------------------------------------------------------------------------
+
+def test_config_cflags_are_what_build_compiles_with(capsys):
+    from pipelink.build import BuildOptions, cutlass_include_dir, nvcc_command, pipelink_include_dir
+    from pipelink.loader import load_contract_file
+    from pipelink.diagnostics import DiagnosticSink
+    code, out, _ = run(capsys, "config", "--cflags")
+    flags = shlex.split(out)
+    assert code == 0 and len(out.splitlines()) == 1
+    assert flags[0] == f"-I{pipelink_include_dir()}" and "--expt-relaxed-constexpr" in flags
+    assert all(f"-I{d}" in flags for d in toolchain.cuda_include_dirs())
+    if cutlass_include_dir() is not None:
+        assert f"-I{cutlass_include_dir()}" in flags
+    c = load_contract_file(str(REPO / "contracts" / "tile_load.json"), DiagnosticSink())
+    cmd = nvcc_command(c, Path("x.cu"), Path("x.o"), Path("hdr"), BuildOptions())
+    at = cmd.index(flags[0])
+    assert cmd[at:at + len(flags)] == flags
+
+
+def test_config_include_dir(capsys):
+    from pipelink.build import pipelink_include_dir
+    code, out, _ = run(capsys, "config", "--include-dir")
+    assert code == 0 and out == f"{pipelink_include_dir()}\n"
+    assert (Path(out.strip()) / "pipelink").is_dir()
+
+
+def test_config_needs_a_question(capsys):
+    code, _, err = run(capsys, "config")
+    assert code == 2 and "error[PL001]" in err and "--cflags" in err
+
+
+def test_config_without_a_toolchain_is_pl008(capsys, monkeypatch):
+    def missing():
+        raise toolchain.ToolchainError("the nvidia CUDA wheels are not installed")
+    monkeypatch.setattr(toolchain, "cuda_include_dirs", missing)
+    code, out, err = run(capsys, "config", "--cflags")
+    assert code == 2 and out == "" and "error[PL008]" in err
+
+
+# --- link: the wires it chose, and the cache -----------------------------------------------------
+
+def test_link_prints_its_wires_and_a_cache_hit(capsys, shipped_objects, tmp_path):
+    objects = [shipped_objects[n] for n in ROWSUM]
+    cubin = tmp_path / "rowsum.cubin"
+    argv = ["link", *objects, "--wire", "tile_load.tile=tile_transform.src", "-o", cubin]
+    code, out, err = run(capsys, *argv, "--no-cache")
+    assert code == 0, err
+    assert out.splitlines() == [
+        "wire tile_load.tile -> tile_transform.src (explicit, zero_copy)",
+        "wire tile_transform.dst -> block_rowsum.tile (auto, zero_copy)",
+        out.splitlines()[-1]]
+    assert out.splitlines()[-1].startswith(f"linked {cubin}: kernel pipelink_fused")
+    run(capsys, *argv)  # fills the cache
+    code, again, _ = run(capsys, *argv)
+    assert code == 0 and again.splitlines()[:2] == out.splitlines()[:2]
+    assert again.splitlines()[-1].startswith(f"linked {cubin} (cached): kernel pipelink_fused")
+    manifest = json.loads(cubin.with_suffix(".json").read_text())
+    assert manifest["wires"][1] == {"from": "tile_transform.dst", "to": "block_rowsum.tile", "kind": "zero_copy",
+                                    "explicit": False}
+
+
+# --- every option says what it does ---------------------------------------------------------------
+
+def _subcommands() -> list[str]:
+    sub = next(a for a in _parser()._actions if a.dest == "command")
+    return list(sub.choices)
+
+
+def _undescribed(help_text: str) -> list[str]:
+    """Option and argument lines of argparse's help that carry no description: the invocation alone on its
+    line, and the next line not an indented continuation."""
+    lines = help_text.splitlines()
+    missing, in_options = [], False
+    for i, line in enumerate(lines):
+        if line.endswith(":") and not line.startswith(" "):
+            in_options = line in ("options:", "optional arguments:", "positional arguments:")
+            continue
+        if not in_options or not re.match(r"  \S", line):
+            continue
+        described = re.search(r"\S\s{2,}\S", line.strip()) is not None
+        continued = i + 1 < len(lines) and re.match(r" {5,}\S", lines[i + 1]) is not None
+        if not described and not continued:
+            missing.append(line.strip())
+    return missing
+
+
+def test_the_help_parser_sees_a_missing_description():
+    assert _undescribed("options:\n  -h, --help  show help\n  --bare\n  --long-option-name {a,b}\n"
+                        "                        described below\n") == ["--bare"]
+
+
+@pytest.mark.parametrize("command", [None, *_subcommands()])
+def test_every_option_has_a_description(capsys, command):
+    code, out, _ = run(capsys, *([command] if command else []), "--help")
+    assert code == 0 and ("options:" in out or "optional arguments:" in out)
+    assert _undescribed(out) == []
