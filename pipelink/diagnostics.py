@@ -185,16 +185,18 @@ CODES = _codes(
          "declare the bytes as an smem buffer (smem.buffers) and use the header's smem_<name>(): the linker "
          "places every byte of shared memory"),
     Code("PL141", "component uses more registers than its contract allows", L,
-         "raise registers.max_per_thread, or lower the code's register pressure"),
+         "raise registers.max_per_thread, or lower the code's register pressure",
+         "always a warning: a link caps the registers, so the code spills rather than fails"),
     Code("PL142", "component uses an undeclared named-barrier id", L,
          "declare the id in barriers.hardcoded_ids, or use a named barrier (barriers.named) and the header's "
-         "sync_<name>()"),
+         "sync_<name>()", "a warning when the id is computed at run time, which nothing can check"),
     Code("PL143", "__syncthreads without threads.uses_syncthreads", L,
          "set threads.uses_syncthreads, or synchronize the component's own warps with a named barrier"),
     Code("PL144", "component uses local memory", L,
-         "local arrays indexed at run time and spills live in slow local memory; keep them in registers or smem"),
+         "local arrays indexed at run time and spills live in slow local memory; keep them in registers or smem",
+         "always a warning"),
     Code("PL145", "component calls a function LTO did not inline", L,
-         "drop __noinline__ (and -G), or build the callee with LTO-IR"),
+         "drop __noinline__ (and -G), or build the callee with LTO-IR", "always a warning"),
 )
 
 

@@ -216,11 +216,13 @@ def test_pre_commit_hook_runs_check_on_contracts_and_objects():
     (hook,) = _hooks()
     assert hook["id"] == "pipelink-check" and hook["entry"] == "pipelink check"
     assert hook["pass_filenames"] == "true" and hook["language"] == "python"
-    files = re.compile(hook["files"])
-    for name in ("c/ring_dot.json", "ring_dot.o", "lib.a", "k.ltoir", "k.fatbin"):
-        assert files.search(name), name
-    for name in ("ring_dot.cu", "ring_dot.h", "README.md", "k.cubin", "a.json.bak"):
-        assert not files.search(name), name
+    files, exclude = re.compile(hook["files"]), re.compile(hook["exclude"])
+    picked = lambda name: files.search(name) and not exclude.search(name)  # noqa: E731
+    for name in ("contracts/ring_dot.json", "ring_dot.o", "ring_dot.o.contract.json", "lib.a", "k.ltoir", "k.fatbin"):
+        assert picked(name), name
+    for name in ("ring_dot.cu", "ring_dot.h", "README.md", "k.cubin", "a.json.bak", "pipelines/rowsum.json",
+                 "package.json", "contracts/contract-v1.schema.json"):
+        assert not picked(name), name
     command = shlex.split(hook["entry"])
     assert command[0] == "pipelink" and _parser().parse_args(command[1:] + ["x.o"]).command == "check"
 
