@@ -1,17 +1,43 @@
 """pipelink: a contract-guided linker for fused GPU kernels.
 
     import pipelink
-    result = pipelink.link(["tile_load.o", "tile_transform.o", "block_rowsum.o"])
-    kernel = result.kernel()          # needs a GPU
-    kernel.launch(x, out, M=M, N=N, scale=0.5)
+    result = pipelink.link(["tile_load.o", "tile_transform.o", "block_rowsum.o"], pipeline="rowsum.json")
+    result.save("out")                # out/K.cubin, out/K.json, out/K.map
+    kernel = result.kernel()          # needs a GPU; or pipelink.load("out")
+    kernel.launch(x=x, out=out, M=M, N=N, scale=0.5)
+
+`check`, `build`, `link` and `load` take paths, bytes or cuda.core ObjectCode (pipelink/api.py) and
+raise `PipelinkError` with the located diagnostics; `link` returns them in its result unless
+`raise_on_error=True`.
 """
+import sys as _sys
+import types as _types
+
 __version__ = "0.1.0"
 
 
-def link(inputs, options=None):
-    """Link component objects into one fused kernel; see `pipelink.link.link`."""
-    from .linker import link as _link
-    return _link(inputs, options)
+def check(inputs, **kwargs):
+    """Check components, alone or as one kernel's set; see `pipelink.api.check`."""
+    from .api import check as _check
+    return _check(inputs, **kwargs)
+
+
+def build(source, contract, output, **kwargs):
+    """Compile a component against its contract; see `pipelink.api.build`."""
+    from .api import build as _build
+    return _build(source, contract, output, **kwargs)
+
+
+def link(inputs, options=None, **kwargs):
+    """Link component objects into one fused kernel; see `pipelink.api.link`."""
+    from .api import link as _link
+    return _link(inputs, options, **kwargs)
+
+
+def load(path, device=0):
+    """Read a kernel `LinkResult.save` wrote, loaded on `device` (None: unloaded); see `pipelink.api.load`."""
+    from .api import load as _load
+    return _load(path, device)
 
 
 def __getattr__(name):
@@ -21,4 +47,24 @@ def __getattr__(name):
     if name == "PipelineSpec":
         from .pipeline import PipelineSpec
         return PipelineSpec
+    if name == "PipelinkError":
+        from .diagnostics import PipelinkError
+        return PipelinkError
+    if name in ("CheckResult", "KernelImage"):
+        from . import api as _api
+        return getattr(_api, name)
     raise AttributeError(name)
+
+
+class _Package(_types.ModuleType):
+    """`pipelink.check` and `pipelink.build` are both functions and modules (check.py, build.py). Importing
+    a submodule sets it as an attribute of its package; the functions keep those names, and the modules
+    stay importable as ever (`from pipelink.build import BuildOptions`)."""
+
+    def __setattr__(self, name, value):
+        if name in ("check", "build") and isinstance(value, _types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+_sys.modules[__name__].__class__ = _Package

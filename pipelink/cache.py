@@ -23,7 +23,7 @@ from pathlib import Path
 from . import __version__, jsonread, toolchain
 from .diagnostics import Diagnostic
 from .fatbin import CorruptError, UnsupportedError
-from .inputs import sidecar_paths
+from .inputs import NamedBytes, sidecar_paths
 
 PACKAGE = Path(__file__).resolve().parent
 
@@ -54,6 +54,8 @@ def source_hash() -> str:
 def _input_doc(path) -> dict:
     """One input: its path (the manifest and the diagnostics name it), its bytes, and every sidecar
     contract the read pass could pick up for it or, in an archive, for each member."""
+    if isinstance(path, NamedBytes):  # no file, so no sidecar
+        return {"path": path.name, "sha256": _sha256(path.data), "sidecars": []}
     name = os.fspath(path)
     data = Path(name).read_bytes()
     sidecars = [[str(p), _sha256(p.read_bytes())] for p in sidecar_paths(name, data)]

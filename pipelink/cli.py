@@ -349,20 +349,11 @@ def _report(fmt: str) -> str | None:
 
 
 def _check_as_pipeline(got, pipeline: str, sink: DiagnosticSink) -> str | None:
-    """The link's decisions up to the glue, over contracts alone: what CI can know before any build.
-    Returns the link map of those decisions (None after an error)."""
-    from .allocate import allocate
-    from .emit import link_map
+    """The link map of what linking as the pipeline file decides (None after an error)."""
+    from .api import check_pipeline
     from .pipeline import load_pipeline
-    from .resolve import resolve
     spec = load_pipeline(pipeline, sink)
-    if spec is None:
-        return None
-    r = resolve(got.components, spec, sink)
-    if r is None or sink.has_errors:
-        return None
-    a = allocate(r, got.target, sink)
-    return None if a is None or sink.has_errors else link_map(r, a, got.target)
+    return None if spec is None else check_pipeline(got, spec, sink)
 
 
 def cmd_header(args) -> int:
@@ -460,7 +451,7 @@ def cmd_link(args) -> int:
     _werror(sink, args.werror)
     if sink.has_errors:
         return _finish(sink, args.format, {"ok": False}, [])
-    content = {"cubin": result.cubin, "manifest": (json.dumps(result.manifest, indent=2) + "\n").encode(),
+    content = {"cubin": result.cubin, "manifest": result.manifest_json(),
                "map": result.link_map.encode(), "glue": (result.glue or "").encode(),
                "monolithic": (result.monolithic or "").encode()}
     if not write_outputs({o.path: content[key] for key, o in outputs.items()}, sink):

@@ -12,6 +12,7 @@ Three passes, each stopping at its boundary when it found errors:
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,7 +20,8 @@ from . import toolchain
 from .check import check_set
 from .diagnostics import DiagnosticSink, Location
 from .header import MARKER_HEX, marker_symbol, symbol_prefix
-from .inputs import InputObject, check_entry_symbol, find_contract, read_input, require_ltoir
+from .inputs import (InputObject, NamedBytes, check_entry_symbol, find_contract, read_bytes, read_input,
+                     require_ltoir)
 from .jsonread import BOM
 from .loader import load_contract_bytes
 from .model import Contract, Source
@@ -54,22 +56,27 @@ def is_contract_file(path: str, data: bytes) -> bool:
     return suffix == ".json" or data.removeprefix(BOM).lstrip()[:1] in (b"{", b"[")
 
 
-def read_components(paths: list[str], sink: DiagnosticSink) -> list[Component]:
-    """The read and contracts passes."""
+def read_components(paths: list[str | NamedBytes], sink: DiagnosticSink) -> list[Component]:
+    """The read and contracts passes, over files and inputs already in memory."""
     pending: list[tuple[bytes, Source, InputObject | None]] = []
-    for path in paths:
-        try:
-            data = Path(path).read_bytes()
-        except IsADirectoryError:
-            sink.error("PL002", f"{path} is a directory", Location(file=path))
-            continue
-        except OSError as exc:
-            sink.error("PL002", f"cannot read {path}: {exc.strerror or exc}", Location(file=path))
-            continue
+    for item in paths:
+        if isinstance(item, NamedBytes):
+            path, data = item.name, item.data
+        else:
+            path = os.fspath(item)
+            try:
+                data = Path(path).read_bytes()
+            except IsADirectoryError:
+                sink.error("PL002", f"{path} is a directory", Location(file=path))
+                continue
+            except OSError as exc:
+                sink.error("PL002", f"cannot read {path}: {exc.strerror or exc}", Location(file=path))
+                continue
         if is_contract_file(path, data):
             pending.append((data, Source(path), None))
             continue
-        for obj in read_input(path, sink):
+        objects = read_bytes(data, path, sink) if isinstance(item, NamedBytes) else read_input(path, sink)
+        for obj in objects:
             if not any(e.kind == "ltoir" for e in obj.entries):
                 require_ltoir(obj, "sm_90", sink)  # no LTO-IR for any arch: say so before the contract
                 continue

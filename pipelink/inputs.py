@@ -22,7 +22,7 @@ from .fatbin import (AR_MAGIC, ELF_MAGIC, EM_CUDA, FATBIN_MAGIC_BYTES, LTOIR_MAG
 from .model import is_identifier
 from .targets import ltoir_archs_for
 
-__all__ = ["FatbinEntry", "InputObject", "read_input", "read_bytes", "require_ltoir", "sidecar_contract_path",
+__all__ = ["FatbinEntry", "InputObject", "NamedBytes", "read_input", "read_bytes", "require_ltoir", "sidecar_contract_path",
            "find_contract", "embed_contract", "check_entry_symbol", "CONTRACT_SECTION"]
 
 CONTRACT_SECTION = ".pipelink.contract"
@@ -31,6 +31,14 @@ FATBIN_SECTIONS = ("__nv_relfatbin", ".nv_fatbin")  # nvcc -dc, and whole-progra
 
 _CONTRACT_HINT = ("contracts go to `pipelink check`, or next to their object as `<object>.contract.json`; "
                   "the linker takes objects from `nvcc -dc -dlto`, archives of them, fatbins and LTO-IR")
+
+
+@dataclass(frozen=True)
+class NamedBytes:
+    """An input already in memory; `name` stands for its file in diagnostics and the manifest.
+    It has no file beside it, so its contract must be embedded (no sidecar)."""
+    name: str
+    data: bytes = field(repr=False)
 
 
 @dataclass

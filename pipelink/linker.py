@@ -5,13 +5,17 @@ diagnostics; the driver stops at the first pass boundary with errors and returns
 """
 from __future__ import annotations
 
+import json
+import os
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from typing import TYPE_CHECKING
 
 from . import cache, toolchain
 from .diagnostics import Diagnostic, DiagnosticSink, Location, PipelinkError
+from .inputs import NamedBytes
 from .pipeline import PipelineSpec
 
 if TYPE_CHECKING:  # the passes import their modules when they run: a cache hit needs none of them
@@ -31,7 +35,7 @@ class LinkOptions:
 
 @dataclass
 class LinkContext:
-    inputs: list[str]
+    inputs: list[str | NamedBytes]
     options: LinkOptions
     sink: DiagnosticSink = field(default_factory=DiagnosticSink)
     components: list[Component] = field(default_factory=list)
@@ -168,10 +172,39 @@ class LinkResult:
         return self.cubin is not None and not any(d.severity == "error" for d in self.diagnostics)
 
     def raise_on_error(self) -> "LinkResult":
+        """Self when the link succeeded; else PipelinkError with every diagnostic."""
         if not self.ok:
-            raise PipelinkError([d for d in self.diagnostics if d.severity == "error"] or
-                                [Diagnostic("PL074", "the link produced no cubin")])
+            has_error = any(d.severity == "error" for d in self.diagnostics)
+            raise PipelinkError(self.diagnostics if has_error else
+                                [*self.diagnostics, Diagnostic("PL074", "the link produced no cubin")])
         return self
+
+    def manifest_json(self) -> bytes:
+        """The manifest as `pipelink link` and `save` write it (K.json)."""
+        return (json.dumps(self.manifest, indent=2) + "\n").encode()
+
+    def save(self, directory: str | os.PathLike) -> Path:
+        """Write K.cubin, K.json (the manifest) and K.map (the link map) into `directory` (made if
+        missing), K being the kernel's name; returns the cubin's path. All files or none, never over
+        an input of the link: PipelinkError otherwise, as for a failed link. `pipelink.load` reads them."""
+        from .outputs import Output, check_outputs, object_inputs, write_outputs
+        self.raise_on_error()
+        base = Path(directory) / self.manifest["kernel"]
+        files = {"cubin": (base.with_suffix(".cubin"), self.cubin), "manifest": (base.with_suffix(".json"),
+                 self.manifest_json()), "link map": (base.with_suffix(".map"), self.link_map.encode())}
+        outputs = [Output(str(path), role, "save()", binary=role == "cubin") for role, (path, _) in files.items()]
+        on_disk = [p for p in self.context.inputs if not isinstance(p, NamedBytes)]
+        sink = DiagnosticSink()
+        if check_outputs(outputs, object_inputs(on_disk, self.context.options.pipeline.source), sink):
+            try:
+                base.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                sink.error("PL007", f"cannot make {base.parent}: {exc.strerror or exc}", Location(file=str(base.parent)))
+            else:
+                write_outputs({str(path): data for path, data in files.values()}, sink)
+        if sink.has_errors:
+            raise PipelinkError(sink.items)
+        return files["cubin"][0]
 
     def kernel(self, device: int = 0):
         """Load the linked kernel on `device` (needs a GPU)."""
@@ -180,8 +213,9 @@ class LinkResult:
         return Kernel.load(self.cubin, self.manifest, device)
 
 
-def link(inputs: list[str], options: LinkOptions | None = None) -> LinkResult:
-    """Link component objects into one fused kernel. Never raises for bad input: see `diagnostics`.
+def link(inputs: list[str | NamedBytes], options: LinkOptions | None = None) -> LinkResult:
+    """Link component objects into one fused kernel. Never raises for bad input: see `diagnostics`
+    (`pipelink.link` takes more kinds of input and can raise instead).
 
     An identical earlier link comes from the cache without running a pass; its `context` then holds
     only the outputs (`cache_hit` is True). Pass `LinkOptions(cache=False)` to get every pass's state.
@@ -205,7 +239,14 @@ def link(inputs: list[str], options: LinkOptions | None = None) -> LinkResult:
     return result
 
 
-def _cached_result(inputs: list[str], options: LinkOptions, hit: cache.CachedLink, seconds: float) -> LinkResult:
+def failed(inputs: list[str | NamedBytes], options: LinkOptions, diagnostics: list[Diagnostic]) -> LinkResult:
+    """The result of a link stopped before its first pass (a pipeline that does not read)."""
+    ctx = LinkContext(list(inputs), options)
+    ctx.sink.extend(diagnostics)
+    return LinkResult(None, None, None, None, None, list(diagnostics), [], ctx)
+
+
+def _cached_result(inputs: list[str | NamedBytes], options: LinkOptions, hit: cache.CachedLink, seconds: float) -> LinkResult:
     ctx = LinkContext(list(inputs), options, target=hit.manifest.get("target"), cubin=hit.cubin, manifest=hit.manifest,
                       link_map=hit.link_map, glue=hit.glue, monolithic=hit.monolithic,
                       timings=[("cache", seconds)], cache_hit=True)

@@ -5,6 +5,7 @@ pipeline file (`pipelines/rowsum.json`). Wires not given are found where the mat
 """
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,11 +60,24 @@ def parse_wire(text: str, sink: DiagnosticSink, where: Location | None = None) -
 def load_pipeline(path: str | Path, sink: DiagnosticSink) -> PipelineSpec | None:
     """Read a pipeline file: JSON, then its schema (PL133, every violation with its pointer), then the
     wires' syntax. None after any error."""
-    file = str(path)
     doc = jsonread.read_file(path, sink, "pipeline")
-    if doc is None:
+    return None if doc is None else read_pipeline(doc.value, str(path), sink)
+
+
+def load_pipeline_dict(doc: dict, sink: DiagnosticSink, name: str = "<pipeline>") -> PipelineSpec | None:
+    """A pipeline given as a Python dict, read as the same file would be: through the JSON reader (its
+    limits: no NaN, integers within 64 bits, nesting) and the schema. `name` stands for the file."""
+    try:
+        text = json.dumps(doc, allow_nan=False)
+    except (TypeError, ValueError, RecursionError) as exc:
+        sink.error("PL133", f"the pipeline is not a JSON document: {exc}", Location(file=name, pointer=""))
         return None
-    raw = doc.value
+    parsed = jsonread.parse_bytes(text.encode(), name, sink)
+    return None if parsed is None else read_pipeline(parsed.value, name, sink)
+
+
+def read_pipeline(raw, file: str, sink: DiagnosticSink) -> PipelineSpec | None:
+    """A parsed pipeline document: its schema (PL133), then the wires' syntax. None after any error."""
     if not isinstance(raw, dict) or "pipeline" not in raw:
         what = ("a contract, not a pipeline file" if isinstance(raw, dict) and "pipelink_contract" in raw else
                 f"not a pipeline file (\"pipeline\": {FORMAT_VERSION} is missing)")

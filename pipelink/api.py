@@ -1,0 +1,252 @@
+"""The Python API behind `pipelink.check`, `build`, `link` and `load`: what the commands do, for inputs
+given as paths, as bytes or as cuda.core `ObjectCode`, and a pipeline given as a path, a dict or a
+`PipelineSpec`. Bad input raises `PipelinkError` carrying the located diagnostics; `link` alone
+returns its result unless asked to raise (its docstring says why).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from .collect import Collected, Component, collect, collect_each
+from .diagnostics import Diagnostic, DiagnosticSink, Location, PipelinkError
+from .inputs import NamedBytes
+from .linker import LinkOptions, LinkResult
+from .pipeline import PipelineSpec, load_pipeline, load_pipeline_dict
+
+_BYTES = (bytes, bytearray, memoryview)
+
+
+def _object_code_type():
+    """cuda.core's ObjectCode class, or None where cuda.core is not installed."""
+    try:
+        from cuda.core import ObjectCode
+    except ImportError:
+        return None
+    return ObjectCode
+
+
+def as_input(item, index: int = 0) -> str | NamedBytes:
+    """One input as the read pass takes it: a path, or bytes with the name diagnostics give them."""
+    if isinstance(item, (str, os.PathLike)):
+        return os.fspath(item)
+    if isinstance(item, _BYTES):
+        return NamedBytes(f"<input {index}>", bytes(item))
+    if _is_named_bytes(item):
+        return NamedBytes(item[0], bytes(item[1]))
+    object_code = _object_code_type()
+    if object_code is not None and isinstance(item, object_code):
+        code = item.code  # a path where it was made from a file
+        return os.fspath(code) if isinstance(code, (str, os.PathLike)) else \
+            NamedBytes(item.name or f"<{item.code_type} {index}>", bytes(code))
+    accepted = "a path (str or os.PathLike), bytes, a (name, bytes) pair" + (
+        " or a cuda.core ObjectCode" if object_code is not None else " (cuda.core is not installed: no ObjectCode)")
+    raise TypeError(f"input {index} is a {type(item).__name__}; pipelink takes {accepted}")
+
+
+def _is_named_bytes(item) -> bool:
+    return isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str) and isinstance(item[1], _BYTES)
+
+
+def as_inputs(items) -> list[str | NamedBytes]:
+    """Inputs from a list (any iterable) of them, or from one alone."""
+    if isinstance(items, (str, os.PathLike, *_BYTES)) or _is_named_bytes(items) or not hasattr(items, "__iter__"):
+        items = [items]
+    return [as_input(item, i) for i, item in enumerate(items)]
+
+
+def as_pipeline(pipeline, sink: DiagnosticSink) -> PipelineSpec | None:
+    """A pipeline from a file, a dict (read as the file would be) or a PipelineSpec; None after errors."""
+    if pipeline is None:
+        return PipelineSpec()
+    if isinstance(pipeline, PipelineSpec):
+        return pipeline
+    if isinstance(pipeline, (str, os.PathLike)):
+        return load_pipeline(pipeline, sink)
+    if isinstance(pipeline, dict):
+        return load_pipeline_dict(pipeline, sink)
+    raise TypeError(f"the pipeline is a {type(pipeline).__name__}; pipelink takes a path, a dict or a PipelineSpec")
+
+
+def _raise_on_errors(sink: DiagnosticSink) -> None:
+    if sink.has_errors:
+        raise PipelinkError(sink.items)
+
+
+# --- check -------------------------------------------------------------------------------------
+
+@dataclass
+class CheckResult:
+    """What `pipelink.check` found: each checked set (one per component unless checked together),
+    the link map where a pipeline was given, and the warnings."""
+
+    sets: list[Collected]
+    link_map: str | None
+    diagnostics: list[Diagnostic]
+
+    @property
+    def components(self) -> list[Component]:
+        return [c for s in self.sets for c in s.components]
+
+    @property
+    def target(self) -> str | None:
+        """The link target, where every set has the same one."""
+        targets = {s.target for s in self.sets}
+        return targets.pop() if len(targets) == 1 else None
+
+
+def check_pipeline(got: Collected, spec: PipelineSpec, sink: DiagnosticSink) -> str | None:
+    """The link's decisions up to the glue, over contracts alone: what CI can know before any build.
+    Returns the link map of those decisions (None after an error)."""
+    from .allocate import allocate
+    from .emit import link_map
+    from .resolve import resolve
+    r = resolve(got.components, spec, sink)
+    if r is None or sink.has_errors:
+        return None
+    a = allocate(r, got.target, sink)
+    return None if a is None or sink.has_errors else link_map(r, a, got.target)
+
+
+def check(inputs, *, pipeline=None, arch: str | None = None, together: bool = False) -> CheckResult:
+    """`pipelink check`: each component's contract, and its object against the contract. `together`
+    checks them as one kernel's set; a `pipeline` implies it and adds the link's decisions short of
+    compiling. Raises PipelinkError with every diagnostic on an error."""
+    items = as_inputs(inputs)
+    sink = DiagnosticSink()
+    spec = as_pipeline(pipeline, sink) if pipeline is not None else None
+    _raise_on_errors(sink)
+    if together or spec is not None:
+        sets = [collect(items, sink, arch)]
+    else:
+        sets = collect_each(items, sink, arch)
+    text = check_pipeline(sets[0], spec, sink) if spec is not None and not sink.has_errors else None
+    _raise_on_errors(sink)
+    return CheckResult(sets, text, sink.items)
+
+
+# --- build -------------------------------------------------------------------------------------
+
+def build(source: str | os.PathLike, contract, output: str | os.PathLike, *, archs: list[str] | None = None,
+          include_dirs: list[str] = (), defines: list[str] = ()) -> Path:
+    """`pipelink build`: compile `source` against `contract` (a path, bytes or a (name, bytes) pair) into
+    `output`, with the contract embedded; returns the output's path. Writes nothing on failure and raises
+    PipelinkError with the diagnostics."""
+    from .build import BuildOptions, build_component
+    from .loader import load_contract_bytes
+    from .model import Source
+    if not isinstance(source, (str, os.PathLike)) or not isinstance(output, (str, os.PathLike)):
+        raise TypeError("the source and the output are paths (str or os.PathLike)")
+    sink = DiagnosticSink()
+    if isinstance(contract, _BYTES):
+        name, data = "<contract>", bytes(contract)
+    elif _is_named_bytes(contract):
+        name, data = contract[0], bytes(contract[1])
+    elif isinstance(contract, (str, os.PathLike)):
+        name = os.fspath(contract)
+        try:
+            data = Path(name).read_bytes()
+        except OSError as exc:
+            sink.error("PL002", f"cannot read contract {name}: {exc.strerror or exc}", Location(file=name))
+            raise PipelinkError(sink.items) from None
+    else:
+        raise TypeError(f"the contract is a {type(contract).__name__}; pipelink takes a path, bytes or a "
+                        "(name, bytes) pair")
+    c = load_contract_bytes(data, Source(name), sink)
+    if c is not None:
+        opts = BuildOptions(archs=tuple(archs) if archs else None, include_dirs=tuple(include_dirs),
+                            defines=tuple(defines))
+        build_component(c, data, os.fspath(source), os.fspath(output), sink, opts)
+    _raise_on_errors(sink)
+    return Path(output)
+
+
+# --- link --------------------------------------------------------------------------------------
+
+def link(inputs, options: LinkOptions | None = None, *, pipeline=None, raise_on_error: bool = False) -> LinkResult:
+    """Link component objects into one fused kernel. `pipeline` (a path, a dict or a PipelineSpec)
+    replaces `options.pipeline`.
+
+    Returns the LinkResult even when the link fails, with its diagnostics and `ok` False, unless
+    `raise_on_error`: a failed link's diagnostics are its result (a tool shows every one, warnings
+    included), and existing callers test `ok`. Anything that uses the kernel (`kernel()`, `save()`)
+    raises PipelinkError for a failed link, so a failure cannot pass unnoticed. With `raise_on_error`
+    the link raises that PipelinkError itself, as `check`, `build` and `load` always do.
+    """
+    from . import linker
+    items = as_inputs(inputs)
+    options = options or LinkOptions()
+    if pipeline is not None:
+        sink = DiagnosticSink()
+        spec = as_pipeline(pipeline, sink)
+        if spec is None:
+            result = linker.failed(items, options, sink.items)
+            return result.raise_on_error() if raise_on_error else result
+        options = replace(options, pipeline=spec)
+    result = linker.link(items, options)
+    return result.raise_on_error() if raise_on_error else result
+
+
+# --- load --------------------------------------------------------------------------------------
+
+@dataclass
+class KernelImage:
+    """A saved kernel read back without a GPU: the cubin and the manifest that describes it."""
+
+    cubin: bytes
+    manifest: dict
+    path: Path
+
+    def kernel(self, device: int = 0):
+        """Load the kernel on `device` (needs a GPU)."""
+        from .launch import Kernel
+        return Kernel.load(self.cubin, self.manifest, device)
+
+
+def _find_cubin(path: Path, sink: DiagnosticSink) -> Path | None:
+    if not path.is_dir():
+        return path
+    found = sorted(path.glob("*.cubin"))
+    if len(found) == 1:
+        return found[0]
+    what = "no .cubin" if not found else f"{len(found)} cubins ({', '.join(p.name for p in found)})"
+    sink.error("PL002" if not found else "PL001", f"{path} holds {what}", Location(file=str(path)),
+               hint="name the cubin: pipelink.load(directory / 'K.cubin')" if found else
+               "save a linked kernel there first: LinkResult.save(directory)")
+    return None
+
+
+def load(path: str | os.PathLike, device: int | None = 0):
+    """Read a kernel `LinkResult.save` wrote: `path` is its directory (holding one cubin) or its
+    K.cubin, with the manifest K.json beside it. Returns the loaded Kernel on `device` (needs a GPU),
+    or with `device=None` the KernelImage, unloaded. Raises PipelinkError for files that are missing
+    or do not describe one kernel."""
+    from . import jsonread
+    from .launch import Kernel, manifest_describes
+    sink = DiagnosticSink()
+    cubin_path = _find_cubin(Path(path), sink)
+    _raise_on_errors(sink)
+    manifest_path = cubin_path.with_suffix(".json")
+    try:
+        cubin = cubin_path.read_bytes()
+    except OSError as exc:
+        sink.error("PL002", f"cannot read {cubin_path}: {exc.strerror or exc}", Location(file=str(cubin_path)))
+        raise PipelinkError(sink.items) from None
+    doc = jsonread.read_file(manifest_path, sink, "manifest")
+    _raise_on_errors(sink)
+    try:
+        Kernel(doc.value)  # checks the manifest without a GPU
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:  # whatever the manifest holds
+        sink.error("PL009", f"{manifest_path} does not describe a kernel: {exc}", Location(file=str(manifest_path)))
+    else:
+        if not manifest_describes(doc.value, cubin):
+            sink.error("PL035", f"{manifest_path} was written for another cubin than {cubin_path.name}",
+                       Location(file=str(manifest_path)))
+    _raise_on_errors(sink)
+    image = KernelImage(cubin, doc.value, cubin_path)
+    return image if device is None else image.kernel(device)
+
+
+__all__ = ["CheckResult", "KernelImage", "as_input", "as_inputs", "as_pipeline", "build", "check", "check_pipeline",
+           "link", "load"]

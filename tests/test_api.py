@@ -1,0 +1,209 @@
+"""The top-level Python API: pipelink.check / build / link / load, every form of input, every error as a
+PipelinkError with located diagnostics, save/load without a GPU, and nothing written on failure."""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+import pipelink
+from pipelink import LinkOptions, PipelinkError, PipelineSpec
+
+REPO = Path(__file__).resolve().parent.parent
+ROWSUM = REPO / "pipelines" / "rowsum.json"
+NAMES = ("tile_load", "tile_transform", "block_rowsum")
+
+
+@pytest.fixture(scope="module")
+def objects(shipped_objects) -> list[Path]:
+    return [shipped_objects[n] for n in NAMES]
+
+
+@pytest.fixture(scope="module")
+def linked(objects):
+    return pipelink.link(objects, pipeline=ROWSUM, raise_on_error=True)
+
+
+def codes(exc: PipelinkError) -> list[str]:
+    return [d.code for d in exc.diagnostics if d.severity == "error"]
+
+
+def test_package_functions_survive_submodule_imports():
+    import pipelink.build  # noqa: F401  the submodules share the functions' names
+    import pipelink.check  # noqa: F401
+    from pipelink.build import BuildOptions  # noqa: F401
+    assert callable(pipelink.check) and callable(pipelink.build) and pipelink.check.__module__ == "pipelink"
+
+
+# --- every form of input ------------------------------------------------------------------------
+
+def test_link_input_forms(objects, linked):
+    from cuda.core import ObjectCode
+    data = [p.read_bytes() for p in objects]
+    forms = {
+        "str": [str(p) for p in objects],
+        "bytes and pairs": [data[0], (NAMES[1], data[1]), bytearray(data[2])],
+        "ObjectCode": [ObjectCode.from_object(data[0], name="tile_load.o"), ObjectCode.from_object(str(objects[1])),
+                       objects[2]],
+        "generator": (p for p in objects),
+    }
+    for what, inputs in forms.items():
+        result = pipelink.link(inputs, pipeline=json.loads(ROWSUM.read_text()), raise_on_error=True)
+        assert result.cubin == linked.cubin, what
+
+
+def test_backwards_compatible_link(objects, linked):
+    spec = pipelink.link(objects, LinkOptions(pipeline=PipelineSpec(name="rowsum", schedule="sequential")))
+    assert spec.ok and spec.manifest["kernel"] == "rowsum"
+
+
+def test_check_forms(objects):
+    alone = pipelink.check([objects[0], ("tile_transform.o", objects[1].read_bytes())])
+    assert [c.name for c in alone.components] == list(NAMES[:2]) and alone.link_map is None
+    together = pipelink.check(objects, pipeline=json.loads(ROWSUM.read_text()))
+    assert together.target == "sm_90" and "kernel rowsum" in together.link_map
+    assert pipelink.check(REPO / "contracts" / "tile_load.json").components[0].name == "tile_load"
+
+
+def test_unsupported_input_type_is_a_type_error(objects):
+    with pytest.raises(TypeError, match=r"input 1 is a int; pipelink takes a path .*bytes.*ObjectCode"):
+        pipelink.link([objects[0], 42])
+    with pytest.raises(TypeError, match="a path, a dict or a PipelineSpec"):
+        pipelink.check(objects, pipeline=["rowsum"])
+
+
+# --- errors: one exception, located diagnostics ------------------------------------------------
+
+def test_missing_file(tmp_path):
+    missing = str(tmp_path / "nope.o")
+    with pytest.raises(PipelinkError) as info:
+        pipelink.check([missing])
+    assert codes(info.value) == ["PL002"] and info.value.diagnostics[0].location.file == missing
+    result = pipelink.link([missing])  # link reports in its result unless asked to raise
+    assert not result.ok and result.diagnostics[0].code == "PL002"
+    with pytest.raises(PipelinkError, match="PL002"):
+        pipelink.link([missing], raise_on_error=True)
+
+
+def test_bad_bytes():
+    with pytest.raises(PipelinkError) as info:
+        pipelink.check([("bad.o", b"\x00not an object")])
+    assert codes(info.value) == ["PL004"] and info.value.diagnostics[0].location.file == "bad.o"
+    with pytest.raises(PipelinkError) as info:
+        pipelink.link([b""], raise_on_error=True)
+    assert codes(info.value) == ["PL003"] and info.value.diagnostics[0].location.file == "<input 0>"
+
+
+@pytest.mark.parametrize("doc, pointer", [
+    ({"pipeline": 1, "name": "rowsum", "schedule": "sideways"}, "/schedule"),
+    ({"pipeline": 1, "wires": ["tile_load.tile <- x"]}, "/wires/0"),
+    ({"pipeline": 1, "specialize": {"M": float("nan")}}, ""),
+    ({"pipeline": 1, "specialize": {"M": 2**70}}, "/specialize/M"),
+])
+def test_bad_pipeline_dict(objects, tmp_path, doc, pointer):
+    with pytest.raises(PipelinkError) as info:
+        pipelink.check(objects, pipeline=doc)
+    d = info.value.diagnostics[0]
+    assert d.location.file == "<pipeline>" and d.location.pointer == pointer
+    result = pipelink.link(objects, pipeline=doc)
+    assert not result.ok and result.diagnostics == info.value.diagnostics
+    with pytest.raises(PipelinkError):
+        result.kernel()
+    with pytest.raises(PipelinkError):
+        result.save(tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_failed_link_raises_and_writes_nothing(objects, tmp_path):
+    with pytest.raises(PipelinkError) as info:  # tile_transform alone has an unconnected input
+        pipelink.link(objects[1:2], raise_on_error=True)
+    assert "PL060" in codes(info.value)
+    assert list(tmp_path.iterdir()) == []
+
+
+# --- save and load ------------------------------------------------------------------------------
+
+def test_save_load_round_trip(linked, tmp_path):
+    cubin = linked.save(tmp_path / "k")
+    assert cubin == tmp_path / "k" / "rowsum.cubin"
+    assert sorted(p.name for p in (tmp_path / "k").iterdir()) == ["rowsum.cubin", "rowsum.json", "rowsum.map"]
+    for path in (tmp_path / "k", cubin):
+        image = pipelink.load(path, device=None)
+        assert image.cubin == linked.cubin and image.manifest == linked.manifest
+    assert (tmp_path / "k" / "rowsum.map").read_text() == linked.link_map
+
+
+def test_load_errors(linked, tmp_path):
+    with pytest.raises(PipelinkError, match="PL002"):
+        pipelink.load(tmp_path, device=None)  # no cubin
+    linked.save(tmp_path)
+    (tmp_path / "rowsum.json").write_text(json.dumps(dict(linked.manifest, cubin_sha256="0" * 64)))
+    with pytest.raises(PipelinkError, match="PL035"):
+        pipelink.load(tmp_path, device=None)
+    (tmp_path / "rowsum.json").write_text('{"kernel": 7}')
+    with pytest.raises(PipelinkError, match="PL009"):
+        pipelink.load(tmp_path, device=None)
+    (tmp_path / "rowsum.json").unlink()
+    with pytest.raises(PipelinkError, match="PL002"):
+        pipelink.load(tmp_path / "rowsum.cubin", device=None)
+    shutil.copy(tmp_path / "rowsum.cubin", tmp_path / "other.cubin")
+    with pytest.raises(PipelinkError, match="PL001"):
+        pipelink.load(tmp_path, device=None)
+
+
+def test_save_never_overwrites_an_input(objects, tmp_path):
+    d = tmp_path / "in"
+    d.mkdir()
+    inputs = [shutil.copy(p, d / p.name) for p in objects]
+    pipeline = shutil.copy(ROWSUM, d / "rowsum.json")  # where the manifest would go
+    result = pipelink.link(inputs, pipeline=pipeline, raise_on_error=True)
+    before = {p.name: p.read_bytes() for p in d.iterdir()}
+    with pytest.raises(PipelinkError) as info:
+        result.save(d)
+    assert codes(info.value) == ["PL120"]
+    assert {p.name: p.read_bytes() for p in d.iterdir()} == before
+
+
+# --- build --------------------------------------------------------------------------------------
+
+def test_build(tmp_path):
+    contract = REPO / "contracts" / "tile_load.json"
+    source = REPO / "components" / "tile_load" / "tile_load.cu"
+    out = pipelink.build(source, ("tile_load.json", contract.read_bytes()), tmp_path / "tile_load.o")
+    assert out.is_file() and pipelink.check(out).components[0].name == "tile_load"
+    bad = json.loads(contract.read_text())
+    bad["threads"]["warps"] = "four"
+    with pytest.raises(PipelinkError) as info:
+        pipelink.build(source, json.dumps(bad).encode(), tmp_path / "bad.o")
+    assert info.value.diagnostics[0].location.file == "<contract>" and info.value.diagnostics[0].location.pointer
+    with pytest.raises(PipelinkError, match="PL002"):
+        pipelink.build(source, tmp_path / "missing.json", tmp_path / "bad.o")
+    assert not (tmp_path / "bad.o").exists()
+
+
+# --- the README's snippet -----------------------------------------------------------------------
+
+def readme_snippet() -> str:
+    text = (REPO / "README.md").read_text()
+    section = text[text.index("## From Python"):]
+    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+
+
+def test_readme_snippet_links_and_saves(shipped_objects, tmp_path, monkeypatch):
+    """The README's "From Python" code, in a folder laid out as after ./scripts/demo, up to the GPU."""
+    (tmp_path / "build" / "components").mkdir(parents=True)
+    for name in NAMES:
+        shutil.copy(shipped_objects[name], tmp_path / "build" / "components" / f"{name}.o")
+    shutil.copytree(REPO / "pipelines", tmp_path / "pipelines")
+    monkeypatch.chdir(tmp_path)
+    code = readme_snippet()
+    link_part = code[:code.index("kernel = pipelink.load(")]
+    assert "pipelink.link(" in link_part and ".save(" in link_part
+    scope: dict = {}
+    exec(compile(link_part, "README.md", "exec"), scope)
+    assert scope["result"].ok
+    saved = re.search(r'pipelink\.load\("([^"]+)"\)', code).group(1)
+    assert pipelink.load(saved, device=None).manifest["kernel"] == "rowsum"
