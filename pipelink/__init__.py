@@ -10,9 +10,6 @@
 raise `PipelinkError` with the located diagnostics; `link` returns them in its result unless
 `raise_on_error=True`.
 """
-import sys as _sys
-import types as _types
-
 __version__ = "0.1.0"
 
 
@@ -54,17 +51,3 @@ def __getattr__(name):
         from . import api as _api
         return getattr(_api, name)
     raise AttributeError(name)
-
-
-class _Package(_types.ModuleType):
-    """`pipelink.check` and `pipelink.build` are both functions and modules (check.py, build.py). Importing
-    a submodule sets it as an attribute of its package; the functions keep those names, and the modules
-    stay importable as ever (`from pipelink.build import BuildOptions`)."""
-
-    def __setattr__(self, name, value):
-        if name in ("check", "build") and isinstance(value, _types.ModuleType):
-            return
-        super().__setattr__(name, value)
-
-
-_sys.modules[__name__].__class__ = _Package

@@ -133,7 +133,7 @@ def build(source: str | os.PathLike, contract, output: str | os.PathLike, *, arc
     """`pipelink build`: compile `source` against `contract` (a path, bytes or a (name, bytes) pair) into
     `output`, with the contract embedded; returns the output's path. Writes nothing on failure and raises
     PipelinkError with the diagnostics."""
-    from .build import BuildOptions, build_component
+    from .builder import BuildOptions, build_component
     from .loader import load_contract_bytes
     from .model import Source
     if not isinstance(source, (str, os.PathLike)) or not isinstance(output, (str, os.PathLike)):

@@ -207,7 +207,7 @@ def cmd_version() -> int:
 
 
 def cmd_config(args) -> int:
-    from .build import component_cflags, pipelink_include_dir
+    from .builder import component_cflags, pipelink_include_dir
     from .toolchain import ToolchainError
 
     if args.include_dir:
@@ -371,7 +371,7 @@ def cmd_header(args) -> int:
 
 
 def cmd_build(args) -> int:
-    from .build import BuildOptions, build_component
+    from .builder import BuildOptions, build_component
     from .loader import load_contract_file
 
     sink = DiagnosticSink()

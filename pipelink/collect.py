@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import toolchain
-from .check import check_set
+from .checks import check_set
 from .diagnostics import DiagnosticSink, Location
 from .header import MARKER_HEX, marker_symbol, symbol_prefix
 from .inputs import (InputObject, NamedBytes, check_entry_symbol, find_contract, read_bytes, read_input,

@@ -215,7 +215,7 @@ class ProbeResult:
 def probe(comp, arch: str) -> ProbeResult:
     """Link the component alone into the probe kernel and read what it uses. ToolchainError only
     where a tool is missing; a link that fails comes back with usage None and nvJitLink's log."""
-    from .build import pipelink_include_dir
+    from .builder import pipelink_include_dir
     from .cubin import CubinError
     c = comp.contract
     plan = probe_plan(c)

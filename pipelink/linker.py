@@ -60,7 +60,7 @@ def pass_read(ctx: LinkContext) -> None:
 
 
 def pass_check(ctx: LinkContext) -> None:
-    from .check import check_set
+    from .checks import check_set
     from .collect import verify_object
     ctx.target = check_set([c.contract for c in ctx.components], ctx.sink, ctx.options.arch)
     if ctx.target and not ctx.sink.has_errors:
@@ -87,7 +87,7 @@ def pass_generate(ctx: LinkContext) -> None:
 
 
 def glue_options(ctx: LinkContext) -> list[str]:
-    from .build import pipelink_include_dir
+    from .builder import pipelink_include_dir
     flags = ctx.components[0].contract.targets.flags  # every component agrees (PL040)
     return [f"-arch={ctx.target}", "-dlto", "-rdc=true", "-std=c++17", f"-I{pipelink_include_dir()}",
             *(f"-I{d}" for d in toolchain.cuda_include_dirs()), *flags.nvcc_options()]

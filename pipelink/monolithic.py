@@ -103,7 +103,7 @@ def control_cubin(ctx, front_end: str = "nvcc", workdir: str | Path | None = Non
     and the library headers. Either way the link uses `ctx.nvjitlink_options`. Raises ToolchainError
     with the compiler's log where a tool fails, ValueError where `ctx` holds no control source.
     """
-    from .build import library_includes, one_unit_nvcc_command
+    from .builder import library_includes, one_unit_nvcc_command
     from .linker import glue_options
     if front_end not in FRONT_ENDS:
         raise ValueError(f"front_end must be one of {', '.join(FRONT_ENDS)}, not {front_end!r}")

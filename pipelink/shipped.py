@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import jsonread, toolchain
-from .build import BuildOptions, build_component, pipelink_include_dir
+from .builder import BuildOptions, build_component, pipelink_include_dir
 from .diagnostics import DiagnosticSink, Location
 from .header import generate_header
 from .loader import load_contract_file
@@ -59,7 +59,7 @@ def _fingerprint(item: Shipped, header: str, opts: BuildOptions) -> str:
     for part in (item.source.read_bytes(), item.contract.read_bytes(), header.encode(),
                  repr(sorted(opts.archs or ())).encode(), toolchain.nvcc_path().resolve().as_posix().encode()):
         h.update(hashlib.sha256(part).digest())
-    for module in ("build.py", "header.py", "inputs.py"):  # how objects are made is an input too
+    for module in ("builder.py", "header.py", "inputs.py"):  # how objects are made is an input too
         h.update(hashlib.sha256((Path(__file__).parent / module).read_bytes()).digest())
     for inc in sorted(pipelink_include_dir().rglob("*.h")):
         h.update(hashlib.sha256(inc.read_bytes()).digest())

@@ -5,7 +5,7 @@ from dataclasses import replace
 
 import pytest
 
-from pipelink.build import BuildOptions, build_component
+from pipelink.builder import BuildOptions, build_component
 from pipelink.collect import collect, read_components, verify_object
 from pipelink.diagnostics import DiagnosticSink
 from pipelink.loader import load_contract_bytes

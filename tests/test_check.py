@@ -3,7 +3,7 @@
 import pytest
 
 from contract_factory import base_contract, dumps
-from pipelink.check import check_set, common_targets, smem_lower_bound
+from pipelink.checks import check_set, common_targets, smem_lower_bound
 from pipelink.diagnostics import DiagnosticSink
 from pipelink.loader import load_contract_bytes
 from pipelink.model import Source

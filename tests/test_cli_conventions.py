@@ -230,7 +230,7 @@ def test_pre_commit_hook_runs_check_on_contracts_and_objects():
 # --- config --------------------------------------------------------------------------------------
 
 def test_config_cflags_are_what_build_compiles_with(capsys):
-    from pipelink.build import BuildOptions, cutlass_include_dir, nvcc_command, pipelink_include_dir
+    from pipelink.builder import BuildOptions, cutlass_include_dir, nvcc_command, pipelink_include_dir
     from pipelink.loader import load_contract_file
     from pipelink.diagnostics import DiagnosticSink
     code, out, _ = run(capsys, "config", "--cflags")
@@ -247,7 +247,7 @@ def test_config_cflags_are_what_build_compiles_with(capsys):
 
 
 def test_config_include_dir(capsys):
-    from pipelink.build import pipelink_include_dir
+    from pipelink.builder import pipelink_include_dir
     code, out, _ = run(capsys, "config", "--include-dir")
     assert code == 0 and out == f"{pipelink_include_dir()}\n"
     assert (Path(out.strip()) / "pipelink").is_dir()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pipelink.build import build_component, cutlass_include_dir
+from pipelink.builder import build_component, cutlass_include_dir
 from pipelink.diagnostics import DiagnosticSink
 from pipelink.linker import LinkOptions, link
 from pipelink.loader import load_contract_file

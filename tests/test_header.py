@@ -5,7 +5,7 @@ import pytest
 
 from contract_factory import base_contract, dumps
 from pipelink import toolchain
-from pipelink.build import pipelink_include_dir
+from pipelink.builder import pipelink_include_dir
 from pipelink.diagnostics import DiagnosticSink
 from pipelink.header import constant_symbols, entry_prototype, generate_header, marker_symbol
 from pipelink.loader import load_contract_bytes, load_contract_file

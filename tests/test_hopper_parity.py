@@ -5,7 +5,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from pipelink.build import build_component, cutlass_include_dir
+from pipelink.builder import build_component, cutlass_include_dir
 from pipelink.cli import main
 from pipelink.diagnostics import DiagnosticSink
 from pipelink.linker import LinkOptions, link

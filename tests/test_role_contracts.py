@@ -3,7 +3,7 @@ parameters, warps over geometry, grouped order, cluster): each bad input is a lo
 import pytest
 
 from hopper_factory import epilogue, load, mainloop
-from pipelink.check import check_set
+from pipelink.checks import check_set
 from pipelink.diagnostics import DiagnosticSink
 
 

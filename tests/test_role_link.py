@@ -468,7 +468,7 @@ def test_sm90_gmma_acc_covers_the_tile_once(tm, tn, wg):
 def test_entries_header_compiles_against_definitions(tmp_path):
     """A component defining its entries with the header's signatures, using the fragment layout."""
     from pipelink import toolchain
-    from pipelink.build import pipelink_include_dir
+    from pipelink.builder import pipelink_include_dir
     ml = component(mainloop()).contract
     (tmp_path / "ml.pipelink.h").write_text(generate_header(ml))
     src = """#include "ml.pipelink.h"

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from pipelink import toolchain
-from pipelink.build import pipelink_include_dir
+from pipelink.builder import pipelink_include_dir
 from pipelink.diagnostics import DiagnosticSink
 from pipelink.shipped import REPO, build_shipped, shipped_pipelines
 

@@ -31,7 +31,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from pipelink.build import BuildOptions, build_component, cutlass_include_dir
+from pipelink.builder import BuildOptions, build_component, cutlass_include_dir
 from pipelink.diagnostics import DiagnosticSink
 from pipelink.jsonread import parse
 from pipelink.linker import LinkOptions, link

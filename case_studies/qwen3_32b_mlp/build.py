@@ -24,7 +24,7 @@ ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT))
 
 from pipelink import LinkOptions, link, toolchain  # noqa: E402
-from pipelink.build import build_component, cutlass_include_dir  # noqa: E402
+from pipelink.builder import build_component, cutlass_include_dir  # noqa: E402
 from pipelink.diagnostics import DiagnosticSink  # noqa: E402
 from pipelink.loader import load_contract_file  # noqa: E402
 from pipelink.monolithic import compare_text, control_cubin  # noqa: E402

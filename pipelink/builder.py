@@ -14,7 +14,7 @@ from importlib import resources
 from pathlib import Path
 
 from . import toolchain
-from .check import check_set
+from .checks import check_set
 from .diagnostics import DiagnosticSink, Location
 from .header import generate_header
 from .inputs import SOURCE_SECTION, embed_contract
