@@ -305,6 +305,7 @@ def _inspect_manifest(path: Path, cubin: bytes, item: dict, sink: DiagnosticSink
 
 def cmd_check(args) -> int:
     from .collect import collect, collect_each
+    from .picture import map_output
     from .report import contract_summary
 
     sink = DiagnosticSink()
@@ -316,10 +317,10 @@ def cmd_check(args) -> int:
         return _finish(sink, args.format, {}, [])
     together = args.set or args.pipeline is not None
     got = [collect(args.files, sink, args.arch)] if together else collect_each(args.files, sink, args.arch)
-    text = _check_as_pipeline(got[0], args.pipeline, sink) if args.pipeline and not sink.has_errors else None
+    made = _check_as_pipeline(got[0], args.pipeline, sink) if args.pipeline and not sink.has_errors else None
     _werror(sink, args.werror)
-    if text is not None and args.map and not sink.has_errors:
-        write_outputs({args.map: text.encode()}, sink)
+    if made is not None and args.map and not sink.has_errors:
+        write_outputs({args.map: map_output(args.map, *made).encode()}, sink)
     ok = not sink.has_errors
     checked = [(c, g.target) for g in got for c in g.components]
     targets = {target for _, target in checked}
@@ -348,11 +349,12 @@ def _report(fmt: str) -> str | None:
     return f"the --format {fmt} report" if fmt != "text" else None
 
 
-def _check_as_pipeline(got, pipeline: str, sink: DiagnosticSink) -> str | None:
+def _check_as_pipeline(got, pipeline: str, sink: DiagnosticSink) -> tuple[str, str, str] | None:
     """The link's decisions up to the glue, over contracts alone: what CI can know before any build.
-    Returns the link map of those decisions (None after an error)."""
+    Returns the link map of those decisions, its picture and the kernel's name (None after an error)."""
     from .allocate import allocate
     from .emit import link_map
+    from .picture import svg
     from .pipeline import load_pipeline
     from .resolve import resolve
     spec = load_pipeline(pipeline, sink)
@@ -362,7 +364,9 @@ def _check_as_pipeline(got, pipeline: str, sink: DiagnosticSink) -> str | None:
     if r is None or sink.has_errors:
         return None
     a = allocate(r, got.target, sink)
-    return None if a is None or sink.has_errors else link_map(r, a, got.target)
+    if a is None or sink.has_errors:
+        return None
+    return link_map(r, a, got.target), svg(r, a, got.target), r.name
 
 
 def cmd_header(args) -> int:
@@ -433,6 +437,7 @@ def _link_options(args, sink: DiagnosticSink):
 
 def cmd_link(args) -> int:
     from .linker import link
+    from .picture import map_output
 
     sink = DiagnosticSink()
     options = _link_options(args, sink)
@@ -461,7 +466,8 @@ def cmd_link(args) -> int:
     if sink.has_errors:
         return _finish(sink, args.format, {"ok": False}, [])
     content = {"cubin": result.cubin, "manifest": (json.dumps(result.manifest, indent=2) + "\n").encode(),
-               "map": result.link_map.encode(), "glue": (result.glue or "").encode(),
+               "map": map_output(args.map or "", result.link_map, result.link_picture, result.manifest["kernel"]).encode(),
+               "glue": (result.glue or "").encode(),
                "monolithic": (result.monolithic or "").encode()}
     if not write_outputs({o.path: content[key] for key, o in outputs.items()}, sink):
         return _finish(sink, args.format, {"ok": False}, [])

@@ -58,13 +58,14 @@ def test_miss_then_hit_gives_the_same_outputs_without_a_pass(cache_root, rowsum_
     assert pass_names(first)[:9] == ["read", "check", "resolve", "allocate", "generate", "compile", "link",
                                      "verify", "emit"]
     [entry] = entries(cache_root)
-    assert {p.name for p in entry.iterdir()} == {"kernel.cubin", "manifest.json", "link.map", "glue.cu",
+    assert {p.name for p in entry.iterdir()} == {"kernel.cubin", "manifest.json", "link.map", "link.svg", "glue.cu",
                                                  "monolithic.cu", "diagnostics.json"}
 
     again = link(rowsum_inputs, rowsum_options(monolithic=True))
     assert again.ok and again.context.cache_hit
     assert pass_names(again) == ["cache"]  # no pass ran
     assert again.cubin == first.cubin and again.manifest == first.manifest and again.link_map == first.link_map
+    assert again.link_picture == first.link_picture and again.link_picture.startswith("<svg")
     assert again.glue == first.glue and again.monolithic == first.monolithic
     assert again.diagnostics == first.diagnostics
     ctx = again.context
