@@ -113,3 +113,21 @@ def test_check_map_writes_the_picture_by_suffix(tmp_path, capsys, suffix):
         assert ET.fromstring(text).tag == f"{NS}svg"
     else:
         assert text.startswith("# pipelink link map: kernel moe_dispatch")
+
+
+def test_link_map_html_fresh_and_from_the_cache(shipped_objects, tmp_path, capsys):
+    from pipelink.shipped import shipped_pipelines
+    pipe = next(p for p in shipped_pipelines() if p.name == "rowsum")
+    objects = [str(shipped_objects[n]) for n in pipe.components]
+    pages = []
+    for run in ("fresh", "cached"):
+        page = tmp_path / f"{run}.html"
+        code = main(["link", "--pipeline", str(pipe.path), *objects, "-o", str(tmp_path / f"{run}.cubin"),
+                     "--map", str(page)])
+        assert code == 0, capsys.readouterr().err
+        pages.append(page.read_text())
+    assert "(cached)" in capsys.readouterr().out
+    assert pages[0] == pages[1] and pages[0].startswith("<!DOCTYPE html>")
+    root = ET.fromstring(pages[0][pages[0].index("<svg"):pages[0].index("</svg>") + 6])
+    assert {e.get("data-key") for e in root.iter(f"{NS}rect") if e.get("data-key")} == {
+        "buffer block_rowsum.reduce_temp", "port tile_load.tile", "port tile_transform.dst"}
