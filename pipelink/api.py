@@ -96,9 +96,10 @@ class CheckResult:
         return targets.pop() if len(targets) == 1 else None
 
 
-def check_pipeline(got: Collected, spec: PipelineSpec, sink: DiagnosticSink) -> str | None:
+def check_pipeline(got: Collected, spec: PipelineSpec, sink: DiagnosticSink, picture: bool = False):
     """The link's decisions up to the glue, over contracts alone: what CI can know before any build.
-    Returns the link map of those decisions (None after an error)."""
+    Returns the link map of those decisions, or with `picture` (map, its SVG picture, kernel name);
+    None after an error."""
     from .allocate import allocate
     from .emit import link_map
     from .resolve import resolve
@@ -106,7 +107,12 @@ def check_pipeline(got: Collected, spec: PipelineSpec, sink: DiagnosticSink) -> 
     if r is None or sink.has_errors:
         return None
     a = allocate(r, got.target, sink)
-    return None if a is None or sink.has_errors else link_map(r, a, got.target)
+    if a is None or sink.has_errors:
+        return None
+    if not picture:
+        return link_map(r, a, got.target)
+    from .picture import svg
+    return link_map(r, a, got.target), svg(r, a, got.target), r.name
 
 
 def check(inputs, *, pipeline=None, arch: str | None = None, together: bool = False) -> CheckResult:

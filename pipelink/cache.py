@@ -98,6 +98,7 @@ class CachedLink:
     glue: str
     monolithic: str | None
     diagnostics: list[Diagnostic]
+    link_picture: str | None = None
 
 
 def load(key: str, monolithic: bool = False, root: Path | None = None) -> CachedLink | None:
@@ -112,7 +113,8 @@ def load(key: str, monolithic: bool = False, root: Path | None = None) -> Cached
                          manifest=jsonread.parse(jsonread.read_bytes(d / "manifest.json")),
                          link_map=(d / "link.map").read_text(), glue=(d / "glue.cu").read_text(),
                          monolithic=(d / "monolithic.cu").read_text() if monolithic else None,
-                         diagnostics=[Diagnostic.from_json(x) for x in warnings])
+                         diagnostics=[Diagnostic.from_json(x) for x in warnings],
+                         link_picture=(d / "link.svg").read_text())
         if hit.manifest["cubin_sha256"] != _sha256(hit.cubin):
             raise ValueError("cubin does not match its manifest")
     except (OSError, ValueError, KeyError, TypeError, AttributeError):  # JSONError is a ValueError
@@ -127,7 +129,7 @@ def store(key: str, result, root: Path | None = None) -> Path | None:
     root = root or cache_dir()
     final = entry_dir(key, root)
     files = {"kernel.cubin": result.cubin, "manifest.json": json.dumps(result.manifest, indent=1),
-             "link.map": result.link_map, "glue.cu": result.glue,
+             "link.map": result.link_map, "link.svg": result.link_picture, "glue.cu": result.glue,
              "diagnostics.json": json.dumps([d.to_json() for d in result.diagnostics], indent=1)}
     if result.monolithic is not None:
         files["monolithic.cu"] = result.monolithic

@@ -305,6 +305,7 @@ def _inspect_manifest(path: Path, cubin: bytes, item: dict, sink: DiagnosticSink
 
 def cmd_check(args) -> int:
     from .collect import collect, collect_each
+    from .picture import map_output
     from .report import contract_summary
 
     sink = DiagnosticSink()
@@ -316,10 +317,10 @@ def cmd_check(args) -> int:
         return _finish(sink, args.format, {}, [])
     together = args.set or args.pipeline is not None
     got = [collect(args.files, sink, args.arch)] if together else collect_each(args.files, sink, args.arch)
-    text = _check_as_pipeline(got[0], args.pipeline, sink) if args.pipeline and not sink.has_errors else None
+    made = _check_as_pipeline(got[0], args.pipeline, sink) if args.pipeline and not sink.has_errors else None
     _werror(sink, args.werror)
-    if text is not None and args.map and not sink.has_errors:
-        write_outputs({args.map: text.encode()}, sink)
+    if made is not None and args.map and not sink.has_errors:
+        write_outputs({args.map: map_output(args.map, *made).encode()}, sink)
     ok = not sink.has_errors
     checked = [(c, g.target) for g in got for c in g.components]
     targets = {target for _, target in checked}
@@ -348,12 +349,13 @@ def _report(fmt: str) -> str | None:
     return f"the --format {fmt} report" if fmt != "text" else None
 
 
-def _check_as_pipeline(got, pipeline: str, sink: DiagnosticSink) -> str | None:
-    """The link map of what linking as the pipeline file decides (None after an error)."""
+def _check_as_pipeline(got, pipeline: str, sink: DiagnosticSink) -> tuple[str, str, str] | None:
+    """The link map of what linking as the pipeline file decides, its picture and the kernel's name
+    (None after an error)."""
     from .api import check_pipeline
     from .pipeline import load_pipeline
     spec = load_pipeline(pipeline, sink)
-    return None if spec is None else check_pipeline(got, spec, sink)
+    return None if spec is None else check_pipeline(got, spec, sink, picture=True)
 
 
 def cmd_header(args) -> int:
@@ -424,6 +426,7 @@ def _link_options(args, sink: DiagnosticSink):
 
 def cmd_link(args) -> int:
     from .linker import link
+    from .picture import map_output
 
     sink = DiagnosticSink()
     options = _link_options(args, sink)
@@ -452,7 +455,8 @@ def cmd_link(args) -> int:
     if sink.has_errors:
         return _finish(sink, args.format, {"ok": False}, [])
     content = {"cubin": result.cubin, "manifest": result.manifest_json(),
-               "map": result.link_map.encode(), "glue": (result.glue or "").encode(),
+               "map": map_output(args.map or "", result.link_map, result.link_picture, result.manifest["kernel"]).encode(),
+               "glue": (result.glue or "").encode(),
                "monolithic": (result.monolithic or "").encode()}
     if not write_outputs({o.path: content[key] for key, o in outputs.items()}, sink):
         return _finish(sink, args.format, {"ok": False}, [])

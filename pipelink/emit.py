@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+from dataclasses import dataclass
 
 from . import __version__
 from .allocate import Allocation
@@ -98,50 +99,25 @@ def link_map(r: Resolved, a: Allocation, arch: str, kernel_info=None) -> str:
            f"# block {a.block_threads} threads ({a.block_warps} warps), dynamic smem {a.smem_bytes} bytes"
            + (f", registers <= {a.registers}" if a.registers else ""), ""]
     out += ["## shared memory", f"{'offset':>8} {'bytes':>8} {'align':>5}  {'lifetime':<14} item"]
-    readers = {(w.producer, w.out_port.name): [] for w in r.wires}
-    for w in r.wires:
-        if w.kind != "relayout":
-            readers[(w.producer, w.out_port.name)].append(f"{w.consumer}.{w.in_port.name}")
+    readers = port_readers(r)
     for p in a.smem:
-        extra = ""
-        if p.item.kind == "port":
-            comp, port = p.item.key.split(" ", 1)[1].split(".", 1)
-            also = readers.get((comp, port))
-            extra = f"  (read as {', '.join(also)})" if also else ""
+        also = readers.get(p.item.key)
+        extra = f"  (read as {', '.join(also)})" if also else ""
         out.append(f"{p.offset:>8} {p.item.size:>8} {p.item.align:>5}  {p.item.lifetime.describe():<14} "
                    f"{p.item.key}{extra}")
     out += ["", "## named barriers", f"{'id':>4}  owner"]
-    barrier_use = {"sequential": "between steps", "warp_specialized": "once, after ring setup",
-                   "persistent": "claim, waits, end of each task"}
-    out.append(f"{0:>4}  __syncthreads (glue: {barrier_use.get(r.schedule, r.schedule)})")
-    for bid, comp in sorted(a.hardcoded_ids.items()):
-        out.append(f"{bid:>4}  {comp} (hard-coded)")
-    for (comp, name), bid in sorted(a.barrier_id.items(), key=lambda kv: kv[1]):
-        out.append(f"{bid:>4}  {comp}.{name}")
+    for bid, owner in barrier_rows(r, a):
+        out.append(f"{bid:>4}  {owner}")
     out += ["", "## warps", f"{'warps':>7}  owner"]
-    for c in r.components:
-        b = a.warp_begin[c.name]
-
-        def span(role):  # the role's warps, every instance of its group included
-            n = r.roles.group_of(c.name, role.name).instances if r.roles is not None else 1
-            first = a.role_begin[(c.name, role.name)]
-            return first, first + role.warps * n - 1, n
-        spans = [(role, *span(role)) for role in c.contract.threads.roles]
-        roles = ", ".join(f"{role.name} {lo}-{hi}" + (f" ({n} instances)" if n > 1 else "") for role, lo, hi, n in spans)
-        end = max(hi for _, _, hi, _ in spans)
-        out.append(f"{b:>3}-{end:<3}  {c.name} ({roles})" + (f", step {a.steps[c.name]}"
-                                                            if r.schedule == "sequential" else ""))
+    for w in warp_rows(r, a):
+        roles = ", ".join(f"{name} {lo}-{hi}" + (f" ({n} instances)" if n > 1 else "") for name, lo, hi, n in w.roles)
+        out.append(f"{w.begin:>3}-{w.end:<3}  {w.component} ({roles})" + (f", step {w.step}" if w.step is not None
+                                                                          else ""))
     if r.roles is not None:
         out += ["", "## role groups (warps, instances, registers per thread; a fragment stays on its group's warps)"]
-        for g in r.roles.groups:
-            begin = a.group_begin[g.name]
-            end = begin + g.warps * g.instances - 1
-            regs = a.group_registers[g.name]
-            how = (f"setmaxnreg {'inc' if regs > a.entry_registers else 'dec'} {a.entry_registers} -> {regs}"
-                   if g.setmaxnreg is not None and regs != a.entry_registers else f"{regs} (entry)")
+        for g in group_rows(r, a):
             inst = f", {g.instances} instances of {g.warps} warps taking tiles in turn" if g.instances > 1 else ""
-            members = ", ".join(f"{m.component}.{m.role}" for m in g.members)
-            out.append(f"  {begin:>3}-{end:<3} {g.name}: {members}; registers {how}{inst}")
+            out.append(f"  {g.begin:>3}-{g.end:<3} {g.name}: {', '.join(g.members)}; registers {g.registers_how}{inst}")
         for f in r.roles.fragments:
             out.append(f"  fragment {f.producer}.{f.out_port} -> {f.consumer}.{f.in_port}: {f.elements} x {f.ctype} "
                        f"per thread of {f.producer}.{f.role}")
@@ -178,11 +154,10 @@ def link_map(r: Resolved, a: Allocation, arch: str, kernel_info=None) -> str:
             out.append(f"  {name}: grid [{', '.join(substitute(e, r.geometry) for e in seq.grid)}] {seq.order}")
         out += ["", "## events (64-bit counters, zero at launch)"]
         for t in r.events.tensors.values():
-            shape = ", ".join(substitute(e, r.geometry) for e in t.shape)
-            notes = "; ".join(f"{n.component} notifies {n.map.text}" for n in t.notifiers)
-            waits = "; ".join(f"{w.component} waits {w.map.text} for " + _wait_count(t, w, r.geometry)
-                              + (" (once per CTA)" if task_invariant(w) else "") for w in t.waiters)
-            out.append(f"  {t.name}[{shape}]: {notes}; {waits}")
+            edges = [e for e in event_edges(r) if e.tensor == t.name]
+            notes = "; ".join(f"{e.component} notifies {e.map}" for e in edges if e.kind == "notify")
+            waits = "; ".join(f"{e.component} waits {e.map} for {e.count}" for e in edges if e.kind == "wait")
+            out.append(f"  {t.name}[{event_shape(r, t)}]: {notes}; {waits}")
             out += [f"    {w.component} waits {w.map.text} for {w.count_term.text}: {DEVICE_COUNT_NOTE}"
                     for w in t.waiters if w.count_term is not None]
     else:
@@ -195,6 +170,100 @@ def link_map(r: Resolved, a: Allocation, arch: str, kernel_info=None) -> str:
                 f"{kernel_info.max_stack_bytes} B, static smem {kernel_info.static_smem_bytes} B, named barriers "
                 f"{kernel_info.num_barriers}, subroutines {', '.join(kernel_info.subroutines) or 'none'}"]
     return "\n".join(out) + "\n"
+
+
+# --- the facts the text map and the picture (picture.py) both show: one function each ----------------
+
+BARRIER_USE = {"sequential": "between steps", "warp_specialized": "once, after ring setup",
+               "persistent": "claim, waits, end of each task"}
+
+
+def port_readers(r: Resolved) -> dict[str, list[str]]:
+    """Arena item key -> the input ports that read a port's bytes in place (a relayout reads its own copy)."""
+    readers: dict[str, list[str]] = {}
+    for w in r.wires:
+        if w.kind != "relayout":
+            readers.setdefault(f"port {w.producer}.{w.out_port.name}", []).append(f"{w.consumer}.{w.in_port.name}")
+    return readers
+
+
+def barrier_rows(r: Resolved, a: Allocation) -> list[tuple[int, str]]:
+    """(named barrier id, its owner), id 0 first."""
+    rows = [(0, f"__syncthreads (glue: {BARRIER_USE.get(r.schedule, r.schedule)})")]
+    rows += [(bid, f"{comp} (hard-coded)") for bid, comp in sorted(a.hardcoded_ids.items())]
+    rows += [(bid, f"{comp}.{name}") for (comp, name), bid in sorted(a.barrier_id.items(), key=lambda kv: kv[1])]
+    return rows
+
+
+@dataclass(frozen=True)
+class WarpRow:
+    component: str
+    begin: int
+    end: int                                   # inclusive
+    roles: list[tuple[str, int, int, int]]     # (role, first warp, last warp, instances)
+    step: int | None                           # sequential schedule only
+
+
+def warp_rows(r: Resolved, a: Allocation) -> list[WarpRow]:
+    """Each component's warps, role by role; a role's span counts every instance of its group."""
+    rows = []
+    for c in r.components:
+        spans = []
+        for role in c.contract.threads.roles:
+            n = r.roles.group_of(c.name, role.name).instances if r.roles is not None else 1
+            first = a.role_begin[(c.name, role.name)]
+            spans.append((role.name, first, first + role.warps * n - 1, n))
+        rows.append(WarpRow(c.name, a.warp_begin[c.name], max(hi for _, _, hi, _ in spans), spans,
+                            a.steps[c.name] if r.schedule == "sequential" else None))
+    return rows
+
+
+@dataclass(frozen=True)
+class GroupRow:
+    name: str
+    begin: int
+    end: int            # inclusive, every instance
+    warps: int          # per instance
+    instances: int
+    members: list[str]  # component.role
+    registers: int
+    registers_how: str  # "setmaxnreg inc 168 -> 232" or "168 (entry)"
+
+
+def group_rows(r: Resolved, a: Allocation) -> list[GroupRow]:
+    """A role-structured kernel's role groups: their warps and registers per thread."""
+    rows = []
+    for g in r.roles.groups if r.roles is not None else ():
+        begin, regs = a.group_begin[g.name], a.group_registers[g.name]
+        how = (f"setmaxnreg {'inc' if regs > a.entry_registers else 'dec'} {a.entry_registers} -> {regs}"
+               if g.setmaxnreg is not None and regs != a.entry_registers else f"{regs} (entry)")
+        rows.append(GroupRow(g.name, begin, begin + g.warps * g.instances - 1, g.warps, g.instances,
+                             [f"{m.component}.{m.role}" for m in g.members], regs, how))
+    return rows
+
+
+@dataclass(frozen=True)
+class EventEdge:
+    tensor: str
+    component: str
+    kind: str          # "notify" | "wait"
+    map: str           # the index map, e.g. "ij->i"
+    count: str | None  # waits: the count waited for, with how it is known
+
+
+def event_shape(r: Resolved, t) -> str:
+    return ", ".join(substitute(e, r.geometry) for e in t.shape)
+
+
+def event_edges(r: Resolved) -> list[EventEdge]:
+    """A persistent kernel's notify and wait edges, tensor by tensor (none for other schedules)."""
+    edges = []
+    for t in r.events.tensors.values() if r.schedule == "persistent" else ():
+        edges += [EventEdge(t.name, n.component, "notify", n.map.text, None) for n in t.notifiers]
+        edges += [EventEdge(t.name, w.component, "wait", w.map.text,
+                            _wait_count(t, w, r.geometry) + (" (once per CTA)" if task_invariant(w) else ""))
+                  for w in t.waiters]
+    return edges
 
 
 def _wait_count(t, w, geometry: dict) -> str:

@@ -48,6 +48,7 @@ class LinkContext:
     kernel_info: object = None
     manifest: dict | None = None
     link_map: str | None = None
+    link_picture: str | None = None     # the map as an SVG picture
     monolithic: str | None = None
     nvjitlink_options: list[str] = field(default_factory=list)
     timings: list[tuple[str, float]] = field(default_factory=list)
@@ -134,8 +135,10 @@ def pass_verify(ctx: LinkContext) -> None:
 
 def pass_emit(ctx: LinkContext) -> None:
     from .emit import link_map, manifest
+    from .picture import svg
     ctx.manifest = manifest(ctx.resolved, ctx.allocation, ctx.target, ctx.cubin, ctx.kernel_info)
     ctx.link_map = link_map(ctx.resolved, ctx.allocation, ctx.target, ctx.kernel_info)
+    ctx.link_picture = svg(ctx.resolved, ctx.allocation, ctx.target)
 
 
 PASSES = [("read", pass_read), ("check", pass_check), ("resolve", pass_resolve), ("allocate", pass_allocate),
@@ -166,6 +169,7 @@ class LinkResult:
     diagnostics: list[Diagnostic]
     timings: list[tuple[str, float]]
     context: LinkContext = field(repr=False)
+    link_picture: str | None = None  # the link map as an SVG picture (pipelink/picture.py)
 
     @property
     def ok(self) -> bool:
@@ -231,7 +235,8 @@ def link(inputs: list[str | NamedBytes], options: LinkOptions | None = None) -> 
     ctx = run_passes(inputs, options)
     ok = not ctx.sink.has_errors and ctx.manifest is not None
     result = LinkResult(ctx.cubin if ok else None, ctx.manifest if ok else None, ctx.link_map if ok else None,
-                        ctx.glue, ctx.monolithic, list(ctx.sink.items), ctx.timings, ctx)
+                        ctx.glue, ctx.monolithic, list(ctx.sink.items), ctx.timings, ctx,
+                        ctx.link_picture if ok else None)
     if key is not None and ok:  # only successes: a failed link must report its errors afresh
         start = time.perf_counter()
         cache.store(key, result)
@@ -248,11 +253,11 @@ def failed(inputs: list[str | NamedBytes], options: LinkOptions, diagnostics: li
 
 def _cached_result(inputs: list[str | NamedBytes], options: LinkOptions, hit: cache.CachedLink, seconds: float) -> LinkResult:
     ctx = LinkContext(list(inputs), options, target=hit.manifest.get("target"), cubin=hit.cubin, manifest=hit.manifest,
-                      link_map=hit.link_map, glue=hit.glue, monolithic=hit.monolithic,
+                      link_map=hit.link_map, link_picture=hit.link_picture, glue=hit.glue, monolithic=hit.monolithic,
                       timings=[("cache", seconds)], cache_hit=True)
     ctx.sink.extend(hit.diagnostics)  # the original link's warnings, replayed
     return LinkResult(hit.cubin, hit.manifest, hit.link_map, hit.glue, hit.monolithic, list(hit.diagnostics),
-                      ctx.timings, ctx)
+                      ctx.timings, ctx, hit.link_picture)
 
 
 __all__ = ["LinkOptions", "LinkResult", "link", "run_passes", "PASSES", "Location"]

@@ -58,13 +58,14 @@ def test_miss_then_hit_gives_the_same_outputs_without_a_pass(cache_root, rowsum_
     assert pass_names(first)[:9] == ["read", "check", "resolve", "allocate", "generate", "compile", "link",
                                      "verify", "emit"]
     [entry] = entries(cache_root)
-    assert {p.name for p in entry.iterdir()} == {"kernel.cubin", "manifest.json", "link.map", "glue.cu",
+    assert {p.name for p in entry.iterdir()} == {"kernel.cubin", "manifest.json", "link.map", "link.svg", "glue.cu",
                                                  "monolithic.cu", "diagnostics.json"}
 
     again = link(rowsum_inputs, rowsum_options(monolithic=True))
     assert again.ok and again.context.cache_hit
     assert pass_names(again) == ["cache"]  # no pass ran
     assert again.cubin == first.cubin and again.manifest == first.manifest and again.link_map == first.link_map
+    assert again.link_picture == first.link_picture and again.link_picture.startswith("<svg")
     assert again.glue == first.glue and again.monolithic == first.monolithic
     assert again.diagnostics == first.diagnostics
     ctx = again.context
@@ -200,7 +201,7 @@ def test_warnings_are_replayed(cache_root):
     custom = Diagnostic("PL073", "x", hint="a hint of its own", severity="note")
     assert Diagnostic.from_json(warning.to_json()) == warning and Diagnostic.from_json(custom.to_json()) == custom
     fake = SimpleNamespace(cubin=b"\x7fELF", manifest={"target": "sm_90", "cubin_sha256": cache._sha256(b"\x7fELF")},
-                           link_map="map", glue="glue", monolithic=None, diagnostics=[warning, custom])
+                           link_map="map", link_picture="<svg/>", glue="glue", monolithic=None, diagnostics=[warning, custom])
     assert cache.store("ab" * 32, fake) == cache_root / "ab" / ("ab" * 32)
     assert cache.load("ab" * 32).diagnostics == [warning, custom]
 
