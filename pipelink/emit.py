@@ -191,7 +191,9 @@ def barrier_rows(r: Resolved, a: Allocation) -> list[tuple[int, str]]:
     """(named barrier id, its owner), id 0 first."""
     rows = [(0, f"__syncthreads (glue: {BARRIER_USE.get(r.schedule, r.schedule)})")]
     rows += [(bid, f"{comp} (hard-coded)") for bid, comp in sorted(a.hardcoded_ids.items())]
-    rows += [(bid, f"{comp}.{name}") for (comp, name), bid in sorted(a.barrier_id.items(), key=lambda kv: kv[1])]
+    for (comp, name), bid in sorted(a.barrier_id.items(), key=lambda kv: kv[1]):
+        n = a.copies.get(comp, 1)  # a component with a copy per instance has consecutive ids
+        rows += [(bid + k, f"{comp}.{name}" + (f" (copy {k} of {n})" if n > 1 else "")) for k in range(n)]
     return rows
 
 
