@@ -209,14 +209,14 @@ def _role_structured(r: Resolved, a: Allocation) -> list[str]:
         per_cta = [(m.component, e) for m in g.members for e in m.entries if e.invocation == "per_cta"]
         per_tile = [(m.component, e) for m in g.members for e in m.entries if e.invocation == "per_tile"]
         out += [f"    {e.symbol}({args(comp, e)});  // {comp}.{e.name}" for comp, e in per_cta]
-        if per_tile and g.instances > 1:
-            # Instance k takes this CTA's tiles k, k + instances, ...: `it` still counts the CTA's tiles,
-            # so a pipeline shared with a role of one instance stays in step.
-            out.append(f"    const int pl_instance = (int)(warp - {begin}u) / {g.warps};")
-            out += _tile_loop(r, "    ", 1, first="pl_instance", step=g.instances)
-        elif per_tile:
-            out += _tile_loop(r, "    ", 1)
         if per_tile:
+            if g.instances > 1:
+                # Instance k takes this CTA's tiles k, k + instances, ...: `it` still counts the CTA's tiles,
+                # so a pipeline shared with a role of one instance stays in step.
+                out.append(f"    const int pl_instance = (int)(warp - {begin}u) / {g.warps};")
+                out += _tile_loop(r, "    ", 1, first="pl_instance", step=g.instances)
+            else:
+                out += _tile_loop(r, "    ", 1)
             made = {f for f in plan.fragments for m in g.members if (f.producer, f.role) == (m.component, m.role)}
             for f in sorted(made, key=lambda f: (f.producer, f.out_port)):
                 out.append(f"      {f.ctype} {frag_name(f)}[{f.elements}];  // {f.producer}.{f.out_port} -> "

@@ -149,7 +149,7 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
                 if g.instances > 1:
                     sink.error("PL078", f"role '{g.name}' runs {g.instances} instances, which take a grid-stride walk's "
                                f"tiles in turn; the tile sequence is {tiles[0].distribution}",
-                               r_at(comps, g.members[0].component))
+                               _roles_at(comps, g.members[0].component))
     if sink.has_errors or tiles is None or order is None:
         return None
     shapes = {p.name for p in params if not p.pointer and p.dtype in INTEGER_DTYPES}
@@ -167,7 +167,8 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
                     tuple(list(cluster) + [1] * (3 - len(cluster))) if cluster else None)
 
 
-def r_at(comps, name: str):
+def _roles_at(comps, name: str):
+    """Where component `name` declares its roles: the location of a diagnostic about them."""
     return next(c for c in comps if c.name == name).contract.at("/threads/roles")
 
 
