@@ -167,6 +167,8 @@ CODES = _codes(
     Code("PL107", "cluster shapes disagree", L, "every component of a kernel must assume the same cluster shape"),
     Code("PL108", "arch-specific component with family IR", L,
          "build sm_90a components with -gencode arch=compute_90a,code=lto_90a only (pipelink build does)"),
+    Code("PL109", "split reduction the linker cannot carry", L,
+         "a tile_sequence.reduction names an out register port (f32) of a role-structured component; one per kernel"),
     # where a command writes (exit 2)
     Code("PL120", "output would overwrite an input", U,
          "write the output elsewhere: each output has its own option (-o, --manifest, --map, ...)"),

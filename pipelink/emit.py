@@ -42,7 +42,15 @@ def manifest(r: Resolved, a: Allocation, arch: str, cubin: bytes, kernel_info=No
     }
     if r.specialize:
         doc["specialized"] = dict(sorted(r.specialize.items()))
-    if r.roles is not None:
+    if r.stream_k is not None:
+        # The launcher splits the last tiles' reduction blocks over every resident CTA (stream-K).
+        from .glue import STREAM_K_PARAMS
+        doc["grid_policy"] = "stream_k"
+        doc["stream_k"] = {"blocks": substitute(r.stream_k.blocks, r.geometry),
+                           "slot_floats": r.stream_k.slot_floats()}
+        doc["params"] += [{"name": name, "dtype": dtype, "pointer": pointer, "const": False, "implicit": kind}
+                          for name, dtype, pointer, kind in STREAM_K_PARAMS]
+    elif r.roles is not None:
         # Every CTA walks its tiles alone (no events): as many CTAs as give each the same number of
         # tiles, so no last round runs on a few CTAs while the rest idle.
         doc["grid_policy"] = "balanced"

@@ -79,11 +79,20 @@ def _constants(r: Resolved, a: Allocation) -> list[str]:
 def kernel_params(r: Resolved) -> list[str]:
     # A specialized shape keeps its slot (callers pass the same arguments) but the body uses the constant.
     params = [p.c_decl() + ("_unused" if p.name in (r.specialize or {}) else "") for p in r.params]
+    ctype = {"u64": "unsigned long long", "u32": "unsigned", "f32": "float", "i32": "int"}
     if r.schedule == "persistent":  # filled in by the launcher
-        ctype = {"u64": "unsigned long long", "u32": "unsigned"}
         params += [f"{ctype[dtype]}* __restrict__ {name}" if pointer else f"{ctype[dtype]} {name}"
                    for name, dtype, pointer, _ in IMPLICIT_PARAMS]
+    if r.stream_k is not None:
+        params += [f"{ctype[dtype]}* __restrict__ {name}" if pointer else f"{ctype[dtype]} {name}"
+                   for name, dtype, pointer, _ in STREAM_K_PARAMS]
     return params
+
+
+# (name, dtype, pointer, launcher's kind): what a kernel with a split reduction takes from the
+# launcher: the partial slots (one per CTA, flags left zero by every launch) and how many of the
+# last tiles to split (0: every tile whole).
+STREAM_K_PARAMS = [("pl_partials", "f32", True, "partials"), ("pl_stream_k_tiles", "i32", False, "stream_k_tiles")]
 
 
 def _kernel(r: Resolved, a: Allocation) -> list[str]:
@@ -129,6 +138,30 @@ def _tile_loop(r: Resolved, indent: str, stages: int, first: str = "0", step: in
         head = [f"{indent}for (int t = blockIdx.x, it = 0; t < num_tiles; t += gridDim.x, ++it) {{"]
     stage = f"it % {stages}" if stages > 1 else "0"
     return head + _tile_from(r.tiles.order, len(r.tiles.grid), "tiles_", "it", stage, indent + "  ", r.tiles.group)
+
+
+def _stream_k_loop(r: Resolved, indent: str, first: str, step: int) -> list[str]:
+    """The loop over this CTA's units of a stream-K walk (`pl::glue::stream_k_unit`): whole tiles,
+    then pieces of tiles; `it` counts the units, instances take every `step`-th from `first`."""
+    head = [f"{indent}for (int it = {first}; ; it += {step}) {{",
+            f"{indent}  pl::Tile tile;",
+            f"{indent}  int t;",
+            f"{indent}  if (!pl::glue::stream_k_unit(pl_walk, it, t, tile)) break;"]
+    body = _tile_from(r.tiles.order, len(r.tiles.grid), "tiles_", "it", "0", indent + "  ", r.tiles.group)
+    return head + [line for line in body if not line.endswith("pl::Tile tile;")]
+
+
+def _stream_k_fixup(sk, group_begin: int, frag: str) -> list[str]:
+    """After the mainloop, before the tile's consumers: a later piece leaves its partial sums and
+    skips the consumers; a tile's first piece adds the later pieces' sums."""
+    e, slot = sk.fragment.elements, sk.slot_floats()
+    warp = f"(int)(warp - {group_begin}u) % {sk.group.warps}"
+    return [f"      if (tile.k_begin != 0) {{  // a later piece of a split tile: its sums go to the tile's first piece",
+            f"        pl::glue::partial_store<{e}>(pl_partials, {slot}, {warp}, {frag});",
+            "        continue;",
+            "      }",
+            "      if (tile.k_end != pl_walk.blocks)  // the first piece of a split tile: add the later pieces",
+            f"        pl::glue::partial_gather<{e}>(pl_walk, t, pl_partials, {slot}, {warp}, {frag});"]
 
 
 def _tile_from(order: str, n: int, extents: str, iteration: str, stage: str, indent: str, group: int = 8) -> list[str]:
@@ -195,6 +228,12 @@ def _role_structured(r: Resolved, a: Allocation) -> list[str]:
                     for k in range(g.instances)]
         out += ["    pl::glue::mbarrier_init_fence();", "  }"]
     out += ["  __syncthreads();", "  const unsigned warp = threadIdx.x / 32;"]
+    sk = r.stream_k
+    if sk is not None:
+        geometry_c = lambda name: str(r.geometry[name]) if name in r.geometry else name  # noqa: E731
+        out += ["  // Whole tiles first, then the last pl_stream_k_tiles tiles' reduction blocks split evenly over the CTAs.",
+                f"  const pl::glue::StreamKWalk pl_walk = pl::glue::stream_k_walk(num_tiles, {sk.blocks.to_c(geometry_c)}, "
+                "pl_stream_k_tiles);"]
     for g in plan.groups:
         begin, end = a.group_begin[g.name], a.group_begin[g.name] + g.warps * g.instances
         lower = f"warp >= {begin}u && " if begin else ""
@@ -214,7 +253,11 @@ def _role_structured(r: Resolved, a: Allocation) -> list[str]:
                 # Instance k takes this CTA's tiles k, k + instances, ...: `it` still counts the CTA's tiles,
                 # so a pipeline shared with a role of one instance stays in step.
                 out.append(f"    const int pl_instance = (int)(warp - {begin}u) / {g.warps};")
-                out += _tile_loop(r, "    ", 1, first="pl_instance", step=g.instances)
+            first, step = ("pl_instance", g.instances) if g.instances > 1 else ("0", 1)
+            if sk is not None:
+                out += _stream_k_loop(r, "    ", first, step)
+            elif g.instances > 1:
+                out += _tile_loop(r, "    ", 1, first=first, step=step)
             else:
                 out += _tile_loop(r, "    ", 1)
             made = {f for f in plan.fragments for m in g.members if (f.producer, f.role) == (m.component, m.role)}
@@ -222,16 +265,19 @@ def _role_structured(r: Resolved, a: Allocation) -> list[str]:
                 out.append(f"      {f.ctype} {frag_name(f)}[{f.elements}];  // {f.producer}.{f.out_port} -> "
                            f"{f.consumer}.{f.in_port}, in registers")
             calls = [f"      {e.symbol}({args(comp, e)});  // {comp}.{e.name}" for comp, e in per_tile]
+            owner = sum(1 for comp, _ in per_tile if comp == g.members[0].component)  # its entries come first
             if g.instances > 1:
                 # Instances run the owner's entries (the mainloop) one after another in tile order, and
                 # their joiners' entries (the epilogue) while the next instance runs the owner's: a
                 # pipeline shared by the instances is then waited on at most one phase ahead.
-                owner = sum(1 for comp, _ in per_tile if comp == g.members[0].component)
                 off, n = a.turn_mbar[g.name], g.instances
                 calls.insert(0, f"      if (it > 0) pl::glue::mbarrier_wait({off}u + 8u * pl_instance, "
                                 f"(unsigned)((it / {n} - (pl_instance == 0)) & 1));  // this instance's turn")
                 calls.insert(owner + 1, f"      pl::glue::mbarrier_arrive({off}u + 8u * ((pl_instance + 1) % {n}));"
                                         "  // the next instance's turn")
+                owner += 2
+            if sk is not None and g == sk.group:
+                calls[owner:owner] = _stream_k_fixup(sk, begin, frag_name(sk.fragment))
             out += calls
             out.append("    }")
         out += ["    return;", "  }"]

@@ -112,6 +112,8 @@ LEGACY_IMPLICIT = ("workspace", "epoch", "task_base")  # epoch-tagged counters: 
 # The parameters a persistent kernel takes from the launcher (workspace.py), as ctypes values.
 IMPLICIT = {"workspace": ctypes.c_void_p, "events": ctypes.c_void_p, "clear": ctypes.c_void_p,
             "clear_words": ctypes.c_uint64, "epoch": ctypes.c_uint32, "task_base": ctypes.c_uint64}
+# The parameters a kernel with a split reduction takes from the launcher (streamk.py).
+STREAM_K_IMPLICIT = {"partials": ctypes.c_void_p, "stream_k_tiles": ctypes.c_int32}
 
 
 @dataclass(frozen=True)
@@ -162,7 +164,7 @@ def _parse_params(kernel: str, raw) -> tuple[ParamSpec, ...]:
         if not isinstance(p.get("pointer"), bool) or not isinstance(p.get("const", False), bool):
             raise _manifest_error(kernel, f"parameter '{name}': 'pointer' and 'const' must be booleans")
         implicit = p.get("implicit")
-        if implicit is not None and implicit not in IMPLICIT:
+        if implicit is not None and implicit not in IMPLICIT and implicit not in STREAM_K_IMPLICIT:
             raise _manifest_error(kernel, f"parameter '{name}' has unknown implicit kind {implicit!r}")
         tmap = None
         if p.get("tensor_map") is not None:
@@ -171,7 +173,11 @@ def _parse_params(kernel: str, raw) -> tuple[ParamSpec, ...]:
             except (ValueError, _expr.ExprError) as exc:
                 raise _manifest_error(kernel, f"parameter '{name}': {exc}") from None
         params.append(ParamSpec(name, p["dtype"], p["pointer"], p.get("const", False), implicit, tmap))
-    kinds = [p.implicit for p in params if p.implicit]
+    split = sorted(p.implicit for p in params if p.implicit in STREAM_K_IMPLICIT)
+    if split and split != sorted(STREAM_K_IMPLICIT):
+        raise _manifest_error(kernel, f"implicit parameters {split}: a kernel with a split reduction takes each of "
+                                      f"{list(STREAM_K_IMPLICIT)} once")
+    kinds = [p.implicit for p in params if p.implicit and p.implicit not in STREAM_K_IMPLICIT]
     if kinds and sorted(kinds) == sorted(LEGACY_IMPLICIT):
         raise _manifest_error(kernel, "it was linked by an earlier pipelink, whose event counters this launcher no "
                                       "longer manages; link it again")
@@ -314,6 +320,8 @@ class Kernel:
     _resident: int | None = field(default=None, init=False, repr=False)
     _memo: dict = field(default_factory=dict, init=False, repr=False)  # per-shape tile and workspace sizes
     _user_params: tuple = field(default=(), init=False, repr=False)
+    _partials: tuple | None = field(default=None, init=False, repr=False)  # (device pointer, slots)
+    split_reduction: bool = field(default=True, init=False)  # stream-K on a kernel that can split
 
     def __post_init__(self):
         m = self.manifest
@@ -432,6 +440,7 @@ class Kernel:
                 _call("cuCtxSetCurrent", drv.cuCtxSetCurrent, self.context)
                 from .workspace import release_workspace
                 release_workspace(self)
+                self._release_partials()
                 _call(f"cuModuleUnload for kernel '{self.name}'", drv.cuModuleUnload, self.module)
         finally:
             self.module = self.function = None
@@ -734,8 +743,49 @@ class Kernel:
         A kernel whose manifest asks for a balanced grid gets the fewest blocks that still need no
         more rounds of tiles, so every block walks the same number of tiles."""
         tiles = self.total_tiles(**shapes)
-        return max(1, balanced_grid(tiles, self.resident_blocks()) if self.manifest.get("grid_policy") == "balanced"
+        policy = self.manifest.get("grid_policy")
+        if policy == "stream_k":
+            return self.stream_k_plan(shapes)[0]
+        return max(1, balanced_grid(tiles, self.resident_blocks()) if policy == "balanced"
                    else min(tiles, self.resident_blocks()))
+
+    def stream_k_plan(self, shapes: dict, grid: int | None = None) -> tuple[int, int]:
+        """(grid, tiles split over the CTAs) of a kernel with a split reduction (streamk.py);
+        `split_reduction = False` on the kernel keeps every tile whole."""
+        from .streamk import stream_k_plan
+        key = ("stream_k", grid, self.split_reduction, *sorted(shapes.items()))
+        if key not in self._memo:
+            tiles = self.total_tiles(**shapes)
+            try:
+                blocks = _expr.parse(self.manifest["stream_k"]["blocks"]).evaluate(shapes)
+            except (_expr.ExprError, KeyError, TypeError) as exc:
+                raise ArgumentError(f"reduction blocks of kernel '{self.name}': {exc}") from None
+            resident = self.resident_blocks()
+            if not self.split_reduction:
+                plan = (grid or max(1, min(tiles, resident)), 0)
+            else:
+                plan = stream_k_plan(tiles, blocks, resident, grid)
+            self._memo[key] = plan
+        return self._memo[key]
+
+    def _partials_for(self, grid: int) -> int:
+        """The partial slots of a split reduction, one per CTA: allocated and zeroed once per kernel
+        for every CTA the device holds (launches leave their flags zero)."""
+        slot_bytes = 4 * int(self.manifest["stream_k"]["slot_floats"])
+        need = max(grid, self.resident_blocks())
+        if self._partials is None or self._partials[1] < need:
+            drv = _driver()
+            self._release_partials()
+            size = need * slot_bytes
+            ptr = _call(f"cuMemAlloc({size}) for the partial sums of kernel '{self.name}'", drv.cuMemAlloc, size)
+            self._partials = (ptr, need)
+            _call("cuMemsetD8 (the partial sums' flags)", drv.cuMemsetD8, ptr, 0, size)
+        return int(self._partials[0])
+
+    def _release_partials(self) -> None:
+        if self._partials is not None:
+            ptr, self._partials = self._partials[0], None
+            _call("cuMemFree (the partial sums)", _driver().cuMemFree, ptr)
 
     def shape_env(self, values: list) -> dict[str, int]:
         """Integer scalar arguments by name: what the tile expressions are evaluated over."""
@@ -770,8 +820,14 @@ class Kernel:
         dims = _grid_dims(grid)
         events = None
         if any(p.implicit for p in self.params):
-            events = self._events_for(env, dims)
-            slots = {name: make() for name, make in IMPLICIT.items()}
+            slots = {name: make() for name, make in {**IMPLICIT, **STREAM_K_IMPLICIT}.items()}
+            if any(p.implicit in IMPLICIT for p in self.params):
+                events = self._events_for(env, dims)
+            if "stream_k" in self.manifest:
+                ctas = math.prod(dims)
+                _, split = self.stream_k_plan(env, ctas)
+                slots["stream_k_tiles"].value = split
+                slots["partials"].value = self._partials_for(ctas) if split else 0
             it = iter(packed)
             packed = [slots[p.implicit] if p.implicit else next(it) for p in self.params]
         return PreparedLaunch(self, packed, dims, events, values)
@@ -862,7 +918,7 @@ class PreparedLaunch:
     def __post_init__(self):
         self._slots = _param_slots(self.packed)  # built once: a launch only refills values
         self._params_address = ctypes.addressof(self._slots) if self.packed else 0
-        self._implicit = [(slot, p.implicit) for p, slot in zip(self.kernel.params, self.packed) if p.implicit]
+        self._implicit = [(slot, p.implicit) for p, slot in zip(self.kernel.params, self.packed) if p.implicit in IMPLICIT]
         self._debug = bool(self.kernel.manifest.get("workspace", {}).get("debug"))
 
     def launch(self, stream=None) -> None:

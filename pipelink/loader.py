@@ -13,7 +13,8 @@ from .diagnostics import DiagnosticSink, Location
 from .indexmap import MapError, parse_map
 from .model import (ALL_THREADS, DTYPE_BYTES, INTEGER_DTYPES, SWIZZLE_BYTES, Barriers, Buffer, CompileFlags,
                     Contract, Entry, EntryPoint, EventNotify, Events, EventWait, Geometry, MBarrier, NamedBarrier,
-                    Param, ParamRange, Port, Role, Source, Targets, TensorMapSpec, Threads, TileSequence)
+                    Param, ParamRange, Port, Reduction, Role, Source, Targets, TensorMapSpec, Threads,
+                    TileSequence)
 from .targets import TARGETS
 
 FORMAT_VERSION = 1
@@ -161,6 +162,7 @@ class _SemanticCheck:
         ports = self.ports(raw.get("ports", []), link_names, env, entry, threads)
         entries = self.entries(raw.get("entries", []), entry, ports, threads)
         events = self.events(raw.get("events", {}), geometry, entry)
+        self.reduction(geometry, ports, entries)
         cluster = tuple(raw["cluster"]["dims"]) if "cluster" in raw else None
         if cluster is not None and (len(cluster) > 3 or cluster[0] * (cluster[1:2] or [1])[0] * (cluster[2:3] or [1])[0] > 8):
             self.error("PL107", f"cluster {list(cluster)} has more than the 8 CTAs a portable cluster may hold",
@@ -172,6 +174,25 @@ class _SemanticCheck:
             entry=entry, targets=targets, threads=threads, max_registers=max_regs, buffers=buffers,
             barriers=barriers, ports=ports, geometry=geometry, events=events, source=self.source, raw=raw,
             entries=entries, cluster=cluster)
+
+    def reduction(self, geometry: Geometry, ports, entries) -> None:
+        """A split reduction's partial sums travel as the fragment of an `out` register port, made by
+        the per-tile entries of the `entries` form (PL109)."""
+        seq = geometry.tile_sequence
+        if seq is None or seq.reduction is None:
+            return
+        ptr = f"{seq.reduction.pointer_path}/port"
+        port = next((p for p in ports or () if p.name == seq.reduction.port), None)
+        if not entries:
+            self.error("PL109", "a tile_sequence.reduction needs the `entries` form: its per-tile entries take the "
+                       "block range from pl::Tile", seq.reduction.pointer_path)
+        elif port is None or port.space != "reg" or port.direction != "out":
+            self.error("PL109", f"reduction port '{seq.reduction.port}' is not an `out` register port of this "
+                       "contract", ptr, hint="the partial sums are the fragment the tile's consumers read: name the "
+                       "out port with space \"reg\" that holds them")
+        elif port.dtype != "f32":
+            self.error("PL109", f"reduction port '{port.name}' holds {port.dtype}; partial sums are added in f32",
+                       ptr)
 
     def entry(self, raw: dict) -> Entry:
         """The parameters (of `entry`, or the top-level `params` of the `entries` form) and the first entry."""
@@ -376,8 +397,15 @@ class _SemanticCheck:
             if "group" in ts and ts.get("order") != "grouped":
                 self.error("PL020", "tile_sequence.group applies to order \"grouped\" only",
                            "/geometry/tile_sequence/group")
+            reduction = None
+            if "reduction" in ts:
+                blocks = self.size_expr(ts["reduction"]["blocks"], "/geometry/tile_sequence/reduction/blocks", allowed,
+                                        "reduction block count")
+                if blocks is not None:
+                    reduction = Reduction(blocks, ts["reduction"]["port"], "/geometry/tile_sequence/reduction")
             seq = TileSequence(tuple(g for g in grid if g is not None), ts.get("order", "row_major"),
-                               ts.get("distribution", "grid_stride"), "/geometry/tile_sequence", ts.get("group", 8))
+                               ts.get("distribution", "grid_stride"), "/geometry/tile_sequence", ts.get("group", 8),
+                               reduction)
         return Geometry(provides, consumes, seq)
 
     def buffers(self, raw: list, link_names: set[str], env: dict, ) -> tuple[Buffer, ...]:

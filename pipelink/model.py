@@ -243,12 +243,24 @@ class ParamRange:
 
 
 @dataclass(frozen=True)
+class Reduction:
+    """A tile's value is a sum over `blocks` reduction blocks (a GEMM's k-blocks) left in register
+    port `port`: the per-tile entries take the block range from `pl::Tile`, so the linker may split a
+    tile's blocks over CTAs (stream-K) and add the partial fragments before the consumers run."""
+
+    blocks: Expr
+    port: str
+    pointer_path: str
+
+
+@dataclass(frozen=True)
 class TileSequence:
     grid: tuple[Expr, ...]
     order: str
     distribution: str
     pointer_path: str
     group: int = 1   # order "grouped": bands of this many tiles along the first dimension
+    reduction: Reduction | None = None
 
 
 @dataclass(frozen=True)

@@ -61,6 +61,7 @@ class Resolved:
     specialize: dict = None            # shape parameter -> constant, for a link made for one shape
     roles: object = None               # RolePlan: components in the `entries` form split the block by role
     cluster: tuple[int, int, int] | None = None
+    stream_k: object = None            # roles.StreamK: a tile's reduction split over CTAs
 
     def component(self, name: str) -> Component:
         return next(c for c in self.components if c.name == name)
@@ -150,6 +151,10 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
                     sink.error("PL078", f"role '{g.name}' runs {g.instances} instances, which take a grid-stride walk's "
                                f"tiles in turn; the tile sequence is {tiles[0].distribution}",
                                _roles_at(comps, g.members[0].component))
+    stream_k = None
+    if roles is not None and not sink.has_errors:
+        from .roles import plan_stream_k
+        stream_k = plan_stream_k(comps, roles, tiles[0] if tiles else None, sink)
     if sink.has_errors or tiles is None or order is None:
         return None
     shapes = {p.name for p in params if not p.pointer and p.dtype in INTEGER_DTYPES}
@@ -164,7 +169,7 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
     cluster = next((c.contract.cluster for c in comps if c.contract.cluster), None)
     return Resolved(spec.name, comps, order, wires, geometry, schedule, tiles[0], tiles[1], params, events,
                     spec.dispatch, spec.debug_events, dict(spec.specialize), roles,
-                    tuple(list(cluster) + [1] * (3 - len(cluster))) if cluster else None)
+                    tuple(list(cluster) + [1] * (3 - len(cluster))) if cluster else None, stream_k)
 
 
 def _roles_at(comps, name: str):

@@ -139,3 +139,59 @@ def plan_roles(components, wires, sink: DiagnosticSink) -> RolePlan | None:
         out.append(RoleGroup(tuple(members), head.warps, head.setmaxnreg, aligned, head.instances))
     init = tuple((c.name, e) for c in components for e in c.contract.entries if e.role == ALL_THREADS)
     return None if sink.has_errors else RolePlan(init, tuple(out), tuple(fragments))
+
+
+@dataclass(frozen=True)
+class StreamK:
+    """A tile sequence whose tiles sum reduction blocks into a register fragment (a GEMM's k-blocks):
+    the glue walks whole tiles first, then splits the last tiles' blocks evenly over the CTAs, and
+    the CTA with a tile's first piece adds the other pieces' partial fragments before the tile's
+    consumers run. The launcher picks how many tiles to split (0: none) and owns the partials."""
+
+    component: str
+    fragment: Fragment   # the partial sums
+    group: RoleGroup     # the warps that hold them
+    blocks: object       # Expr: reduction blocks per tile, over the kernel's parameters and geometry
+
+    def slot_floats(self) -> int:
+        """One CTA's partial slot: 32 flag words, then every warp's fragment."""
+        return 32 + 32 * self.group.warps * self.fragment.elements
+
+
+def plan_stream_k(components, plan: RolePlan | None, tiles, sink: DiagnosticSink) -> StreamK | None:
+    """The split reduction of a role-structured kernel, if a component declares one (PL109)."""
+    declared = [c for c in components if c.contract.geometry.tile_sequence is not None
+                and c.contract.geometry.tile_sequence.reduction is not None]
+    if not declared:
+        return None
+    first = declared[0]
+    red = first.contract.geometry.tile_sequence.reduction
+    for c in declared[1:]:
+        sink.error("PL109", f"'{c.name}' declares a split reduction too; one kernel splits one reduction "
+                   f"('{first.name}' declares it first)", c.contract.at(c.contract.geometry.tile_sequence.reduction
+                                                                        .pointer_path),
+                   related=(first.contract.at(red.pointer_path),))
+    if plan is None:
+        return None
+    frag = next((f for f in plan.fragments if (f.producer, f.out_port) == (first.name, red.port)), None)
+    if frag is None:
+        sink.error("PL109", f"nothing reads '{first.name}.{red.port}', the partial sums of its split reduction",
+                   first.contract.at(f"{red.pointer_path}/port"),
+                   hint="wire the port to the component that consumes the tile (an epilogue)")
+        return None
+    if tiles is not None and tiles.distribution != "grid_stride":
+        sink.error("PL109", f"a split reduction walks tiles grid-stride; the tile sequence is {tiles.distribution}",
+                   first.contract.at(f"{red.pointer_path}"))
+        return None
+    group = plan.group_of(first.name, frag.role)
+    if group.members[0].component != first.name:
+        sink.error("PL109", f"'{first.name}' splits its reduction on role '{frag.role}', which runs on the warps of "
+                   f"'{group.name}'; the partial sums must be added right after its own entries",
+                   first.contract.at(red.pointer_path))
+        return None
+    if frag.elements % 4:
+        sink.error("PL109", f"the partial fragment of '{first.name}.{red.port}' holds {frag.elements} elements per "
+                   "thread; partials travel as float4, so it must be a multiple of 4",
+                   first.contract.at(f"{red.pointer_path}/port"))
+        return None
+    return None if sink.has_errors else StreamK(first.name, frag, group, red.blocks)

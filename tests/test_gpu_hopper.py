@@ -54,7 +54,8 @@ def _finish(torch, what: str, seconds: float = 20.0) -> None:
 @pytest.mark.parametrize("mainloop", MAINLOOPS)
 @pytest.mark.parametrize("epilogue", EPILOGUES)
 @pytest.mark.parametrize("M, N, K, grid", [(128, 256, 64, 1), (300, 1024, 640, 1), (300, 1024, 640, None),
-                                           (16, 4096, 1024, None), (1000, 2048, 256, 7)])
+                                           (16, 4096, 1024, None), (1000, 2048, 256, 7),
+                                           (16, 512, 8192, None)])
 def test_mainloop_with_epilogue_matches_fp32(hopper_objects, mainloop, epilogue, M, N, K, grid):
     torch = pytest.importorskip("torch")
     import torch.nn.functional as F
@@ -80,7 +81,8 @@ def test_mainloop_with_epilogue_matches_fp32(hopper_objects, mainloop, epilogue,
         out = torch.full((M, N), float("nan"), device=dev, dtype=torch.bfloat16)
         args = dict(a=x, b=w, M=M, N=N, K=K, y=out, bias=bias, residual=res)
         ref = ref + bias.float() + res.float()
-    for launch in range(2):  # a second launch needs no reset
+    for launch, split in enumerate((True, True, False)):  # a second launch needs no reset; whole tiles too
+        kernel.split_reduction = split
         out.fill_(float("nan"))
         kernel.launch(grid=grid, **args)
         _finish(torch, f"{mainloop} + {epilogue} M={M} N={N} K={K} grid={grid}")

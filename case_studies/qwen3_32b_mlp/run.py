@@ -99,6 +99,10 @@ def main() -> None:
     seed = int(time.time())
     torch.manual_seed(seed)
     kernels = {f"{k}_{t}": load(f"{k}_{t}") for k in ("swiglu", "plain", "residual") for t in TILES}
+    # The same kernels walking whole tiles only (no stream-K split): what the split buys.
+    whole = {f"{k}_{t}": load(f"{k}_{t}") for k in ("swiglu", "plain") for t in TILES}
+    for k in whole.values():
+        k.split_reduction = False
     # Weights scaled like a trained layer's: outputs of order 1.
     w_gate = (torch.randn(INTER, HIDDEN, device=dev) / HIDDEN ** 0.5).bfloat16()
     w_up = (torch.randn(INTER, HIDDEN, device=dev) / HIDDEN ** 0.5).bfloat16()
@@ -129,6 +133,9 @@ def main() -> None:
         plain_down = {t: kernels[f"plain_{t}"].prepare(a=h_in, b=w_down, M=M, N=N2, K=INTER, d=yd) for t in TILES}
         resid_k = {t: kernels[f"residual_{t}"].prepare(a=h_in, b=w_down, M=M, N=N2, K=INTER, y=y, bias=bias,
                                                        residual=resid) for t in TILES}
+        fused_whole = whole[f"swiglu_{tile}"].prepare(a=x, b=w_gu_il, M=M, N=N1, K=HIDDEN, h=h)
+        plain_whole = whole[f"plain_{tile}"].prepare(a=x, b=w_gu_il, M=M, N=N1, K=HIDDEN, d=d)
+        down_whole = whole[f"plain_{tile_d}"].prepare(a=h_in, b=w_down, M=M, N=N2, K=INTER, d=yd)
         # Correctness against fp32 (outputs poisoned first, fresh inputs per run).
         with torch.no_grad():
             gu_ref = x.float() @ w_gu.float().T
@@ -139,7 +146,10 @@ def main() -> None:
         errs = {}
         for t in TILES:
             for out, run, ref, name in ((h, fused[t], h_ref, f"swiglu_{t}"), (d, plain[t], d_ref, f"plain_{t}"),
-                                        (y, resid_k[t], y_ref, f"residual_{t}"), (yd, plain_down[t], yd_ref, f"plain_down_{t}")):
+                                        (y, resid_k[t], y_ref, f"residual_{t}"), (yd, plain_down[t], yd_ref, f"plain_down_{t}"),
+                                        *(((h, fused_whole, h_ref, f"swiglu_{t}_whole"), (d, plain_whole, d_ref, f"plain_{t}_whole"))
+                                          if t == tile else ()),
+                                        *(((yd, down_whole, yd_ref, f"plain_down_{t}_whole"),) if t == tile_d else ())):
                 out.fill_(float("nan"))
                 watched(f"M={M} {name}", run.launch, seconds=20.0)
                 torch.cuda.synchronize()
@@ -147,6 +157,30 @@ def main() -> None:
         del gu_ref, h_ref, d_ref, y_ref, yd_ref
         gu = torch.empty(M, N1, device=dev, dtype=torch.bfloat16)
         yc = torch.empty(M, HIDDEN, device=dev, dtype=torch.bfloat16)
+        # CUDA graphs: the fused kernel, the fair unfused control (the same mainloop with the plain
+        # epilogue, then the compiled activation) and cuBLAS + compiled activation, each captured once.
+        graphs = {
+            "pipelink_swiglu_graph": lambda s: fused[tile].launch(s),
+            "pipelink_plain_then_compiled_act_graph": lambda s: (plain[tile].launch(s), act_il_compiled(d)),
+            "cublas_compiled_act_graph": lambda s: act_compiled(torch.matmul(x, w_gu.T, out=gu)),
+        }
+        captured = {}
+        for name, body in graphs.items():
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(2):
+                    body(side)  # warm-up: compiled code and cuBLAS handles exist before capture
+            torch.cuda.current_stream().wait_stream(side)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                body(torch.cuda.current_stream())
+            captured[name] = g
+        h.fill_(float("nan"))
+        captured["pipelink_swiglu_graph"].replay()
+        torch.cuda.synchronize()
+        errs["swiglu_graph"] = check(f"M={M} swiglu (graph replay)", h, F.silu(
+            (x.float() @ w_gu.float().T)[:, :INTER]) * (x.float() @ w_gu.float().T)[:, INTER:], failures)
         fns = {
             "pipelink_swiglu": fused[tile].launch,
             **{f"pipelink_swiglu_{t}": fused[t].launch for t in TILES if t != tile},
@@ -162,8 +196,18 @@ def main() -> None:
             "cublas_linear_then_compiled_add": lambda: add_compiled(F.linear(h_in, w_down, bias), resid),
             "cublas_down_gemm": lambda: torch.matmul(h_in, w_down.T, out=yc),
             "pipelink_plain_down_gemm": plain_down[tile_d].launch,
+            "pipelink_swiglu_whole_tiles": fused_whole.launch,
+            "pipelink_plain_gemm_whole_tiles": plain_whole.launch,
+            "pipelink_plain_down_gemm_whole_tiles": down_whole.launch,
+            **{name: g.replay for name, g in captured.items()},
         }
         samples = time_alternating(fns, args.rounds)
+        # After hundreds of launches and replays: the split tiles' flags are still left as found.
+        h.fill_(float("nan"))
+        watched(f"M={M} swiglu after the benchmark", fused[tile].launch, seconds=20.0)
+        torch.cuda.synchronize()
+        errs["swiglu_after_benchmark"] = check(f"M={M} swiglu after the benchmark", h, F.silu(
+            (x.float() @ w_gu.float().T)[:, :INTER]) * (x.float() @ w_gu.float().T)[:, INTER:], failures)
         med = {k: statistics.median(v) for k, v in samples.items()}
         flops1, flops2 = 2 * M * N1 * HIDDEN, 2 * M * N2 * INTER
         row = {"M": M, "tile": tile, "down_tile": tile_d, "ms": med, "errors": errs,
@@ -177,7 +221,7 @@ def main() -> None:
               f"| cublas+compiled {med['cublas_compiled_act']:.3f} | gemm {med['pipelink_plain_gemm']:.3f} vs cublas "
               f"{med['cublas_gemm']:.3f} | down+res {med['pipelink_residual']:.3f} vs {med['cublas_linear_then_add']:.3f}"
               f" | err {max(errs.values()):.2e}", flush=True)
-        del x, h_in, resid, h, d, y, yd, gu, yc
+        del x, h_in, resid, h, d, y, yd, gu, yc, captured
         torch.cuda.empty_cache()
         doc = save(args, seed, failures, results)  # after every shape: a run cut short keeps what it measured
     print("\n".join(failures) or "all outputs correct")

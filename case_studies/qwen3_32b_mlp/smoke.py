@@ -37,8 +37,11 @@ def watched(what: str, step, seconds: float = 10.0) -> None:
         time.sleep(0.001)
 
 
-SHAPES = [(64, 128, 64, 1), (128, 256, 64, 1), (128, 256, 512, None), (300, 1000, 640, 1), (300, 1000, 640, None),
-          (16, 4096, 1024, None)]
+# Ragged edges (N = 1040: the SwiGLU output's rows stay 16-byte aligned for its TMA store), one CTA
+# walking many tiles, stream-K splits on the automatic grid and on a caller's (grid 7: whole rounds,
+# then split tiles), and a long K over few tiles (each tile split over many CTAs).
+SHAPES = [(64, 128, 64, 1), (128, 256, 64, 1), (128, 256, 512, None), (300, 1040, 640, 1), (300, 1040, 640, None),
+          (300, 1040, 640, 7), (16, 4096, 1024, None), (16, 512, 8192, None)]
 CASES = [(tile, kind, *shape) for tile in ("64x128", "128x256", "128x128") for kind in ("plain", "swiglu", "residual")
          for shape in SHAPES]
 
@@ -50,14 +53,18 @@ def main() -> int:
     if only:
         return run_cases([CASES[i] for i in only])
     bad = 0
-    for i, case in enumerate(CASES):
+    per_kernel = len(SHAPES)  # one process per kernel: a hang stops that kernel's cases only
+    for first in range(0, len(CASES), per_kernel):
+        ids = [str(i) for i in range(first, first + per_kernel)]
         try:
-            proc = subprocess.run([sys.executable, __file__, str(i)], capture_output=True, text=True, timeout=60)
-            out = (proc.stdout + proc.stderr).strip().splitlines()
-            print(out[0] if out else f"case {i}: no output (exit {proc.returncode})", flush=True)
+            proc = subprocess.run([sys.executable, __file__, *ids], capture_output=True, text=True, timeout=120)
+            out = proc.stdout.strip().splitlines()
+            print("\n".join(out) if out else f"cases {ids}: no output (exit {proc.returncode})", flush=True)
+            if proc.returncode != 0 and proc.stderr.strip():
+                print("  " + proc.stderr.strip().splitlines()[-1], flush=True)
             bad += proc.returncode != 0
         except subprocess.TimeoutExpired:
-            print(f"case {i} {case}: timed out", flush=True)
+            print(f"cases {ids}: timed out", flush=True)
             bad += 1
     print("all correct" if not bad else f"{bad} wrong or hung")
     return 1 if bad else 0

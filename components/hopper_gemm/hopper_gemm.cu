@@ -55,9 +55,10 @@ __device__ __forceinline__ typename Pipeline::Params pipeline_params(typename Pi
   return p;
 }
 
-// The pipeline position of this tile's first k-block: every tile has the same number of k-blocks,
-// so the position follows from how many tiles this CTA walked before (no state kept across calls).
-__device__ __forceinline__ int first_k_block(const pl::Tile& tile, int k_tiles) { return tile.iteration * k_tiles; }
+// The contract declares the k-blocks a reduction (tile_sequence.reduction): each call covers the
+// tile's k-blocks [tile.k_begin, tile.k_end), a whole tile or a piece the link split over CTAs, and
+// tile.k_first, the k-blocks this CTA walked before, is the stage ring's position (no state kept
+// across calls).
 
 extern "C" __device__ void hgemm_init(const pl::TensorMap* a, const pl::TensorMap* b) {
   Pipeline::init_barriers(pipeline_storage(), pipeline_params(Pipeline::ThreadCategory::NonParticipant, false),
@@ -76,13 +77,12 @@ extern "C" __device__ void hgemm_load(pl::Tile tile, const pl::TensorMap* a, con
   Pipeline pipeline(pipeline_storage(), pipeline_params(Pipeline::ThreadCategory::Producer, true),
                     Shape<_1, _1, _1>{}, cute::false_type{});
   auto& tensors = *self::smem_tensors<typename Mainloop::TensorStorage>();
-  const int k_tiles = (K + self::TILE_K - 1) / self::TILE_K;
-  const int first = first_k_block(tile, k_tiles);
+  const int first = tile.k_first;
   // A producer starts one phase ahead: its first pass over the stages finds them free.
   PipelineState state(first % self::STAGES, ((first / self::STAGES) & 1) ^ 1, first);
   const int m0 = tile.coord[0] * self::TILE_M, n0 = tile.coord[1] * self::TILE_N;
   const uint64_t keep = static_cast<uint64_t>(cute::TMA::CacheHintSm90::EVICT_NORMAL);
-  for (int k = 0; k < k_tiles; ++k) {
+  for (int k = tile.k_begin; k < tile.k_end; ++k) {
     pipeline.producer_acquire(state);
     uint64_t* full = pipeline.producer_get_barrier(state);
     const int s = state.index();
@@ -97,8 +97,8 @@ extern "C" __device__ void hgemm_load(pl::Tile tile, const pl::TensorMap* a, con
 extern "C" __device__ void hgemm_mma(pl::Tile tile, float* acc, int K) {
   Pipeline pipeline(pipeline_storage(), pipeline_params(Pipeline::ThreadCategory::Consumer, false),
                     Shape<_1, _1, _1>{}, cute::false_type{});
-  const int k_tiles = (K + self::TILE_K - 1) / self::TILE_K;
-  const int first = first_k_block(tile, k_tiles);
+  const int k_tiles = tile.k_end - tile.k_begin;
+  const int first = tile.k_first;
   PipelineState state(first % self::STAGES, (first / self::STAGES) & 1, first);
   typename Mainloop::TiledMma mma;
   auto frag = partition_fragment_C(mma, take<0, 2>(TileShape{}));

@@ -10,7 +10,12 @@ struct Tile {
   int coord[3];
   int linear;     // position in the component's tile sequence
   int stage;      // ring slot (0 when the ports have one stage)
-  int iteration;  // how many tiles this CTA has walked before this one
+  int iteration;  // how many tiles (or tile pieces) this CTA has walked before this one
+  // A contract with a tile_sequence.reduction: this call covers the tile's reduction blocks
+  // [k_begin, k_end), and the CTA walked k_first blocks before them (a stage ring's position).
+  int k_begin = 0;
+  int k_end = 0;
+  int k_first = 0;
 };
 
 // The block's dynamic shared memory. Every component sees the same base; the linker hands out

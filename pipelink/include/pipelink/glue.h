@@ -46,5 +46,122 @@ __device__ __forceinline__ void mbarrier_wait(unsigned offset, unsigned parity) 
 
 __device__ __forceinline__ int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
+// --- stream-K: a tile's reduction blocks split over CTAs -------------------------------------
+// A CTA walks its whole tiles first (tiles blockIdx.x, + gridDim.x, ... below dp_tiles), then an
+// equal share of the reduction blocks of the last `sk_tiles` tiles, cut at tile boundaries into
+// pieces. A tile's first piece belongs to the lowest CTA that covers it, and is that CTA's last
+// unit; every later piece is some CTA's first unit, computed before anything else it does. So the
+// first piece waits only for work that started at launch (every CTA is resident), and each CTA
+// leaves at most one partial: slot blockIdx.x.
+struct StreamKWalk {
+  int blocks;            // reduction blocks per tile
+  int dp_tiles;          // tiles walked whole
+  int dp_units;          // of them, this CTA's
+  long long sk_blocks;   // blocks of the stream-K region (sk_tiles * blocks)
+  long long sk_begin;    // this CTA's share of them: [sk_begin, sk_end)
+  long long sk_end;
+};
+
+__device__ __forceinline__ long long sk_share(long long sk_blocks, int cta) {
+  return sk_blocks * cta / gridDim.x;
+}
+
+__device__ __forceinline__ StreamKWalk stream_k_walk(int num_tiles, int blocks, int sk_tiles) {
+  StreamKWalk w;
+  w.blocks = blocks;
+  w.dp_tiles = num_tiles - sk_tiles;
+  w.dp_units = w.dp_tiles > (int)blockIdx.x ? (w.dp_tiles - (int)blockIdx.x + (int)gridDim.x - 1) / (int)gridDim.x : 0;
+  w.sk_blocks = (long long)sk_tiles * blocks;
+  w.sk_begin = sk_share(w.sk_blocks, blockIdx.x);
+  w.sk_end = sk_share(w.sk_blocks, blockIdx.x + 1);
+  return w;
+}
+
+// Unit `u` of this CTA's walk: its tile, block range and ring position; false past the last.
+__device__ __forceinline__ bool stream_k_unit(const StreamKWalk& w, int u, int& t, Tile& tile) {
+  if (u < w.dp_units) {
+    t = (int)blockIdx.x + u * (int)gridDim.x;
+    tile.k_begin = 0;
+    tile.k_end = w.blocks;
+    tile.k_first = u * w.blocks;
+    return true;
+  }
+  const int j = u - w.dp_units;
+  const long long g = j == 0 ? w.sk_begin : (w.sk_begin / w.blocks + j) * w.blocks;
+  if (g >= w.sk_end) return false;
+  t = w.dp_tiles + (int)(g / w.blocks);
+  tile.k_begin = (int)(g % w.blocks);
+  tile.k_end = (int)min((long long)w.blocks, tile.k_begin + (w.sk_end - g));
+  tile.k_first = w.dp_units * w.blocks + (int)(g - w.sk_begin);
+  return true;
+}
+
+// A partial slot: 32 words of per-warp ready flags (1: the warp's sums are there), then each
+// warp's fragment, float4 j of lane l at (j * 32 + l): 512 contiguous bytes per warp and store.
+constexpr int kPartialFlagFloats = 32;
+
+__device__ __forceinline__ unsigned* partial_flag(float* partials, int slot_floats, int cta, int warp) {
+  return reinterpret_cast<unsigned*>(partials + (long long)cta * slot_floats) + warp;
+}
+
+__device__ __forceinline__ float4* partial_data(float* partials, int slot_floats, int cta, int warp, int elements) {
+  return reinterpret_cast<float4*>(partials + (long long)cta * slot_floats + kPartialFlagFloats) + warp * 8 * elements;
+}
+
+// Leave this warp's partial sums in this CTA's slot, then raise its flag (release: the sums first).
+template <int E>
+__device__ __forceinline__ void partial_store(float* partials, int slot_floats, int warp, const float* frag) {
+  static_assert(E % 4 == 0, "fragments travel as float4");
+  const unsigned lane = threadIdx.x & 31u;
+  float4* data = partial_data(partials, slot_floats, blockIdx.x, warp, E);
+#pragma unroll
+  for (int j = 0; j < E / 4; ++j)
+    __stcg(data + j * 32 + lane, make_float4(frag[4 * j], frag[4 * j + 1], frag[4 * j + 2], frag[4 * j + 3]));
+  __threadfence();
+  __syncwarp();
+  if (lane == 0)
+    asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(partial_flag(partials, slot_floats, blockIdx.x, warp)),
+                 "r"(1u) : "memory");
+}
+
+// Add CTA `cta`'s partial sums for this warp once its flag is up, and lower the flag again: a launch
+// leaves every flag zero, so the next one (or a graph replay) needs no reset.
+template <int E>
+__device__ __forceinline__ void partial_add(float* partials, int slot_floats, int cta, int warp, float* frag) {
+  const unsigned lane = threadIdx.x & 31u;
+  unsigned* flag = partial_flag(partials, slot_floats, cta, warp);
+  if (lane == 0) {
+    unsigned up = 0;
+    do {
+      asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(up) : "l"(flag) : "memory");
+    } while (up == 0);
+  }
+  __syncwarp();
+  const float4* data = partial_data(partials, slot_floats, cta, warp, E);
+#pragma unroll
+  for (int j = 0; j < E / 4; ++j) {
+    const float4 v = __ldcg(data + j * 32 + lane);
+    frag[4 * j] += v.x;
+    frag[4 * j + 1] += v.y;
+    frag[4 * j + 2] += v.z;
+    frag[4 * j + 3] += v.w;
+  }
+  __syncwarp();
+  if (lane == 0) asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(flag), "r"(0u) : "memory");
+}
+
+// The first piece of tile `t`: add the partials of the CTAs after this one whose first unit lies
+// in the tile, in CTA order (the sum is the same for every run of the same launch shape).
+template <int E>
+__device__ __forceinline__ void partial_gather(const StreamKWalk& w, int t, float* partials, int slot_floats, int warp,
+                                               float* frag) {
+  const long long tile_end = (long long)(t - w.dp_tiles + 1) * w.blocks;
+  for (int c = blockIdx.x + 1; c < (int)gridDim.x; ++c) {
+    const long long begin = sk_share(w.sk_blocks, c);
+    if (begin >= tile_end) break;
+    if (begin < sk_share(w.sk_blocks, c + 1)) partial_add<E>(partials, slot_floats, c, warp, frag);
+  }
+}
+
 }  // namespace glue
 }  // namespace pl
