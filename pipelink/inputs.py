@@ -52,12 +52,17 @@ class InputObject:
     embedded_contract: bytes | None = None
     file: str | None = None   # the file on disk it came from ("lib.a" for a member); None for bytes
     embedded_source: bytes | None = None  # JSON {"file", "source"} written by `pipelink build`
+    # A host object's one fatbin: what nvJitLink is given (as a fatbin), so it need not find the
+    # fatbin through the host code's registration records, which `pipelink build`'s objects lack.
+    device_fatbin: bytes | None = field(default=None, repr=False)
 
     def ltoir_archs(self) -> list[str]:
         """Archs of the LTO-IR entries; raw LTO-IR (arch unknown) contributes none."""
         return sorted({e.arch for e in self.entries if e.kind == "ltoir" and e.arch})
 
     def link_input(self) -> toolchain.LinkInput:
+        if self.device_fatbin is not None:
+            return toolchain.LinkInput("fatbin", self.device_fatbin, self.path)
         return toolchain.LinkInput(self.link_kind, self.data, self.path)
 
 
@@ -117,12 +122,14 @@ def _read_elf(data: bytes, name: str, file: str | None, sink: DiagnosticSink) ->
         kind = {2: "an executable", 3: "a shared library"}.get(elf.type, f"an ELF file of type {elf.type}")
         raise UnsupportedError(f"{kind}, not a relocatable object; pass the .o files (or an archive of them)")
     entries: list[FatbinEntry] = []
+    blobs = []
     for section in FATBIN_SECTIONS:
         for blob in elf.section_data(data, section):
             try:
                 entries.extend(parse_fatbin(blob))
             except CorruptError as exc:
                 raise CorruptError(f"in section {section}: {exc}") from None
+            blobs.append(blob)
     contracts = elf.section_data(data, CONTRACT_SECTION)
     if len(contracts) > 1:
         sink.error("PL017", f"{name} holds {len(contracts)} {CONTRACT_SECTION} sections", Location(file=name))
@@ -130,7 +137,7 @@ def _read_elf(data: bytes, name: str, file: str | None, sink: DiagnosticSink) ->
     contract = contracts[0].rstrip(b"\0") if contracts else None
     sources = elf.section_data(data, SOURCE_SECTION)
     return InputObject(name, "host-object", "object", data, entries, ptx_symbols(entries), contract, file,
-                       sources[0] if sources else None)
+                       sources[0] if sources else None, bytes(blobs[0]) if len(blobs) == 1 else None)
 
 
 def _read_archive(data: bytes, name: str, file: str | None, sink: DiagnosticSink) -> list[InputObject]:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from . import expr as _expr
 from .model import DTYPE_BYTES, INTEGER_DTYPES, is_identifier
+from .streamk import balanced_grid
 from .tensormap import TensorMapDecl
 from .scalars import float_to_bf16_bits, float_to_f16_bits, float_to_fp8_e4m3_bits, float_to_fp8_e5m2_bits
 
@@ -700,6 +701,9 @@ class Kernel:
             self._memo[key] = self._total_tiles(shapes)
         return self._memo[key]
 
+    def _tile_extents(self, shapes: dict) -> list[int]:
+        return [tile.evaluate(shapes) for tile in self.tiles] or [1]
+
     def _total_tiles(self, shapes: dict) -> int:
         total = 1
         for tile in self.tiles:
@@ -761,10 +765,11 @@ class Kernel:
             except (_expr.ExprError, KeyError, TypeError) as exc:
                 raise ArgumentError(f"reduction blocks of kernel '{self.name}': {exc}") from None
             resident = self.resident_blocks()
+            rows = tiles // max(1, self._tile_extents(shapes)[-1]) if tiles else 0
             if not self.split_reduction:
-                plan = (grid or max(1, min(tiles, resident)), 0)
+                plan = (grid or balanced_grid(tiles, resident), 0)
             else:
-                plan = stream_k_plan(tiles, blocks, resident, grid)
+                plan = stream_k_plan(tiles, blocks, resident, grid, rows)
             self._memo[key] = plan
         return self._memo[key]
 
@@ -886,16 +891,6 @@ class Kernel:
             raise LaunchError(what(), type(exc).__name__, str(exc)) from exc
         if err != drv.CUresult.CUDA_SUCCESS:
             raise LaunchError(what(), *_error_text(err))
-
-
-def balanced_grid(tiles: int, resident: int) -> int:
-    """Blocks for `tiles` tiles walked grid-stride by at most `resident` blocks at once: the rounds
-    (tiles per block) stay ceil(tiles / resident), and the blocks are as few as that allows (400
-    tiles on 132 SMs: 100 blocks of 4 tiles, not 4 blocks walking a fourth tile alone)."""
-    if tiles <= 0:
-        return 1
-    rounds = -(-tiles // resident)
-    return -(-tiles // rounds)
 
 
 def _param_slots(packed: list):

@@ -116,7 +116,7 @@ def control_cubin(ctx, front_end: str = "nvcc", workdir: str | Path | None = Non
         unit = toolchain.LinkInput("ltoir", ltoir, name)
     else:
         with tempfile.TemporaryDirectory(prefix="pipelink-control-", dir=workdir) as tmp:
-            source, obj = Path(tmp) / f"{name}.cu", Path(tmp) / f"{name}.o"
+            source, obj = Path(tmp) / f"{name}.cu", Path(tmp) / f"{name}.fatbin"
             source.write_text(ctx.monolithic)
             cmd = one_unit_nvcc_command(ctx.target, ctx.components[0].contract.targets.flags, source, obj)
             try:
@@ -125,7 +125,7 @@ def control_cubin(ctx, front_end: str = "nvcc", workdir: str | Path | None = Non
                 raise toolchain.ToolchainError(f"cannot run nvcc: {exc}") from None
             if proc.returncode != 0:
                 raise toolchain.ToolchainError(f"nvcc could not compile {name}.cu", (proc.stderr + proc.stdout).strip())
-            unit = toolchain.LinkInput("object", obj.read_bytes(), name)
+            unit = toolchain.LinkInput("fatbin", obj.read_bytes(), name)
     return toolchain.nvjitlink_link([unit], ctx.nvjitlink_options).cubin
 
 

@@ -6,6 +6,16 @@ and then shares the reduction blocks of its last `sk_tiles` tiles evenly among a
 `pl::glue::stream_k_walk`). Whole waves stay whole; the wave that would run on part of the device
 becomes, with one whole wave before it, a region every CTA takes an equal share of, so the device
 finishes together (CUTLASS's data-parallel + two-tile stream-K hybrid).
+
+When to split (measured on the H200, Qwen3-32B MLP GEMMs, case_studies/qwen3_32b_mlp): the pieces
+of split tiles run at different reduction offsets at the same time, so tiles that share an operand
+panel (the tiles of one column share the weights' panel) stop sharing it in L2. With one row of
+tiles (decode: every tile reads the same few activation rows and a weight panel of its own) that
+costs nothing and the split wins: 0.1365 vs 0.1446 ms (M=16, N=51200, K=5120), 0.0905 vs 0.1285 ms
+(M=128, N=5120, K=25600, 128x128 tiles). With several rows it loses, most with a long reduction:
+0.727 vs 0.484 ms (M=1024, N=5120, K=25600). So: split a single row of tiles only; otherwise whole
+tiles on the balanced grid (the fewest CTAs that keep the rounds), whose waves stay aligned with
+the tile order's columns.
 """
 from __future__ import annotations
 
@@ -13,24 +23,38 @@ from __future__ import annotations
 MIN_PIECE_BLOCKS = 4
 
 
-def stream_k_plan(tiles: int, blocks: int, resident: int, grid: int | None = None) -> tuple[int, int]:
-    """(grid, stream-K tiles) for `tiles` tiles of `blocks` reduction blocks each, with at most
-    `resident` CTAs on the device at once; `grid` fixes the CTA count (the caller's choice).
+def balanced_grid(tiles: int, resident: int) -> int:
+    """Blocks for `tiles` tiles walked grid-stride by at most `resident` blocks at once: the rounds
+    (tiles per block) stay ceil(tiles / resident), and the blocks are as few as that allows (400
+    tiles on 132 SMs: 100 blocks of 4 tiles, not 4 blocks walking a fourth tile alone)."""
+    if tiles <= 0:
+        return 1
+    rounds = -(-tiles // resident)
+    return -(-tiles // rounds)
+
+
+def stream_k_plan(tiles: int, blocks: int, resident: int, grid: int | None = None, rows: int = 1) -> tuple[int, int]:
+    """(grid, stream-K tiles) for `tiles` tiles of `blocks` reduction blocks each, in `rows` rows
+    (the product of the tile grid's extents but the last), with at most `resident` CTAs on the
+    device at once; `grid` fixes the CTA count (the caller's choice).
 
     The split tiles' pieces wait for each other across CTAs, so a split needs every CTA resident:
     a grid beyond `resident` walks whole tiles only."""
     if tiles <= 0:
         return max(1, grid or 1), 0
+    if rows > 1:  # tiles sharing panels: whole tiles (see the module's measurements)
+        return grid or balanced_grid(tiles, resident), 0
     if grid is None:
         # Enough CTAs for every tile, more only while the pieces stay long enough to pay off.
         grid = min(resident, max(tiles, tiles * blocks // MIN_PIECE_BLOCKS))
     if grid > resident or blocks < 2:
         return grid, 0
     waves, rest = divmod(tiles, grid)
-    if rest == 0:
+    split = rest + (grid if waves >= 1 else 0) if rest else 0
+    if split * blocks * (grid + 1) >= 1 << 32:  # the glue's walk counts blocks in 32 bits
         return grid, 0
     # The last wave would leave grid - rest CTAs idle: split it, and one whole wave before it, over all.
-    return grid, rest + (grid if waves >= 1 else 0)
+    return grid, split
 
 
 def pieces(tiles: int, blocks: int, grid: int, split: int) -> list[list[tuple[int, int, int, int]]]:

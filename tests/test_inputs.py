@@ -70,7 +70,9 @@ def test_dlto_object_holds_compressed_ptx_and_ltoir(built_objects):
     assert {"comp_scale", "comp_helper"} <= set(obj.ptx_symbols)
     assert obj.ptx_symbols == sorted(set(obj.ptx_symbols))
     assert obj.embedded_contract is None
-    assert obj.link_input().kind == "object" and obj.link_input().data == obj.data
+    # nvJitLink is given the object's one fatbin, not the host object around it
+    assert obj.link_input().kind == "fatbin" and obj.link_input().data == obj.device_fatbin
+    assert obj.device_fatbin in obj.data  # the object's __nv_relfatbin section, as nvcc wrote it
 
 
 @pytest.mark.parametrize("arch", ["sm_90", "sm_90a"])

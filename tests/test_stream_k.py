@@ -43,6 +43,13 @@ def test_pieces_stay_long_enough_to_pay_for_their_partials():
     assert stream_k_plan(5, 1, 132) == (5, 0)  # one block cannot split
 
 
+def test_tiles_in_several_rows_stay_whole_on_the_balanced_grid():
+    # M=1024 down projection, 64x128 tiles: 16 rows of 40; split pieces would stop the rows sharing weights
+    assert stream_k_plan(640, 400, 132, rows=16) == (128, 0)
+    assert stream_k_plan(640, 400, 132, grid=132, rows=16) == (132, 0)
+    assert stream_k_plan(40, 400, 132, rows=1) == (132, 40)
+
+
 def test_a_callers_grid_is_kept_and_split_only_when_every_cta_is_resident():
     assert stream_k_plan(24, 10, 132, grid=7) == (7, 10)   # 3 rounds of 7 and 3 over: 2 whole rounds, then 10 split
     assert stream_k_plan(24, 10, 132, grid=300) == (300, 0)  # not all resident: pieces could wait on a CTA never run
@@ -254,8 +261,9 @@ def test_the_manifest_asks_the_launcher_for_partials_and_a_split():
     k.num_sms, k.max_active_blocks_per_sm = (lambda: 132), (lambda: 1)
     assert k.grid_for(M=16, N=51200, K=5120) == 132  # 1 x 200 tiles of 128x256: split 68 + 132 of them
     assert k.stream_k_plan({"M": 16, "N": 51200, "K": 5120}) == (132, 200)
+    assert k.stream_k_plan({"M": 1024, "N": 51200, "K": 5120}) == (124, 0)  # 8 rows of 200: whole, 13 rounds
     k.split_reduction = False
-    assert k.stream_k_plan({"M": 16, "N": 51200, "K": 5120}) == (132, 0)
+    assert k.stream_k_plan({"M": 16, "N": 51200, "K": 5120}) == (100, 0)  # 2 rounds on 100 CTAs, not 132
 
 
 def test_the_manifest_of_a_split_kernel_without_both_partial_parameters_is_refused():

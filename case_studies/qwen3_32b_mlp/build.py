@@ -144,7 +144,8 @@ def link_cost(relinks: int = 5, rebuilds: int = 3) -> None:
            "epilogue_build_s": round(median(builds), 3), "link_s": round(median(links), 3),
            "samples_s": {"relink": [round(x, 3) for x in relink], "rebuild": [round(x, 3) for x in rebuild]},
            "relink": f"`pipelink build` of {epilogue} (nvcc) + `pipelink link` of {kernel} (NVRTC glue, nvJitLink LTO)",
-           "rebuild": "nvcc -dc of the one-unit source with the components' flags + the same nvJitLink link",
+           "rebuild": "nvcc (device code only, as `pipelink build`) of the one-unit source with the components' flags "
+                      "+ the same nvJitLink link",
            "same_text": same, "machine": machine(), "date": time.strftime("%Y-%m-%d"),
            "command": "python case_studies/qwen3_32b_mlp/build.py --link-cost",
            "cutlass": cutlass_version()}

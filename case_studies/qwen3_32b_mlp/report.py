@@ -36,6 +36,30 @@ def results_md(doc: dict, line: str) -> str:
                    f"{ms['cublas_linear_then_compiled_add']:.3f} | "
                    f"{ms['cublas_linear_then_add'] / ms['pipelink_residual']:.2f}x | "
                    f"{tf['pipelink_plain_down_gemm']:.0f} / {tf['cublas_down_gemm']:.0f} |")
+    if all("pipelink_swiglu_graph" in r["ms"] for r in doc["results"]):
+        out += ["", "## Inside CUDA graphs, and the fair unfused control", "",
+                "Each variant captured once and replayed: the fused kernel; the same mainloop with the plain "
+                "epilogue, then the compiled activation (the unfused control); cuBLAS + compiled activation.", "",
+                "| M | pipelink fused | plain GEMM + compiled act | cuBLAS + compiled act | fused vs unfused control | "
+                "fused vs cuBLAS + compiled act |", "|---:|---:|---:|---:|---:|---:|"]
+        for r in doc["results"]:
+            ms = r["ms"]
+            f, u, c = (ms["pipelink_swiglu_graph"], ms["pipelink_plain_then_compiled_act_graph"],
+                       ms["cublas_compiled_act_graph"])
+            out.append(f"| {r['M']} | {f:.3f} | {u:.3f} | {c:.3f} | {u / f:.2f}x | {c / f:.2f}x |")
+    if all("pipelink_swiglu_whole_tiles" in r["ms"] for r in doc["results"]):
+        out += ["", "## Split reductions (stream-K) against whole tiles", "",
+                "The launcher splits the k-blocks of a single row of tiles over every SM and keeps several rows "
+                "whole (pipelink/streamk.py); `whole` is the same kernel told not to split "
+                "(`kernel.split_reduction = False`), on the balanced grid.", "",
+                "| M | gate/up tile | fused: launcher's plan / whole | down tile | down GEMM: launcher's plan / whole / "
+                "whole on every SM |", "|---:|---|---:|---|---:|"]
+        for r in doc["results"]:
+            ms = r["ms"]
+            out.append(f"| {r['M']} | {r['tile']} | {ms['pipelink_swiglu']:.4f} / {ms['pipelink_swiglu_whole_tiles']:.4f} | "
+                       f"{r['down_tile']} | {ms['pipelink_plain_down_gemm']:.4f} / "
+                       f"{ms['pipelink_plain_down_gemm_whole_tiles']:.4f} / "
+                       f"{ms.get('pipelink_plain_down_gemm_whole_tiles_all_sms', float('nan')):.4f} |")
     weights = [f"M={r['M']}: {r['weight_tb_s']['pipelink_swiglu']:.2f} vs {r['weight_tb_s']['cublas_gemm']:.2f}"
                for r in doc["results"] if r["M"] <= 128]
     out += ["", "Gate/up weights streamed (TB/s, pipelink fused vs cuBLAS GEMM; H200 HBM3e peak 4.8): "

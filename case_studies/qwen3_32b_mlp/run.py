@@ -32,13 +32,14 @@ TILES = ("128x256", "128x128", "64x128")
 
 
 def tile_for(M: int, N: int) -> str:
-    """The mainloop a user links for an M x N output (a fixed rule, set from an earlier sweep of every
-    tile shape at every M, results/pingpong_run.json): few rows stream the weights best over many small
-    tiles or wide ones; many rows compute best on ping-pong 128x128 tiles, whose two warpgroups overlap
-    one's epilogue with the other's MMAs. The narrow down projection (N = 5120) has few 128-row tiles
-    up to M = 1024, so it stays on 64x128 tiles there."""
+    """The mainloop a user links for an M x N output (a fixed rule, set from a sweep of every tile
+    shape at every M, whole tiles and split, in results/results.json): one row of small tiles streams
+    the weights best at decode (its reduction split over every SM, streamk.py); from M = 128 the
+    ping-pong 128x128 tiles, whose two warpgroups overlap one's epilogue with the other's MMAs. The
+    narrow down projection (N = 5120) has few 128-row tiles up to M = 1024, so it stays on 64x128
+    tiles there."""
     if N >= 16384:
-        return "64x128" if M <= 16 else "128x256" if M <= 128 else "128x128"
+        return "64x128" if M <= 16 else "128x128"
     return "64x128" if M <= 1024 else "128x128"
 
 
@@ -100,7 +101,7 @@ def main() -> None:
     torch.manual_seed(seed)
     kernels = {f"{k}_{t}": load(f"{k}_{t}") for k in ("swiglu", "plain", "residual") for t in TILES}
     # The same kernels walking whole tiles only (no stream-K split): what the split buys.
-    whole = {f"{k}_{t}": load(f"{k}_{t}") for k in ("swiglu", "plain") for t in TILES}
+    whole = {f"{k}_{t}": load(f"{k}_{t}") for k in ("swiglu", "plain", "residual") for t in TILES}
     for k in whole.values():
         k.split_reduction = False
     # Weights scaled like a trained layer's: outputs of order 1.
@@ -136,6 +137,18 @@ def main() -> None:
         fused_whole = whole[f"swiglu_{tile}"].prepare(a=x, b=w_gu_il, M=M, N=N1, K=HIDDEN, h=h)
         plain_whole = whole[f"plain_{tile}"].prepare(a=x, b=w_gu_il, M=M, N=N1, K=HIDDEN, d=d)
         down_whole = whole[f"plain_{tile_d}"].prepare(a=h_in, b=w_down, M=M, N=N2, K=INTER, d=yd)
+        # Every tile shape with whole tiles only, for the split-or-not rule (streamk.py) and tile_for.
+        sweep_whole = {**{f"pipelink_plain_gemm_{t}_whole_tiles": whole[f"plain_{t}"].prepare(
+                          a=x, b=w_gu_il, M=M, N=N1, K=HIDDEN, d=d).launch for t in TILES},
+                       **{f"pipelink_plain_down_gemm_{t}_whole_tiles": whole[f"plain_{t}"].prepare(
+                          a=h_in, b=w_down, M=M, N=N2, K=INTER, d=yd).launch for t in TILES},
+                       **{f"pipelink_residual_{t}_whole_tiles": whole[f"residual_{t}"].prepare(
+                          a=h_in, b=w_down, M=M, N=N2, K=INTER, y=y, bias=bias, residual=resid).launch for t in TILES},
+                       **{f"pipelink_residual_{t}": resid_k[t].launch for t in TILES},
+                       # whole tiles on every SM instead of the balanced grid: what the grid policy buys
+                       "pipelink_plain_down_gemm_whole_tiles_all_sms": whole[f"plain_{tile_d}"].prepare(
+                           a=h_in, b=w_down, M=M, N=N2, K=INTER, d=yd,
+                           grid=whole[f"plain_{tile_d}"].resident_blocks()).launch}
         # Correctness against fp32 (outputs poisoned first, fresh inputs per run).
         with torch.no_grad():
             gu_ref = x.float() @ w_gu.float().T
@@ -200,6 +213,7 @@ def main() -> None:
             "pipelink_plain_gemm_whole_tiles": plain_whole.launch,
             "pipelink_plain_down_gemm_whole_tiles": down_whole.launch,
             **{name: g.replay for name, g in captured.items()},
+            **{k: v for k, v in sweep_whole.items() if k not in ("pipelink_plain_gemm_whole_tiles",)},
         }
         samples = time_alternating(fns, args.rounds)
         # After hundreds of launches and replays: the split tiles' flags are still left as found.
@@ -238,6 +252,7 @@ def save(args, seed: int, failures: list, results: list) -> dict:
            "torch": torch.__version__, "rounds": args.rounds, "command": " ".join(sys.argv),
            "failures": failures, "results": results}
     (out / "results.json").write_text(json.dumps(doc, indent=1) + "\n")
+    (out / "results.min.json").write_text(json.dumps(doc))
     return doc
 
 

@@ -54,24 +54,24 @@ __device__ __forceinline__ int ceil_div(int a, int b) { return (a + b - 1) / b; 
 // first piece waits only for work that started at launch (every CTA is resident), and each CTA
 // leaves at most one partial: slot blockIdx.x.
 struct StreamKWalk {
-  int blocks;            // reduction blocks per tile
-  int dp_tiles;          // tiles walked whole
-  int dp_units;          // of them, this CTA's
-  long long sk_blocks;   // blocks of the stream-K region (sk_tiles * blocks)
-  long long sk_begin;    // this CTA's share of them: [sk_begin, sk_end)
-  long long sk_end;
+  int blocks;        // reduction blocks per tile
+  int dp_tiles;      // tiles walked whole
+  int dp_units;      // of them, this CTA's
+  unsigned sk_blocks;  // blocks of the stream-K region (sk_tiles * blocks)
+  unsigned sk_begin;   // this CTA's share of them: [sk_begin, sk_end)
+  unsigned sk_end;
 };
 
-__device__ __forceinline__ long long sk_share(long long sk_blocks, int cta) {
-  return sk_blocks * cta / gridDim.x;
-}
+// 32-bit on purpose (the consumer holds a whole accumulator tile in registers): the launcher splits
+// only while sk_blocks * gridDim.x fits 32 bits (streamk.py).
+__device__ __forceinline__ unsigned sk_share(unsigned sk_blocks, unsigned cta) { return sk_blocks * cta / gridDim.x; }
 
 __device__ __forceinline__ StreamKWalk stream_k_walk(int num_tiles, int blocks, int sk_tiles) {
   StreamKWalk w;
   w.blocks = blocks;
   w.dp_tiles = num_tiles - sk_tiles;
   w.dp_units = w.dp_tiles > (int)blockIdx.x ? (w.dp_tiles - (int)blockIdx.x + (int)gridDim.x - 1) / (int)gridDim.x : 0;
-  w.sk_blocks = (long long)sk_tiles * blocks;
+  w.sk_blocks = (unsigned)sk_tiles * (unsigned)blocks;
   w.sk_begin = sk_share(w.sk_blocks, blockIdx.x);
   w.sk_end = sk_share(w.sk_blocks, blockIdx.x + 1);
   return w;
@@ -86,12 +86,12 @@ __device__ __forceinline__ bool stream_k_unit(const StreamKWalk& w, int u, int& 
     tile.k_first = u * w.blocks;
     return true;
   }
-  const int j = u - w.dp_units;
-  const long long g = j == 0 ? w.sk_begin : (w.sk_begin / w.blocks + j) * w.blocks;
+  const unsigned j = (unsigned)(u - w.dp_units), blocks = (unsigned)w.blocks;
+  const unsigned g = j == 0 ? w.sk_begin : (w.sk_begin / blocks + j) * blocks;
   if (g >= w.sk_end) return false;
-  t = w.dp_tiles + (int)(g / w.blocks);
-  tile.k_begin = (int)(g % w.blocks);
-  tile.k_end = (int)min((long long)w.blocks, tile.k_begin + (w.sk_end - g));
+  t = w.dp_tiles + (int)(g / blocks);
+  tile.k_begin = (int)(g % blocks);
+  tile.k_end = (int)min(blocks, (unsigned)tile.k_begin + (w.sk_end - g));
   tile.k_first = w.dp_units * w.blocks + (int)(g - w.sk_begin);
   return true;
 }
@@ -101,11 +101,11 @@ __device__ __forceinline__ bool stream_k_unit(const StreamKWalk& w, int u, int& 
 constexpr int kPartialFlagFloats = 32;
 
 __device__ __forceinline__ unsigned* partial_flag(float* partials, int slot_floats, int cta, int warp) {
-  return reinterpret_cast<unsigned*>(partials + (long long)cta * slot_floats) + warp;
+  return reinterpret_cast<unsigned*>(partials + (unsigned long long)cta * slot_floats) + warp;
 }
 
 __device__ __forceinline__ float4* partial_data(float* partials, int slot_floats, int cta, int warp, int elements) {
-  return reinterpret_cast<float4*>(partials + (long long)cta * slot_floats + kPartialFlagFloats) + warp * 8 * elements;
+  return reinterpret_cast<float4*>(partials + (unsigned long long)cta * slot_floats + kPartialFlagFloats) + warp * 8 * elements;
 }
 
 // Leave this warp's partial sums in this CTA's slot, then raise its flag (release: the sums first).
@@ -155,11 +155,12 @@ __device__ __forceinline__ void partial_add(float* partials, int slot_floats, in
 template <int E>
 __device__ __forceinline__ void partial_gather(const StreamKWalk& w, int t, float* partials, int slot_floats, int warp,
                                                float* frag) {
-  const long long tile_end = (long long)(t - w.dp_tiles + 1) * w.blocks;
-  for (int c = blockIdx.x + 1; c < (int)gridDim.x; ++c) {
-    const long long begin = sk_share(w.sk_blocks, c);
-    if (begin >= tile_end) break;
-    if (begin < sk_share(w.sk_blocks, c + 1)) partial_add<E>(partials, slot_floats, c, warp, frag);
+  const unsigned tile_end = (unsigned)(t - w.dp_tiles + 1) * (unsigned)w.blocks;
+  unsigned begin = w.sk_end;  // the next CTA's share starts where this one's ends
+  for (unsigned c = blockIdx.x + 1; c < gridDim.x && begin < tile_end; ++c) {
+    const unsigned end = sk_share(w.sk_blocks, c + 1);
+    if (begin < end) partial_add<E>(partials, slot_floats, (int)c, warp, frag);
+    begin = end;
   }
 }
 
