@@ -368,3 +368,24 @@ def test_no_cap_leaves_the_kernel_to_the_launch_bounds():
     r, sink = run([comp(n, uncapped) for n in ("tile_load", "tile_transform", "block_rowsum")])
     a = allocate(r, "sm_90", sink)
     assert a.registers is None and "__launch_bounds__(128, 1)" in generate_glue(r, a)
+
+
+# --- each new field's bad input, at the schema and in the semantic checks -------------------------
+
+@pytest.mark.parametrize("edit,expected", [
+    (lambda c: c["ports"][1].update(align=0), ("PL020", "/ports/1/align")),               # the schema: 1..4096
+    (lambda c: c["ports"][0].update(align="16"), ("PL020", "/ports/0/align")),
+    (lambda c: c["ports"][0].update(align=8192), ("PL020", "/ports/0/align")),
+    (lambda c: c["entry"]["params"][0].update(shape=["M", "B"]), ("PL029", "/entry/params/0/shape/1")),
+    (lambda c: c["entry"]["params"][2].update(shape=["M"]), ("PL020", "/entry/params/2/shape")),  # not a pointer
+    (lambda c: c["entry"]["params"][0].update(shape=[]), ("PL020", "/entry/params/0/shape")),
+    (lambda c: c["events"]["notifies"][0].update(map="i->min(i, )"), ("PL031", "/events/notifies/0/map")),
+    (lambda c: c["events"]["notifies"][0].update(map="i->max(i - 1)"), ("PL031", "/events/notifies/0/map")),
+    (lambda c: c["ports"][0].update(tile=["TILE_M", "B"]), ("PL029", "/ports/0/tile/1")),  # gmem: only declared sizes
+])
+def test_bad_input_is_located(edit, expected):
+    c = base_contract()
+    edit(c)
+    contract, sink = load(c)
+    assert contract is None and expected in pointers(sink), pointers(sink)
+    assert all(d.exit_code == 1 and d.effective_hint for d in sink.items)
