@@ -40,6 +40,10 @@ def buffer_problem(kernel: str, params: list[dict], values: dict, env: dict[str,
         shapes, align = p.get("shapes", []), p.get("align")
         if not shapes and not align:
             continue
+        if not (isinstance(shapes, list) and all(isinstance(s, list) and all(isinstance(e, (str, int)) for e in s)
+                                                  for s in shapes)) \
+                or (align is not None and (not isinstance(align, int) or isinstance(align, bool) or align < 1)):
+            return f"manifest of kernel '{kernel}': parameter '{p['name']}' has malformed 'shapes' or 'align'"
         address, elements = extent_of(values[p["name"]])
         if address is None:
             continue
@@ -50,12 +54,12 @@ def buffer_problem(kernel: str, params: list[dict], values: dict, env: dict[str,
             try:
                 extents = [_expr.parse(e).evaluate(env) for e in shape]
             except _expr.ExprError as exc:
-                return f"the shape [{', '.join(shape)}] of argument '{p['name']}' of kernel '{kernel}': {exc}"
+                return f"the shape [{', '.join(map(str, shape))}] of argument '{p['name']}' of kernel '{kernel}': {exc}"
             need = math.prod(max(e, 0) for e in extents)
             if elements < need:
                 names = sorted({n for e in shape for n in _expr.parse(e).names})
                 at = ", ".join(f"{n}={env[n]}" for n in names)
                 return (f"argument '{p['name']}' of kernel '{kernel}' holds {elements} elements; its contract "
-                        f"declares [{', '.join(shape)}] = {extents}, {need} elements" + (f" for {at}" if at else "")
+                        f"declares [{', '.join(map(str, shape))}] = {extents}, {need} elements" + (f" for {at}" if at else "")
                         + ": the kernel would reach past its end")
     return None

@@ -389,3 +389,9 @@ def test_bad_input_is_located(edit, expected):
     contract, sink = load(c)
     assert contract is None and expected in pointers(sink), pointers(sink)
     assert all(d.exit_code == 1 and d.effective_hint for d in sink.items)
+
+
+@pytest.mark.parametrize("bad", [{"shapes": "M"}, {"shapes": [["M", None]]}, {"align": True}, {"align": 0}])
+def test_a_malformed_manifest_entry_is_a_clear_error(bad):
+    params = [dict(PARAMS[0], **bad), PARAMS[1], PARAMS[2]]
+    assert "malformed" in buffer_problem("k", params, {"y": Array((16,))}, {"M": 4, "N": 4})
