@@ -18,6 +18,7 @@ from .resolve import Resolved
 from .targets import TARGETS
 
 ARENA_ALIGN = 128
+PORT_ALIGN = 128  # a port's storage without a declared alignment
 
 
 @dataclass(frozen=True)
@@ -166,6 +167,12 @@ def _smem_items(r: Resolved, steps: dict[str, int], copies: dict[str, int]):
             copies.add(w)
         else:
             readers.setdefault(key, set()).add(steps[w.consumer])
+    # A consumer reading the producer's bytes (zero-copy, ring) gets the alignment it declares too.
+    align = {}
+    for w in r.wires:
+        if w.kind != "relayout":
+            key = (w.producer, w.out_port.name)
+            align[key] = max(align.get(key, PORT_ALIGN), w.in_port.align or 0)
     for c in r.components:
         for p in c.contract.ports:
             if p.space != "smem" or p.direction != "out":
@@ -173,12 +180,13 @@ def _smem_items(r: Resolved, steps: dict[str, int], copies: dict[str, int]):
             size = _port_bytes(p, r.geometry)
             span = {steps[c.name]} | readers.get((c.name, p.name), set())
             life = Lifetime(None) if ws else Lifetime(frozenset(range(min(span), max(span) + 1)))
-            items.append(SmemItem(f"port {c.name}.{p.name}", "port", c.name, size, 128, life))
+            items.append(SmemItem(f"port {c.name}.{p.name}", "port", c.name, size,
+                                  max(align.get((c.name, p.name), PORT_ALIGN), p.align or 0), life))
     for w in sorted(copies, key=str):  # the consumer's own copy of a re-laid-out tile
         size = _port_bytes(w.in_port, r.geometry)
         s = steps[w.consumer]
-        items.append(SmemItem(f"port {w.consumer}.{w.in_port.name}", "port", w.consumer, size, 128,
-                              Lifetime(frozenset({s - 1, s}))))
+        items.append(SmemItem(f"port {w.consumer}.{w.in_port.name}", "port", w.consumer, size,
+                              max(PORT_ALIGN, w.in_port.align or 0), Lifetime(frozenset({s - 1, s}))))
     if r.schedule == "persistent":  # the glue's own words: the wait verdict and the claimed task
         items.append(SmemItem("buffer pl_glue.flags", "buffer", "pl_glue", 16, 16, Lifetime(None)))
     for g in (r.roles.groups if r.roles is not None else ()):

@@ -199,6 +199,19 @@ CODES = _codes(
          "always a warning"),
     Code("PL145", "component calls a function LTO did not inline", L,
          "drop __noinline__ (and -G), or build the callee with LTO-IR", "always a warning"),
+    # the contract language's later forms: chains, nested grids, port alignment, buffer sizes (exit 1)
+    Code("PL170", "chain waits on a task not claimed before it", L,
+         "a task may wait on its own component's notifications only from tasks earlier in its walk; clamp the "
+         "map at the edges (`i->range(max(i - 1, 0), i)`)"),
+    Code("PL171", "chain through device data", L,
+         "a component waiting on its own notifications must name them by an affine map, which the link can order"),
+    Code("PL172", "shared-memory wire out of a nested tile loop", L,
+         "a coarser component sees only the last tile of a finer one's loop: pass the data through global memory"),
+    Code("PL173", "bad port alignment", L,
+         "a port's align is a power of two, 16..1024 in shared memory, at least the element size in global memory; "
+         "register ports have none"),
+    Code("PL174", "buffer size declared wrongly", L,
+         "`shape` gives a pointer parameter's extents, row-major, over geometry and runtime scalar parameters"),
 )
 
 

@@ -64,6 +64,10 @@ def manifest(r: Resolved, a: Allocation, arch: str, cubin: bytes, kernel_info=No
 
 def _param_doc(p, geometry: dict[str, int]) -> dict:
     doc = {"name": p.name, "dtype": p.dtype, "pointer": p.pointer, "const": p.const}
+    if p.shapes:  # the launcher checks the buffer passed holds each of these (buffers.py)
+        doc["shapes"] = [[substitute(e, geometry) for e in shape] for shape in p.shapes]
+    if p.align:
+        doc["align"] = p.align
     if p.tensor_map is not None:  # the launcher encodes it: extents over the shape parameters, box fixed
         t = p.tensor_map
         doc["tensor_map"] = {"shape": [substitute(e, geometry) for e in t.shape],
@@ -172,6 +176,8 @@ def link_map(r: Resolved, a: Allocation, arch: str, kernel_info=None) -> str:
         out += ["", "## tiles",
                 f"  grid [{', '.join(substitute(e, r.geometry) for e in r.tiles.grid)}] {r.tiles.order}, "
                 f"{r.tiles.distribution} (from {r.tiles_owner})"]
+        out += [f"  inner loop of {name}: [{', '.join(substitute(e, r.geometry) for e in r.inner_grid(name))}] row_major "
+                "in each tile" for name in r.order if r.inner_grid(name)]
     if kernel_info is not None:
         out += ["", "## linked kernel (read from the cubin)",
                 f"  registers {kernel_info.registers}, frame {kernel_info.frame_bytes} B, stack "

@@ -57,7 +57,7 @@ def element_space(r, j: int, side) -> ElementSpace:
             loops.append(Loop(var, lo, hi))
             coords.append(var)
         else:
-            coords.append("(long long)(" + affine_c(term.text, letters) + ")")
+            coords.append("(long long)(" + affine_c(term.text, letters, r) + ")")
     index = coords[0]
     for axis in range(1, len(coords)):
         index = f"({index}) * e{j}_extent_{axis} + {coords[axis]}"
@@ -181,8 +181,11 @@ def notify_block(r, notifies, tensor_index: dict, threads: int, indent: str) -> 
     return out
 
 
-def affine_c(text: str, letters: dict[str, str]) -> str:
-    return parse(text).to_c(lambda n: letters[n])
+def affine_c(text: str, letters: dict[str, str], r=None) -> str:
+    """C of an affine term: task letters as `letters` says; other names (a clamp's `N - 1`) are the
+    link's geometry values or the kernel's runtime scalar parameters, in scope in the glue."""
+    geometry = r.geometry if r is not None else {}
+    return parse(text).to_c(lambda n: letters[n] if n in letters else str(geometry[n]) if n in geometry else n)
 
 
 def _tensor_shape_c(r, comp, name: str) -> list[str]:
@@ -219,4 +222,4 @@ def bound_c(r, comp, text: str, letters) -> str:
         read, loops = gather_c(r, comp, text, letters, "unused")
         assert not loops
         return f"(long long)({read})"
-    return "(long long)(" + affine_c(text, letters) + ")"
+    return "(long long)(" + affine_c(text, letters, r) + ")"

@@ -116,6 +116,7 @@ def plan_events(comps, geometry: dict[str, int], sink: DiagnosticSink) -> EventP
     order = _order(comps, tensors, sink)
     if order is None:
         return None
+    _check_chains(comps, tensors, geometry, sink)
     _check_read_order(comps, tensors, sink)
     _check_sampled(comps, tensors, geometry, sink)
     return None if sink.has_errors else EventPlan(tensors, order)
@@ -178,8 +179,98 @@ def _derived_count(side: Side) -> Expr | None:
 
 
 def _edges(tensors) -> list[tuple[str, str, str]]:
-    """(notifier, waiter, event) for every pair the events connect."""
-    return [(n.component, w.component, t.name) for t in tensors.values() for n in t.notifiers for w in t.waiters]
+    """(notifier, waiter, event) for every pair of components the events connect. A component
+    waiting on its own notifications (a chain) is no edge: `_check_chains` orders its tasks."""
+    return [(n.component, w.component, t.name) for t in tensors.values() for n in t.notifiers for w in t.waiters
+            if n.component != w.component]
+
+
+def task_coords(order: str, extents: tuple[int, ...], t: int, group: int = 8) -> tuple[int, ...]:
+    """The coordinates of the `t`-th task a component walks, as the glue decodes them (glue._tile_from):
+    row_major and snake move the last coordinate fastest (snake reverses it on odd rows), col_major the
+    first; grouped walks bands of `group` rows, rows fastest inside a band."""
+    n = len(extents)
+    if order == "grouped" and n == 2:
+        band_tiles = group * extents[1]
+        first = (t // band_tiles) * group
+        rows = min(group, extents[0] - first)
+        inside = t - (first // group) * band_tiles
+        return first + inside % rows, inside // rows
+    coords, rest = [0] * n, t
+    for d in (reversed(range(n)) if order in ("row_major", "snake", "grouped") else range(n)):
+        coords[d], rest = rest % extents[d], rest // extents[d]
+    if order == "snake" and n >= 2 and coords[n - 2] & 1:
+        coords[n - 1] = extents[n - 1] - 1 - coords[n - 1]
+    return tuple(coords)
+
+
+def _elements(side: Side, task, env, shape: list[int]):
+    """Every element of the event an affine side names for one task (':' is the whole axis)."""
+    axes = []
+    for k, term in enumerate(side.map.terms):
+        axes.append(range(shape[k]) if term.kind == "all" else _axis_values(term, side.map.task_dims, task, env))
+    return itertools.product(*axes)
+
+
+def _check_chains(comps, tensors, geometry, sink) -> None:
+    """A component that waits on its own notifications (a scan, a prefix sum, carried state) is
+    deadlock-free when each task waits only on tasks walked before it: both dispatches run a
+    component's tasks in walk order (static: each CTA its own tasks in order, every CTA resident;
+    dynamic: claimed in order from one counter), so the earliest unfinished task always runs and
+    everything it waits on has finished. Checked on sampled shapes, task by task."""
+    by_name = {c.name: c for c in comps}
+    names = _shape_names(comps, tensors, geometry)
+    reported = set()
+    for t in tensors.values():
+        for w in t.waiters:
+            own = [n for n in t.notifiers if n.component == w.component]
+            if not own or (w.component, t.name) in reported:
+                continue
+            where = by_name[w.component].contract.at(w.pointer)
+            if w.map.kind == "data_dependent" or any(n.map.kind == "data_dependent" for n in own) \
+                    or w.count_term is not None:
+                sink.error("PL171", f"'{w.component}' waits on '{t.name}', which it notifies itself, through a map or "
+                           "count read from the device; the link cannot tell that each task waits only on tasks "
+                           "walked before it", where)
+                reported.add((w.component, t.name))
+                continue
+            seq = by_name[w.component].contract.geometry.tile_sequence
+            for values in _sample_shapes(names, geometry):
+                env = dict(geometry, **dict(zip(names, values)))
+                problem = _chain_problem(w, own, t, env, seq)
+                if problem:
+                    at = ", ".join(f"{k}={v}" for k, v in zip(names, values))
+                    sink.error("PL170", f"'{w.component}' task {problem[0]} waits on '{t.name}'{list(problem[1])}, "
+                               f"which its own task {problem[2]} notifies, walked {problem[3]} it (at {at}): the "
+                               "wait can never end", where)
+                    reported.add((w.component, t.name))
+                    break
+
+
+def _chain_problem(w: Side, own: list[Side], t: EventTensor, env, seq):
+    """(waiting task, element, notifying task, "with" | "after") for the first task of `w` that waits
+    on an element its own component notifies from the same or a later task; None when all are
+    earlier (or the shape cannot be enumerated)."""
+    try:
+        extents = tuple(e.evaluate(env) for e in w.grid)
+        shape = [e.evaluate(env) for e in t.shape]
+    except ExprError:
+        return None
+    total = math.prod(extents)
+    if total > MAX_SAMPLED_TASKS // 4:
+        return None
+    walk = [task_coords(seq.order, extents, k, seq.group) for k in range(total)]
+    last: dict[tuple, tuple[int, tuple]] = {}  # element -> (latest position notifying it, that task)
+    for pos, task in enumerate(walk):
+        for n in own:
+            for e in _elements(n, task, env, shape):
+                if e not in last or last[e][0] < pos:
+                    last[e] = (pos, task)
+    for pos, task in enumerate(walk):
+        for e in _elements(w, task, env, shape):
+            if e in last and last[e][0] >= pos:
+                return task, e, last[e][1], "with" if last[e][0] == pos else "after"
+    return None
 
 
 def _order(comps, tensors, sink) -> list[str] | None:
@@ -198,6 +289,7 @@ def _shape_names(comps, tensors, geometry) -> list[str]:
         for e in t.shape:
             names |= e.names
         for s in t.notifiers + t.waiters:
+            names |= s.map.names
             for e in s.grid:
                 names |= e.names
             if s.count is not None:
@@ -325,10 +417,13 @@ def _reach(side: Side, env, shape: list[int]) -> _Reach | None:
     if not axes:  # nothing pinned: every task counts towards every element
         keys = lambda task: ((),)  # noqa: E731
     elif all(m.terms[a].kind == "index" for a in axes):  # one key per task: one call of the compiled map
-        fn = _map_function(tuple(m.task_dims), tuple(m.terms[a].text for a in axes))
-        keys = lambda task: (fn(*task),)  # noqa: E731
+        names = tuple(sorted(m.names))
+        fn = _map_function(tuple(m.task_dims), tuple(m.terms[a].text for a in axes), names)
+        fixed = tuple(env[n] for n in names)
+        keys = lambda task: (fn(*task, *fixed),)  # noqa: E731
     else:
-        keys = lambda task: itertools.product(*(_axis_values(m.terms[a], m.task_dims, task) for a in axes))  # noqa: E731
+        keys = lambda task: itertools.product(*(_axis_values(m.terms[a], m.task_dims, task, env)  # noqa: E731
+                                                for a in axes))
     counts: dict[tuple, int] = {}
     first: dict[tuple, tuple] = {}  # the first task that names each key: many tasks share one
     for task in tasks:
@@ -346,13 +441,14 @@ def _reach(side: Side, env, shape: list[int]) -> _Reach | None:
     return _Reach(axes, counts, m.kind != "data_dependent", outside, first)
 
 
-def _axis_values(term, dims: tuple[str, ...], task: tuple[int, ...]):
+def _axis_values(term, dims: tuple[str, ...], task: tuple[int, ...], env: dict):
     """The coordinates an affine term (one) or an affine range (an interval) names for a task."""
-    env = dict(zip(dims, task))
+    local = {n: env[n] for n in term.names}
+    local.update(zip(dims, task))
     if term.kind == "range":
-        lo, hi = (int(eval(_compiled(b), {"__builtins__": {}}, env)) for b in _range_bounds(term.text))
+        lo, hi = (int(eval(_compiled(b), _AFFINE_GLOBALS, local)) for b in _range_bounds(term.text))
         return range(lo, hi)
-    return (int(eval(_compiled(term.text), {"__builtins__": {}}, env)),)
+    return (int(eval(_compiled(term.text), _AFFINE_GLOBALS, local)),)
 
 
 @functools.lru_cache(maxsize=None)
@@ -419,10 +515,15 @@ def _waited(r: _Reach, shape: list[int]):
             yield idx, task
 
 
+# What an affine term may call: clamps, and ceil_div as size expressions spell it.
+_AFFINE_GLOBALS = {"__builtins__": {}, "min": min, "max": max, "ceil_div": lambda a, b: -(-a // b)}
+
+
 @functools.lru_cache(maxsize=None)
-def _map_function(dims: tuple[str, ...], terms: tuple[str, ...]):
-    """`ij->i,j+1` as `lambda i, j: (i, j+1,)` (the terms are affine: letters, integers, + - * // %)."""
-    return eval(f"lambda {', '.join(dims)}: ({', '.join(terms)},)", {"__builtins__": {}})
+def _map_function(dims: tuple[str, ...], terms: tuple[str, ...], names: tuple[str, ...] = ()):
+    """`ij->i,min(j+1,N-1)` as `lambda i, j, N: (i, min(j+1,N-1),)` (the terms are affine: letters,
+    integers, + - * // %, clamps, and the launch's sizes in `names`)."""
+    return eval(f"lambda {', '.join(dims + names)}: ({', '.join(terms)},)", _AFFINE_GLOBALS)
 
 
 @functools.lru_cache(maxsize=None)

@@ -9,7 +9,7 @@ full/empty mbarrier rings between producer and consumer (warp-specialized).
 from __future__ import annotations
 
 from . import event_glue
-from .allocate import Allocation
+from .allocate import ARENA_ALIGN, Allocation
 from .header import constant_symbols, entry_prototype, marker_symbol, symbol_prefix
 from .model import DTYPE_C, dtype_includes
 from .resolve import Resolved, Wire
@@ -110,6 +110,9 @@ def _kernel(r: Resolved, a: Allocation) -> list[str]:
     for name, value in sorted((r.specialize or {}).items()):
         ctype = next(p for p in r.params if p.name == name).c_decl().rsplit(" ", 1)[0]
         out.append(f"  const {ctype} {name} = {value};  // specialized at link time")
+    if r.roles is None and a.arena_align > ARENA_ALIGN:  # a port or buffer asks more than the usual alignment
+        out += [f"  // Buffers and ports assume a {a.arena_align}-byte aligned arena (placed at multiples of it).",
+                f"  if (pl::glue::smem_address(pl::dynamic_smem()) % {a.arena_align}u) __trap();"]
     if r.schedule == "persistent":
         return out + _persistent(r, a) + ["}"]
     for i, e in enumerate(r.tiles.grid):
@@ -295,17 +298,57 @@ def _sequential(r: Resolved, a: Allocation) -> list[str]:
     if out:
         out.append("  __syncthreads();")
     out += _tile_loop(r, "  ", 1)
-    for name in r.order:
-        comp = r.component(name)
-        for w in r.wires:
-            if w.consumer == name and w.kind == "relayout":
-                out += _relayout(w, a, "    ")
-        threads = comp.contract.threads.count
-        guard = f"if (threadIdx.x < {threads}) " if threads < a.block_threads else ""
-        out.append(f"    // step {a.steps[name]}: {name} ({comp.contract.threads.warps} warps)")
-        out.append(_call(comp, "    " + guard))
-        out.append("    __syncthreads();")
+    k = 0
+    while k < len(r.order):
+        run = [r.order[k]]  # consecutive components of one level: the kernel's tiles, or one inner loop
+        while k + len(run) < len(r.order) and bool(r.inner_grid(r.order[k + len(run)])) == bool(r.inner_grid(run[0])):
+            run.append(r.order[k + len(run)])
+        k += len(run)
+        if r.inner_grid(run[0]):
+            out += _inner_loop(r, a, run)
+        else:
+            for name in run:
+                out += _step(r, a, name, "    ")
     out.append("  }")
+    return out
+
+
+def _step(r: Resolved, a: Allocation, name: str, indent: str) -> list[str]:
+    comp = r.component(name)
+    out = []
+    for w in r.wires:
+        if w.consumer == name and w.kind == "relayout":
+            out += _relayout(w, a, indent)
+    threads = comp.contract.threads.count
+    guard = f"if (threadIdx.x < {threads}) " if threads < a.block_threads else ""
+    out.append(f"{indent}// step {a.steps[name]}: {name} ({comp.contract.threads.warps} warps)")
+    out.append(_call(comp, indent + guard))
+    out.append(f"{indent}__syncthreads();")
+    return out
+
+
+def _inner_loop(r: Resolved, a: Allocation, run: list[str]) -> list[str]:
+    """Components whose grid adds trailing dimensions to the kernel's walk them, row-major, inside
+    the current kernel tile on this CTA: `tile` keeps the kernel tile's coordinates and takes the
+    inner ones; `linear` and `iteration` count the fine tiles."""
+    geometry_c = lambda name: str(r.geometry[name]) if name in r.geometry else name  # noqa: E731
+    inner, lead = r.inner_grid(run[0]), len(r.tiles.grid)
+    out = [f"    {{  // {', '.join(run)}: an inner loop over dimension(s) "
+           f"{', '.join(str(lead + d) for d in range(len(inner)))} of each kernel tile"]
+    for d, e in enumerate(inner):
+        out.append(f"      const int inner_tiles_{d} = {e.to_c(geometry_c)};")
+    count = " * ".join(f"inner_tiles_{d}" for d in range(len(inner)))
+    out += ["      const pl::Tile pl_outer = tile;",
+            f"      for (int pl_inner = 0; pl_inner < {count}; ++pl_inner) {{",
+            "        pl::Tile tile = pl_outer;",
+            "        int rest = pl_inner;"]
+    for d in reversed(range(len(inner))):
+        out.append(f"        tile.coord[{lead + d}] = rest % inner_tiles_{d}; rest /= inner_tiles_{d};")
+    out += [f"        tile.linear = pl_outer.linear * ({count}) + pl_inner;",
+            f"        tile.iteration = pl_outer.iteration * ({count}) + pl_inner;"]
+    for name in run:
+        out += _step(r, a, name, "        ")
+    out += ["      }", "    }"]
     return out
 
 

@@ -156,6 +156,9 @@ def generate_header(c: Contract) -> str:
                        f"__device__ __forceinline__ int port_{q.name}_extent{axis}() {{ return {e.to_c(g)}; }}")
         out.append(f"// port {q.name}: {q.dtype} [{', '.join(str(e) for e in q.tile)}] {q.layout}, "
                    f"{DTYPE_BYTES[q.dtype]} bytes per element, ({elems}) elements per stage")
+    for q in c.ports:  # declared alignments: the linker places smem ports so, the launcher checks gmem ones
+        if q.align is not None and q.space != "reg":
+            out.append(f"constexpr unsigned port_{q.name}_align = {q.align};")
 
     reg_ports = [q for q in c.ports if q.space == "reg"]
     if reg_ports:

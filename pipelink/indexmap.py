@@ -7,6 +7,9 @@
     i->range(indptr[i], indptr[i+1]) data-dependent: a variable number of events
     i->range(i - 1, i + 2)          window: affine bounds, as exact as any affine term
     ij->i//2, j                     affine terms over task indices
+    i->range(max(i - 1, 0), min(i + 2, ceil_div(N, T)))
+                                    clamped: min/max (and sizes over geometry and runtime
+                                    scalars) keep a window inside the tensor at its edges
 
 The left side names the task dimensions (one letter each); the right side is either letters (a
 shorthand for one term per letter) or comma-separated terms.
@@ -27,6 +30,7 @@ class Term:
     kind: str            # "index" (affine in task indices) | "all" (:) | "gather" | "range"
     text: str
     tensors: tuple[str, ...] = ()  # device tensors a data-dependent term reads
+    names: frozenset[str] = frozenset()  # geometry and runtime scalars an affine term uses (`min(i + 1, N - 1)`)
 
     @property
     def reads_device(self) -> bool:
@@ -50,6 +54,11 @@ class IndexMap:
         return tuple(t for term in self.terms for t in term.tensors)
 
     @property
+    def names(self) -> frozenset[str]:
+        """Names other than task dimensions: geometry and runtime scalars, fixed for a launch."""
+        return frozenset().union(*(t.names for t in self.terms))
+
+    @property
     def kind(self) -> str:
         kinds = {t.kind for t in self.terms}
         if any(t.reads_device for t in self.terms):
@@ -58,8 +67,8 @@ class IndexMap:
             return "window"
         if "all" in kinds:
             return "broadcast"
-        used = "".join(t.text for t in self.terms if t.kind == "index")
-        if all(d in used for d in self.task_dims) and len(self.terms) == len(self.task_dims):
+        used = set().union(*(_letters(t.text) for t in self.terms if t.kind == "index"))
+        if set(self.task_dims) <= used and len(self.terms) == len(self.task_dims):
             return "one_to_one"
         return "reduction"
 
@@ -112,27 +121,44 @@ def _term(node: ast.AST, dims: tuple[str, ...], text: str) -> Term:
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "range":
         if len(node.args) != 2 or node.keywords:
             raise MapError(f"range takes (begin, end) in {text!r}")
-        tensors = []
+        tensors, names = [], set()
         for arg in node.args:
             if isinstance(arg, ast.Subscript) and isinstance(arg.value, ast.Name):
                 _affine(arg.slice, dims, text)
                 tensors.append(arg.value.id)
             else:
-                _affine(arg, dims, text)
-        return Term("range", src, tuple(dict.fromkeys(tensors)))
-    _affine(node, dims, text)
-    return Term("index", src)
+                _affine(arg, dims, text, names)
+        return Term("range", src, tuple(dict.fromkeys(tensors)), frozenset(names))
+    names = set()
+    _affine(node, dims, text, names)
+    return Term("index", src, names=frozenset(names))
 
 
-def _affine(node: ast.AST, dims: tuple[str, ...], text: str) -> None:
-    """Task indices combined with integer literals by + - * // %."""
+_CLAMPS = {"min": 2, "max": 2, "ceil_div": 2}
+
+
+def _affine(node: ast.AST, dims: tuple[str, ...], text: str, names: set | None = None) -> None:
+    """Task indices combined with integer literals by + - * // %. Where `names` is given (index
+    terms and affine range bounds, not gathered indices) also min/max clamps and names of geometry
+    and runtime scalars, collected into `names` for the loader to check: `min(i + 1, T - 1)`."""
     if isinstance(node, ast.Name):
         if node.id not in dims:
-            raise MapError(f"{node.id!r} is not a task dimension in {text!r}")
+            if names is None or (len(node.id) == 1 and node.id.islower()):  # a one-letter name: a task dimension
+                raise MapError(f"{node.id!r} is not a task dimension in {text!r}")
+            names.add(node.id)
     elif isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
         pass
     elif isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod)):
-        _affine(node.left, dims, text)
-        _affine(node.right, dims, text)
+        _affine(node.left, dims, text, names)
+        _affine(node.right, dims, text, names)
+    elif (names is not None and isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+          and node.func.id in _CLAMPS and len(node.args) == _CLAMPS[node.func.id] and not node.keywords):
+        for arg in node.args:
+            _affine(arg, dims, text, names)
     else:
         raise MapError(f"unsupported index term {ast.unparse(node)!r} in {text!r}")
+
+
+def _letters(text: str) -> set[str]:
+    """The names an affine term's text uses."""
+    return {n.id for n in ast.walk(ast.parse(text, mode="eval")) if isinstance(n, ast.Name)}

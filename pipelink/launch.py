@@ -813,6 +813,11 @@ class Kernel:
         values = self.bind(args, kwargs)
         packed = self._pack_all(values)
         env = self.shape_env(values)
+        from .buffers import buffer_problem
+        why = buffer_problem(self.name, self.manifest.get("params", []),
+                             {p.name: v for p, v in zip(self.user_params, values)}, env)
+        if why:
+            raise ArgumentError(why)
         for name, value in self.manifest.get("specialized", {}).items():
             if env.get(name) != value:
                 raise ArgumentError(f"kernel '{self.name}' was linked for {name} = {value}; got {env.get(name)}")

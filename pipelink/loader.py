@@ -213,7 +213,10 @@ class _SemanticCheck:
             shape = None
             if "shape" in p:
                 ptr = f"{base}/{i}/shape"
-                if not p.get("pointer"):
+                if "tensor_map" in p:
+                    self.error("PL174", f"parameter '{p['name']}' is a tensor map, whose extents are "
+                               "tensor_map.shape; it has no `shape` of its own", ptr)
+                elif not p.get("pointer"):
                     self.error("PL020", f"parameter '{p['name']}' has a shape but is not a pointer", ptr)
                 shape = tuple(self.size_expr(e, f"{ptr}/{j}", shapes | provided, "tensor extent")
                               for j, e in enumerate(p["shape"]))
@@ -463,13 +466,17 @@ class _SemanticCheck:
     def ports(self, raw: list, link_names: set[str], env: dict, entry: Entry, threads: Threads) -> tuple[Port, ...]:
         self.unique(raw, "/ports", "port")
         params = {p.name: p for p in entry.params}
+        shapes = {p.name for p in entry.params if p.is_shape}
         out = []
         for i, p in enumerate(raw):
             ptr = f"/ports/{i}"
             space = p.get("space", "smem")
             tile = []
+            # A tile in global memory may span a runtime extent (a whole row: ["ROWS", "N"]); one in shared
+            # memory or registers is sized at link time.
+            visible = link_names | shapes if space == "gmem" else link_names
             for j, t in enumerate(p.get("tile", [])):
-                e = self.size_expr(t, f"{ptr}/tile/{j}", link_names, f"port '{p['name']}' tile extent")
+                e = self.size_expr(t, f"{ptr}/tile/{j}", visible, f"port '{p['name']}' tile extent")
                 self.positive(e, env, f"{ptr}/tile/{j}", f"port '{p['name']}' tile extent")
                 tile.append(e)
             stages = self.size_expr(p.get("stages", 1), f"{ptr}/stages", link_names, f"port '{p['name']}' stages")
@@ -498,11 +505,27 @@ class _SemanticCheck:
                 elif param.dtype != p["dtype"]:
                     self.error("PL020", f"gmem port '{p['name']}' is {p['dtype']} but parameter '{pname}' is "
                                f"{param.dtype}", f"{ptr}/dtype")
+            if "align" in p:
+                self.port_align(p, ptr, space)
             if stages is not None and None not in tile:
                 out.append(Port(p["name"], p["direction"], space, p["dtype"], tuple(tile),
                                 p.get("layout", "row_major"), p.get("swizzle", "none"), stages, p.get("param"), ptr,
-                                p.get("fragment"), p.get("role")))
+                                p.get("fragment"), p.get("role"), p.get("align")))
         return tuple(out)
+
+    def port_align(self, p: dict, ptr: str, space: str) -> None:
+        """A power of two; in shared memory at most 1024 (the arena's base alignment the glue checks),
+        in global memory at least one element."""
+        align, what = p["align"], f"port '{p['name']}' align {p['align']}"
+        if space == "reg":
+            self.error("PL173", f"{what}: a register port has no address", f"{ptr}/align")
+        elif align & (align - 1):
+            self.error("PL173", f"{what} is not a power of two", f"{ptr}/align")
+        elif space == "smem" and align > 1024:
+            self.error("PL173", f"{what} is over the 1024 bytes a shared-memory placement can promise", f"{ptr}/align")
+        elif space == "gmem" and align < DTYPE_BYTES[p["dtype"]]:
+            self.error("PL173", f"{what} is below the {DTYPE_BYTES[p['dtype']]} bytes of one {p['dtype']}, which every "
+                       "pointer to it has", f"{ptr}/align")
 
     def reg_port(self, p: dict, ptr: str, threads: Threads) -> None:
         """A fragment in registers: handed from one entry to the next inside one role's threads."""
@@ -553,6 +576,11 @@ class _SemanticCheck:
                 except MapError as exc:
                     self.error("PL031", str(exc), f"{ptr}/map")
                     continue
+                unknown = sorted(imap.names - allowed)
+                if unknown:
+                    self.error("PL029", f"map {ev['map']!r} uses {', '.join(map(repr, unknown))}, which is neither a "
+                               "task dimension nor a geometry value or runtime scalar parameter of this contract",
+                               f"{ptr}/map", hint=self._names_hint(allowed))
                 if rank is not None and len(imap.task_dims) != rank:
                     self.error("PL031", f"map {ev['map']!r} has {len(imap.task_dims)} task dimensions but the tile "
                                f"grid has {rank}", f"{ptr}/map")

@@ -215,6 +215,7 @@ class Port:
     pointer_path: str
     fragment: str | None = None  # reg ports: the named register layout (pipelink/include/pipelink/fragment.h)
     role: str | None = None      # reg ports: the role whose threads hold it
+    align: int | None = None     # declared alignment in bytes (smem: placed so; gmem: the launcher checks)
 
 
 @dataclass(frozen=True)

@@ -135,8 +135,44 @@ def gemm_problem(epilogue: str, M: int, N: int, K: int, seed: int, device: str =
     return Problem(args, [out], {out: want.double().cpu()}, 1e-2)
 
 
+def softmax_problem(M: int, N: int, seed: int, device: str = "cuda") -> Problem:
+    """Row softmax of x after 2-d tiles went through shared memory into y (tiled_softmax)."""
+    import torch
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    x = torch.randn(M, N, generator=g, dtype=torch.float32) * 4
+    y = torch.full((M, N), float("nan"), dtype=torch.float32, device=device)
+    return Problem({"x": x.to(device), "y": y, "M": M, "N": N}, ["y"], {"y": torch.softmax(x.double(), dim=1)}, 1e-5)
+
+
+def prefix_sum_problem(M: int, N: int, seed: int, tile: int = 1024, device: str = "cuda") -> Problem:
+    """Inclusive prefix sum of M * N small non-negative i32 values (prefix_sum): exact, and -1
+    (never a prefix of non-negative values) marks what the kernel did not write."""
+    import torch
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    n = M * N
+    x = torch.randint(0, 16, (n,), generator=g, dtype=torch.int32)
+    y = torch.full((n,), -1, dtype=torch.int32, device=device)
+    carry = torch.full((math.ceil(n / tile),), -1, dtype=torch.int32, device=device)
+    return Problem({"x": x.to(device), "y": y, "carry": carry, "N": n}, ["y"],
+                   {"y": x.long().cumsum(0).double()}, 0.0)
+
+
+def stencil_problem(M: int, N: int, seed: int, device: str = "cuda") -> Problem:
+    """y = (h[k - 1] + h[k] + h[k + 1]) / 3, h = silu(x), edges clamped, over M * N values (halo_stencil)."""
+    import torch
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    n = M * N
+    x = torch.randn(n, generator=g, dtype=torch.float32)
+    h = _silu(x.double())
+    padded = torch.cat([h[:1], h, h[-1:]])
+    nan = lambda: torch.full((n,), float("nan"), dtype=torch.float32, device=device)  # noqa: E731
+    return Problem({"x": x.to(device), "h": nan(), "y": nan(), "N": n}, ["y"],
+                   {"y": (padded[:-2] + padded[1:-1] + padded[2:]) / 3}, 1e-5)
+
+
 PROBLEMS = {"rowsum": rowsum_problem, "ring_gemv": gemv_problem, "splitk_gemv": splitk_problem,
-            "tile_chain": chain_problem, "moe_dispatch": moe_problem}
+            "tile_chain": chain_problem, "moe_dispatch": moe_problem, "tiled_softmax": softmax_problem,
+            "prefix_sum": prefix_sum_problem, "halo_stencil": stencil_problem}
 
 
 def max_error(problem: Problem) -> float:

@@ -37,6 +37,8 @@ class KernelParam:
     const: bool
     users: tuple[str, ...]
     tensor_map: TensorMapSpec | None = None
+    shapes: tuple[tuple[Expr, ...], ...] = ()  # extents each user declares: the launcher checks the buffer holds each
+    align: int | None = None               # bytes a gmem port on it declares: the launcher checks the address
 
     def c_decl(self) -> str:
         if self.tensor_map is not None:  # the descriptor itself, in the parameter space
@@ -62,6 +64,12 @@ class Resolved:
     roles: object = None               # RolePlan: components in the `entries` form split the block by role
     cluster: tuple[int, int, int] | None = None
     stream_k: object = None            # roles.StreamK: a tile's reduction split over CTAs
+    # Sequential only: components whose grid adds trailing dimensions to the kernel's run those
+    # dimensions in an inner loop inside each of the kernel's tiles (component -> the extra extents).
+    nested: dict = None
+
+    def inner_grid(self, name: str) -> tuple:
+        return (self.nested or {}).get(name, ())
 
     def component(self, name: str) -> Component:
         return next(c for c in self.components if c.name == name)
@@ -120,8 +128,10 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
             from .events import plan_events
             events = plan_events(comps, geometry, sink)
             order = events.order if events else None
+        nested = {}
     else:
-        tiles = _tile_sequence(comps, sink)
+        tiles, nested = _tile_sequence(comps, schedule, sink)
+        _wires_within_levels(comps, wires, nested, sink)
     params = _params(comps, sink)
     for c in comps:
         if spec.name in c.contract.symbols:
@@ -169,7 +179,7 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
     cluster = next((c.contract.cluster for c in comps if c.contract.cluster), None)
     return Resolved(spec.name, comps, order, wires, geometry, schedule, tiles[0], tiles[1], params, events,
                     spec.dispatch, spec.debug_events, dict(spec.specialize), roles,
-                    tuple(list(cluster) + [1] * (3 - len(cluster))) if cluster else None, stream_k)
+                    tuple(list(cluster) + [1] * (3 - len(cluster))) if cluster else None, stream_k, nested)
 
 
 def _roles_at(comps, name: str):
@@ -430,14 +440,20 @@ def _topological(comps, wires, sink) -> list[str] | None:
     return order
 
 
-def _tile_sequence(comps, sink) -> tuple[TileSequence, str] | None:
-    """One tile loop serves every component, so every declared sequence must agree with the first."""
+def _tile_sequence(comps, schedule: str, sink) -> tuple[tuple[TileSequence, str] | None, dict]:
+    """One tile loop serves every component, so every declared sequence must agree with the first
+    of the lowest rank, the kernel's. In the sequential schedule a component whose grid is the
+    kernel's plus trailing dimensions (a loader's 2-d tiles under a row-block consumer's 1-d grid)
+    walks those in an inner loop inside each kernel tile, on the same CTA: (sequence, owner) and
+    {component: the inner extents} of every such component (and of the components wired to it
+    that declare no sequence of their own)."""
     declared = [(c, c.contract.geometry.tile_sequence) for c in comps if c.contract.geometry.tile_sequence]
     if not declared:
         sink.error("PL072", "no component declares a tile sequence, so the kernel does not know its tiles",
                    comps[0].contract.at("/geometry"))
-        return None
-    (first, seq), geometry = declared[0], {}
+        return None, {}
+    rank = min(len(seq.grid) for _, seq in declared)
+    (first, seq), geometry = next((c, s) for c, s in declared if len(s.grid) == rank), {}
     if seq.distribution == "queue":
         sink.error("PL078", f"'{first.name}' distributes its tiles through a queue; this linker schedules tiles "
                    "statically (grid_stride, blocked) only", first.contract.at(f"{seq.pointer_path}/distribution"))
@@ -446,12 +462,65 @@ def _tile_sequence(comps, sink) -> tuple[TileSequence, str] | None:
     for c in comps:
         for k, r in c.contract.geometry.consumes.items():
             geometry.setdefault(k, r.default)
-    for c, other in declared[1:]:
+    nested, inner_first = {}, None
+    for c, other in declared:
+        if c is first:
+            continue
         why = _sequence_difference(seq, other, geometry)
+        if why and len(other.grid) > rank and schedule == "sequential":
+            why = _nesting_difference(seq, other, geometry)
+            if not why and inner_first is not None:  # one inner loop shape serves every nested component
+                why = _sequence_difference(inner_first[1], other, geometry)
+                why = why and f"{why} (against the nested '{inner_first[0].name}')"
+            if not why:
+                nested[c.name] = other.grid[rank:]
+                inner_first = inner_first or (c, other)
+                continue
         if why:
+            hint = None
+            if len(other.grid) != rank:
+                hint = ("a coarser grid may take a finer one's tiles in an inner loop in the sequential schedule "
+                        "(the finer grid is the coarser one plus trailing dimensions, walked row-major); across "
+                        "CTAs, give each its own grid in a persistent pipeline and order them with an event "
+                        "(`ij->i`)")
             sink.error("PL067", f"'{c.name}' walks its tiles differently from '{first.name}': {why}",
-                       c.contract.at(other.pointer_path), related=(first.contract.at(seq.pointer_path),))
-    return seq, first.name
+                       c.contract.at(other.pointer_path), related=(first.contract.at(seq.pointer_path),), hint=hint)
+    return (seq, first.name), nested
+
+
+def _nesting_difference(outer: TileSequence, inner: TileSequence, geometry) -> str | None:
+    """Why `inner` cannot run nested in `outer`'s tiles: its leading dimensions must be `outer`'s grid,
+    and it walks its trailing ones row-major (its own order and distribution then mean nothing else)."""
+    if inner.order != "row_major":
+        return f"a nested grid walks its extra dimensions row-major, not {inner.order}"
+    if inner.distribution != outer.distribution:
+        return f"distribution {inner.distribution} against {outer.distribution}"
+    lead = TileSequence(inner.grid[:len(outer.grid)], outer.order, outer.distribution, inner.pointer_path)
+    why = _sequence_difference(outer, lead, geometry)
+    return why and f"its leading dimensions differ from the kernel's grid: {why}"
+
+
+def _wires_within_levels(comps, wires, nested: dict, sink) -> None:
+    """A component without a sequence of its own runs where the components it is wired to run; a
+    shared-memory tile never crosses between the inner loop and the kernel's tiles (PL172): a
+    coarser reader would see the last inner tile only, and the bytes of a coarser producer are not
+    kept across the inner loop."""
+    if not nested:
+        return
+    declared = {c.name for c in comps if c.contract.geometry.tile_sequence}
+    for _ in comps:  # to a fixed point along the wires
+        for w in wires:
+            for a, b in ((w.producer, w.consumer), (w.consumer, w.producer)):
+                if a in nested and b not in nested and b not in declared:
+                    nested[b] = nested[a]
+    by_name = {c.name: c for c in comps}
+    for w in wires:
+        if (w.producer in nested) != (w.consumer in nested):
+            inner, outer = (w.producer, w.consumer) if w.producer in nested else (w.consumer, w.producer)
+            sink.error("PL172", f"wire '{w}' hands a shared-memory tile between '{inner}', which walks an inner loop "
+                       f"of tiles, and '{outer}', which runs once per kernel tile",
+                       by_name[w.consumer].contract.at(w.in_port.pointer_path),
+                       related=(by_name[w.producer].contract.at(w.out_port.pointer_path),))
 
 
 def _persistent_sequences(comps, wires, sink) -> tuple[TileSequence, str] | None:
@@ -516,8 +585,16 @@ def _params(comps, sink) -> list[KernelParam]:
                            f"{_kind(have.dtype, have.pointer)} in '{first[p.name].name}'",
                            c.contract.at(p.pointer_path), related=(first[p.name].contract.at("/entry/params"),))
             else:
-                merged[p.name] = KernelParam(p.name, p.dtype, p.pointer, have.const and p.const, have.users + (c.name,),
-                                             have.tensor_map)
+                merged[p.name] = replace(have, const=have.const and p.const, users=have.users + (c.name,))
+    for c in comps:  # what each user declares of the buffer behind a pointer: extents (views may differ), alignment
+        for p in c.contract.entry.params:
+            have = merged[p.name]
+            if p.shape is not None and all(tuple(map(str, p.shape)) != tuple(map(str, s)) for s in have.shapes):
+                merged[p.name] = replace(have, shapes=have.shapes + (p.shape,))
+        for port in c.contract.ports:
+            if port.space == "gmem" and port.align and port.param in merged:
+                have = merged[port.param]
+                merged[port.param] = replace(have, align=max(have.align or 0, port.align))
     return list(merged.values())
 
 
