@@ -71,10 +71,12 @@ CONFIGS = [
 # headers are installed; GEMM shapes (M, N, K), N the accumulator's width (for SwiGLU: gate and up).
 STUDY = REPO / "case_studies" / "qwen3_32b_mlp"
 STUDY_COMPONENTS = {  # component -> its source folder (the mainloop team ships one source, two contracts)
-    "hopper_gemm_128x256": "hopper_gemm", "hopper_gemm_64x128": "hopper_gemm",
+    "hopper_gemm_128x256": "hopper_gemm", "hopper_gemm_128x128": "hopper_gemm", "hopper_gemm_64x128": "hopper_gemm",
     "epi_store_bf16": "epi_store_bf16", "epi_swiglu": "epi_swiglu", "epi_bias_residual": "epi_bias_residual",
 }
-GEMM_SHAPES = {"128x256": [(2048, 5120, 5120), (4096, 10240, 5120)], "64x128": [(64, 5120, 5120), (128, 10240, 5120)]}
+# 64x128 at M = 64 and 128x128 at M = 128: one row of tiles, so the launcher splits the reduction (stream-K).
+GEMM_SHAPES = {"128x256": [(2048, 5120, 5120), (4096, 10240, 5120)], "128x128": [(128, 5120, 25600), (4096, 10240, 5120)],
+               "64x128": [(64, 5120, 5120), (128, 10240, 5120)]}
 
 
 def _gemm(epilogue):
@@ -82,7 +84,7 @@ def _gemm(epilogue):
 
 
 CUTLASS_CONFIGS = [(f"{epi}_{tile}", [("-", {})], GEMM_SHAPES[tile], _gemm(epi), [None])
-                   for epi in ("swiglu", "plain", "residual") for tile in ("128x256", "64x128")]
+                   for epi in ("swiglu", "plain", "residual") for tile in ("128x256", "128x128", "64x128")]
 
 
 def pipeline_path(name: str) -> Path:
