@@ -14,8 +14,7 @@ tiles (decode: every tile reads the same few activation rows and a weight panel 
 costs nothing and the split wins: 0.1365 vs 0.1446 ms (M=16, N=51200, K=5120), 0.0905 vs 0.1285 ms
 (M=128, N=5120, K=25600, 128x128 tiles). With several rows it loses, most with a long reduction:
 0.727 vs 0.484 ms (M=1024, N=5120, K=25600). So: split a single row of tiles only; otherwise whole
-tiles on the balanced grid (the fewest CTAs that keep the rounds), whose waves stay aligned with
-the tile order's columns.
+tiles on the balanced grid (the fewest CTAs that keep the rounds).
 """
 from __future__ import annotations
 
