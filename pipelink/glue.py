@@ -90,9 +90,10 @@ def kernel_params(r: Resolved) -> list[str]:
 
 
 # (name, dtype, pointer, launcher's kind): what a kernel with a split reduction takes from the
-# launcher: the partial slots (one per CTA, flags left zero by every launch) and how many of the
-# last tiles to split (0: every tile whole).
-STREAM_K_PARAMS = [("pl_partials", "f32", True, "partials"), ("pl_stream_k_tiles", "i32", False, "stream_k_tiles")]
+# launcher: the partial slots (flags left zero by every launch), how many of the last tiles to split
+# over the CTAs (stream-K; 0: none) and in how many pieces to split every tile (split-K; 1: none).
+STREAM_K_PARAMS = [("pl_partials", "f32", True, "partials"), ("pl_stream_k_tiles", "i32", False, "stream_k_tiles"),
+                   ("pl_split_k", "i32", False, "split_k")]
 
 
 def _kernel(r: Resolved, a: Allocation) -> list[str]:
@@ -155,15 +156,16 @@ def _stream_k_loop(r: Resolved, indent: str, first: str, step: int) -> list[str]
 
 
 def _stream_k_fixup(sk, group_begin: int, frag: str) -> list[str]:
-    """After the mainloop, before the tile's consumers: a later piece leaves its partial sums and
-    skips the consumers; a tile's first piece adds the later pieces' sums."""
+    """After the mainloop, before the tile's consumers: a piece that stores leaves its partial sums
+    and skips the consumers; the gathering piece adds the others' sums (`pl::glue::piece_*`)."""
     e, slot = sk.fragment.elements, sk.slot_floats()
     warp = f"(int)(warp - {group_begin}u) % {sk.group.warps}"
-    return [f"      if (tile.k_begin != 0) {{  // a later piece of a split tile: its sums go to the tile's first piece",
-            f"        pl::glue::partial_store<{e}>(pl_partials, {slot}, {warp}, {frag});",
+    return ["      if (pl::glue::piece_stores(pl_walk, tile)) {  // a piece of a split tile: its sums go to the gathering one",
+            f"        pl::glue::partial_store<{e}>(pl_partials, {slot}, pl::glue::piece_slot(pl_walk, t, tile), {warp}, "
+            f"{frag});",
             "        continue;",
             "      }",
-            "      if (tile.k_end != pl_walk.blocks)  // the first piece of a split tile: add the later pieces",
+            "      if (pl::glue::piece_gathers(pl_walk, tile))  // the piece that adds the others' sums",
             f"        pl::glue::partial_gather<{e}>(pl_walk, t, pl_partials, {slot}, {warp}, {frag});"]
 
 
@@ -234,9 +236,10 @@ def _role_structured(r: Resolved, a: Allocation) -> list[str]:
     sk = r.stream_k
     if sk is not None:
         geometry_c = lambda name: str(r.geometry[name]) if name in r.geometry else name  # noqa: E731
-        out += ["  // Whole tiles first, then the last pl_stream_k_tiles tiles' reduction blocks split evenly over the CTAs.",
+        out += ["  // Whole tiles, then the last pl_stream_k_tiles tiles' reduction blocks split evenly over the CTAs",
+                "  // (stream-K); or every tile in pl_split_k pieces (split-K).",
                 f"  const pl::glue::StreamKWalk pl_walk = pl::glue::stream_k_walk(num_tiles, {sk.blocks.to_c(geometry_c)}, "
-                "pl_stream_k_tiles);"]
+                "pl_stream_k_tiles, pl_split_k);"]
     for g in plan.groups:
         begin, end = a.group_begin[g.name], a.group_begin[g.name] + g.warps * g.instances
         lower = f"warp >= {begin}u && " if begin else ""

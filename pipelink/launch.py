@@ -114,7 +114,7 @@ LEGACY_IMPLICIT = ("workspace", "epoch", "task_base")  # epoch-tagged counters: 
 IMPLICIT = {"workspace": ctypes.c_void_p, "events": ctypes.c_void_p, "clear": ctypes.c_void_p,
             "clear_words": ctypes.c_uint64, "epoch": ctypes.c_uint32, "task_base": ctypes.c_uint64}
 # The parameters a kernel with a split reduction takes from the launcher (streamk.py).
-STREAM_K_IMPLICIT = {"partials": ctypes.c_void_p, "stream_k_tiles": ctypes.c_int32}
+STREAM_K_IMPLICIT = {"partials": ctypes.c_void_p, "stream_k_tiles": ctypes.c_int32, "split_k": ctypes.c_int32}
 
 
 @dataclass(frozen=True)
@@ -753,9 +753,9 @@ class Kernel:
         return max(1, balanced_grid(tiles, self.resident_blocks()) if policy == "balanced"
                    else min(tiles, self.resident_blocks()))
 
-    def stream_k_plan(self, shapes: dict, grid: int | None = None) -> tuple[int, int]:
-        """(grid, tiles split over the CTAs) of a kernel with a split reduction (streamk.py);
-        `split_reduction = False` on the kernel keeps every tile whole."""
+    def stream_k_plan(self, shapes: dict, grid: int | None = None) -> tuple[int, int, int]:
+        """(grid, tiles split over the CTAs, pieces per tile) of a kernel with a split reduction
+        (streamk.py); `split_reduction = False` on the kernel keeps every tile whole."""
         from .streamk import stream_k_plan
         key = ("stream_k", grid, self.split_reduction, *sorted(shapes.items()))
         if key not in self._memo:
@@ -767,17 +767,18 @@ class Kernel:
             resident = self.resident_blocks()
             rows = tiles // max(1, self._tile_extents(shapes)[-1]) if tiles else 0
             if not self.split_reduction:
-                plan = (grid or balanced_grid(tiles, resident), 0)
+                plan = (grid or balanced_grid(tiles, resident), 0, 1)
             else:
                 plan = stream_k_plan(tiles, blocks, resident, grid, rows)
             self._memo[key] = plan
         return self._memo[key]
 
-    def _partials_for(self, grid: int) -> int:
-        """The partial slots of a split reduction, one per CTA: allocated and zeroed once per kernel
-        for every CTA the device holds (launches leave their flags zero)."""
+    def _partials_for(self, slots: int) -> int:
+        """The partial slots of a split reduction: allocated and zeroed once per kernel, for every CTA
+        the device holds or the launch's split tiles, and grown when a launch needs more (launches
+        leave their flags zero)."""
         slot_bytes = 4 * int(self.manifest["stream_k"]["slot_floats"])
-        need = max(grid, self.resident_blocks())
+        need = max(slots, self.resident_blocks())
         if self._partials is None or self._partials[1] < need:
             drv = _driver()
             self._release_partials()
@@ -821,6 +822,7 @@ class Kernel:
         for name, value in self.manifest.get("specialized", {}).items():
             if env.get(name) != value:
                 raise ArgumentError(f"kernel '{self.name}' was linked for {name} = {value}; got {env.get(name)}")
+        chosen_grid = grid is None  # the launcher's grid goes with its split plan
         if grid is None:
             unknown = sorted(set().union(*(t.names for t in self.tiles)) - env.keys())
             if unknown:
@@ -834,10 +836,13 @@ class Kernel:
             if any(p.implicit in IMPLICIT for p in self.params):
                 events = self._events_for(env, dims)
             if "stream_k" in self.manifest:
+                from .streamk import partial_slots
                 ctas = math.prod(dims)
-                _, split = self.stream_k_plan(env, ctas)
-                slots["stream_k_tiles"].value = split
-                slots["partials"].value = self._partials_for(ctas) if split else 0
+                _, sk_tiles, split = self.stream_k_plan(env, None if chosen_grid else ctas)
+                need = partial_slots(ctas, self.total_tiles(**env), sk_tiles, split)
+                slots["stream_k_tiles"].value = sk_tiles
+                slots["split_k"].value = split
+                slots["partials"].value = self._partials_for(need) if need else 0
             it = iter(packed)
             packed = [slots[p.implicit] if p.implicit else next(it) for p in self.params]
         return PreparedLaunch(self, packed, dims, events, values)

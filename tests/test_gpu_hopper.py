@@ -55,7 +55,7 @@ def _finish(torch, what: str, seconds: float = 20.0) -> None:
 @pytest.mark.parametrize("epilogue", EPILOGUES)
 @pytest.mark.parametrize("M, N, K, grid", [(128, 256, 64, 1), (300, 1024, 640, 1), (300, 1024, 640, None),
                                            (16, 4096, 1024, None), (1000, 2048, 256, 7),
-                                           (16, 512, 8192, None)])
+                                           (16, 512, 8192, None), (256, 1024, 4096, None), (256, 1024, 4096, 5)])
 def test_mainloop_with_epilogue_matches_fp32(hopper_objects, mainloop, epilogue, M, N, K, grid):
     torch = pytest.importorskip("torch")
     import torch.nn.functional as F

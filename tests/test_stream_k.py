@@ -16,7 +16,7 @@ from pipelink.glue import generate_glue
 from pipelink.launch import Kernel
 from pipelink.pipeline import PipelineSpec
 from pipelink.resolve import resolve
-from pipelink.streamk import pieces, stream_k_plan
+from pipelink.streamk import partial_slots, pieces, split_k_pieces, stream_k_plan
 
 INCLUDE = Path(__file__).resolve().parent.parent / "pipelink" / "include"
 
@@ -25,41 +25,77 @@ INCLUDE = Path(__file__).resolve().parent.parent / "pipelink" / "include"
 
 def test_a_last_partial_wave_and_one_whole_wave_before_it_are_split():
     # Qwen3-32B gate/up at M=16, 64x128 tiles: 400 tiles of 80 k-blocks on 132 SMs
-    assert stream_k_plan(400, 80, 132) == (132, 136)
+    assert stream_k_plan(400, 80, 132) == (132, 136, 1)
     # the down projection at M=16: 40 tiles of 400 k-blocks, fewer tiles than SMs: all split, all SMs
-    assert stream_k_plan(40, 400, 132) == (132, 40)
+    assert stream_k_plan(40, 400, 132) == (132, 40, 1)
 
 
 def test_whole_waves_stay_whole():
-    assert stream_k_plan(264, 80, 132) == (132, 0)
-    assert stream_k_plan(132, 80, 132) == (132, 0)
+    assert stream_k_plan(264, 80, 132) == (132, 0, 1)
+    assert stream_k_plan(132, 80, 132) == (132, 0, 1)
 
 
 def test_pieces_stay_long_enough_to_pay_for_their_partials():
     # 3 tiles of 20 blocks: 15 CTAs of 4 blocks each, not 132 CTAs of a fraction of a block
-    assert stream_k_plan(3, 20, 132) == (15, 3)
+    assert stream_k_plan(3, 20, 132) == (15, 3, 1)
     # 3 tiles of 2 blocks: no piece would be 4 blocks long: one CTA per tile, whole
-    assert stream_k_plan(3, 2, 132) == (3, 0)
-    assert stream_k_plan(5, 1, 132) == (5, 0)  # one block cannot split
+    assert stream_k_plan(3, 2, 132) == (3, 0, 1)
+    assert stream_k_plan(5, 1, 132) == (5, 0, 1)  # one block cannot split
 
 
-def test_tiles_in_several_rows_stay_whole_on_the_balanced_grid():
-    # M=1024 down projection, 64x128 tiles: 16 rows of 40; split pieces would stop the rows sharing weights
-    assert stream_k_plan(640, 400, 132, rows=16) == (128, 0)
-    assert stream_k_plan(640, 400, 132, grid=132, rows=16) == (132, 0)
-    assert stream_k_plan(40, 400, 132, rows=1) == (132, 40)
+def test_tiles_in_several_rows_are_never_streamed_but_split_in_equal_pieces_where_that_pays():
+    # M=1024 down projection, 64x128 tiles: 16 rows of 40, 5 rounds whole or in halves: whole, balanced grid
+    assert stream_k_plan(640, 400, 132, rows=16) == (128, 0, 1)
+    assert stream_k_plan(640, 400, 132, grid=132, rows=16) == (132, 0, 1)
+    # 128x128 tiles: 8 rows of 40, 3 rounds whole, 5 rounds of halves (2.5): split-K in 2 on every SM
+    assert stream_k_plan(320, 400, 132, rows=8) == (132, 0, 2)
+    # M=128 on 64x128 tiles: 2 rows of 40, one round whole (80 SMs busy), 2 rounds of thirds
+    assert stream_k_plan(80, 400, 132, rows=2) == (132, 0, 3)
+    # gate/up M=1024 (3200 tiles of 80 blocks): 25 rounds whole, 24.5 in halves: not worth the partials
+    assert stream_k_plan(3200, 80, 132, rows=8) == (128, 0, 1)
+    assert stream_k_plan(40, 400, 132, rows=1) == (132, 40, 1)
+
+
+def test_split_k_pieces_keep_a_minimum_length():
+    assert split_k_pieces(80, 400, 132) == 3
+    assert split_k_pieces(60, 400, 132) == 2  # halves fit one round: 0.5 of the whole round
+    assert split_k_pieces(40, 40, 132) == 2   # thirds would be 14 blocks: below 16
+    assert split_k_pieces(40, 31, 132) == 1   # halves of 16 and 15
+    assert split_k_pieces(264, 400, 132) == 1  # two whole rounds: nothing to gain
 
 
 def test_a_callers_grid_is_kept_and_split_only_when_every_cta_is_resident():
-    assert stream_k_plan(24, 10, 132, grid=7) == (7, 10)   # 3 rounds of 7 and 3 over: 2 whole rounds, then 10 split
-    assert stream_k_plan(24, 10, 132, grid=300) == (300, 0)  # not all resident: pieces could wait on a CTA never run
-    assert stream_k_plan(0, 10, 132) == (1, 0)
+    assert stream_k_plan(24, 10, 132, grid=7) == (7, 10, 1)   # 3 rounds of 7 and 3 over: 2 whole rounds, then 10 split
+    assert stream_k_plan(24, 10, 132, grid=300) == (300, 0, 1)  # not all resident: pieces could wait on a CTA never run
+    assert stream_k_plan(320, 400, 132, grid=300, rows=8) == (300, 0, 1)
+    assert stream_k_plan(0, 10, 132) == (1, 0, 1)
 
 
 # --- the walk -----------------------------------------------------------------------------------
 
 CASES = [(400, 80, 132, 136), (40, 400, 132, 40), (24, 10, 7, 10), (3, 20, 15, 3), (5, 3, 11, 5), (9, 7, 4, 9),
          (10, 5, 4, 0), (1, 2, 3, 1), (17, 13, 5, 7), (6, 1, 4, 2)]
+# split-K: (tiles, blocks, grid, pieces)
+SPLIT_CASES = [(320, 400, 132, 2), (80, 400, 132, 3), (7, 50, 5, 4), (9, 33, 4, 3), (1, 32, 3, 2), (13, 17, 13, 2)]
+
+
+@pytest.mark.parametrize("tiles, blocks, grid, split", SPLIT_CASES)
+def test_the_split_k_walk_covers_every_block_once_and_the_last_piece_gathers_earlier_units(tiles, blocks, grid, split):
+    walk = pieces(tiles, blocks, grid, 0, split)
+    covered = sorted((t, k) for units in walk for t, kb, ke, _ in units for k in range(kb, ke))
+    assert covered == [(t, k) for t in range(tiles) for k in range(blocks)]
+    unit_of = {}  # (tile, k_begin) -> the unit's index in the launch (grid-stride, piece-major)
+    for cta, units in enumerate(walk):
+        position = 0
+        for u, (t, kb, ke, first) in enumerate(units):
+            assert kb < ke and first == position
+            position += ke - kb
+            unit_of[(t, kb)] = cta + u * grid
+    piece = -(-blocks // split)
+    for t in range(tiles):
+        last = unit_of[(t, (split - 1) * piece)]
+        assert all(unit_of[(t, p * piece)] < last for p in range(split - 1))  # it waits only on earlier units
+    assert partial_slots(grid, tiles, 0, split) == tiles * (split - 1)
 
 
 @pytest.mark.parametrize("tiles, blocks, grid, split", CASES)
@@ -102,6 +138,7 @@ static Dim blockIdx, gridDim, threadIdx;
 #define __shared__
 #define __align__(n)
 using std::min;
+using std::max;
 struct float4 { float x, y, z, w; };
 static float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
 static void __stcg(float4* p, float4 v) { *p = v; }
@@ -112,12 +149,12 @@ static unsigned __cvta_generic_to_shared(const void*) { return 0; }
 #define asm(...) (void)0
 #include <pipelink/glue.h>
 int main() {
-  int tiles, blocks, grid, split;
-  while (std::scanf("%d %d %d %d", &tiles, &blocks, &grid, &split) == 4) {
+  int tiles, blocks, grid, split, pieces;
+  while (std::scanf("%d %d %d %d %d", &tiles, &blocks, &grid, &split, &pieces) == 5) {
     gridDim.x = grid;
     for (unsigned c = 0; c < (unsigned)grid; ++c) {
       blockIdx.x = c;
-      const pl::glue::StreamKWalk w = pl::glue::stream_k_walk(tiles, blocks, split);
+      const pl::glue::StreamKWalk w = pl::glue::stream_k_walk(tiles, blocks, split, pieces);
       for (int u = 0;; ++u) {
         pl::Tile tile; int t;
         if (!pl::glue::stream_k_unit(w, u, t, tile)) break;
@@ -138,13 +175,16 @@ def test_the_glues_walk_is_the_plans_walk(tmp_path):
     exe = tmp_path / "walk"
     subprocess.run([cxx, "-std=c++17", "-w", f"-I{INCLUDE}", str(tmp_path / "walk.cpp"), "-o", str(exe)], check=True,
                    capture_output=True)
-    cases = CASES + [c for c in itertools.product((1, 7, 30), (2, 9), (1, 4, 13), (0, 1, 5)) if c[3] <= c[0]]
-    out = subprocess.run([str(exe)], input="".join(f"{a} {b} {c} {d}\n" for a, b, c, d in cases), text=True,
+    cases = [(*c, 1) for c in CASES] + [(t, b, g, 0, s) for t, b, g, s in SPLIT_CASES]
+    cases += [(*c, 1) for c in itertools.product((1, 7, 30), (2, 9), (1, 4, 13), (0, 1, 5)) if c[3] <= c[0]]
+    cases += [(t, b, g, 0, s) for t, b, g, s in itertools.product((1, 7, 30), (16, 33, 64), (1, 4, 13), (2, 3, 4))
+              if (s - 1) * -(-b // s) < b]
+    out = subprocess.run([str(exe)], input="".join(" ".join(map(str, c)) + "\n" for c in cases), text=True,
                          capture_output=True, check=True).stdout.split("end\n")
-    for (tiles, blocks, grid, split), text in zip(cases, out):
+    for (tiles, blocks, grid, split, n), text in zip(cases, out):
         got = [tuple(map(int, line.split())) for line in text.splitlines()]
-        want = [(c, *unit) for c, units in enumerate(pieces(tiles, blocks, grid, split)) for unit in units]
-        assert got == want, (tiles, blocks, grid, split)
+        want = [(c, *unit) for c, units in enumerate(pieces(tiles, blocks, grid, split, n)) for unit in units]
+        assert got == want, (tiles, blocks, grid, split, n)
 
 
 # --- the contract and the link ------------------------------------------------------------------
@@ -212,14 +252,15 @@ def test_partial_sums_nobody_reads():
 def test_the_glue_adds_the_pieces_between_the_mainloop_and_the_epilogue():
     r, a, sink = _link()
     g = generate_glue(r, a)
-    assert "float* __restrict__ pl_partials, int pl_stream_k_tiles) {" in g
+    assert "float* __restrict__ pl_partials, int pl_stream_k_tiles, int pl_split_k) {" in g
     assert ("const pl::glue::StreamKWalk pl_walk = pl::glue::stream_k_walk(num_tiles, ((K + 64 - 1) / 64), "
             "pl_stream_k_tiles);") in g or "pl::glue::stream_k_walk(num_tiles," in g
     consumer = g[g.index("warps 4-11"):]
     order = [consumer.index(s) for s in (
         "if (!pl::glue::stream_k_unit(pl_walk, it, t, tile)) break;",
         "ml_mma(tile, pl_frag_ml__acc, K);",
-        "pl::glue::partial_store<128>(pl_partials, 32800, (int)(warp - 4u) % 8, pl_frag_ml__acc);",
+        "pl::glue::partial_store<128>(pl_partials, 32800, pl::glue::piece_slot(pl_walk, t, tile), (int)(warp - 4u) % 8, "
+        "pl_frag_ml__acc);",
         "continue;",
         "pl::glue::partial_gather<128>(pl_walk, t, pl_partials, 32800, (int)(warp - 4u) % 8, pl_frag_ml__acc);",
         "epi_tile(tile, pl_frag_ml__acc, out, M, N);")]
@@ -255,15 +296,16 @@ def test_the_manifest_asks_the_launcher_for_partials_and_a_split():
     assert doc["grid_policy"] == "stream_k"
     assert doc["stream_k"] == {"blocks": "ceil_div(K, 64)", "slot_floats": 32800}
     assert [(p["name"], p["implicit"]) for p in doc["params"] if p.get("implicit")] == [
-        ("pl_partials", "partials"), ("pl_stream_k_tiles", "stream_k_tiles")]
+        ("pl_partials", "partials"), ("pl_stream_k_tiles", "stream_k_tiles"), ("pl_split_k", "split_k")]
     k = Kernel(doc)
     assert [p.name for p in k.user_params] == ["a", "M", "N", "K", "out"]
     k.num_sms, k.max_active_blocks_per_sm = (lambda: 132), (lambda: 1)
     assert k.grid_for(M=16, N=51200, K=5120) == 132  # 1 x 200 tiles of 128x256: split 68 + 132 of them
-    assert k.stream_k_plan({"M": 16, "N": 51200, "K": 5120}) == (132, 200)
-    assert k.stream_k_plan({"M": 1024, "N": 51200, "K": 5120}) == (124, 0)  # 8 rows of 200: whole, 13 rounds
+    assert k.stream_k_plan({"M": 16, "N": 51200, "K": 5120}) == (132, 200, 1)
+    assert k.stream_k_plan({"M": 1024, "N": 51200, "K": 5120}) == (124, 0, 1)  # 8 rows of 200: whole, 13 rounds
+    assert k.stream_k_plan({"M": 1024, "N": 5120, "K": 25600}) == (132, 0, 4)  # 8 rows of 20: 2 rounds whole, 5 of quarters
     k.split_reduction = False
-    assert k.stream_k_plan({"M": 16, "N": 51200, "K": 5120}) == (100, 0)  # 2 rounds on 100 CTAs, not 132
+    assert k.stream_k_plan({"M": 16, "N": 51200, "K": 5120}) == (100, 0, 1)  # 2 rounds on 100 CTAs, not 132
 
 
 def test_the_manifest_of_a_split_kernel_without_both_partial_parameters_is_refused():

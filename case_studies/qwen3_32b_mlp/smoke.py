@@ -39,9 +39,11 @@ def watched(what: str, step, seconds: float = 10.0) -> None:
 
 # Ragged edges (N = 1040: the SwiGLU output's rows stay 16-byte aligned for its TMA store), one CTA
 # walking many tiles, stream-K splits on the automatic grid and on a caller's (grid 7: whole rounds,
-# then split tiles), and a long K over few tiles (each tile split over many CTAs).
+# then split tiles), a long K over few tiles (each tile split over many CTAs), and several rows of
+# tiles in equal pieces (split-K, on every SM and on 5 CTAs walking several pieces each).
 SHAPES = [(64, 128, 64, 1), (128, 256, 64, 1), (128, 256, 512, None), (300, 1040, 640, 1), (300, 1040, 640, None),
-          (300, 1040, 640, 7), (16, 4096, 1024, None), (16, 512, 8192, None)]
+          (300, 1040, 640, 7), (16, 4096, 1024, None), (16, 512, 8192, None), (256, 1040, 4096, None),
+          (256, 1024, 4096, 5)]
 CASES = [(tile, kind, *shape) for tile in ("64x128", "128x256", "128x128") for kind in ("plain", "swiglu", "residual")
          for shape in SHAPES]
 

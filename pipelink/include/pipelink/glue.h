@@ -46,54 +46,91 @@ __device__ __forceinline__ void mbarrier_wait(unsigned offset, unsigned parity) 
 
 __device__ __forceinline__ int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
-// --- stream-K: a tile's reduction blocks split over CTAs -------------------------------------
-// A CTA walks its whole tiles first (tiles blockIdx.x, + gridDim.x, ... below dp_tiles), then an
-// equal share of the reduction blocks of the last `sk_tiles` tiles, cut at tile boundaries into
-// pieces. A tile's first piece belongs to the lowest CTA that covers it, and is that CTA's last
-// unit; every later piece is some CTA's first unit, computed before anything else it does. So the
-// first piece waits only for work that started at launch (every CTA is resident), and each CTA
-// leaves at most one partial: slot blockIdx.x.
-struct StreamKWalk {
-  int blocks;        // reduction blocks per tile
-  int dp_tiles;      // tiles walked whole
-  int dp_units;      // of them, this CTA's
-  unsigned sk_blocks;  // blocks of the stream-K region (sk_tiles * blocks)
-  unsigned sk_begin;   // this CTA's share of them: [sk_begin, sk_end)
-  unsigned sk_end;
+// --- split reductions: a tile's reduction blocks over several CTAs ----------------------------
+// Two walks (the launcher picks, streamk.py). Stream-K: a CTA walks its whole tiles first (tiles
+// blockIdx.x, + gridDim.x, ... below dp_tiles), then an equal share of the reduction blocks of the
+// last `sk_tiles` tiles, cut at tile boundaries into pieces. A tile's first piece belongs to the
+// lowest CTA that covers it, and is that CTA's last unit; every later piece is some CTA's first
+// split unit. So the first piece waits only for work every (resident) CTA does before it waits
+// itself, and each CTA leaves at most one partial: slot blockIdx.x.
+// Split-K: every tile in `split` pieces of `piece` blocks (the last shorter), walked grid-stride
+// piece-major (all tiles' first pieces, then their second, ...), so the CTAs of a wave work on the
+// same blocks of neighbouring tiles and still share operand panels in L2. A tile's last piece adds
+// the others, all earlier units; slot t * (split - 1) + piece.
+struct StreamKWalk {  // four numbers: held in registers across the mainloop, the rest recomputed
+  int blocks;     // reduction blocks per tile
+  int num_tiles;
+  int sk_tiles;   // stream-K: the last tiles, split over the CTAs
+  int split;      // split-K: pieces per tile (1: stream-K, or whole tiles)
 };
 
 // 32-bit on purpose (the consumer holds a whole accumulator tile in registers): the launcher splits
 // only while sk_blocks * gridDim.x fits 32 bits (streamk.py).
-__device__ __forceinline__ unsigned sk_share(unsigned sk_blocks, unsigned cta) { return sk_blocks * cta / gridDim.x; }
+__device__ __forceinline__ unsigned sk_share(const StreamKWalk& w, unsigned cta) {
+  return (unsigned)w.sk_tiles * (unsigned)w.blocks * cta / gridDim.x;
+}
+__device__ __forceinline__ int dp_tiles(const StreamKWalk& w) { return w.num_tiles - w.sk_tiles; }
+__device__ __forceinline__ int dp_units(const StreamKWalk& w) {  // this CTA's whole tiles
+  const int dp = dp_tiles(w);
+  return dp > (int)blockIdx.x ? (dp - (int)blockIdx.x + (int)gridDim.x - 1) / (int)gridDim.x : 0;
+}
+__device__ __forceinline__ int split_piece(const StreamKWalk& w) { return (w.blocks + w.split - 1) / w.split; }
 
-__device__ __forceinline__ StreamKWalk stream_k_walk(int num_tiles, int blocks, int sk_tiles) {
+__device__ __forceinline__ StreamKWalk stream_k_walk(int num_tiles, int blocks, int sk_tiles, int split) {
   StreamKWalk w;
   w.blocks = blocks;
-  w.dp_tiles = num_tiles - sk_tiles;
-  w.dp_units = w.dp_tiles > (int)blockIdx.x ? (w.dp_tiles - (int)blockIdx.x + (int)gridDim.x - 1) / (int)gridDim.x : 0;
-  w.sk_blocks = (unsigned)sk_tiles * (unsigned)blocks;
-  w.sk_begin = sk_share(w.sk_blocks, blockIdx.x);
-  w.sk_end = sk_share(w.sk_blocks, blockIdx.x + 1);
+  w.num_tiles = num_tiles;
+  w.split = split > 1 ? split : 1;
+  w.sk_tiles = w.split > 1 ? 0 : sk_tiles;
   return w;
 }
 
 // Unit `u` of this CTA's walk: its tile, block range and ring position; false past the last.
 __device__ __forceinline__ bool stream_k_unit(const StreamKWalk& w, int u, int& t, Tile& tile) {
-  if (u < w.dp_units) {
+  if (w.split > 1) {
+    const int unit = (int)blockIdx.x + u * (int)gridDim.x;
+    if (unit >= w.num_tiles * w.split) return false;
+    const int p = unit / w.num_tiles, piece = split_piece(w);
+    t = unit - p * w.num_tiles;
+    tile.k_begin = p * piece;
+    tile.k_end = min(w.blocks, tile.k_begin + piece);
+    // Blocks walked before: u whole pieces, less what the last pieces among them lack.
+    const int last_row = (w.split - 1) * w.num_tiles;  // the unit index of the first last piece
+    const int first_last = last_row > (int)blockIdx.x ? (last_row - (int)blockIdx.x + (int)gridDim.x - 1) / (int)gridDim.x : 0;
+    const int short_by = piece - (w.blocks - (w.split - 1) * piece);
+    tile.k_first = u * piece - max(0, u - first_last) * short_by;
+    return true;
+  }
+  const int whole = dp_units(w);
+  if (u < whole) {
     t = (int)blockIdx.x + u * (int)gridDim.x;
     tile.k_begin = 0;
     tile.k_end = w.blocks;
     tile.k_first = u * w.blocks;
     return true;
   }
-  const unsigned j = (unsigned)(u - w.dp_units), blocks = (unsigned)w.blocks;
-  const unsigned g = j == 0 ? w.sk_begin : (w.sk_begin / blocks + j) * blocks;
-  if (g >= w.sk_end) return false;
-  t = w.dp_tiles + (int)(g / blocks);
+  const unsigned j = (unsigned)(u - whole), blocks = (unsigned)w.blocks;
+  const unsigned begin = sk_share(w, blockIdx.x), end = sk_share(w, blockIdx.x + 1);
+  const unsigned g = j == 0 ? begin : (begin / blocks + j) * blocks;
+  if (g >= end) return false;
+  t = dp_tiles(w) + (int)(g / blocks);
   tile.k_begin = (int)(g % blocks);
-  tile.k_end = (int)min(blocks, (unsigned)tile.k_begin + (w.sk_end - g));
-  tile.k_first = w.dp_units * w.blocks + (int)(g - w.sk_begin);
+  tile.k_end = (int)min(blocks, (unsigned)tile.k_begin + (end - g));
+  tile.k_first = whole * w.blocks + (int)(g - begin);
   return true;
+}
+
+// A piece that leaves its partial sums for another (and skips the tile's consumers): stream-K's
+// later pieces, split-K's all but the last. Its slot.
+__device__ __forceinline__ bool piece_stores(const StreamKWalk& w, const Tile& tile) {
+  return w.split > 1 ? tile.k_end != w.blocks : tile.k_begin != 0;
+}
+__device__ __forceinline__ int piece_slot(const StreamKWalk& w, int t, const Tile& tile) {
+  return w.split > 1 ? t * (w.split - 1) + tile.k_begin / split_piece(w) : (int)blockIdx.x;
+}
+// A piece that adds the others' partial sums before the tile's consumers run.
+__device__ __forceinline__ bool piece_gathers(const StreamKWalk& w, const Tile& tile) {
+  return w.split > 1 ? tile.k_begin != 0 : tile.k_end != w.blocks;
 }
 
 // A partial slot: 32 words of per-warp ready flags (1: the warp's sums are there), then each
@@ -110,17 +147,17 @@ __device__ __forceinline__ float4* partial_data(float* partials, int slot_floats
 
 // Leave this warp's partial sums in this CTA's slot, then raise its flag (release: the sums first).
 template <int E>
-__device__ __forceinline__ void partial_store(float* partials, int slot_floats, int warp, const float* frag) {
+__device__ __forceinline__ void partial_store(float* partials, int slot_floats, int slot, int warp, const float* frag) {
   static_assert(E % 4 == 0, "fragments travel as float4");
   const unsigned lane = threadIdx.x & 31u;
-  float4* data = partial_data(partials, slot_floats, blockIdx.x, warp, E);
+  float4* data = partial_data(partials, slot_floats, slot, warp, E);
 #pragma unroll
   for (int j = 0; j < E / 4; ++j)
     __stcg(data + j * 32 + lane, make_float4(frag[4 * j], frag[4 * j + 1], frag[4 * j + 2], frag[4 * j + 3]));
   __threadfence();
   __syncwarp();
   if (lane == 0)
-    asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(partial_flag(partials, slot_floats, blockIdx.x, warp)),
+    asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(partial_flag(partials, slot_floats, slot, warp)),
                  "r"(1u) : "memory");
 }
 
@@ -150,15 +187,20 @@ __device__ __forceinline__ void partial_add(float* partials, int slot_floats, in
   if (lane == 0) asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(flag), "r"(0u) : "memory");
 }
 
-// The first piece of tile `t`: add the partials of the CTAs after this one whose first unit lies
-// in the tile, in CTA order (the sum is the same for every run of the same launch shape).
+// The gathering piece of tile `t` adds the others' partials in a fixed order (the sum is the same
+// for every run of the same launch shape): split-K the earlier pieces; stream-K the CTAs after this
+// one whose first split unit lies in the tile.
 template <int E>
 __device__ __forceinline__ void partial_gather(const StreamKWalk& w, int t, float* partials, int slot_floats, int warp,
                                                float* frag) {
-  const unsigned tile_end = (unsigned)(t - w.dp_tiles + 1) * (unsigned)w.blocks;
-  unsigned begin = w.sk_end;  // the next CTA's share starts where this one's ends
+  if (w.split > 1) {
+    for (int p = 0; p < w.split - 1; ++p) partial_add<E>(partials, slot_floats, t * (w.split - 1) + p, warp, frag);
+    return;
+  }
+  const unsigned tile_end = (unsigned)(t - dp_tiles(w) + 1) * (unsigned)w.blocks;
+  unsigned begin = sk_share(w, blockIdx.x + 1);  // the next CTA's share starts where this one's ends
   for (unsigned c = blockIdx.x + 1; c < gridDim.x && begin < tile_end; ++c) {
-    const unsigned end = sk_share(w.sk_blocks, c + 1);
+    const unsigned end = sk_share(w, c + 1);
     if (begin < end) partial_add<E>(partials, slot_floats, (int)c, warp, frag);
     begin = end;
   }
