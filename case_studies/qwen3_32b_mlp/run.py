@@ -33,14 +33,14 @@ TILES = ("128x256", "128x128", "64x128")
 
 def tile_for(M: int, N: int) -> str:
     """The mainloop a user links for an M x N output (a fixed rule, set from a sweep of every tile
-    shape at every M, whole tiles and split, in results/results.json): one row of small tiles streams
-    the weights best at decode (its reduction split over every SM, streamk.py); from M = 128 the
-    ping-pong 128x128 tiles, whose two warpgroups overlap one's epilogue with the other's MMAs. The
-    narrow down projection (N = 5120) has few 128-row tiles up to M = 1024, so it stays on 64x128
-    tiles there."""
+    shape at every M, whole tiles and split, in results/results.json): at decode one row of small
+    tiles streams the weights best (its reduction split over every SM, stream-K); from M = 128 the
+    gate/up GEMM runs on ping-pong 128x128 tiles, whose two warpgroups overlap one's epilogue with the
+    other's MMAs. The narrow down projection (N = 5120) stays on 64x128 tiles up to M = 128 and takes
+    128x128 tiles from M = 1024, split in halves where that shortens the rounds (split-K)."""
     if N >= 16384:
         return "64x128" if M <= 16 else "128x128"
-    return "64x128" if M <= 1024 else "128x128"
+    return "64x128" if M <= 128 else "128x128"
 
 
 def load(name: str) -> Kernel:
