@@ -9,7 +9,8 @@ import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .collect import Collected, Component, collect, collect_each
+from .collect import Collected, collect, collect_each
+from .model import Component
 from .diagnostics import Diagnostic, DiagnosticSink, Location, PipelinkError
 from .inputs import NamedBytes
 from .linker import LinkOptions, LinkResult

@@ -24,18 +24,8 @@ from .inputs import (InputObject, NamedBytes, check_entry_symbol, find_contract,
                      require_ltoir)
 from .jsonread import BOM
 from .loader import load_contract_bytes
-from .model import Contract, Source
+from .model import Component, Source
 from .targets import TARGETS, ltoir_archs_for
-
-
-@dataclass
-class Component:
-    contract: Contract
-    obj: InputObject | None  # None: a bare contract, checked without its code
-
-    @property
-    def name(self) -> str:
-        return self.contract.name
 
 
 @dataclass

@@ -18,7 +18,9 @@ import operator
 import struct
 from dataclasses import dataclass, field
 
+from . import driver as _cu
 from . import expr as _expr
+from .driver import LaunchError, gpu_available  # noqa: F401  (the launcher's errors and probe)
 from .model import DTYPE_BYTES, INTEGER_DTYPES, is_identifier
 from .tensormap import TensorMapDecl
 from .scalars import float_to_bf16_bits, float_to_f16_bits, float_to_fp8_e4m3_bits, float_to_fp8_e5m2_bits
@@ -28,82 +30,8 @@ MAX_BLOCK_THREADS = 1024
 DLPACK_CUDA = 2  # kDLCUDA in DLPack's DLDeviceType; managed (13) and pinned host (3) are refused
 
 
-class LaunchError(Exception):
-    """A driver call failed. `result` is the CUresult name, `what` the call and its subject."""
-
-    def __init__(self, what: str, result: str | None = None, detail: str = ""):
-        self.what = what
-        self.result = result
-        self.detail = detail
-        message = f"{what} failed"
-        if result:
-            message += f": {result}"
-        if detail:
-            message += f" ({detail})"
-        super().__init__(message)
-
-    def with_hint(self, hint: str) -> "LaunchError":
-        """The same failure with a hint appended to its detail."""
-        return LaunchError(self.what, self.result, "; ".join(x for x in (self.detail, hint) if x))
-
-
 class ArgumentError(TypeError, ValueError):
     """A kernel argument does not fit its parameter. A TypeError, and a ValueError for ranges."""
-
-
-# --- the driver ----------------------------------------------------------------------------
-
-def _driver():
-    # Imported on first use: the module must import on machines without CUDA at all.
-    from cuda.bindings import driver
-
-    return driver
-
-
-def _error_text(err) -> tuple[str, str]:
-    """(CUresult name, the driver's description); the description is best effort."""
-    name = getattr(err, "name", None) or str(err)
-    try:
-        e, text = _driver().cuGetErrorString(err)
-        if e == _driver().CUresult.CUDA_SUCCESS and text:
-            return name, text.decode(errors="replace")
-    except Exception:  # no libcuda: the name alone still says what happened
-        pass
-    return name, ""
-
-
-def _call(what: str, fn, *args):
-    """Call a cuda-bindings driver function; raise LaunchError unless it returned CUDA_SUCCESS.
-
-    cuda-bindings returns `(CUresult, *outputs)`; the outputs come back as None, one value, or a
-    tuple. It raises (instead of returning an error) when libcuda is missing or an argument has
-    the wrong Python type; those become LaunchError too.
-    """
-    drv = _driver()
-    try:
-        out = fn(*args)
-    except Exception as exc:
-        raise LaunchError(what, type(exc).__name__, str(exc)) from exc
-    err, rest = out[0], out[1:]
-    if err != drv.CUresult.CUDA_SUCCESS:
-        name, text = _error_text(err)
-        raise LaunchError(what, name, text)
-    if not rest:
-        return None
-    return rest[0] if len(rest) == 1 else rest
-
-
-def gpu_available() -> bool:
-    """True when the driver initialises and sees at least one device. Never raises."""
-    try:
-        drv = _driver()
-        (err,) = drv.cuInit(0)
-        if err != drv.CUresult.CUDA_SUCCESS:
-            return False
-        err, count = drv.cuDeviceGetCount()
-        return err == drv.CUresult.CUDA_SUCCESS and count > 0
-    except Exception:
-        return False
 
 
 # --- the manifest --------------------------------------------------------------------------
@@ -351,16 +279,16 @@ class Kernel:
             # Another link's manifest may list other parameters: launching would pass garbage.
             raise ValueError(f"the manifest of kernel '{kernel.name}' was written for another cubin "
                              "(its cubin_sha256 differs): use the K.json written with this cubin, or link again")
-        drv = _driver()
-        _call("cuInit", drv.cuInit, 0)
-        kernel._cu_device = _call(f"cuDeviceGet({device})", drv.cuDeviceGet, device)
+        drv = _cu.driver()
+        _cu.call("cuInit", drv.cuInit, 0)
+        kernel._cu_device = _cu.call(f"cuDeviceGet({device})", drv.cuDeviceGet, device)
         # The primary context is the one the CUDA runtime (torch, cupy) uses: pointers are shared.
-        kernel.context = _call(f"cuDevicePrimaryCtxRetain on device {device}",
+        kernel.context = _cu.call(f"cuDevicePrimaryCtxRetain on device {device}",
                                drv.cuDevicePrimaryCtxRetain, kernel._cu_device)
         try:
-            _call("cuCtxSetCurrent", drv.cuCtxSetCurrent, kernel.context)
+            _cu.call("cuCtxSetCurrent", drv.cuCtxSetCurrent, kernel.context)
             kernel._load_module(image)
-            kernel.function = _call(f"cuModuleGetFunction for kernel '{kernel.name}'",
+            kernel.function = _cu.call(f"cuModuleGetFunction for kernel '{kernel.name}'",
                                     drv.cuModuleGetFunction, kernel.module, kernel.name.encode())
             kernel._configure()
         except BaseException:
@@ -369,9 +297,9 @@ class Kernel:
         return kernel
 
     def _load_module(self, image: bytes) -> None:
-        drv = _driver()
+        drv = _cu.driver()
         try:
-            self.module = _call(f"cuModuleLoadData for kernel '{self.name}'", drv.cuModuleLoadData, image)
+            self.module = _cu.call(f"cuModuleLoadData for kernel '{self.name}'", drv.cuModuleLoadData, image)
         except LaunchError as exc:
             # The usual cause is a cubin for another architecture: say which two.
             target, arch = self.manifest.get("target"), self._device_arch()
@@ -381,11 +309,11 @@ class Kernel:
 
     def _device_arch(self) -> str | None:
         """'sm_90' for the device, or None when the driver cannot say."""
-        drv = _driver()
+        drv = _cu.driver()
         try:
-            major = _call("cuDeviceGetAttribute", drv.cuDeviceGetAttribute,
+            major = _cu.call("cuDeviceGetAttribute", drv.cuDeviceGetAttribute,
                           drv.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, self._cu_device)
-            minor = _call("cuDeviceGetAttribute", drv.cuDeviceGetAttribute,
+            minor = _cu.call("cuDeviceGetAttribute", drv.cuDeviceGetAttribute,
                           drv.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, self._cu_device)
         except LaunchError:
             return None
@@ -393,15 +321,15 @@ class Kernel:
 
     def _configure(self) -> None:
         """Opt in to the dynamic shared memory (needed above 48 KB), then check the block fits."""
-        drv = _driver()
+        drv = _cu.driver()
         fa = drv.CUfunction_attribute
         try:
-            _call(f"cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES={self.dynamic_smem}) for kernel '{self.name}'",
+            _cu.call(f"cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES={self.dynamic_smem}) for kernel '{self.name}'",
                   drv.cuFuncSetAttribute, self.function, fa.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                   self.dynamic_smem)
         except LaunchError as exc:
             raise exc.with_hint(self._smem_budget()) from exc.__cause__
-        limit = _call(f"cuFuncGetAttribute(MAX_THREADS_PER_BLOCK) for kernel '{self.name}'",
+        limit = _cu.call(f"cuFuncGetAttribute(MAX_THREADS_PER_BLOCK) for kernel '{self.name}'",
                       drv.cuFuncGetAttribute, fa.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, self.function)
         if self.block_threads > limit:
             raise LaunchError(f"checking the block of kernel '{self.name}'", None,
@@ -410,12 +338,12 @@ class Kernel:
 
     def _smem_budget(self) -> str:
         """Why a dynamic shared memory size may not fit: the device's opt-in limit and static use."""
-        drv = _driver()
+        drv = _cu.driver()
         try:
-            optin = _call("cuDeviceGetAttribute", drv.cuDeviceGetAttribute,
+            optin = _cu.call("cuDeviceGetAttribute", drv.cuDeviceGetAttribute,
                           drv.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
                           self._cu_device)
-            static = _call("cuFuncGetAttribute", drv.cuFuncGetAttribute,
+            static = _cu.call("cuFuncGetAttribute", drv.cuFuncGetAttribute,
                            drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, self.function)
         except LaunchError:
             return ""
@@ -426,19 +354,19 @@ class Kernel:
         """Unload the module and release the primary context. Safe to call twice."""
         if self.module is None and self.context is None:
             return
-        drv = _driver()
+        drv = _cu.driver()
         try:
             if self.module is not None:
-                _call("cuCtxSetCurrent", drv.cuCtxSetCurrent, self.context)
+                _cu.call("cuCtxSetCurrent", drv.cuCtxSetCurrent, self.context)
                 from .workspace import release_workspace
                 release_workspace(self)
-                _call(f"cuModuleUnload for kernel '{self.name}'", drv.cuModuleUnload, self.module)
+                _cu.call(f"cuModuleUnload for kernel '{self.name}'", drv.cuModuleUnload, self.module)
         finally:
             self.module = self.function = None
             self._resident = None
             if self.context is not None:
                 self.context = None
-                _call(f"cuDevicePrimaryCtxRelease on device {self.device}",
+                _cu.call(f"cuDevicePrimaryCtxRelease on device {self.device}",
                       drv.cuDevicePrimaryCtxRelease, self._cu_device)
 
     def __enter__(self) -> "Kernel":
@@ -529,7 +457,7 @@ class Kernel:
             cached = tensormap.encode(param.dtype, param.tensor_map, layout)
             if not isinstance(cached, ctypes.Array):
                 raise LaunchError(f"cuTensorMapEncodeTiled for argument '{param.name}' of kernel '{self.name}'",
-                                  *_error_text(cached))
+                                  *_cu.error_text(cached))
             self._memo[key] = cached
         return cached
 
@@ -627,13 +555,13 @@ class Kernel:
         (the kernel is not loaded, so there is no driver to ask)."""
         if self.function is None:
             return None
-        drv = _driver()
+        drv = _cu.driver()
         err, ordinal = drv.cuPointerGetAttribute(
             drv.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr)
         if err == drv.CUresult.CUDA_ERROR_INVALID_VALUE:  # not allocated, mapped or registered by CUDA
             return -1
         if err != drv.CUresult.CUDA_SUCCESS:
-            name, text = _error_text(err)
+            name, text = _cu.error_text(err)
             raise LaunchError(f"cuPointerGetAttribute(DEVICE_ORDINAL, {ptr:#x})", name, text)
         return int(ordinal)
 
@@ -706,16 +634,16 @@ class Kernel:
     def num_sms(self) -> int:
         """Multiprocessors on the device (monkeypatch in tests)."""
         self._require_loaded("cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)")
-        drv = _driver()
-        return _call(f"cuDeviceGetAttribute(MULTIPROCESSOR_COUNT) on device {self.device}", drv.cuDeviceGetAttribute,
+        drv = _cu.driver()
+        return _cu.call(f"cuDeviceGetAttribute(MULTIPROCESSOR_COUNT) on device {self.device}", drv.cuDeviceGetAttribute,
                      drv.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, self._cu_device)
 
     def max_active_blocks_per_sm(self) -> int:
         """Blocks of this kernel one multiprocessor holds at once, given block and dynamic smem."""
         what = f"cuOccupancyMaxActiveBlocksPerMultiprocessor for kernel '{self.name}'"
         self._require_loaded(what)
-        drv = _driver()
-        return _call(what, drv.cuOccupancyMaxActiveBlocksPerMultiprocessor, self.function,
+        drv = _cu.driver()
+        return _cu.call(what, drv.cuOccupancyMaxActiveBlocksPerMultiprocessor, self.function,
                      self.block_threads, self.dynamic_smem)
 
     def resident_blocks(self) -> int:
@@ -819,8 +747,8 @@ class Kernel:
         self._launch_slots(ctypes.addressof(slots) if packed else 0, grid, stream)
 
     def _launch_slots(self, kernel_params: int, grid: tuple[int, int, int], stream: int) -> None:
-        drv = _driver()
-        _call("cuCtxSetCurrent", drv.cuCtxSetCurrent, self.context)  # this thread may have none current
+        drv = _cu.driver()
+        _cu.call("cuCtxSetCurrent", drv.cuCtxSetCurrent, self.context)  # this thread may have none current
         what = lambda: (f"cuLaunchKernel for kernel '{self.name}' (grid {list(grid)}, block {list(self.block)}, "  # noqa: E731
                         f"{self.dynamic_smem} B dynamic smem)")  # built only when a launch fails
         try:
@@ -829,7 +757,7 @@ class Kernel:
         except Exception as exc:  # libcuda missing, or an argument of the wrong Python type
             raise LaunchError(what(), type(exc).__name__, str(exc)) from exc
         if err != drv.CUresult.CUDA_SUCCESS:
-            raise LaunchError(what(), *_error_text(err))
+            raise LaunchError(what(), *_cu.error_text(err))
 
 
 def balanced_grid(tiles: int, resident: int) -> int:

@@ -20,7 +20,7 @@ from .pipeline import PipelineSpec
 
 if TYPE_CHECKING:  # the passes import their modules when they run: a cache hit needs none of them
     from .allocate import Allocation
-    from .collect import Component
+    from .model import Component
     from .resolve import Resolved
 
 

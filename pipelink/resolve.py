@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, replace
 
-from .collect import Component
+from .model import Component
 from .diagnostics import DiagnosticSink, Location
 from .expr import Expr, ExprError
 from .model import INTEGER_DTYPES, Param, Port, TensorMapSpec, TileSequence, is_identifier

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import ctypes
 
-from .launch import LaunchError, _call, _driver
+from . import driver as _cu
+from .driver import LaunchError
 
 REPORT_WORDS = 8
 
@@ -66,20 +67,20 @@ def ensure_workspace(kernel, header_words: int, event_words: int, claims: int = 
     event region, the region and word count it clears for the launch after it, the epoch and
     where its task claims start. A dynamic dispatch makes exactly `claims` claims (every task,
     plus one final claim per CTA), so the next launch's claims start that much later."""
-    drv = _driver()
+    drv = _cu.driver()
     ws = workspace_of(kernel)
     if event_words > ws.region_words or header_words != ws.header_words:
         region = max(event_words, 2 * ws.region_words, 1)
         if ws.ptr is not None:
             old, ws.ptr, ws.region_words = ws.ptr, None, 0  # forgotten first: a failed allocation leaves none
-            _call("cuMemFree (the event workspace)", drv.cuMemFree, old)
+            _cu.call("cuMemFree (the event workspace)", drv.cuMemFree, old)
         size = (header_words + 2 * region) * 8
-        ws.ptr = _call(f"cuMemAlloc({size}) for the events of kernel '{kernel.name}'", drv.cuMemAlloc, size)
-        _call("cuMemsetD8 (the new event workspace)", drv.cuMemsetD8, ws.ptr, 0, size)
+        ws.ptr = _cu.call(f"cuMemAlloc({size}) for the events of kernel '{kernel.name}'", drv.cuMemAlloc, size)
+        _cu.call("cuMemsetD8 (the new event workspace)", drv.cuMemsetD8, ws.ptr, 0, size)
         ws.region_words, ws.header_words = region, header_words
         ws.region, ws.used, ws.task_base, ws.unknown = 1, 0, 0, False
     elif ws.unknown:  # counts of an unfinished launch may be left anywhere
-        _call("cuMemsetD8 (the event workspace, after a launch that did not finish)", drv.cuMemsetD8, ws.ptr, 0,
+        _cu.call("cuMemsetD8 (the event workspace, after a launch that did not finish)", drv.cuMemsetD8, ws.ptr, 0,
               (ws.header_words + 2 * ws.region_words) * 8)
         ws.region, ws.used, ws.task_base, ws.unknown = 1, 0, 0, False
     ws.epoch = ws.epoch % 0xFFFFFFFF + 1  # never 0: a zeroed report names no launch
@@ -105,17 +106,17 @@ def release_workspace(kernel) -> None:
     kernel._workspace = None
     ws.owners -= 1
     if ws.owners <= 0 and ws.ptr is not None:
-        _call("cuMemFree (the event workspace)", _driver().cuMemFree, ws.ptr)
+        _cu.call("cuMemFree (the event workspace)", _cu.driver().cuMemFree, ws.ptr)
         ws.ptr, ws.region_words = None, 0
 
 
 def read_timeout(kernel, stream: int) -> None:
     """After a debug launch: raise EventTimeout if a wait gave up during this launch."""
-    drv = _driver()
-    _call(f"cuStreamSynchronize after kernel '{kernel.name}'", drv.cuStreamSynchronize, drv.CUstream(stream))
+    drv = _cu.driver()
+    _cu.call(f"cuStreamSynchronize after kernel '{kernel.name}'", drv.cuStreamSynchronize, drv.CUstream(stream))
     report = (ctypes.c_uint64 * (REPORT_WORDS + 1))()
     ws = workspace_of(kernel)
-    _call("cuMemcpyDtoH (the timeout report)", drv.cuMemcpyDtoH, ctypes.addressof(report), ws.ptr,
+    _cu.call("cuMemcpyDtoH (the timeout report)", drv.cuMemcpyDtoH, ctypes.addressof(report), ws.ptr,
           (REPORT_WORDS + 1) * 8)
     epoch, component, event, element, expected, observed, task, _, _ = list(report)
     if epoch != ws.epoch:

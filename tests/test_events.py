@@ -187,7 +187,7 @@ def test_a_fixed_wait_is_met_once_per_cta_and_a_per_task_one_every_time():
     assert not task_invariant(side("t->:"))                     # many elements
     assert not task_invariant(side("t->topk[t, :]"))            # read on the device
     # the case study's combine: 'placed' is waited once per CTA, the gathered 'done' by every task
-    from pipelink.collect import Component
+    from pipelink.model import Component
     comps = []
     for team in ("router", "dispatch", "expert", "combine"):
         path = REPO / "case_studies" / "moe_four_owners" / team / f"{team}.json"
@@ -229,7 +229,7 @@ def test_affine_range_notifier_out_of_range():
 
 
 def _case_study(edits=None):
-    from pipelink.collect import Component
+    from pipelink.model import Component
     comps = []
     for team in ("router", "dispatch", "expert", "combine"):
         raw = json.loads((REPO / "case_studies" / "moe_four_owners" / team / f"{team}.json").read_text())

@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from pipelink import driver as driver_mod
 from pipelink import launch
 from pipelink import scalars
 from pipelink.launch import Kernel, LaunchError, gpu_available
@@ -435,18 +436,18 @@ def test_stream_handles():
 
 def test_call_turns_errors_into_launch_errors():
     from cuda.bindings import driver
-    assert launch._call("x", lambda: (driver.CUresult.CUDA_SUCCESS,)) is None
-    assert launch._call("x", lambda: (driver.CUresult.CUDA_SUCCESS, 5)) == 5
-    assert launch._call("x", lambda: (driver.CUresult.CUDA_SUCCESS, 5, 6)) == (5, 6)
+    assert driver_mod.call("x", lambda: (driver.CUresult.CUDA_SUCCESS,)) is None
+    assert driver_mod.call("x", lambda: (driver.CUresult.CUDA_SUCCESS, 5)) == 5
+    assert driver_mod.call("x", lambda: (driver.CUresult.CUDA_SUCCESS, 5, 6)) == (5, 6)
     with pytest.raises(LaunchError) as err:
-        launch._call("cuModuleLoadData for kernel 'k'", lambda: (driver.CUresult.CUDA_ERROR_INVALID_IMAGE, None))
+        driver_mod.call("cuModuleLoadData for kernel 'k'", lambda: (driver.CUresult.CUDA_ERROR_INVALID_IMAGE, None))
     assert err.value.result == "CUDA_ERROR_INVALID_IMAGE"
     assert str(err.value).startswith("cuModuleLoadData for kernel 'k' failed: CUDA_ERROR_INVALID_IMAGE")
 
     def boom():
         raise RuntimeError("no libcuda")
     with pytest.raises(LaunchError, match="cuInit failed: RuntimeError.*no libcuda"):
-        launch._call("cuInit", boom)
+        driver_mod.call("cuInit", boom)
 
 
 def test_gpu_available_never_raises(monkeypatch):
@@ -454,7 +455,7 @@ def test_gpu_available_never_raises(monkeypatch):
 
     def broken():
         raise ImportError("no cuda-bindings")
-    monkeypatch.setattr(launch, "_driver", broken)
+    monkeypatch.setattr(driver_mod, "driver", broken)
     assert gpu_available() is False
 
 
@@ -480,7 +481,7 @@ class FakeDriver:
 
 def test_launch_builds_kernel_params(monkeypatch):
     fake = FakeDriver([ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int32, ctypes.c_float])
-    monkeypatch.setattr(launch, "_driver", lambda: fake)
+    monkeypatch.setattr(driver_mod, "driver", lambda: fake)
     k = fake_occupancy(kernel(), sms=132, per_sm=2)
     k.function = object()  # pretend it is loaded
     k.pointer_device = lambda ptr: 0
@@ -496,7 +497,7 @@ def test_launch_builds_kernel_params(monkeypatch):
 
 def test_launch_without_params(monkeypatch):
     fake = FakeDriver([])
-    monkeypatch.setattr(launch, "_driver", lambda: fake)
+    monkeypatch.setattr(driver_mod, "driver", lambda: fake)
     k = Kernel({"kernel": "noargs", "block": [32]})
     k.function = object()
     k.launch(grid=3)
@@ -747,9 +748,8 @@ def test_load_errors(cubins):
 @gpu
 @pytest.mark.gpu
 def test_cubin_for_another_arch_says_which():
-    from pipelink.launch import _driver
-    drv = _driver()
-    major = launch._call("cc", drv.cuDeviceGetAttribute,
+    drv = driver_mod.driver()
+    major = driver_mod.call("cc", drv.cuDeviceGetAttribute,
                          drv.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, 0)
     other = "sm_80" if major != 8 else "sm_90"
     cubin = build_cubin(AXPY_SRC, "axpy_other", arch=other)
@@ -795,8 +795,7 @@ def _persistent_fake(monkeypatch, memsets: list):
     fake.cuMemAlloc = lambda size: (fake.CUresult.CUDA_SUCCESS, driver.CUdeviceptr(0x7000))  # as the driver does
     fake.cuMemFree = lambda ptr: (fake.CUresult.CUDA_SUCCESS,)
     fake.cuMemsetD8 = lambda ptr, value, size: (memsets.append(size), (fake.CUresult.CUDA_SUCCESS,))[1]
-    monkeypatch.setattr(launch, "_driver", lambda: fake)
-    monkeypatch.setattr(workspace, "_driver", lambda: fake)
+    monkeypatch.setattr(driver_mod, "driver", lambda: fake)
     m = {"manifest": 1, "kernel": "chain", "block": [128], "dynamic_smem": 0, "dispatch": "dynamic",
          "tiles": ["ceil_div(M, 32)"],
          "params": [{"name": "x", "dtype": "f32", "pointer": True, "const": True},

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipelink.allocate import allocate
-from pipelink.collect import Component
+from pipelink.model import Component
 from pipelink.diagnostics import DiagnosticSink
 from pipelink.glue import generate_glue
 from pipelink.loader import load_contract_bytes
