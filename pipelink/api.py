@@ -10,10 +10,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .collect import Collected, collect, collect_each
-from .model import Component
 from .diagnostics import Diagnostic, DiagnosticSink, Location, PipelinkError
 from .inputs import NamedBytes
 from .linker import LinkOptions, LinkResult
+from .manifest import Manifest
+from .model import Component
 from .pipeline import PipelineSpec, load_pipeline, load_pipeline_dict
 
 _BYTES = (bytes, bytearray, memoryview)
@@ -202,7 +203,7 @@ class KernelImage:
     """A saved kernel read back without a GPU: the cubin and the manifest that describes it."""
 
     cubin: bytes
-    manifest: dict
+    manifest: Manifest
     path: Path
 
     def kernel(self, device: int = 0):
@@ -230,7 +231,7 @@ def load(path: str | os.PathLike, device: int | None = 0):
     or with `device=None` the KernelImage, unloaded. Raises PipelinkError for files that are missing
     or do not describe one kernel."""
     from . import jsonread
-    from .launch import Kernel, manifest_describes
+    from .manifest import ManifestError
     sink = DiagnosticSink()
     cubin_path = _find_cubin(Path(path), sink)
     _raise_on_errors(sink)
@@ -243,15 +244,15 @@ def load(path: str | os.PathLike, device: int | None = 0):
     doc = jsonread.read_file(manifest_path, sink, "manifest")
     _raise_on_errors(sink)
     try:
-        Kernel(doc.value)  # checks the manifest without a GPU
-    except (ValueError, TypeError, KeyError, AttributeError) as exc:  # whatever the manifest holds
+        manifest = Manifest.from_json(doc.value)  # checks the manifest without a GPU
+    except ManifestError as exc:
         sink.error("PL009", f"{manifest_path} does not describe a kernel: {exc}", Location(file=str(manifest_path)))
     else:
-        if not manifest_describes(doc.value, cubin):
+        if not manifest.describes(cubin):
             sink.error("PL035", f"{manifest_path} was written for another cubin than {cubin_path.name}",
                        Location(file=str(manifest_path)))
     _raise_on_errors(sink)
-    image = KernelImage(cubin, doc.value, cubin_path)
+    image = KernelImage(cubin, manifest, cubin_path)
     return image if device is None else image.kernel(device)
 
 

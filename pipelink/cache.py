@@ -24,6 +24,7 @@ from . import __version__, jsonread, toolchain
 from .diagnostics import Diagnostic
 from .fatbin import CorruptError, UnsupportedError
 from .inputs import NamedBytes, sidecar_paths
+from .manifest import Manifest
 
 PACKAGE = Path(__file__).resolve().parent
 
@@ -93,7 +94,7 @@ def entry_dir(key: str, root: Path | None = None) -> Path:
 @dataclass
 class CachedLink:
     cubin: bytes
-    manifest: dict
+    manifest: Manifest
     link_map: str
     glue: str
     monolithic: str | None
@@ -110,12 +111,12 @@ def load(key: str, monolithic: bool = False, root: Path | None = None) -> Cached
     try:
         warnings = jsonread.parse(jsonread.read_bytes(d / "diagnostics.json"))
         hit = CachedLink(cubin=(d / "kernel.cubin").read_bytes(),
-                         manifest=jsonread.parse(jsonread.read_bytes(d / "manifest.json")),
+                         manifest=Manifest.from_json(jsonread.parse(jsonread.read_bytes(d / "manifest.json"))),
                          link_map=(d / "link.map").read_text(), glue=(d / "glue.cu").read_text(),
                          monolithic=(d / "monolithic.cu").read_text() if monolithic else None,
                          diagnostics=[Diagnostic.from_json(x) for x in warnings],
                          link_picture=(d / "link.svg").read_text())
-        if hit.manifest["cubin_sha256"] != _sha256(hit.cubin):
+        if hit.manifest.cubin_sha256 != _sha256(hit.cubin):
             raise ValueError("cubin does not match its manifest")
     except (OSError, ValueError, KeyError, TypeError, AttributeError):  # JSONError is a ValueError
         _remove(d)
@@ -128,7 +129,7 @@ def store(key: str, result, root: Path | None = None) -> Path | None:
     where another process stored it first or the cache cannot be written (the link stands either way)."""
     root = root or cache_dir()
     final = entry_dir(key, root)
-    files = {"kernel.cubin": result.cubin, "manifest.json": json.dumps(result.manifest, indent=1),
+    files = {"kernel.cubin": result.cubin, "manifest.json": json.dumps(result.manifest.to_json(), indent=1),
              "link.map": result.link_map, "link.svg": result.link_picture, "glue.cu": result.glue,
              "diagnostics.json": json.dumps([d.to_json() for d in result.diagnostics], indent=1)}
     if result.monolithic is not None:

@@ -290,12 +290,13 @@ def _inspect_manifest(path: Path, cubin: bytes, item: dict, sink: DiagnosticSink
     doc = read_file(path, sink, "manifest")
     if doc is None:
         return []
+    from .manifest import Manifest, ManifestError
     try:
-        m = manifest_summary(doc.value, cubin)
-        lines = manifest_text(str(path), m)  # reads the fields the launcher does not check
-    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        m = manifest_summary(Manifest.from_json(doc.value), cubin)
+    except ManifestError as exc:
         sink.error("PL009", f"{path} does not describe a kernel: {exc}", Location(file=str(path)))
         return []
+    lines = manifest_text(str(path), m)
     if not m["matches_cubin"]:
         sink.warning("PL035", f"{path} was written for another cubin than {path.with_suffix('.cubin').name}",
                      Location(file=str(path)))
@@ -455,19 +456,18 @@ def cmd_link(args) -> int:
     if sink.has_errors:
         return _finish(sink, args.format, {"ok": False}, [])
     content = {"cubin": result.cubin, "manifest": result.manifest_json(),
-               "map": map_output(args.map or "", result.link_map, result.link_picture, result.manifest["kernel"]).encode(),
+               "map": map_output(args.map or "", result.link_map, result.link_picture, result.manifest.kernel).encode(),
                "glue": (result.glue or "").encode(),
                "monolithic": (result.monolithic or "").encode()}
     if not write_outputs({o.path: content[key] for key, o in outputs.items()}, sink):
         return _finish(sink, args.format, {"ok": False}, [])
     m, output = result.manifest, outputs["cubin"].path
     # the wires from the manifest: a link from the cache ran no resolve pass
-    lines = [f"wire {w['from']} -> {w['to']} ({'explicit' if w['explicit'] else 'auto'}, {w['kind']})"
-             for w in m["wires"]]
-    lines.append(f"linked {output}{' (cached)' if ctx.cache_hit else ''}: kernel {m['kernel']}, {m['block'][0]} "
-                 f"threads, {m['dynamic_smem']} bytes of dynamic smem"
-                 + (f", {m['resources']['registers']} registers" if "resources" in m else ""))
-    return _finish(sink, args.format, {"ok": True, "output": output, "manifest": m}, lines,
+    lines = [f"wire {w.source} -> {w.target} ({'explicit' if w.explicit else 'auto'}, {w.kind})" for w in m.wires]
+    lines.append(f"linked {output}{' (cached)' if ctx.cache_hit else ''}: kernel {m.kernel}, {m.block[0]} "
+                 f"threads, {m.dynamic_smem} bytes of dynamic smem"
+                 + (f", {m.resources.registers} registers" if m.resources is not None else ""))
+    return _finish(sink, args.format, {"ok": True, "output": output, "manifest": m.to_json()}, lines,
                    to_stderr=any(o.path == STDOUT for o in outputs.values()))
 
 

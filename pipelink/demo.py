@@ -39,8 +39,8 @@ def run_demo(build_dir: Path) -> int:
         if not result.ok:
             return _fail(sink)
         m = result.manifest
-        say(f"linked kernel {m['kernel']}: {m['block'][0]} threads, {m['dynamic_smem']} bytes of dynamic smem, "
-            f"{m['resources']['registers']} registers, schedule {m['schedule']}")
+        say(f"linked kernel {m.kernel}: {m.block[0]} threads, {m.dynamic_smem} bytes of dynamic smem, "
+            f"{m.resources.registers} registers, schedule {m.schedule}")
         results[pipe.name] = result
     say(f"\n== link map of the default pipeline '{DEFAULT_PIPELINE}'")
     say(results[DEFAULT_PIPELINE].link_map)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from . import event_glue
 from .allocate import Allocation
+from .manifest import IMPLICIT_PARAMS, WORKSPACE
 from .header import constant_symbols, entry_prototype, marker_symbol, symbol_prefix
 from .model import DTYPE_C, dtype_includes
 from .resolve import Resolved, Wire
@@ -80,9 +81,7 @@ def kernel_params(r: Resolved) -> list[str]:
     # A specialized shape keeps its slot (callers pass the same arguments) but the body uses the constant.
     params = [p.c_decl() + ("_unused" if p.name in (r.specialize or {}) else "") for p in r.params]
     if r.schedule == "persistent":  # filled in by the launcher
-        ctype = {"u64": "unsigned long long", "u32": "unsigned"}
-        params += [f"{ctype[dtype]}* __restrict__ {name}" if pointer else f"{ctype[dtype]} {name}"
-                   for name, dtype, pointer, _ in IMPLICIT_PARAMS]
+        params += [p.c_decl() for p in IMPLICIT_PARAMS]
     return params
 
 
@@ -344,15 +343,7 @@ def _warp_specialized(r: Resolved, a: Allocation) -> list[str]:
 
 # --- the persistent schedule: tasks of every component, ordered by events ------------------------
 
-WORKSPACE_HEADER_WORDS = 16   # the timeout report (8 words), the dynamic task counter, spare
-TASK_COUNTER_WORD = 8
 DEBUG_SPIN_BOUND = 20_000_000
-# (name, dtype, pointer, launcher's kind): what a persistent kernel takes from the launcher
-# (workspace.py): the header, this launch's zeroed event region, the region and word count it
-# zeroes for the next launch, the epoch naming the launch in a debug report, its first task claim.
-IMPLICIT_PARAMS = [("pl_workspace", "u64", True, "workspace"), ("pl_events", "u64", True, "events"),
-                   ("pl_clear", "u64", True, "clear"), ("pl_clear_words", "u64", False, "clear_words"),
-                   ("pl_epoch", "u32", False, "epoch"), ("pl_task_base", "u64", False, "task_base")]
 
 
 def _persistent(r: Resolved, a: Allocation) -> list[str]:
@@ -390,7 +381,8 @@ def _persistent(r: Resolved, a: Allocation) -> list[str]:
         out.append(f"  const unsigned total_tasks = {ends[-1]};")
         out += ["  while (true) {",
                 "    // One counter for every launch, never reset: this launch's claims start at pl_task_base.",
-                f"    if (threadIdx.x == 0) pl_flags[1] = (unsigned)min(atomicAdd(pl_workspace + {TASK_COUNTER_WORD}, "
+                "    if (threadIdx.x == 0) pl_flags[1] = (unsigned)min(atomicAdd(pl_workspace + "
+                f"{WORKSPACE.task_counter_word}, "
                 "1ull) - pl_task_base, (unsigned long long)total_tasks);",
                 "    __syncthreads();",
                 "    const unsigned task = pl_flags[1];",

@@ -21,12 +21,10 @@ from dataclasses import dataclass, field
 from . import driver as _cu
 from . import expr as _expr
 from .driver import LaunchError, gpu_available  # noqa: F401  (the launcher's errors and probe)
-from .model import DTYPE_BYTES, INTEGER_DTYPES, is_identifier
-from .tensormap import TensorMapDecl
+from .manifest import IMPLICIT_PARAMS, ImplicitParam, Manifest, ParamSpec
+from .model import DTYPE_BYTES, INTEGER_DTYPES
 from .scalars import float_to_bf16_bits, float_to_f16_bits, float_to_fp8_e4m3_bits, float_to_fp8_e5m2_bits
 
-MANIFEST_VERSION = 1
-MAX_BLOCK_THREADS = 1024
 DLPACK_CUDA = 2  # kDLCUDA in DLPack's DLDeviceType; managed (13) and pinned host (3) are refused
 
 
@@ -36,97 +34,14 @@ class ArgumentError(TypeError, ValueError):
 
 # --- the manifest --------------------------------------------------------------------------
 
-LEGACY_IMPLICIT = ("workspace", "epoch", "task_base")  # epoch-tagged counters: refused, relink
-# The parameters a persistent kernel takes from the launcher (workspace.py), as ctypes values.
-IMPLICIT = {"workspace": ctypes.c_void_p, "events": ctypes.c_void_p, "clear": ctypes.c_void_p,
-            "clear_words": ctypes.c_uint64, "epoch": ctypes.c_uint32, "task_base": ctypes.c_uint64}
-
-
-@dataclass(frozen=True)
-class ParamSpec:
-    """One kernel parameter as the manifest declares it."""
-
-    name: str
-    dtype: str
-    pointer: bool
-    const: bool
-    implicit: str | None = None   # one of IMPLICIT: the launcher supplies it, not the caller
-    tensor_map: TensorMapDecl | None = None  # a TMA descriptor encoded from the tensor passed
-
-    @property
-    def is_shape(self) -> bool:
-        """An integer scalar: a value the tile expressions may use."""
-        return not self.pointer and self.tensor_map is None and self.dtype in INTEGER_DTYPES
-
-    def describe(self) -> str:
-        if self.tensor_map is not None:
-            return f"{self.dtype} tensor map"
-        return f"{'const ' if self.const else ''}{self.dtype}*" if self.pointer else self.dtype
-
-
-def manifest_describes(manifest: dict, cubin: bytes) -> bool:
+def manifest_describes(manifest: Manifest | dict, cubin: bytes) -> bool:
     """False where the manifest names another cubin's sha256 (one without a hash is taken on trust)."""
-    want = manifest.get("cubin_sha256")
-    return want is None or want == hashlib.sha256(bytes(cubin)).hexdigest()
+    return Manifest.of(manifest).describes(cubin)
 
 
-def _manifest_error(kernel: str, message: str) -> ValueError:
-    return ValueError(f"manifest of kernel '{kernel}': {message}")
-
-
-def _parse_params(kernel: str, raw) -> tuple[ParamSpec, ...]:
-    if not isinstance(raw, list):
-        raise _manifest_error(kernel, "'params' must be a list")
-    params, seen = [], set()
-    for i, p in enumerate(raw):
-        if not isinstance(p, dict) or not isinstance(p.get("name"), str) or not is_identifier(p["name"]):
-            raise _manifest_error(kernel, f"params[{i}] needs an identifier 'name'")
-        name = p["name"]
-        if name in seen:
-            raise _manifest_error(kernel, f"parameter '{name}' appears twice")
-        seen.add(name)
-        if p.get("dtype") not in DTYPE_BYTES:
-            raise _manifest_error(kernel, f"parameter '{name}' has unknown dtype {p.get('dtype')!r}")
-        if not isinstance(p.get("pointer"), bool) or not isinstance(p.get("const", False), bool):
-            raise _manifest_error(kernel, f"parameter '{name}': 'pointer' and 'const' must be booleans")
-        implicit = p.get("implicit")
-        if implicit is not None and implicit not in IMPLICIT:
-            raise _manifest_error(kernel, f"parameter '{name}' has unknown implicit kind {implicit!r}")
-        tmap = None
-        if p.get("tensor_map") is not None:
-            try:
-                tmap = TensorMapDecl.from_manifest(p["tensor_map"])
-            except (ValueError, _expr.ExprError) as exc:
-                raise _manifest_error(kernel, f"parameter '{name}': {exc}") from None
-        params.append(ParamSpec(name, p["dtype"], p["pointer"], p.get("const", False), implicit, tmap))
-    kinds = [p.implicit for p in params if p.implicit]
-    if kinds and sorted(kinds) == sorted(LEGACY_IMPLICIT):
-        raise _manifest_error(kernel, "it was linked by an earlier pipelink, whose event counters this launcher no "
-                                      "longer manages; link it again")
-    if kinds and sorted(kinds) != sorted(IMPLICIT):
-        raise _manifest_error(kernel, f"implicit parameters {kinds}: a persistent kernel takes each of "
-                                      f"{list(IMPLICIT)} once")
-    return tuple(params)
-
-
-def _parse_block(kernel: str, raw) -> tuple[int, int, int]:
-    ok = isinstance(raw, list) and 1 <= len(raw) <= 3 and all(
-        isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in raw)
-    if not ok:
-        raise _manifest_error(kernel, f"'block' must be 1 to 3 positive integers, got {raw!r}")
-    block = tuple(raw) + (1,) * (3 - len(raw))
-    if math.prod(block) > MAX_BLOCK_THREADS:
-        raise _manifest_error(kernel, f"block {list(block)} has more than {MAX_BLOCK_THREADS} threads")
-    return block
-
-
-def _parse_tiles(kernel: str, raw) -> tuple[_expr.Expr, ...]:
-    if not isinstance(raw, list):
-        raise _manifest_error(kernel, "'tiles' must be a list of integer expressions")
-    try:
-        return tuple(_expr.parse(t) for t in raw)
-    except _expr.ExprError as exc:
-        raise _manifest_error(kernel, f"bad tile expression: {exc}") from None
+def _implicit_value(param: ImplicitParam):
+    """A fresh ctypes slot for an implicit parameter, refilled per launch."""
+    return ctypes.c_void_p() if param.pointer else _INT_CTYPES[param.dtype]()
 
 
 # --- scalar conversions (the float formats: scalars.py) --------------------------------------
@@ -229,7 +144,7 @@ class Kernel:
     """A loaded kernel. Build one with `Kernel.load`; `Kernel(manifest)` alone packs and checks
     arguments but cannot launch (tests use that)."""
 
-    manifest: dict
+    manifest: Manifest   # or its JSON document, read (and validated) on construction
     module: object = None
     function: object = None
     device: int = 0
@@ -244,23 +159,16 @@ class Kernel:
     _user_params: tuple = field(default=(), init=False, repr=False)
 
     def __post_init__(self):
-        m = self.manifest
-        if not isinstance(m, dict) or not isinstance(m.get("kernel"), str) or not m["kernel"]:
-            raise ValueError("a manifest is a dict with the kernel's name under 'kernel'")
-        if m.get("manifest", MANIFEST_VERSION) != MANIFEST_VERSION:
-            raise _manifest_error(m["kernel"], f"manifest version {m['manifest']!r}, expected {MANIFEST_VERSION}")
-        self.params = _parse_params(self.name, m.get("params", []))
-        self._user_params = tuple(p for p in self.params if p.implicit is None)
-        self.block = _parse_block(self.name, m.get("block"))
-        smem = m.get("dynamic_smem", 0)
-        if not isinstance(smem, int) or isinstance(smem, bool) or smem < 0:
-            raise _manifest_error(self.name, f"'dynamic_smem' must be a non-negative integer, got {smem!r}")
-        self.dynamic_smem = smem
-        self.tiles = _parse_tiles(self.name, m.get("tiles", []))
+        m = self.manifest = Manifest.of(self.manifest)  # raises ManifestError (a ValueError) for a bad one
+        self.params = m.params
+        self._user_params = m.user_params
+        self.block = m.block
+        self.dynamic_smem = m.dynamic_smem
+        self.tiles = m.tile_exprs
 
     @property
     def name(self) -> str:
-        return self.manifest["kernel"]
+        return self.manifest.kernel
 
     @property
     def block_threads(self) -> int:
@@ -269,13 +177,13 @@ class Kernel:
     # --- loading ---------------------------------------------------------------------------
 
     @classmethod
-    def load(cls, cubin: bytes, manifest: dict, device: int = 0) -> "Kernel":
+    def load(cls, cubin: bytes, manifest: Manifest | dict, device: int = 0) -> "Kernel":
         """Load `cubin` into the primary context of `device` and find the manifest's kernel."""
         kernel = cls(manifest, device=device)  # the manifest is checked before the driver is touched
         image = bytes(cubin)
         if not image:
             raise ValueError(f"empty cubin for kernel '{kernel.name}'")
-        if not manifest_describes(manifest, image):
+        if not kernel.manifest.describes(image):
             # Another link's manifest may list other parameters: launching would pass garbage.
             raise ValueError(f"the manifest of kernel '{kernel.name}' was written for another cubin "
                              "(its cubin_sha256 differs): use the K.json written with this cubin, or link again")
@@ -302,7 +210,7 @@ class Kernel:
             self.module = _cu.call(f"cuModuleLoadData for kernel '{self.name}'", drv.cuModuleLoadData, image)
         except LaunchError as exc:
             # The usual cause is a cubin for another architecture: say which two.
-            target, arch = self.manifest.get("target"), self._device_arch()
+            target, arch = self.manifest.target, self._device_arch()
             if target and arch and target.removesuffix("a") != arch:
                 raise exc.with_hint(f"the cubin is for {target}, device {self.device} is {arch}") from exc.__cause__
             raise
@@ -662,7 +570,7 @@ class Kernel:
         A kernel whose manifest asks for a balanced grid gets the fewest blocks that still need no
         more rounds of tiles, so every block walks the same number of tiles."""
         tiles = self.total_tiles(**shapes)
-        return max(1, balanced_grid(tiles, self.resident_blocks()) if self.manifest.get("grid_policy") == "balanced"
+        return max(1, balanced_grid(tiles, self.resident_blocks()) if self.manifest.grid_policy == "balanced"
                    else min(tiles, self.resident_blocks()))
 
     def shape_env(self, values: list) -> dict[str, int]:
@@ -686,7 +594,7 @@ class Kernel:
         values = self.bind(args, kwargs)
         packed = self._pack_all(values)
         env = self.shape_env(values)
-        for name, value in self.manifest.get("specialized", {}).items():
+        for name, value in self.manifest.specialized.items():
             if env.get(name) != value:
                 raise ArgumentError(f"kernel '{self.name}' was linked for {name} = {value}; got {env.get(name)}")
         if grid is None:
@@ -699,7 +607,7 @@ class Kernel:
         events = None
         if any(p.implicit for p in self.params):
             events = self._events_for(env, dims)
-            slots = {name: make() for name, make in IMPLICIT.items()}
+            slots = {p.kind: _implicit_value(p) for p in IMPLICIT_PARAMS}
             it = iter(packed)
             packed = [slots[p.implicit] if p.implicit else next(it) for p in self.params]
         return PreparedLaunch(self, packed, dims, events, values)
@@ -710,24 +618,22 @@ class Kernel:
         """64-bit words of event counters this launch needs."""
         key = ("words", *sorted(shapes.items()))
         if key not in self._memo:  # every launch asks: evaluate once per shape
-            ws = self.manifest.get("workspace", {})
-            words = 0
-            for event in ws.get("events", []):
-                words += math.prod(_expr.parse(e).evaluate(shapes) for e in event["shape"])
-            self._memo[key] = words
+            ws = self.manifest.workspace
+            self._memo[key] = sum(e.words(shapes) for e in ws.events) if ws is not None else 0
         return self._memo[key]
 
     def _events_for(self, env: dict, dims) -> tuple[int, int, int]:
         """(header words, event words, task claims) of a persistent launch of this shape and grid."""
-        if self.manifest.get("dispatch") == "static" and math.prod(dims) > self.resident_blocks():
+        if self.manifest.dispatch == "static" and math.prod(dims) > self.resident_blocks():
             # Static dispatch waits across CTAs: every CTA must be resident at once, or a waiting
             # CTA can hold the multiprocessor a notifying one needs.
             raise ArgumentError(f"kernel '{self.name}' dispatches tasks statically across CTAs that wait for each "
                                 f"other: grid {math.prod(dims)} exceeds the {self.resident_blocks()} blocks the "
                                 "device holds at once")
         # Only a dynamic dispatch claims tasks: every task once, and one final claim per CTA.
-        claims = self.total_tiles(**env) + math.prod(dims) if self.manifest.get("dispatch") == "dynamic" else 0
-        return int(self.manifest.get("workspace", {}).get("header_words", 0)), self.event_words(**env), claims
+        claims = self.total_tiles(**env) + math.prod(dims) if self.manifest.dispatch == "dynamic" else 0
+        ws = self.manifest.workspace
+        return (ws.header_words if ws is not None else 0), self.event_words(**env), claims
 
     def share_workspace(self, other: "Kernel") -> None:
         """Use `other`'s event workspace: the same memory and launch sequence (never launch both at once)."""
@@ -791,7 +697,8 @@ class PreparedLaunch:
         self._slots = _param_slots(self.packed)  # built once: a launch only refills values
         self._params_address = ctypes.addressof(self._slots) if self.packed else 0
         self._implicit = [(slot, p.implicit) for p, slot in zip(self.kernel.params, self.packed) if p.implicit]
-        self._debug = bool(self.kernel.manifest.get("workspace", {}).get("debug"))
+        ws = self.kernel.manifest.workspace
+        self._debug = ws is not None and ws.debug
 
     def launch(self, stream=None) -> None:
         """Launch asynchronously on `stream` (None: the legacy default stream, 0)."""

@@ -20,6 +20,8 @@ from .pipeline import PipelineSpec
 
 if TYPE_CHECKING:  # the passes import their modules when they run: a cache hit needs none of them
     from .allocate import Allocation
+    from .cubin import KernelInfo
+    from .manifest import Manifest
     from .model import Component
     from .resolve import Resolved
 
@@ -45,8 +47,8 @@ class LinkContext:
     glue: str | None = None
     glue_ltoir: bytes | None = None
     cubin: bytes | None = None
-    kernel_info: object = None
-    manifest: dict | None = None
+    kernel_info: KernelInfo | None = None
+    manifest: Manifest | None = None
     link_map: str | None = None
     link_picture: str | None = None     # the map as an SVG picture
     monolithic: str | None = None
@@ -162,7 +164,7 @@ class LinkResult:
     """What `pipelink.link` returns: the cubin, its manifest and link map, and every diagnostic."""
 
     cubin: bytes | None
-    manifest: dict | None
+    manifest: Manifest | None
     link_map: str | None
     glue: str | None
     monolithic: str | None
@@ -185,7 +187,7 @@ class LinkResult:
 
     def manifest_json(self) -> bytes:
         """The manifest as `pipelink link` and `save` write it (K.json)."""
-        return (json.dumps(self.manifest, indent=2) + "\n").encode()
+        return (json.dumps(self.manifest.to_json(), indent=2) + "\n").encode()
 
     def save(self, directory: str | os.PathLike) -> Path:
         """Write K.cubin, K.json (the manifest) and K.map (the link map) into `directory` (made if
@@ -193,7 +195,7 @@ class LinkResult:
         an input of the link: PipelinkError otherwise, as for a failed link. `pipelink.load` reads them."""
         from .outputs import Output, check_outputs, object_inputs, write_outputs
         self.raise_on_error()
-        base = Path(directory) / self.manifest["kernel"]
+        base = Path(directory) / self.manifest.kernel
         files = {"cubin": (base.with_suffix(".cubin"), self.cubin), "manifest": (base.with_suffix(".json"),
                  self.manifest_json()), "link map": (base.with_suffix(".map"), self.link_map.encode())}
         outputs = [Output(str(path), role, "save()", binary=role == "cubin") for role, (path, _) in files.items()]
@@ -252,7 +254,7 @@ def failed(inputs: list[str | NamedBytes], options: LinkOptions, diagnostics: li
 
 
 def _cached_result(inputs: list[str | NamedBytes], options: LinkOptions, hit: cache.CachedLink, seconds: float) -> LinkResult:
-    ctx = LinkContext(list(inputs), options, target=hit.manifest.get("target"), cubin=hit.cubin, manifest=hit.manifest,
+    ctx = LinkContext(list(inputs), options, target=hit.manifest.target, cubin=hit.cubin, manifest=hit.manifest,
                       link_map=hit.link_map, link_picture=hit.link_picture, glue=hit.glue, monolithic=hit.monolithic,
                       timings=[("cache", seconds)], cache_hit=True)
     ctx.sink.extend(hit.diagnostics)  # the original link's warnings, replayed

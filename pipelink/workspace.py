@@ -13,9 +13,7 @@ import ctypes
 
 from . import driver as _cu
 from .driver import LaunchError
-
-REPORT_WORDS = 8
-
+from .manifest import WORKSPACE
 
 class EventTimeout(RuntimeError):
     """A debug build's wait spun past its bound: what waited for what, and what it saw."""
@@ -114,18 +112,20 @@ def read_timeout(kernel, stream: int) -> None:
     """After a debug launch: raise EventTimeout if a wait gave up during this launch."""
     drv = _cu.driver()
     _cu.call(f"cuStreamSynchronize after kernel '{kernel.name}'", drv.cuStreamSynchronize, drv.CUstream(stream))
-    report = (ctypes.c_uint64 * (REPORT_WORDS + 1))()
+    words = (ctypes.c_uint64 * len(WORKSPACE.report))()
     ws = workspace_of(kernel)
-    _cu.call("cuMemcpyDtoH (the timeout report)", drv.cuMemcpyDtoH, ctypes.addressof(report), ws.ptr,
-          (REPORT_WORDS + 1) * 8)
-    epoch, component, event, element, expected, observed, task, _, _ = list(report)
-    if epoch != ws.epoch:
+    _cu.call("cuMemcpyDtoH (the timeout report)", drv.cuMemcpyDtoH, ctypes.addressof(words), ws.ptr,
+             len(WORKSPACE.report) * 8)
+    report = dict(zip(WORKSPACE.report, words))
+    if report["epoch"] != ws.epoch:
         return
     ws.unknown = True  # CTAs that gave up left counts and claims behind: start the next launch afresh
-    comps = [c["name"] for c in kernel.manifest.get("components", [])]
-    events = [e["name"] for e in kernel.manifest.get("workspace", {}).get("events", [])]
+    m = kernel.manifest
+    comps = [c.name for c in m.components]
+    events = [e.name for e in m.workspace.events] if m.workspace is not None else []
     name = lambda seq, i: seq[i] if i < len(seq) else f"#{i}"  # noqa: E731
-    raise EventTimeout(kernel.name, name(comps, component), name(events, event), element, expected, observed, task)
+    raise EventTimeout(kernel.name, name(comps, report["component"]), name(events, report["event"]), report["element"],
+                       report["expected"], report["observed"], report["task"])
 
 
 __all__ = ["EventTimeout", "Workspace", "ensure_workspace", "mark_unknown", "release_workspace", "share_workspace", "read_timeout",

@@ -200,7 +200,9 @@ def test_warnings_are_replayed(cache_root):
                          related=(Location(pointer="/registers"),))
     custom = Diagnostic("PL073", "x", hint="a hint of its own", severity="note")
     assert Diagnostic.from_json(warning.to_json()) == warning and Diagnostic.from_json(custom.to_json()) == custom
-    fake = SimpleNamespace(cubin=b"\x7fELF", manifest={"target": "sm_90", "cubin_sha256": cache._sha256(b"\x7fELF")},
+    from pipelink.manifest import Manifest
+    fake = SimpleNamespace(cubin=b"\x7fELF", manifest=Manifest("k", (32, 1, 1), target="sm_90",
+                                                               cubin_sha256=cache._sha256(b"\x7fELF")),
                            link_map="map", link_picture="<svg/>", glue="glue", monolithic=None, diagnostics=[warning, custom])
     assert cache.store("ab" * 32, fake) == cache_root / "ab" / ("ab" * 32)
     assert cache.load("ab" * 32).diagnostics == [warning, custom]

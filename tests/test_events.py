@@ -174,7 +174,7 @@ def test_a_negative_gathered_index_names_no_event():
 
 
 def test_a_fixed_wait_is_met_once_per_cta_and_a_per_task_one_every_time():
-    from pipelink.event_glue import task_invariant
+    from pipelink.events import task_invariant
     from pipelink.events import Side
     from pipelink.expr import parse
     from pipelink.indexmap import parse_map

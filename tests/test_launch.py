@@ -487,7 +487,7 @@ def test_launch_builds_kernel_params(monkeypatch):
     k.pointer_device = lambda ptr: 0
     m = copy.deepcopy(MANIFEST)
     m["tiles"] = ["ceil_div(M, 32)"]
-    k.manifest, k.tiles = m, Kernel(m).tiles
+    k.manifest, k.tiles = Kernel(m).manifest, Kernel(m).tiles
     k.launch(FakeTensor(ptr=0xAB00), FakeCudaArray(ptr=0xCD00), 3200, 0.25, stream=SimpleNamespace(cuda_stream=9))
     assert fake.seen == dict(grid=(100, 1, 1), block=(128, 1, 1), smem=33024, stream=9,
                              values=[0xAB00, 0xCD00, 3200, 0.25], extra=0)
@@ -787,8 +787,7 @@ def test_conversions_match_torch():
 
 
 def _persistent_fake(monkeypatch, memsets: list):
-    from pipelink import workspace
-    from pipelink.glue import IMPLICIT_PARAMS
+    from pipelink.manifest import IMPLICIT_PARAMS
     fake = FakeDriver([ctypes.c_uint64, ctypes.c_int32, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint64,
                        ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint64])
     from cuda.bindings import driver
@@ -800,7 +799,8 @@ def _persistent_fake(monkeypatch, memsets: list):
          "tiles": ["ceil_div(M, 32)"],
          "params": [{"name": "x", "dtype": "f32", "pointer": True, "const": True},
                     {"name": "M", "dtype": "i32", "pointer": False, "const": False}]
-         + [{"name": n, "dtype": d, "pointer": p, "const": False, "implicit": kind} for n, d, p, kind in IMPLICIT_PARAMS],
+         + [{"name": p.name, "dtype": p.dtype, "pointer": p.pointer, "const": False, "implicit": p.kind}
+            for p in IMPLICIT_PARAMS],
          "workspace": {"header_words": 16, "events": [{"name": "e", "shape": ["ceil_div(M, 32)"]}]}}
     k = fake_occupancy(Kernel(m), sms=132, per_sm=1)
     k.function = object()
@@ -848,7 +848,7 @@ def test_a_manifest_from_before_the_event_regions_is_refused(monkeypatch):
     """Older persistent kernels took (workspace, epoch, task_base) and tagged counters with the
     epoch; sharing a workspace with them would leave dirty counters: the launcher asks for a relink."""
     fake, k = _persistent_fake(monkeypatch, [])
-    m = dict(k.manifest)
+    m = k.manifest.to_json()
     m["params"] = [p for p in m["params"] if p.get("implicit") in (None, "workspace", "epoch", "task_base")]
     with pytest.raises(ValueError, match="link it again"):
         Kernel(m)

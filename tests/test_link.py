@@ -41,14 +41,14 @@ def test_link_produces_a_verified_kernel(linked, name):
     assert not [d for d in result.diagnostics if d.severity == "warning"], [d.render() for d in result.diagnostics]
     info = read_cubin(result.cubin)[name]
     m = result.manifest
-    assert m["kernel"] == name
+    assert m.kernel == name
     # a register budget is the kernel's __maxnreg__, which excludes __launch_bounds__
-    assert info.max_threads is None if result.context.allocation.registers else m["block"][0] == info.max_threads[0]
+    assert info.max_threads is None if result.context.allocation.registers else m.block[0] == info.max_threads[0]
     assert info.registers <= result.context.allocation.registers
     assert info.frame_bytes == 0 and info.static_smem_bytes == 0
     # nothing left uninlined but the compiler's own math subroutines (IEEE division's slow path)
     assert all(n.startswith(MATH_SUBROUTINE) for n in info.subroutines)
-    assert m["dynamic_smem"] > 0 and m["cubin_sha256"]
+    assert m.dynamic_smem > 0 and m.cubin_sha256
 
 
 def test_rowsum_uses_only_syncthreads(linked):
@@ -229,7 +229,7 @@ def test_inspect_refuses_a_malformed_manifest(linked, tmp_path, capsys, manifest
     cubin.write_bytes(linked["rowsum"].cubin)
     if isinstance(manifest, str):  # the real manifest with one field of another type
         field, value = manifest.split()
-        manifest = json.dumps(dict(linked["rowsum"].manifest, **{field: json.loads(value)})).encode()
+        manifest = json.dumps(dict(linked["rowsum"].manifest.to_json(), **{field: json.loads(value)})).encode()
     (tmp_path / "rowsum.json").write_bytes(manifest)
     assert main(["inspect", str(cubin)]) == 2
     err = capsys.readouterr().err

@@ -29,6 +29,7 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 from pipelink.builder import BuildOptions, build_component, cutlass_include_dir
@@ -173,7 +174,7 @@ def sass_only(args, tmp: Path) -> None:
         start = time.perf_counter()
         result, control = link_both(objects, pipeline, dispatch)
         row = {"pipeline": pipeline, "geometry": label, "dispatch": dispatch or "-",
-               **compare_text(result.cubin, control, result.manifest["kernel"]),
+               **compare_text(result.cubin, control, result.manifest.kernel),
                "seconds": round(time.perf_counter() - start, 1)}
         rows.append(row)
         print(f"{pipeline:18} {label:20} {row['dispatch']:8} .text {row['linked_bytes']} B linked, "
@@ -217,11 +218,11 @@ def main():
     seed = int(torch.randint(0, 2**31 - 1, (1,)).item())
     for pipeline, label, edits, shapes, make, dispatch, objects in configurations(args, tmp):
         result, control_cubin_bytes = link_both(objects, pipeline, dispatch)
-        name = result.manifest["kernel"]
+        name = result.manifest.kernel
         linked_text, control_text = read_cubin(result.cubin)[name].text, read_cubin(control_cubin_bytes)[name].text
         identical = linked_text == control_text
         # The control is another cubin with the same kernel: the manifest, with its hash.
-        control_manifest = dict(result.manifest, cubin_sha256=hashlib.sha256(control_cubin_bytes).hexdigest())
+        control_manifest = replace(result.manifest, cubin_sha256=hashlib.sha256(control_cubin_bytes).hexdigest())
         linked_k, control_k = result.kernel(), Kernel.load(control_cubin_bytes, control_manifest)
         # One event workspace for both: the same addresses, so data placement cannot differ.
         control_k.share_workspace(linked_k)

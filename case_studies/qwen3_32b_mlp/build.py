@@ -89,11 +89,11 @@ def main() -> None:
     for kernel in KERNELS:
         result, s = link_one(kernel)
         (BUILD / f"{kernel}.cubin").write_bytes(result.cubin)
-        (BUILD / f"{kernel}.json").write_text(json.dumps(result.manifest, indent=1))
+        (BUILD / f"{kernel}.json").write_text(json.dumps(result.manifest.to_json(), indent=1))
         (BUILD / f"{kernel}.map").write_text(result.link_map)
-        res = result.manifest.get("resources", {})
-        print(f"linked {kernel}: {result.manifest['block'][0]} threads, {result.manifest['dynamic_smem']} B smem, "
-              f"{res.get('registers')} registers at entry, {s:.2f} s")
+        m = result.manifest
+        print(f"linked {kernel}: {m.block[0]} threads, {m.dynamic_smem} B smem, "
+              f"{m.resources.registers if m.resources else None} registers at entry, {s:.2f} s")
     if args.link_cost:
         link_cost()
 
