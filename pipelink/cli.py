@@ -402,10 +402,7 @@ def _link_options(args, sink: DiagnosticSink):
     wires = [w for w in (parse_wire(t, sink) for t in args.wire) if w]
     if sink.has_errors:
         return None
-    spec.wires = tuple(spec.wires) + tuple(wires)
-    spec.schedule = args.schedule or spec.schedule
-    spec.dispatch = args.dispatch or spec.dispatch
-    spec.debug_events = args.debug_events or spec.debug_events
+    specialize = dict(spec.specialize)
     for item in args.specialize:
         name, _, value = item.partition("=")
         try:
@@ -415,13 +412,15 @@ def _link_options(args, sink: DiagnosticSink):
         if number is None or not -2**63 <= number < 2**63:  # the range the pipeline file's schema allows
             sink.error("PL001", f"--specialize {item[:80]!r}: write NAME=INTEGER (a signed 64-bit value)")
         else:
-            spec.specialize[name.strip()] = number
+            specialize[name.strip()] = number
     if sink.has_errors:
         return None
     if args.name is not None and not is_identifier(args.name):
         sink.error("PL001", f"--name {args.name!r} is not a C identifier", hint="the kernel's name is a C identifier")
         return None
-    spec.name = args.name or spec.name
+    spec = replace(spec, name=args.name or spec.name, wires=tuple(spec.wires) + tuple(wires),
+                   schedule=args.schedule or spec.schedule, dispatch=args.dispatch or spec.dispatch,
+                   debug_events=args.debug_events or spec.debug_events, specialize=specialize)
     return LinkOptions(arch=args.arch, pipeline=spec, monolithic=bool(args.emit_monolithic), cache=not args.no_cache)
 
 

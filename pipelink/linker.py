@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from . import cache, toolchain
 from .diagnostics import Diagnostic, DiagnosticSink, Location, PipelinkError
 from .inputs import NamedBytes
-from .pipeline import PipelineSpec
+from .pipeline import NOT_IN_KEY, PipelineSpec
 
 if TYPE_CHECKING:  # the passes import their modules when they run: a cache hit needs none of them
     from .allocate import Allocation
@@ -26,13 +26,15 @@ if TYPE_CHECKING:  # the passes import their modules when they run: a cache hit 
     from .resolve import Resolved
 
 
-@dataclass
+@dataclass(frozen=True)
 class LinkOptions:
+    """What to link and how. Frozen, and the link cache keys on every field but the ones marked NOT_IN_KEY."""
+
     arch: str | None = None              # None: the first target every component supports
     pipeline: PipelineSpec = field(default_factory=PipelineSpec)
     monolithic: bool = False             # also generate the one-unit control source
     optimize: bool = True
-    cache: bool = True                   # reuse an identical earlier link (pipelink/cache.py)
+    cache: bool = field(default=True, metadata=NOT_IN_KEY)  # reuse an identical earlier link (cache.py)
 
 
 @dataclass

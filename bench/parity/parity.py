@@ -134,7 +134,7 @@ def link_both(objects: dict, pipeline: str, dispatch):
     if spec is None:
         sys.exit("\n".join(d.render() for d in sink.items))
     if dispatch:
-        spec.dispatch = dispatch
+        spec = replace(spec, dispatch=dispatch)
     result = link([objects[n] for n in spec.components], LinkOptions(pipeline=spec, monolithic=True, cache=False))
     if not result.ok:
         sys.exit("\n".join(d.render() for d in result.diagnostics))
