@@ -9,10 +9,9 @@ import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .collect import Collected, collect, collect_each
 from .diagnostics import Diagnostic, DiagnosticSink, Location, PipelinkError
 from .inputs import NamedBytes
-from .linker import LinkOptions, LinkResult
+from .linker import LinkContext, LinkOptions, LinkResult, run_passes
 from .manifest import Manifest
 from .model import Component
 from .pipeline import PipelineSpec, load_pipeline, load_pipeline_dict
@@ -79,6 +78,14 @@ def _raise_on_errors(sink: DiagnosticSink) -> None:
 # --- check -------------------------------------------------------------------------------------
 
 @dataclass
+class Collected:
+    """One checked set: its components and the link target chosen for them (None where there is none)."""
+
+    components: list[Component]
+    target: str | None
+
+
+@dataclass
 class CheckResult:
     """What `pipelink.check` found: each checked set (one per component unless checked together),
     the link map where a pipeline was given, and the warnings."""
@@ -98,23 +105,28 @@ class CheckResult:
         return targets.pop() if len(targets) == 1 else None
 
 
-def check_pipeline(got: Collected, spec: PipelineSpec, sink: DiagnosticSink, picture: bool = False):
-    """The link's decisions up to the glue, over contracts alone: what CI can know before any build.
-    Returns the link map of those decisions, or with `picture` (map, its SVG picture, kernel name);
-    None after an error."""
-    from .allocate import allocate
-    from .emit import link_map
-    from .resolve import resolve
-    r = resolve(got.components, spec, sink)
-    if r is None or sink.has_errors:
-        return None
-    a = allocate(r, got.target, sink)
-    if a is None or sink.has_errors:
-        return None
-    if not picture:
-        return link_map(r, a, got.target)
-    from .picture import svg
-    return link_map(r, a, got.target), svg(r, a, got.target), r.name
+def run_checks(items: list[str | NamedBytes], sink: DiagnosticSink, arch: str | None = None,
+               pipeline: PipelineSpec | None = None, together: bool = False) -> tuple[list[Collected], LinkContext | None]:
+    """`pipelink check`, through the linker's passes: each file read on its own and each of its
+    components checked as a set of one (with its conformance probe), or, `together`, the components as
+    one kernel's set; a `pipeline` implies `together` and goes on to the link's decisions short of
+    compiling (resolve, allocate, and the map of them). Returns the sets, and with a pipeline the
+    context of that run (its `link_map`, `link_picture`, `resolved`), else None."""
+    if pipeline is not None or together:
+        extra = ("probe", "map") if pipeline is not None else ("probe",)
+        ctx = run_passes(items, LinkOptions(arch=arch, pipeline=pipeline or PipelineSpec()), until=extra[-1],
+                         extra=extra)
+        sink.extend(ctx.sink.items)
+        return [Collected(ctx.components, ctx.target)], ctx if pipeline is not None else None
+    sets = []
+    for item in items:  # unrelated components (every object of a folder) need not fit one kernel together
+        read = run_passes([item], until="read")
+        sink.extend(read.sink.items)
+        for comp in read.components:
+            one = run_passes(options=LinkOptions(arch=arch), components=[comp], until="probe")
+            sink.extend(one.sink.items)
+            sets.append(Collected([comp], one.target))
+    return sets, None
 
 
 def check(inputs, *, pipeline=None, arch: str | None = None, together: bool = False) -> CheckResult:
@@ -125,13 +137,9 @@ def check(inputs, *, pipeline=None, arch: str | None = None, together: bool = Fa
     sink = DiagnosticSink()
     spec = as_pipeline(pipeline, sink) if pipeline is not None else None
     _raise_on_errors(sink)
-    if together or spec is not None:
-        sets = [collect(items, sink, arch)]
-    else:
-        sets = collect_each(items, sink, arch)
-    text = check_pipeline(sets[0], spec, sink) if spec is not None and not sink.has_errors else None
+    sets, ctx = run_checks(items, sink, arch, spec, together)
     _raise_on_errors(sink)
-    return CheckResult(sets, text, sink.items)
+    return CheckResult(sets, ctx.link_map if ctx is not None else None, sink.items)
 
 
 # --- build -------------------------------------------------------------------------------------
@@ -256,5 +264,5 @@ def load(path: str | os.PathLike, device: int | None = 0):
     return image if device is None else image.kernel(device)
 
 
-__all__ = ["CheckResult", "KernelImage", "as_input", "as_inputs", "as_pipeline", "build", "check", "check_pipeline",
+__all__ = ["CheckResult", "Collected", "KernelImage", "as_input", "as_inputs", "as_pipeline", "build", "check", "run_checks",
            "link", "load"]

@@ -305,8 +305,9 @@ def _inspect_manifest(path: Path, cubin: bytes, item: dict, sink: DiagnosticSink
 
 
 def cmd_check(args) -> int:
-    from .collect import collect, collect_each
+    from .api import run_checks
     from .picture import map_output
+    from .pipeline import load_pipeline
     from .report import contract_summary
 
     sink = DiagnosticSink()
@@ -317,11 +318,12 @@ def cmd_check(args) -> int:
     if not check_outputs(outputs, object_inputs(args.files, args.pipeline), sink, _report(args.format)):
         return _finish(sink, args.format, {}, [])
     together = args.set or args.pipeline is not None
-    got = [collect(args.files, sink, args.arch)] if together else collect_each(args.files, sink, args.arch)
-    made = _check_as_pipeline(got[0], args.pipeline, sink) if args.pipeline and not sink.has_errors else None
+    spec = load_pipeline(args.pipeline, sink) if args.pipeline else None
+    got, ctx = run_checks(args.files, sink, args.arch, spec, together) if not sink.has_errors else ([], None)
     _werror(sink, args.werror)
-    if made is not None and args.map and not sink.has_errors:
-        write_outputs({args.map: map_output(args.map, *made).encode()}, sink)
+    if ctx is not None and args.map and not sink.has_errors:
+        write_outputs({args.map: map_output(args.map, ctx.link_map, ctx.link_picture, ctx.resolved.name).encode()},
+                      sink)
     ok = not sink.has_errors
     checked = [(c, g.target) for g in got for c in g.components]
     targets = {target for _, target in checked}
@@ -348,15 +350,6 @@ def _check_summary(checked, together: bool) -> str:
 def _report(fmt: str) -> str | None:
     """What else a command prints on stdout, for check_outputs."""
     return f"the --format {fmt} report" if fmt != "text" else None
-
-
-def _check_as_pipeline(got, pipeline: str, sink: DiagnosticSink) -> tuple[str, str, str] | None:
-    """The link map of what linking as the pipeline file decides, its picture and the kernel's name
-    (None after an error)."""
-    from .api import check_pipeline
-    from .pipeline import load_pipeline
-    spec = load_pipeline(pipeline, sink)
-    return None if spec is None else check_pipeline(got, spec, sink, picture=True)
 
 
 def cmd_header(args) -> int:

@@ -11,7 +11,7 @@ from pipelink.cubin import read_cubin
 from pipelink.diagnostics import DiagnosticSink
 from pipelink.inputs import embed_contract
 from pipelink.linker import LinkOptions, link
-from pipelink.monolithic import compare_text, control_cubin
+from pipelink.monolithic import compare_text
 from pipelink.pipeline import load_pipeline
 from pipelink.shipped import REPO, shipped_pipelines
 from pipelink.verify import MATH_SUBROUTINE
@@ -20,18 +20,19 @@ PIPELINES = {p.name: p for p in shipped_pipelines()}
 GOLDEN = Path(__file__).parent / "golden"
 
 
-def link_shipped(objects, name, **files):
+def link_shipped(objects, name, extra=(), **files):
     pipe = PIPELINES[name]
     sink = DiagnosticSink()
     spec = load_pipeline(pipe.path, sink)
     inputs = [str(files.get(n, objects[n])) for n in pipe.components]
     # no cache: tests read result.context (allocation, nvjitlink_options), and a second link must really link
-    return link(inputs, LinkOptions(pipeline=spec, monolithic=True, cache=False))
+    return link(inputs, LinkOptions(pipeline=spec, monolithic=True, cache=False), extra=extra)
 
 
 @pytest.fixture(scope="module")
 def linked(shipped_objects):
-    return {name: link_shipped(shipped_objects, name) for name in PIPELINES}
+    """Every shipped pipeline linked, with its one-unit control (the optional `control` pass)."""
+    return {name: link_shipped(shipped_objects, name, extra=("control",)) for name in PIPELINES}
 
 
 @pytest.mark.parametrize("name", sorted(PIPELINES))
@@ -66,7 +67,7 @@ def test_one_unit_control_gives_the_same_machine_code(linked, name):
     """The same sources and glue compiled as one translation unit (by nvcc, as `pipelink build`
     compiles the components): byte-identical kernel .text."""
     result = linked[name]
-    cmp = compare_text(result.cubin, control_cubin(result.context), name)
+    cmp = compare_text(result.cubin, result.context.control_cubin, name)
     assert cmp["linked_bytes"] > 1000
     assert cmp["identical"], cmp
 

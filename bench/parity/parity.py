@@ -3,7 +3,7 @@
 For every configuration (pipeline x tile geometry x problem shape x dispatch): link with pipelink;
 compile the one-unit control (the same component sources and the same glue as one translation
 unit, `pipelink link --emit-monolithic`) with nvcc as `pipelink build` compiles the components, and
-link it with the same nvJitLink options (pipelink.monolithic.control_cubin); compare the kernels'
+link it with the same nvJitLink options (the link's optional `control` pass); compare the kernels'
 .text byte for byte; check both against a reference; time both, alternating, medians of SAMPLES
 samples of LAUNCHES launches each, fresh random data rotated over more than the L2; in each round
 both kernels read the same inputs from a scrubbed L2. Persistent kernels share one event workspace,
@@ -38,7 +38,7 @@ from pipelink.jsonread import parse
 from pipelink.linker import LinkOptions, link
 from pipelink.loader import load_contract_bytes, load_contract_file
 from pipelink.model import Source
-from pipelink.monolithic import compare_text, control_cubin
+from pipelink.monolithic import compare_text
 from pipelink.pipeline import load_pipeline
 from pipelink.problems import (chain_problem, gemm_problem, gemv_problem, max_error, moe_problem, rowsum_problem,
                                splitk_problem)
@@ -135,10 +135,11 @@ def link_both(objects: dict, pipeline: str, dispatch):
         sys.exit("\n".join(d.render() for d in sink.items))
     if dispatch:
         spec = replace(spec, dispatch=dispatch)
-    result = link([objects[n] for n in spec.components], LinkOptions(pipeline=spec, monolithic=True, cache=False))
+    result = link([objects[n] for n in spec.components], LinkOptions(pipeline=spec, monolithic=True, cache=False),
+                  extra=("control",))
     if not result.ok:
         sys.exit("\n".join(d.render() for d in result.diagnostics))
-    return result, control_cubin(result.context)
+    return result, result.context.control_cubin
 
 
 def configurations(args, tmp: Path):
