@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from . import driver as _cu
 from . import expr as _expr
 from .driver import LaunchError, gpu_available  # noqa: F401  (the launcher's errors and probe)
-from .manifest import IMPLICIT_PARAMS, ImplicitParam, Manifest, ParamSpec
+from .manifest import IMPLICIT_PARAMS, ImplicitParam, Manifest, ManifestError, ParamSpec
 from .model import DTYPE_BYTES, INTEGER_DTYPES
 from .scalars import float_to_bf16_bits, float_to_f16_bits, float_to_fp8_e4m3_bits, float_to_fp8_e5m2_bits
 
@@ -160,6 +160,10 @@ class Kernel:
 
     def __post_init__(self):
         m = self.manifest = Manifest.of(self.manifest)  # raises ManifestError (a ValueError) for a bad one
+        if m.persistent and m.version < 2:
+            raise ManifestError(f"manifest of kernel '{m.kernel}': it was linked by an earlier pipelink (manifest "
+                                f"version {m.version}), whose event workspace this launcher no longer manages; "
+                                "link it again")
         self.params = m.params
         self._user_params = m.user_params
         self.block = m.block
@@ -589,8 +593,10 @@ class Kernel:
 
     def prepare(self, *args, grid=None, **kwargs) -> "PreparedLaunch":
         """Check and pack the arguments once; `PreparedLaunch.launch()` then repeats the launch at
-        the cost of the driver call (a persistent kernel also takes its event region and task base
-        each time). The arrays must stay where they are: prepare again after reallocating one."""
+        the cost of the driver call, the same arguments every time (a persistent kernel keeps its place
+        in its event workspace on the device), so a CUDA graph may capture it and replay it. A persistent
+        kernel's workspace is allocated here where it is missing or too small: prepare before a capture.
+        The arrays must stay where they are: prepare again after reallocating one."""
         values = self.bind(args, kwargs)
         packed = self._pack_all(values)
         env = self.shape_env(values)
@@ -604,13 +610,18 @@ class Kernel:
                                     f"are not integer parameters: pass grid= (e.g. kernel.grid_for(...))")
             grid = self.grid_for(**env)
         dims = _grid_dims(grid)
-        events = None
-        if any(p.implicit for p in self.params):
-            events = self._events_for(env, dims)
+        workspace = None
+        if self.manifest.persistent:
+            self._require_loaded("the event workspace")
+            from .workspace import ensure_workspace
+            implicit = ensure_workspace(self, *self._events_for(env, dims))
+            workspace = implicit["workspace"]
             slots = {p.kind: _implicit_value(p) for p in IMPLICIT_PARAMS}
+            for kind, slot in slots.items():
+                slot.value = implicit[kind]
             it = iter(packed)
             packed = [slots[p.implicit] if p.implicit else next(it) for p in self.params]
-        return PreparedLaunch(self, packed, dims, events, values)
+        return PreparedLaunch(self, packed, dims, workspace, values)
 
     # --- event tensors (persistent kernels) ------------------------------------------------
 
@@ -622,27 +633,25 @@ class Kernel:
             self._memo[key] = sum(e.words(shapes) for e in ws.events) if ws is not None else 0
         return self._memo[key]
 
-    def _events_for(self, env: dict, dims) -> tuple[int, int, int]:
-        """(header words, event words, task claims) of a persistent launch of this shape and grid."""
+    def _events_for(self, env: dict, dims) -> tuple[int, int]:
+        """(header words, event words) of a persistent launch of this shape and grid."""
         if self.manifest.dispatch == "static" and math.prod(dims) > self.resident_blocks():
             # Static dispatch waits across CTAs: every CTA must be resident at once, or a waiting
             # CTA can hold the multiprocessor a notifying one needs.
             raise ArgumentError(f"kernel '{self.name}' dispatches tasks statically across CTAs that wait for each "
                                 f"other: grid {math.prod(dims)} exceeds the {self.resident_blocks()} blocks the "
                                 "device holds at once")
-        # Only a dynamic dispatch claims tasks: every task once, and one final claim per CTA.
-        claims = self.total_tiles(**env) + math.prod(dims) if self.manifest.dispatch == "dynamic" else 0
         ws = self.manifest.workspace
-        return (ws.header_words if ws is not None else 0), self.event_words(**env), claims
+        return (ws.header_words if ws is not None else 0), self.event_words(**env)
 
     def share_workspace(self, other: "Kernel") -> None:
         """Use `other`'s event workspace: the same memory and launch sequence (never launch both at once)."""
         from .workspace import share_workspace
         share_workspace(self, other)
 
-    def _check_timeout(self, stream: int) -> None:
+    def _check_timeout(self, stream: int, workspace: int) -> None:
         from .workspace import read_timeout
-        read_timeout(self, stream)
+        read_timeout(self, stream, workspace)
 
     def launch_packed(self, packed: list, grid: tuple[int, int, int], stream: int = 0) -> None:
         """cuLaunchKernel with already packed arguments (the ctypes objects of `pack_args`)."""
@@ -676,6 +685,13 @@ def balanced_grid(tiles: int, resident: int) -> int:
     return -(-tiles // rounds)
 
 
+def _capturing(stream: int) -> bool:
+    """Whether `stream` is being captured into a CUDA graph (nothing may wait for it then)."""
+    drv = _cu.driver()
+    status = _cu.call("cuStreamIsCapturing", drv.cuStreamIsCapturing, drv.CUstream(stream))
+    return status != drv.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE
+
+
 def _param_slots(packed: list):
     """kernelParams: a void*[n], each pointing at one ctypes value, the form every cuda-bindings
     version takes as-is. cuLaunchKernel copies the values before it returns, so the values may
@@ -688,33 +704,22 @@ class PreparedLaunch:
     """A launch whose arguments are checked and packed (`Kernel.prepare`)."""
 
     kernel: Kernel
-    packed: list              # ctypes values in parameter order; implicit ones refilled per launch
+    packed: list              # ctypes values in parameter order, the implicit ones included
     dims: tuple[int, int, int]
-    events: tuple[int, int, int] | None = None  # persistent: (header words, event words, task claims)
+    workspace: int | None = None  # persistent: the event workspace this launch uses
     keep: object = field(default=None, repr=False)  # the arrays, kept alive as long as this is
 
     def __post_init__(self):
-        self._slots = _param_slots(self.packed)  # built once: a launch only refills values
+        self._slots = _param_slots(self.packed)  # built once: every launch passes the same values
         self._params_address = ctypes.addressof(self._slots) if self.packed else 0
-        self._implicit = [(slot, p.implicit) for p, slot in zip(self.kernel.params, self.packed) if p.implicit]
         ws = self.kernel.manifest.workspace
         self._debug = ws is not None and ws.debug
 
     def launch(self, stream=None) -> None:
-        """Launch asynchronously on `stream` (None: the legacy default stream, 0)."""
+        """Launch asynchronously on `stream` (None: the legacy default stream, 0). Nothing on the host
+        changes from one launch to the next: a CUDA graph may capture this and replay it."""
         k, handle = self.kernel, _stream_handle(stream)
         k._require_loaded("cuLaunchKernel")
-        if self.events is not None:
-            from .workspace import ensure_workspace, mark_unknown
-            fresh = ensure_workspace(k, *self.events)
-            for slot, kind in self._implicit:
-                slot.value = fresh[kind]
-            try:
-                k._launch_slots(self._params_address, self.dims, handle)
-            except BaseException:
-                mark_unknown(k)  # the region this launch was to clear is still dirty
-                raise
-        else:
-            k._launch_slots(self._params_address, self.dims, handle)
-        if self._debug:
-            k._check_timeout(handle)
+        k._launch_slots(self._params_address, self.dims, handle)
+        if self._debug and not _capturing(handle):  # a debug build reports a wait that gave up
+            k._check_timeout(handle, self.workspace)

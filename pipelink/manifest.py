@@ -20,8 +20,11 @@ from . import expr as _expr
 from .model import DTYPE_BYTES, DTYPE_C, INTEGER_DTYPES, is_identifier
 from .tensormap import TensorMapDecl
 
-MANIFEST_VERSION = 1
-READABLE_VERSIONS = (1,)
+# 2: a persistent kernel keeps its place in the event workspace on the device (IMPLICIT_PARAMS, WORKSPACE);
+# 1: the launcher passed it in per launch. Version 1 manifests are read (inspect, load); their persistent
+# kernels are refused at launch (link them again), the others launch as before.
+MANIFEST_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 MAX_BLOCK_THREADS = 1024
 
 
@@ -45,33 +48,42 @@ class ImplicitParam:
         return f"{ctype}* __restrict__ {self.name}" if self.pointer else f"{ctype} {self.name}"
 
 
-# In kernel-parameter order, after the user's parameters: the workspace (its header), this launch's
-# zeroed event region, the region and word count it zeroes for the next launch, the epoch naming the
-# launch in a debug report, and where its task claims start (pipelink/workspace.py).
+# In kernel-parameter order, after the user's parameters: the workspace and the capacity of each of its
+# two event regions. Both stay the same from launch to launch (pipelink/workspace.py): everything that
+# changes per launch lives in the workspace header, so a CUDA graph can capture a launch and replay it.
 IMPLICIT_PARAMS = (ImplicitParam("pl_workspace", "workspace", "u64", True),
-                   ImplicitParam("pl_events", "events", "u64", True),
-                   ImplicitParam("pl_clear", "clear", "u64", True),
-                   ImplicitParam("pl_clear_words", "clear_words", "u64", False),
-                   ImplicitParam("pl_epoch", "epoch", "u32", False),
-                   ImplicitParam("pl_task_base", "task_base", "u64", False))
+                   ImplicitParam("pl_region_words", "region_words", "u64", False))
 IMPLICIT_KINDS = tuple(p.kind for p in IMPLICIT_PARAMS)
-# Kernels linked before counters were zeroed at launch took these and tagged counters with the epoch.
+# Manifest version 1: the launcher passed this launch's region, the region to clear, its size, the epoch
+# and the first task claim (readable, refused at launch); before that, epoch-tagged counters.
+V1_IMPLICIT_KINDS = ("workspace", "events", "clear", "clear_words", "epoch", "task_base")
 LEGACY_IMPLICIT_KINDS = ("workspace", "epoch", "task_base")
 
 
 @dataclass(frozen=True)
 class WorkspaceLayout:
-    """The header of the event workspace, in 64-bit words; the event regions follow it."""
+    """The header of the event workspace, in 64-bit words; the two event regions follow it.
+
+    A launch reads `launch_word` (launches finished on this workspace): it counts in region
+    `launch & 1`, zeroes the other region (`used_words + other` words, as the launch before it
+    recorded) for the launch after it, and records its own count in `used_words + launch & 1`. The
+    last CTA out (`exit_word` counts them) zeroes the task counter and the exit count and moves
+    `launch_word` on. So every launch leaves the header as the next one needs it, with nothing from
+    the host: no reset in the stream, and a captured launch replays correctly."""
 
     header_words: int = 16
     # A debug build's timeout report, words 0..7 (pl::events::Timeout): the launch's epoch (non-zero
     # once written), indices into the manifest's components and events, the element's linear index,
     # the count waited for and the one seen, the waiting task, and the flag that makes every CTA leave.
     report: tuple[str, ...] = ("epoch", "component", "event", "element", "expected", "observed", "task", "abort")
-    task_counter_word: int = 8  # the dynamic dispatch's task counter, never reset
+    task_counter_word: int = 8  # the dynamic dispatch's task counter: zero when a launch starts and ends
+    launch_word: int = 9        # launches finished on this workspace: which region the next one counts in
+    exit_word: int = 10         # CTAs of the running launch that are done
+    used_words: int = 11        # two words: the counters each region's last launch used
 
     def __post_init__(self):
-        assert len(self.report) <= self.task_counter_word < self.header_words
+        words = [self.task_counter_word, self.launch_word, self.exit_word, self.used_words, self.used_words + 1]
+        assert len(self.report) <= min(words) and max(words) < self.header_words and len(set(words)) == len(words)
 
 
 WORKSPACE = WorkspaceLayout()
@@ -90,7 +102,11 @@ def workspace_header() -> str:
         "namespace events {\n\n"
         "// Enumerators, not variables: they leave no symbol in the linked cubin.\n"
         f"enum : unsigned {{\n  kWorkspaceHeaderWords = {WORKSPACE.header_words}u,\n"
-        f"  kTaskCounterWord = {WORKSPACE.task_counter_word}u,  // the dynamic dispatch's task counter\n}};\n\n"
+        f"  kTaskCounterWord = {WORKSPACE.task_counter_word}u,  // the dynamic dispatch's task counter\n"
+        f"  kLaunchWord = {WORKSPACE.launch_word}u,  // launches finished: the next one counts in region launch & 1\n"
+        f"  kExitWord = {WORKSPACE.exit_word}u,  // CTAs of the running launch that are done\n"
+        f"  kUsedWords = {WORKSPACE.used_words}u,  // two words: the counters each region's last launch used\n"
+        "};\n\n"
         "// Where a debug build reports a wait that never ended: the first words of the workspace, which\n"
         "// the launcher reads back after the kernel has stopped.\n"
         f"struct Timeout {{\n{fields}\n}};\n"
@@ -336,7 +352,7 @@ class _Reader:
         if not isinstance(tiles, list) or not all(isinstance(t, (str, int)) and not isinstance(t, bool) for t in tiles):
             raise self.error("'tiles' must be a list of integer expressions")
         return Manifest(
-            kernel=self.kernel, block=self.block(), dynamic_smem=smem, params=self.params(),
+            kernel=self.kernel, block=self.block(), dynamic_smem=smem, params=self.params(version),
             tiles=tuple(str(t) for t in tiles), version=version,
             pipelink=self.optional("pipelink", str, "a version string"),
             target=self.optional("target", str, "a target arch"),
@@ -359,7 +375,8 @@ class _Reader:
             raise self.error(f"block {list(block)} has more than {MAX_BLOCK_THREADS} threads")
         return block
 
-    def params(self) -> tuple[ParamSpec, ...]:
+    def params(self, version: int) -> tuple[ParamSpec, ...]:
+        kinds_of_version = IMPLICIT_KINDS if version >= 2 else V1_IMPLICIT_KINDS
         raw = self.doc.get("params", [])
         if not isinstance(raw, list):
             raise self.error("'params' must be a list")
@@ -379,7 +396,7 @@ class _Reader:
             if not isinstance(p.get("pointer"), bool) or not isinstance(p.get("const", False), bool):
                 raise self.error(f"parameter '{name}': 'pointer' and 'const' must be booleans")
             implicit = p.get("implicit")
-            if implicit is not None and implicit not in IMPLICIT_KINDS:
+            if implicit is not None and implicit not in kinds_of_version + LEGACY_IMPLICIT_KINDS:
                 raise self.error(f"parameter '{name}' has unknown implicit kind {implicit!r}")
             tmap = None
             if p.get("tensor_map") is not None:
@@ -392,9 +409,9 @@ class _Reader:
         if kinds and sorted(kinds) == sorted(LEGACY_IMPLICIT_KINDS):
             raise self.error("it was linked by an earlier pipelink, whose event counters this launcher no longer "
                              "manages; link it again")
-        if kinds and sorted(kinds) != sorted(IMPLICIT_KINDS):
-            raise self.error(f"implicit parameters {kinds}: a persistent kernel takes each of "
-                             f"{list(IMPLICIT_KINDS)} once")
+        if kinds and sorted(kinds) != sorted(kinds_of_version):
+            raise self.error(f"implicit parameters {kinds}: a persistent kernel of manifest version {version} takes "
+                             f"each of {list(kinds_of_version)} once")
         return tuple(params)
 
     def int_map(self, key: str) -> dict:

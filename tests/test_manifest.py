@@ -15,7 +15,7 @@ from pipelink.manifest import (IMPLICIT_PARAMS, MANIFEST_VERSION, WORKSPACE, Eve
 REPO = Path(__file__).resolve().parent.parent
 
 PERSISTENT = {
-    "manifest": 1, "pipelink": "0.1.0", "kernel": "chain", "target": "sm_90", "schedule": "persistent",
+    "manifest": 2, "pipelink": "0.1.0", "kernel": "chain", "target": "sm_90", "schedule": "persistent",
     "block": [128, 1, 1], "dynamic_smem": 1024,
     "params": [{"name": "x", "dtype": "f32", "pointer": True, "const": True},
                {"name": "M", "dtype": "i32", "pointer": False, "const": False}]
@@ -50,6 +50,7 @@ def test_a_minimal_manifest_takes_defaults():
 
 @pytest.mark.parametrize("change, words", [
     (lambda m: m.update(manifest=99), "version 99.*newer pipelink"),
+    (lambda m: m.update(manifest=1), "unknown implicit kind .region_words."),
     (lambda m: m.update(colour="red"), "unknown field.*'colour'"),
     (lambda m: m["params"][0].update(shape=[1]), "unknown field.*'shape'"),
     (lambda m: m.update(schedule="eager"), "'schedule' must be one of"),
@@ -94,9 +95,7 @@ def test_the_glue_and_the_manifest_declare_the_same_implicit_parameters():
 
     from pipelink.glue import kernel_params
     r = SimpleNamespace(params=[], specialize={}, schedule="persistent")
-    assert kernel_params(r) == ["unsigned long long* __restrict__ pl_workspace",
-                                "unsigned long long* __restrict__ pl_events", "unsigned long long* __restrict__ pl_clear",
-                                "unsigned long long pl_clear_words", "unsigned pl_epoch", "unsigned long long pl_task_base"]
+    assert kernel_params(r) == ["unsigned long long* __restrict__ pl_workspace", "unsigned long long pl_region_words"]
     kinds = {p.implicit for p in Manifest.from_json(copy.deepcopy(PERSISTENT)).params if p.implicit}
     assert kinds == {p.kind for p in IMPLICIT_PARAMS}
 

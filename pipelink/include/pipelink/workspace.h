@@ -10,6 +10,9 @@ namespace events {
 enum : unsigned {
   kWorkspaceHeaderWords = 16u,
   kTaskCounterWord = 8u,  // the dynamic dispatch's task counter
+  kLaunchWord = 9u,  // launches finished: the next one counts in region launch & 1
+  kExitWord = 10u,  // CTAs of the running launch that are done
+  kUsedWords = 11u,  // two words: the counters each region's last launch used
 };
 
 // Where a debug build reports a wait that never ended: the first words of the workspace, which
