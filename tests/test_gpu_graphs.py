@@ -210,45 +210,56 @@ def test_replays_and_eager_launches_take_turns(kernels, dispatch):
 CASE = Path(__file__).resolve().parent.parent / "case_studies" / "moe_four_owners"
 
 
-@pytest.mark.parametrize("shape,T", [("small", 16), ("small", 300), ("qwen3-30b-a3b", 64)])
-def test_moe_case_study_replays_1000_times(tmp_path_factory, shape, T):
-    import torch
+@pytest.fixture(scope="module")
+def moe_kernel(tmp_path_factory):
     sys.path.insert(0, str(CASE))
     import builds
-    import layer
     base = builds.build_all(tmp_path_factory.mktemp("moe"))
     result = builds.link_pipelink(base.pipelink_objects)
     assert result.ok, [d.render() for d in result.diagnostics]
     kernel = result.kernel()
-    try:
-        s = layer.SHAPES[shape]
-        seed = int.from_bytes(os.urandom(2), "little")
-        weights = layer.make_weights(s, seed)
-        tokens = [layer.make_tokens(s, T, seed + 1 + i) for i in range(4)]  # other tokens: other routing
-        x = tokens[0].clone()
-        buffers = layer.poisoned_buffers(layer.Layout(s, T, result.manifest.geometry))
-        step = kernel.prepare(**layer.kernel_args(s, T, x, weights, buffers))
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            step.launch(side)
-        torch.cuda.current_stream().wait_stream(side)
-        torch.cuda.synchronize()
-        assert layer.judge(s, x, weights, buffers).ok
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            step.launch(torch.cuda.current_stream())
-        for i in range(REPLAYS):
-            x.copy_(tokens[i % len(tokens)])
-            judged = i % 50 == 0 or i == REPLAYS - 1
-            if judged:  # every buffer poisoned: what the replay does not write shows
-                for name, buf in layer.poisoned_buffers(layer.Layout(s, T, result.manifest.geometry)).items():
-                    buffers[name].copy_(buf)
-            graph.replay()
-            if judged:
-                torch.cuda.synchronize()
-                v = layer.judge(s, x, weights, buffers)
-                assert v.ok, (i, seed, v)
-        torch.cuda.synchronize()
-    finally:
-        kernel.unload()
+    yield kernel
+    kernel.unload()
+
+
+@pytest.mark.parametrize("shape,T", [("small", 16), ("small", 300), ("qwen3-30b-a3b", 64)])
+def test_moe_case_study_replays_1000_times(moe_kernel, shape, T):
+    moe_replays(moe_kernel, shape, T)
+
+
+def moe_replays(kernel, shape: str, T: int, replays: int = REPLAYS) -> None:
+    """The case study's kernel captured once; each replay routes other tokens (the router runs on the
+    device), every 50th replay judged against the torch reference with every buffer poisoned."""
+    import torch
+    sys.path.insert(0, str(CASE))
+    import layer
+    s = layer.SHAPES[shape]
+    geometry = kernel.manifest.geometry
+    seed = int.from_bytes(os.urandom(2), "little")
+    weights = layer.make_weights(s, seed)
+    tokens = [layer.make_tokens(s, T, seed + 1 + i) for i in range(4)]  # other tokens: other routing
+    x = tokens[0].clone()
+    buffers = layer.poisoned_buffers(layer.Layout(s, T, geometry))
+    step = kernel.prepare(**layer.kernel_args(s, T, x, weights, buffers))
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step.launch(side)
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    assert layer.judge(s, x, weights, buffers).ok
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step.launch(torch.cuda.current_stream())
+    for i in range(replays):
+        x.copy_(tokens[i % len(tokens)])
+        judged = i % 50 == 0 or i == replays - 1
+        if judged:  # every buffer poisoned: what the replay does not write shows
+            for name, poisoned in layer.poisoned_buffers(layer.Layout(s, T, geometry)).items():
+                buffers[name].copy_(poisoned)
+        graph.replay()
+        if judged:
+            torch.cuda.synchronize()
+            v = layer.judge(s, x, weights, buffers)
+            assert v.ok, (shape, T, i, seed, v)
+    torch.cuda.synchronize()
