@@ -1,7 +1,7 @@
 """Run a linked cubin through the CUDA driver: load it, pack arguments, size the grid, launch.
 
-The linker hands over a cubin and a manifest (kernel name, block, dynamic shared memory, the
-parameters with their dtypes, and the tile-count expressions). `Kernel.load` puts the cubin into
+The linker hands over a cubin and a manifest (manifest.py: kernel name, block, dynamic shared memory,
+the parameters with their dtypes, the tile-count expressions). `Kernel.load` puts the cubin into
 the device's primary context, the one PyTorch and CuPy use, so their device pointers are valid
 here. Arguments are checked against the manifest before anything reaches the driver: a wrong
 dtype or a strided view would otherwise be read as garbage without any error.
@@ -12,7 +12,6 @@ are pure and are unit-tested without one. Neither torch nor numpy is imported at
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import math
 import operator
 import struct
@@ -40,7 +39,7 @@ def manifest_describes(manifest: Manifest | dict, cubin: bytes) -> bool:
 
 
 def _implicit_value(param: ImplicitParam):
-    """A fresh ctypes slot for an implicit parameter, refilled per launch."""
+    """A ctypes slot for an implicit parameter (its value is set once, when the launch is prepared)."""
     return ctypes.c_void_p() if param.pointer else _INT_CTYPES[param.dtype]()
 
 

@@ -338,7 +338,7 @@ class _Reader:
     def manifest(self) -> Manifest:
         d = self.doc
         version = d.get("manifest", MANIFEST_VERSION)
-        if version not in READABLE_VERSIONS:
+        if not _is_int(version) or version not in READABLE_VERSIONS:
             raise self.error(f"manifest version {version!r}, expected {MANIFEST_VERSION}"
                              + (" (written by a newer pipelink)" if _is_int(version) and version > MANIFEST_VERSION
                                 else ""))
@@ -496,7 +496,8 @@ class _Reader:
         if raw is None:
             return None
         if not isinstance(raw, dict) or not all(_is_int(raw.get(k)) for k in ("registers", "frame_bytes",
-                                                                              "static_smem")):
+                                                                              "static_smem")) or not (
+                raw.get("named_barriers") is None or _is_int(raw["named_barriers"])):
             raise self.error("'resources' must give registers, frame_bytes and static_smem as integers")
         return Resources(raw["registers"], raw["frame_bytes"], raw["static_smem"], raw.get("named_barriers"))
 

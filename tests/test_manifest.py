@@ -50,6 +50,8 @@ def test_a_minimal_manifest_takes_defaults():
 
 @pytest.mark.parametrize("change, words", [
     (lambda m: m.update(manifest=99), "version 99.*newer pipelink"),
+    (lambda m: m.update(manifest=True), "manifest version True"),
+    (lambda m: m["resources"].update(named_barriers="one"), "'resources'"),
     (lambda m: m.update(manifest=1), "unknown implicit kind .region_words."),
     (lambda m: m.update(colour="red"), "unknown field.*'colour'"),
     (lambda m: m["params"][0].update(shape=[1]), "unknown field.*'shape'"),
