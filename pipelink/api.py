@@ -9,10 +9,11 @@ import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .collect import Collected, Component, collect, collect_each
 from .diagnostics import Diagnostic, DiagnosticSink, Location, PipelinkError
 from .inputs import NamedBytes
-from .linker import LinkOptions, LinkResult
+from .linker import LinkContext, LinkOptions, LinkResult, run_passes
+from .manifest import Manifest
+from .model import Component
 from .pipeline import PipelineSpec, load_pipeline, load_pipeline_dict
 
 _BYTES = (bytes, bytearray, memoryview)
@@ -77,6 +78,14 @@ def _raise_on_errors(sink: DiagnosticSink) -> None:
 # --- check -------------------------------------------------------------------------------------
 
 @dataclass
+class Collected:
+    """One checked set: its components and the link target chosen for them (None where there is none)."""
+
+    components: list[Component]
+    target: str | None
+
+
+@dataclass
 class CheckResult:
     """What `pipelink.check` found: each checked set (one per component unless checked together),
     the link map where a pipeline was given, and the warnings."""
@@ -96,23 +105,28 @@ class CheckResult:
         return targets.pop() if len(targets) == 1 else None
 
 
-def check_pipeline(got: Collected, spec: PipelineSpec, sink: DiagnosticSink, picture: bool = False):
-    """The link's decisions up to the glue, over contracts alone: what CI can know before any build.
-    Returns the link map of those decisions, or with `picture` (map, its SVG picture, kernel name);
-    None after an error."""
-    from .allocate import allocate
-    from .emit import link_map
-    from .resolve import resolve
-    r = resolve(got.components, spec, sink)
-    if r is None or sink.has_errors:
-        return None
-    a = allocate(r, got.target, sink)
-    if a is None or sink.has_errors:
-        return None
-    if not picture:
-        return link_map(r, a, got.target)
-    from .picture import svg
-    return link_map(r, a, got.target), svg(r, a, got.target), r.name
+def run_checks(items: list[str | NamedBytes], sink: DiagnosticSink, arch: str | None = None,
+               pipeline: PipelineSpec | None = None, together: bool = False) -> tuple[list[Collected], LinkContext | None]:
+    """`pipelink check`, through the linker's passes: each file read on its own and each of its
+    components checked as a set of one (with its conformance probe), or, `together`, the components as
+    one kernel's set; a `pipeline` implies `together` and goes on to the link's decisions short of
+    compiling (resolve, allocate, and the map of them). Returns the sets, and with a pipeline the
+    context of that run (its `link_map`, `link_picture`, `resolved`), else None."""
+    if pipeline is not None or together:
+        extra = ("probe", "map") if pipeline is not None else ("probe",)
+        ctx = run_passes(items, LinkOptions(arch=arch, pipeline=pipeline or PipelineSpec()), until=extra[-1],
+                         extra=extra)
+        sink.extend(ctx.sink.items)
+        return [Collected(ctx.components, ctx.target)], ctx if pipeline is not None else None
+    sets = []
+    for item in items:  # unrelated components (every object of a folder) need not fit one kernel together
+        read = run_passes([item], until="read")
+        sink.extend(read.sink.items)
+        for comp in read.components:
+            one = run_passes(options=LinkOptions(arch=arch), components=[comp], until="probe")
+            sink.extend(one.sink.items)
+            sets.append(Collected([comp], one.target))
+    return sets, None
 
 
 def check(inputs, *, pipeline=None, arch: str | None = None, together: bool = False) -> CheckResult:
@@ -123,13 +137,9 @@ def check(inputs, *, pipeline=None, arch: str | None = None, together: bool = Fa
     sink = DiagnosticSink()
     spec = as_pipeline(pipeline, sink) if pipeline is not None else None
     _raise_on_errors(sink)
-    if together or spec is not None:
-        sets = [collect(items, sink, arch)]
-    else:
-        sets = collect_each(items, sink, arch)
-    text = check_pipeline(sets[0], spec, sink) if spec is not None and not sink.has_errors else None
+    sets, ctx = run_checks(items, sink, arch, spec, together)
     _raise_on_errors(sink)
-    return CheckResult(sets, text, sink.items)
+    return CheckResult(sets, ctx.link_map if ctx is not None else None, sink.items)
 
 
 # --- build -------------------------------------------------------------------------------------
@@ -201,7 +211,7 @@ class KernelImage:
     """A saved kernel read back without a GPU: the cubin and the manifest that describes it."""
 
     cubin: bytes
-    manifest: dict
+    manifest: Manifest
     path: Path
 
     def kernel(self, device: int = 0):
@@ -229,7 +239,7 @@ def load(path: str | os.PathLike, device: int | None = 0):
     or with `device=None` the KernelImage, unloaded. Raises PipelinkError for files that are missing
     or do not describe one kernel."""
     from . import jsonread
-    from .launch import Kernel, manifest_describes
+    from .manifest import ManifestError
     sink = DiagnosticSink()
     cubin_path = _find_cubin(Path(path), sink)
     _raise_on_errors(sink)
@@ -242,17 +252,17 @@ def load(path: str | os.PathLike, device: int | None = 0):
     doc = jsonread.read_file(manifest_path, sink, "manifest")
     _raise_on_errors(sink)
     try:
-        Kernel(doc.value)  # checks the manifest without a GPU
-    except (ValueError, TypeError, KeyError, AttributeError) as exc:  # whatever the manifest holds
+        manifest = Manifest.from_json(doc.value)  # checks the manifest without a GPU
+    except ManifestError as exc:
         sink.error("PL009", f"{manifest_path} does not describe a kernel: {exc}", Location(file=str(manifest_path)))
     else:
-        if not manifest_describes(doc.value, cubin):
+        if not manifest.describes(cubin):
             sink.error("PL035", f"{manifest_path} was written for another cubin than {cubin_path.name}",
                        Location(file=str(manifest_path)))
     _raise_on_errors(sink)
-    image = KernelImage(cubin, doc.value, cubin_path)
+    image = KernelImage(cubin, manifest, cubin_path)
     return image if device is None else image.kernel(device)
 
 
-__all__ = ["CheckResult", "KernelImage", "as_input", "as_inputs", "as_pipeline", "build", "check", "check_pipeline",
+__all__ = ["CheckResult", "Collected", "KernelImage", "as_input", "as_inputs", "as_pipeline", "build", "check", "run_checks",
            "link", "load"]

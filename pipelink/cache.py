@@ -1,8 +1,9 @@
 """The link cache: a successful link, stored under a hash of everything that shapes its output.
 
-Like Triton's kernel cache. The key covers pipelink's version and the hash of its own sources (a
-changed linker must not reuse old links), the NVRTC and nvJitLink versions, every input file's
-path and bytes with any sidecar contracts, and the options. An entry is a directory
+Like Triton's kernel cache. The key covers pipelink's version and the hash of the modules that decide
+a link's output (a changed linker must not reuse old links; an edited launcher or CLI need not throw
+them away), the NVRTC and nvJitLink versions, every input file's path and bytes with any sidecar
+contracts, and the options: every field of the frozen LinkOptions, by construction (`key_doc`). An entry is a directory
 `<root>/<key[:2]>/<key>/` written into a temporary directory and renamed into place, so a reader
 sees a whole entry or none. Anything wrong with an entry makes it a miss, and it is removed.
 
@@ -11,6 +12,8 @@ sees a whole entry or none. Anything wrong with an entry makes it a miss, and it
 """
 from __future__ import annotations
 
+import ast
+import dataclasses
 import functools
 import hashlib
 import json
@@ -24,6 +27,8 @@ from . import __version__, jsonread, toolchain
 from .diagnostics import Diagnostic
 from .fatbin import CorruptError, UnsupportedError
 from .inputs import NamedBytes, sidecar_paths
+from .manifest import Manifest
+from .pipeline import NOT_IN_KEY  # noqa: F401  (the marker key_doc honours)
 
 PACKAGE = Path(__file__).resolve().parent
 
@@ -41,10 +46,39 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+# Modules the link reaches that do not decide its output: the launcher (LinkResult.kernel) and the file
+# writer (LinkResult.save, the component builder). What they import only through themselves stays out too.
+NOT_LINK_OUTPUT = frozenset({"launch", "outputs"})
+
+
+def _relative_imports(module: str) -> set[str]:
+    """The package's modules that `module` imports anywhere in its body (functions' imports included)."""
+    tree = ast.parse((PACKAGE / f"{module}.py").read_text())
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            names.update([node.module.split(".")[0]] if node.module else [a.name for a in node.names])
+    return {n for n in names if (PACKAGE / f"{n}.py").is_file()}
+
+
+@functools.cache
+def link_modules() -> tuple[str, ...]:
+    """The modules that decide a link's output: every module the linker imports, directly or through
+    another, except the launcher and the file writer. A new module the passes use is in by construction."""
+    seen, todo = set(), ["linker"]
+    while todo:
+        module = todo.pop()
+        if module not in seen and module not in NOT_LINK_OUTPUT:
+            seen.add(module)
+            todo += sorted(_relative_imports(module))
+    return tuple(sorted(seen))
+
+
 @functools.cache
 def source_hash() -> str:
-    """pipelink's own code that shapes a link: the modules, the headers the glue includes, the schema."""
-    files = sorted([*PACKAGE.glob("*.py"), *PACKAGE.glob("include/pipelink/*.h"), *PACKAGE.glob("schema/*.json")])
+    """pipelink's own code that shapes a link: the link's modules, the headers the glue includes, the schemas."""
+    files = sorted([*(PACKAGE / f"{m}.py" for m in link_modules()), *PACKAGE.glob("include/pipelink/*.h"),
+                    *PACKAGE.glob("schema/*.json")])
     h = hashlib.sha256()
     for f in files:
         h.update(f"{f.relative_to(PACKAGE).as_posix()}\0{_sha256(f.read_bytes())}\n".encode())
@@ -62,13 +96,25 @@ def _input_doc(path) -> dict:
     return {"path": name, "sha256": _sha256(data), "sidecars": sidecars}
 
 
+def key_doc(value):
+    """A canonical JSON value of `value` for the key: a dataclass as its type's name and every field (but
+    those marked NOT_IN_KEY), mappings sorted, sequences in order. Any other type raises TypeError: an
+    option of a new kind must say how it keys, never slip out of the key."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {"type": type(value).__name__, **{f.name: key_doc(getattr(value, f.name))
+                                                for f in dataclasses.fields(value) if f.metadata.get("link_key", True)}}
+    if isinstance(value, dict):
+        return {str(k): key_doc(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
+    if isinstance(value, (list, tuple)):
+        return [key_doc(v) for v in value]
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    raise TypeError(f"cannot key a link on a {type(value).__name__}: give the option a key_doc form")
+
+
 def options_doc(options) -> dict:
-    """Every option that changes the output. Not the pipeline's `source`/`extra`: only errors name them."""
-    spec = options.pipeline
-    return {"arch": options.arch, "monolithic": options.monolithic, "optimize": options.optimize,
-            "pipeline": {"name": spec.name, "components": list(spec.components), "wires": [str(w) for w in spec.wires],
-                         "schedule": spec.schedule, "dispatch": spec.dispatch, "debug_events": spec.debug_events,
-                         "specialize": {str(k): v for k, v in spec.specialize.items()}}}
+    """The options as the key sees them: every field of LinkOptions and of its PipelineSpec, by construction."""
+    return key_doc(options)
 
 
 def link_key(inputs, options) -> str | None:
@@ -93,7 +139,7 @@ def entry_dir(key: str, root: Path | None = None) -> Path:
 @dataclass
 class CachedLink:
     cubin: bytes
-    manifest: dict
+    manifest: Manifest
     link_map: str
     glue: str
     monolithic: str | None
@@ -110,12 +156,12 @@ def load(key: str, monolithic: bool = False, root: Path | None = None) -> Cached
     try:
         warnings = jsonread.parse(jsonread.read_bytes(d / "diagnostics.json"))
         hit = CachedLink(cubin=(d / "kernel.cubin").read_bytes(),
-                         manifest=jsonread.parse(jsonread.read_bytes(d / "manifest.json")),
+                         manifest=Manifest.from_json(jsonread.parse(jsonread.read_bytes(d / "manifest.json"))),
                          link_map=(d / "link.map").read_text(), glue=(d / "glue.cu").read_text(),
                          monolithic=(d / "monolithic.cu").read_text() if monolithic else None,
                          diagnostics=[Diagnostic.from_json(x) for x in warnings],
                          link_picture=(d / "link.svg").read_text())
-        if hit.manifest["cubin_sha256"] != _sha256(hit.cubin):
+        if hit.manifest.cubin_sha256 != _sha256(hit.cubin):
             raise ValueError("cubin does not match its manifest")
     except (OSError, ValueError, KeyError, TypeError, AttributeError):  # JSONError is a ValueError
         _remove(d)
@@ -128,7 +174,7 @@ def store(key: str, result, root: Path | None = None) -> Path | None:
     where another process stored it first or the cache cannot be written (the link stands either way)."""
     root = root or cache_dir()
     final = entry_dir(key, root)
-    files = {"kernel.cubin": result.cubin, "manifest.json": json.dumps(result.manifest, indent=1),
+    files = {"kernel.cubin": result.cubin, "manifest.json": json.dumps(result.manifest.to_json(), indent=1),
              "link.map": result.link_map, "link.svg": result.link_picture, "glue.cu": result.glue,
              "diagnostics.json": json.dumps([d.to_json() for d in result.diagnostics], indent=1)}
     if result.monolithic is not None:

@@ -290,12 +290,13 @@ def _inspect_manifest(path: Path, cubin: bytes, item: dict, sink: DiagnosticSink
     doc = read_file(path, sink, "manifest")
     if doc is None:
         return []
+    from .manifest import Manifest, ManifestError
     try:
-        m = manifest_summary(doc.value, cubin)
-        lines = manifest_text(str(path), m)  # reads the fields the launcher does not check
-    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        m = manifest_summary(Manifest.from_json(doc.value), cubin)
+    except ManifestError as exc:
         sink.error("PL009", f"{path} does not describe a kernel: {exc}", Location(file=str(path)))
         return []
+    lines = manifest_text(str(path), m)
     if not m["matches_cubin"]:
         sink.warning("PL035", f"{path} was written for another cubin than {path.with_suffix('.cubin').name}",
                      Location(file=str(path)))
@@ -304,8 +305,9 @@ def _inspect_manifest(path: Path, cubin: bytes, item: dict, sink: DiagnosticSink
 
 
 def cmd_check(args) -> int:
-    from .collect import collect, collect_each
+    from .api import run_checks
     from .picture import map_output
+    from .pipeline import load_pipeline
     from .report import contract_summary
 
     sink = DiagnosticSink()
@@ -316,11 +318,12 @@ def cmd_check(args) -> int:
     if not check_outputs(outputs, object_inputs(args.files, args.pipeline), sink, _report(args.format)):
         return _finish(sink, args.format, {}, [])
     together = args.set or args.pipeline is not None
-    got = [collect(args.files, sink, args.arch)] if together else collect_each(args.files, sink, args.arch)
-    made = _check_as_pipeline(got[0], args.pipeline, sink) if args.pipeline and not sink.has_errors else None
+    spec = load_pipeline(args.pipeline, sink) if args.pipeline else None
+    got, ctx = run_checks(args.files, sink, args.arch, spec, together) if not sink.has_errors else ([], None)
     _werror(sink, args.werror)
-    if made is not None and args.map and not sink.has_errors:
-        write_outputs({args.map: map_output(args.map, *made).encode()}, sink)
+    if ctx is not None and args.map and not sink.has_errors:
+        write_outputs({args.map: map_output(args.map, ctx.link_map, ctx.link_picture, ctx.resolved.name).encode()},
+                      sink)
     ok = not sink.has_errors
     checked = [(c, g.target) for g in got for c in g.components]
     targets = {target for _, target in checked}
@@ -347,15 +350,6 @@ def _check_summary(checked, together: bool) -> str:
 def _report(fmt: str) -> str | None:
     """What else a command prints on stdout, for check_outputs."""
     return f"the --format {fmt} report" if fmt != "text" else None
-
-
-def _check_as_pipeline(got, pipeline: str, sink: DiagnosticSink) -> tuple[str, str, str] | None:
-    """The link map of what linking as the pipeline file decides, its picture and the kernel's name
-    (None after an error)."""
-    from .api import check_pipeline
-    from .pipeline import load_pipeline
-    spec = load_pipeline(pipeline, sink)
-    return None if spec is None else check_pipeline(got, spec, sink, picture=True)
 
 
 def cmd_header(args) -> int:
@@ -401,10 +395,7 @@ def _link_options(args, sink: DiagnosticSink):
     wires = [w for w in (parse_wire(t, sink) for t in args.wire) if w]
     if sink.has_errors:
         return None
-    spec.wires = tuple(spec.wires) + tuple(wires)
-    spec.schedule = args.schedule or spec.schedule
-    spec.dispatch = args.dispatch or spec.dispatch
-    spec.debug_events = args.debug_events or spec.debug_events
+    specialize = dict(spec.specialize)
     for item in args.specialize:
         name, _, value = item.partition("=")
         try:
@@ -414,13 +405,15 @@ def _link_options(args, sink: DiagnosticSink):
         if number is None or not -2**63 <= number < 2**63:  # the range the pipeline file's schema allows
             sink.error("PL001", f"--specialize {item[:80]!r}: write NAME=INTEGER (a signed 64-bit value)")
         else:
-            spec.specialize[name.strip()] = number
+            specialize[name.strip()] = number
     if sink.has_errors:
         return None
     if args.name is not None and not is_identifier(args.name):
         sink.error("PL001", f"--name {args.name!r} is not a C identifier", hint="the kernel's name is a C identifier")
         return None
-    spec.name = args.name or spec.name
+    spec = replace(spec, name=args.name or spec.name, wires=tuple(spec.wires) + tuple(wires),
+                   schedule=args.schedule or spec.schedule, dispatch=args.dispatch or spec.dispatch,
+                   debug_events=args.debug_events or spec.debug_events, specialize=specialize)
     return LinkOptions(arch=args.arch, pipeline=spec, monolithic=bool(args.emit_monolithic), cache=not args.no_cache)
 
 
@@ -455,19 +448,18 @@ def cmd_link(args) -> int:
     if sink.has_errors:
         return _finish(sink, args.format, {"ok": False}, [])
     content = {"cubin": result.cubin, "manifest": result.manifest_json(),
-               "map": map_output(args.map or "", result.link_map, result.link_picture, result.manifest["kernel"]).encode(),
+               "map": map_output(args.map or "", result.link_map, result.link_picture, result.manifest.kernel).encode(),
                "glue": (result.glue or "").encode(),
                "monolithic": (result.monolithic or "").encode()}
     if not write_outputs({o.path: content[key] for key, o in outputs.items()}, sink):
         return _finish(sink, args.format, {"ok": False}, [])
     m, output = result.manifest, outputs["cubin"].path
     # the wires from the manifest: a link from the cache ran no resolve pass
-    lines = [f"wire {w['from']} -> {w['to']} ({'explicit' if w['explicit'] else 'auto'}, {w['kind']})"
-             for w in m["wires"]]
-    lines.append(f"linked {output}{' (cached)' if ctx.cache_hit else ''}: kernel {m['kernel']}, {m['block'][0]} "
-                 f"threads, {m['dynamic_smem']} bytes of dynamic smem"
-                 + (f", {m['resources']['registers']} registers" if "resources" in m else ""))
-    return _finish(sink, args.format, {"ok": True, "output": output, "manifest": m}, lines,
+    lines = [f"wire {w.source} -> {w.target} ({'explicit' if w.explicit else 'auto'}, {w.kind})" for w in m.wires]
+    lines.append(f"linked {output}{' (cached)' if ctx.cache_hit else ''}: kernel {m.kernel}, {m.block[0]} "
+                 f"threads, {m.dynamic_smem} bytes of dynamic smem"
+                 + (f", {m.resources.registers} registers" if m.resources is not None else ""))
+    return _finish(sink, args.format, {"ok": True, "output": output, "manifest": m.to_json()}, lines,
                    to_stderr=any(o.path == STDOUT for o in outputs.values()))
 
 

@@ -1,47 +1,26 @@
-"""Collect components from the command line: files -> (contract, object) pairs, checked.
+"""The read pass and what the check pass asks of each object: files -> (contract, object) pairs.
 
-Three passes, each stopping at its boundary when it found errors:
-  read       every file: objects, archives, fatbins, LTO-IR, or bare contract files
-  contracts  each object's contract (embedded section or sidecar), loaded and checked alone
-  verify     the set (flags, targets, geometry, resources) and each object against its contract
-             (LTO-IR for the target, the compile flags it was built with, its entry symbol, the
-             contract marker that proves which contract it was compiled against, and what its code
-             uses: shared memory, registers, barriers, local memory, calls)
+  read       every file: objects, archives, fatbins, LTO-IR, or bare contract files; each object's
+             contract (embedded section or sidecar), loaded and checked alone (`read_components`)
+  check      each object against its contract: LTO-IR for the target, the compile flags it was built
+             with (`verify_object`); the symbol probes that explain a failed link (`probe_symbols`)
 
-`collect` checks the components as one kernel's set; `collect_each` checks each as a set of one.
+The linker's pass driver (linker.run_passes) sequences them; nothing here runs another pass.
 """
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 from . import toolchain
-from .checks import check_set
 from .diagnostics import DiagnosticSink, Location
 from .header import MARKER_HEX, marker_symbol, symbol_prefix
 from .inputs import (InputObject, NamedBytes, check_entry_symbol, find_contract, read_bytes, read_input,
                      require_ltoir)
 from .jsonread import BOM
 from .loader import load_contract_bytes
-from .model import Contract, Source
+from .model import Component, Source
 from .targets import TARGETS, ltoir_archs_for
-
-
-@dataclass
-class Component:
-    contract: Contract
-    obj: InputObject | None  # None: a bare contract, checked without its code
-
-    @property
-    def name(self) -> str:
-        return self.contract.name
-
-
-@dataclass
-class Collected:
-    components: list[Component]
-    target: str | None
 
 
 OBJECT_SUFFIXES = {".o", ".obj", ".a", ".lib", ".ltoir", ".fatbin", ".cubin"}
@@ -95,11 +74,12 @@ def read_components(paths: list[str | NamedBytes], sink: DiagnosticSink) -> list
     return [] if sink.has_errors else out
 
 
-def verify_object(comp: Component, arch: str, sink: DiagnosticSink, probe: bool = True) -> None:
-    """An object against its own contract, for the link target. With `probe`, also link it alone
-    into a probe kernel: its entry symbol, its contract marker, and what its code really uses against
-    what the contract declares (conformance.py). The link itself does without: the real link and
-    the cubin check find the symbols, and `probe_symbols` explains a failure."""
+def verify_object(comp: Component, arch: str, sink: DiagnosticSink) -> None:
+    """An object against its own contract, for the link target: LTO-IR for it (and only the arch-specific
+    IR where the contract targets an arch-specific arch), the compile flags. The check pass runs it; the
+    optional probe pass of `pipelink check` then links each object alone into a probe kernel (its entry
+    symbol, its contract marker, what its code really uses: conformance.py). The link does without: the
+    real link and the cubin check find the symbols, and `probe_symbols` explains a failure."""
     c, obj = comp.contract, comp.obj
     if not require_ltoir(obj, arch, sink):
         return
@@ -116,9 +96,6 @@ def verify_object(comp: Component, arch: str, sink: DiagnosticSink, probe: bool 
         if diff:
             sink.error("PL016", f"{obj.path} was compiled with other flags than contract '{c.name}' declares "
                        f"({'; '.join(diff)})", c.at("/targets/compile_flags"), related=(Location(file=obj.path),))
-    if probe:
-        from .conformance import check_conformance
-        check_conformance(comp, arch, sink)
 
 
 def arch_specific_only(comp: Component, sink: DiagnosticSink) -> bool:
@@ -175,36 +152,3 @@ def check_marker(comp: Component, arch: str, sink: DiagnosticSink) -> None:
         why = (f"it defines no '{marker}', so it was not compiled against this contract's header "
                f"(hash {c.hash[:MARKER_HEX]})")
     sink.error("PL049", f"{obj.path}: {why}", c.at("/"), related=(Location(file=obj.path),))
-
-
-def collect(paths: list[str], sink: DiagnosticSink, arch: str | None = None) -> Collected:
-    """The components of `paths` checked as one kernel's (`pipelink check --set`)."""
-    return check_components(read_components(paths, sink), sink, arch)
-
-
-def collect_each(paths: list[str], sink: DiagnosticSink, arch: str | None = None) -> list[Collected]:
-    """Each component checked on its own (`pipelink check` without --set): unrelated components, such as
-    every object of a folder, need not fit one kernel together. A file with errors does not keep the
-    others from being checked."""
-    out = []
-    for path in paths:
-        read = DiagnosticSink()  # the passes stop at errors in their sink: one per file, one per component
-        components = read_components([path], read)
-        sink.extend(read.items)
-        for comp in components:
-            own = DiagnosticSink()
-            out.append(check_components([comp], own, arch))
-            sink.extend(own.items)
-    return out
-
-
-def check_components(components: list[Component], sink: DiagnosticSink, arch: str | None = None) -> Collected:
-    if not components:
-        return Collected([], None)
-    target = check_set([comp.contract for comp in components], sink, arch)
-    if sink.has_errors or target is None:
-        return Collected(components, target)
-    for comp in components:
-        if comp.obj is not None:
-            verify_object(comp, target, sink)
-    return Collected(components, target)

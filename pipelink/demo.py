@@ -4,7 +4,6 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from .collect import collect
 from .diagnostics import DiagnosticSink, render_all
 from .linker import LinkOptions, link
 from .shipped import build_shipped, shipped_pipelines
@@ -27,7 +26,8 @@ def run_demo(build_dir: Path) -> int:
     for pipe in shipped_pipelines():
         files = [objects[n] for n in pipe.components]
         say(f"\n== pipelink check --set {' '.join(files)}")
-        got = collect(files, sink)
+        from .api import run_checks
+        (got,), _ = run_checks(files, sink, together=True)
         if sink.has_errors:
             return _fail(sink)
         say(f"ok: {', '.join(c.name for c in got.components)} checked together for {got.target}")
@@ -39,8 +39,8 @@ def run_demo(build_dir: Path) -> int:
         if not result.ok:
             return _fail(sink)
         m = result.manifest
-        say(f"linked kernel {m['kernel']}: {m['block'][0]} threads, {m['dynamic_smem']} bytes of dynamic smem, "
-            f"{m['resources']['registers']} registers, schedule {m['schedule']}")
+        say(f"linked kernel {m.kernel}: {m.block[0]} threads, {m.dynamic_smem} bytes of dynamic smem, "
+            f"{m.resources.registers} registers, schedule {m.schedule}")
         results[pipe.name] = result
     say(f"\n== link map of the default pipeline '{DEFAULT_PIPELINE}'")
     say(results[DEFAULT_PIPELINE].link_map)

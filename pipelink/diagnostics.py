@@ -149,6 +149,8 @@ CODES = _codes(
          "pass the data through global memory (a gmem port) and order the tasks with an event"),
     Code("PL076", "no source for the one-unit control", L,
          "build components with `pipelink build` (it embeds the source) to use --emit-monolithic"),
+    Code("PL160", "one-unit control does not build", L,
+         "the control is nvcc's build of the components' sources and the glue as one unit: read nvcc's log"),
     # role-structured (Hopper) components
     Code("PL100", "register pool does not fit", L,
          "warps x registers of every role must fit the SM's 65536 at one block per SM; lower a setmaxnreg"),

@@ -5,11 +5,19 @@ import ast
 import hashlib
 from dataclasses import dataclass
 
+from typing import TYPE_CHECKING
+
 from . import __version__
 from .allocate import Allocation
-from .event_glue import task_invariant
-from .expr import Expr
+from .events import task_invariant
+from .expr import Expr, parse
+from .manifest import (IMPLICIT_PARAMS, STREAM_K_PARAMS, WORKSPACE, StreamKSpec, ComponentRecord, EventRecord, Manifest, ParamSpec, Resources,
+                       WireRecord, WorkspaceSpec)
 from .resolve import Resolved
+from .tensormap import TensorMapDecl
+
+if TYPE_CHECKING:
+    from .cubin import KernelInfo
 
 
 def substitute(e: Expr, values: dict[str, int]) -> str:
@@ -20,85 +28,56 @@ def substitute(e: Expr, values: dict[str, int]) -> str:
     return ast.unparse(_Sub().visit(ast.parse(e.text.strip() if isinstance(e.text, str) else str(e), mode="eval")))
 
 
-def manifest(r: Resolved, a: Allocation, arch: str, cubin: bytes, kernel_info=None) -> dict:
-    doc = {
-        "manifest": 1,
-        "pipelink": __version__,
-        "kernel": r.name,
-        "target": arch,
-        "schedule": r.schedule,
-        "block": [a.block_threads, 1, 1],
-        "dynamic_smem": a.smem_bytes,
-        "params": [_param_doc(p, r.geometry) for p in r.params],
-        "tiles": [substitute(e, r.geometry) for e in r.tiles.grid],
-        "tile_order": r.tiles.order,
-        "distribution": r.tiles.distribution,
-        "geometry": dict(sorted(r.geometry.items())),
-        "components": [{"name": c.name, "version": c.contract.version, "contract_hash": c.contract.hash[:16],
-                        "object": c.obj.path if c.obj else None} for c in r.components],
-        "wires": [{"from": f"{w.producer}.{w.out_port.name}", "to": f"{w.consumer}.{w.in_port.name}", "kind": w.kind,
-                   "explicit": w.explicit} for w in r.wires],
-        "cubin_sha256": hashlib.sha256(cubin).hexdigest(),
-    }
-    if r.specialize:
-        doc["specialized"] = dict(sorted(r.specialize.items()))
+def manifest(r: Resolved, a: Allocation, arch: str, cubin: bytes, kernel_info: KernelInfo | None = None) -> Manifest:
+    persistent = r.schedule == "persistent"
+    params = tuple(_param_spec(p, r.geometry) for p in r.params)
+    tiles = tuple(substitute(e, r.geometry) for e in r.tiles.grid)
+    tasks, workspace = {}, None
+    if persistent:  # every task of every component; the event tensors, sized at launch; the implicit parameters
+        plan = r.events
+        tasks = {name: " * ".join(f"({substitute(e, r.geometry)})"
+                                  for e in r.component(name).contract.geometry.tile_sequence.grid)
+                 for name in plan.order}
+        tiles = (" + ".join(tasks.values()),)
+        params += tuple(ParamSpec(p.name, p.dtype, p.pointer, False, p.kind) for p in IMPLICIT_PARAMS)
+        workspace = WorkspaceSpec(
+            WORKSPACE.header_words, WORKSPACE.task_counter_word, r.debug_events,
+            tuple(EventRecord(t.name, tuple(substitute(e, r.geometry) for e in t.shape),
+                              tuple(f"{n.component} {n.map.text}" for n in t.notifiers),
+                              tuple(f"{w.component} {w.map.text}" for w in t.waiters))
+                  for t in plan.tensors.values()))
+    stream_k = None
     if r.stream_k is not None:
-        # The launcher splits the last tiles' reduction blocks over every resident CTA (stream-K).
-        from .glue import STREAM_K_PARAMS
-        doc["grid_policy"] = "stream_k"
-        doc["stream_k"] = {"blocks": substitute(r.stream_k.blocks, r.geometry),
-                           "slot_floats": r.stream_k.slot_floats()}
-        doc["params"] += [{"name": name, "dtype": dtype, "pointer": pointer, "const": False, "implicit": kind}
-                          for name, dtype, pointer, kind in STREAM_K_PARAMS]
-    elif r.roles is not None:
-        # Every CTA walks its tiles alone (no events): as many CTAs as give each the same number of
-        # tiles, so no last round runs on a few CTAs while the rest idle.
-        doc["grid_policy"] = "balanced"
-    if r.schedule == "persistent":
-        _persistent_manifest(doc, r)
-    if kernel_info is not None:
-        doc["resources"] = {"registers": kernel_info.registers, "frame_bytes": kernel_info.frame_bytes,
-                            "static_smem": kernel_info.static_smem_bytes, "named_barriers": kernel_info.num_barriers}
-    return doc
+        stream_k = StreamKSpec(substitute(r.stream_k.blocks, r.geometry), r.stream_k.slot_floats())
+        params += tuple(ParamSpec(p.name, p.dtype, p.pointer, False, p.kind) for p in STREAM_K_PARAMS)
+    resources = None if kernel_info is None else Resources(
+        kernel_info.registers, kernel_info.frame_bytes, kernel_info.static_smem_bytes, kernel_info.num_barriers)
+    return Manifest(
+        kernel=r.name, block=(a.block_threads, 1, 1), dynamic_smem=a.smem_bytes, params=params, tiles=tiles,
+        pipelink=__version__, target=arch, schedule=r.schedule, tile_order=r.tiles.order,
+        distribution=r.tiles.distribution, geometry=dict(sorted(r.geometry.items())),
+        components=tuple(ComponentRecord(c.name, c.contract.version, c.contract.hash[:16], c.obj.path if c.obj else None)
+                         for c in r.components),
+        wires=tuple(WireRecord(f"{w.producer}.{w.out_port.name}", f"{w.consumer}.{w.in_port.name}", w.kind, w.explicit)
+                    for w in r.wires),
+        cubin_sha256=hashlib.sha256(cubin).hexdigest(), specialized=dict(sorted((r.specialize or {}).items())),
+        # Every CTA of a role-structured kernel walks its tiles alone (no events): as many CTAs as give each
+        # the same number of tiles, so no last round runs on a few CTAs while the rest idle.
+        # A split reduction instead: the launcher plans the split per shape (streamk.py).
+        grid_policy="stream_k" if r.stream_k is not None else "balanced" if r.roles is not None else None,
+        stream_k=stream_k,
+        tasks=tasks, dispatch=r.dispatch if persistent else None, workspace=workspace, resources=resources)
 
 
-def _param_doc(p, geometry: dict[str, int]) -> dict:
-    doc = {"name": p.name, "dtype": p.dtype, "pointer": p.pointer, "const": p.const}
-    if p.shapes:  # the launcher checks the buffer passed holds each of these (buffers.py)
-        doc["shapes"] = [[substitute(e, geometry) for e in shape] for shape in p.shapes]
-    if p.align:
-        doc["align"] = p.align
+def _param_spec(p, geometry: dict[str, int]) -> ParamSpec:
+    tmap = None
     if p.tensor_map is not None:  # the launcher encodes it: extents over the shape parameters, box fixed
         t = p.tensor_map
-        doc["tensor_map"] = {"shape": [substitute(e, geometry) for e in t.shape],
-                             "box": [e.evaluate(geometry) for e in t.box], "swizzle": t.swizzle,
-                             "oob_fill": t.oob_fill}
-    return doc
-
-
-def _persistent_manifest(doc: dict, r: Resolved) -> None:
-    """A persistent kernel's tasks, its event tensors (sized at launch) and its implicit parameters."""
-    from .glue import WORKSPACE_HEADER_WORDS
-    plan = r.events
-    per_component = []
-    for name in plan.order:
-        grid = r.component(name).contract.geometry.tile_sequence.grid
-        per_component.append(" * ".join(f"({substitute(e, r.geometry)})" for e in grid))
-    doc["tiles"] = [" + ".join(per_component)]  # every task of every component
-    doc["tasks"] = {name: expr for name, expr in zip(plan.order, per_component)}
-    doc["dispatch"] = r.dispatch
-    from .glue import IMPLICIT_PARAMS
-    doc["params"] += [{"name": name, "dtype": dtype, "pointer": pointer, "const": False, "implicit": kind}
-                      for name, dtype, pointer, kind in IMPLICIT_PARAMS]
-    doc["workspace"] = {
-        "header_words": WORKSPACE_HEADER_WORDS,
-        "task_counter_word": 8,
-        "debug": r.debug_events,
-        "events": [{"name": t.name, "shape": [substitute(e, r.geometry) for e in t.shape],
-                    "notified_by": [f"{n.component} {n.map.text}" for n in t.notifiers],
-                    "waited_by": [f"{w.component} {w.map.text}" for w in t.waiters]}
-                   for t in plan.tensors.values()],
-    }
+        tmap = TensorMapDecl(tuple(parse(substitute(e, geometry)) for e in t.shape),
+                             tuple(e.evaluate(geometry) for e in t.box), t.swizzle, t.oob_fill)
+    # the launcher checks the buffer passed holds each of these and has this alignment (buffers.py)
+    shapes = tuple(tuple(substitute(e, geometry) for e in shape) for shape in (p.shapes or ()))
+    return ParamSpec(p.name, p.dtype, p.pointer, p.const, None, tmap, shapes, p.align or None)
 
 
 # What the link can say about a count read per task from a device tensor: nothing at link time.
@@ -106,7 +85,7 @@ DEVICE_COUNT_NOTE = ("count read from the device: not checked at link time; --de
                      "is never met")
 
 
-def link_map(r: Resolved, a: Allocation, arch: str, kernel_info=None) -> str:
+def link_map(r: Resolved, a: Allocation, arch: str, kernel_info: KernelInfo | None = None) -> str:
     out = [f"# pipelink link map: kernel {r.name}, target {arch}, schedule {r.schedule}",
            f"# block {a.block_threads} threads ({a.block_warps} warps), dynamic smem {a.smem_bytes} bytes"
            + (f", registers <= {a.registers}" if a.registers else ""), ""]

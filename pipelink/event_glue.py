@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
+from .events import task_invariant
 from .expr import parse
 
 
@@ -111,16 +112,6 @@ def reads_device(side) -> bool:
     if side.count_term is not None:
         return True
     return any(t.kind == "gather" or (t.kind == "range" and "[" in t.text) for t in side.map.terms)
-
-
-def task_invariant(side) -> bool:
-    """Whether every task of the side waits on the same element for the same count."""
-    dims = set(side.map.task_dims)
-    if side.count_term is not None or any(t.kind != "index" for t in side.map.terms):
-        return False
-    if any(parse(t.text).names & dims for t in side.map.terms):
-        return False
-    return side.count is None or not (side.count.names & dims)
 
 
 def ready_flag(comp_index: int, n: int) -> str:

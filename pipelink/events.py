@@ -25,7 +25,7 @@ import math
 from dataclasses import dataclass
 
 from .diagnostics import DiagnosticSink
-from .expr import Expr, ExprError
+from .expr import Expr, ExprError, parse
 from .indexmap import IndexMap, parse_map
 
 SAMPLES = (1, 2, 3, 5, 8, 33, 100)
@@ -164,7 +164,6 @@ def _derived_shape(side: Side) -> tuple[Expr, ...] | None:
 def _derived_count(side: Side) -> Expr | None:
     """How many of this notifier's tasks hit one element: the product of the extents of the task
     dimensions the map drops (projection maps, ':' broadcasts), or None where it is not uniform."""
-    from .expr import parse
     used = set()
     for term in side.map.terms:
         if term.kind == "all":
@@ -531,3 +530,13 @@ def _compiled(affine: str):
     """An affine term, compiled once: the sampled analysis evaluates it for every task."""
     return compile(affine, "<map>", "eval")
 
+
+def task_invariant(side) -> bool:
+    """Whether every task of a wait side waits on the same element for the same count: the glue then
+    waits once per CTA, and the link map says so."""
+    dims = set(side.map.task_dims)
+    if side.count_term is not None or any(t.kind != "index" for t in side.map.terms):
+        return False
+    if any(parse(t.text).names & dims for t in side.map.terms):
+        return False
+    return side.count is None or not (side.count.names & dims)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from . import event_glue
 from .allocate import ARENA_ALIGN, Allocation
+from .manifest import IMPLICIT_PARAMS, STREAM_K_PARAMS, WORKSPACE
 from .header import constant_symbols, entry_prototype, marker_symbol, symbol_prefix
 from .model import DTYPE_C, dtype_includes
 from .resolve import Resolved, Wire
@@ -79,21 +80,13 @@ def _constants(r: Resolved, a: Allocation) -> list[str]:
 def kernel_params(r: Resolved) -> list[str]:
     # A specialized shape keeps its slot (callers pass the same arguments) but the body uses the constant.
     params = [p.c_decl() + ("_unused" if p.name in (r.specialize or {}) else "") for p in r.params]
-    ctype = {"u64": "unsigned long long", "u32": "unsigned", "f32": "float", "i32": "int"}
     if r.schedule == "persistent":  # filled in by the launcher
-        params += [f"{ctype[dtype]}* __restrict__ {name}" if pointer else f"{ctype[dtype]} {name}"
-                   for name, dtype, pointer, _ in IMPLICIT_PARAMS]
+        params += [p.c_decl() for p in IMPLICIT_PARAMS]
     if r.stream_k is not None:
-        params += [f"{ctype[dtype]}* __restrict__ {name}" if pointer else f"{ctype[dtype]} {name}"
-                   for name, dtype, pointer, _ in STREAM_K_PARAMS]
+        params += [p.c_decl() for p in STREAM_K_PARAMS]
     return params
 
 
-# (name, dtype, pointer, launcher's kind): what a kernel with a split reduction takes from the
-# launcher: the partial slots (flags left zero by every launch), how many of the last tiles to split
-# over the CTAs (stream-K; 0: none) and in how many pieces to split every tile (split-K; 1: none).
-STREAM_K_PARAMS = [("pl_partials", "f32", True, "partials"), ("pl_stream_k_tiles", "i32", False, "stream_k_tiles"),
-                   ("pl_split_k", "i32", False, "split_k")]
 
 
 def _kernel(r: Resolved, a: Allocation) -> list[str]:
@@ -436,15 +429,7 @@ def _warp_specialized(r: Resolved, a: Allocation) -> list[str]:
 
 # --- the persistent schedule: tasks of every component, ordered by events ------------------------
 
-WORKSPACE_HEADER_WORDS = 16   # the timeout report (8 words), the dynamic task counter, spare
-TASK_COUNTER_WORD = 8
 DEBUG_SPIN_BOUND = 20_000_000
-# (name, dtype, pointer, launcher's kind): what a persistent kernel takes from the launcher
-# (workspace.py): the header, this launch's zeroed event region, the region and word count it
-# zeroes for the next launch, the epoch naming the launch in a debug report, its first task claim.
-IMPLICIT_PARAMS = [("pl_workspace", "u64", True, "workspace"), ("pl_events", "u64", True, "events"),
-                   ("pl_clear", "u64", True, "clear"), ("pl_clear_words", "u64", False, "clear_words"),
-                   ("pl_epoch", "u32", False, "epoch"), ("pl_task_base", "u64", False, "task_base")]
 
 
 def _persistent(r: Resolved, a: Allocation) -> list[str]:
@@ -452,8 +437,17 @@ def _persistent(r: Resolved, a: Allocation) -> list[str]:
     plan: EventPlan = r.events
     geo = lambda name: str(r.geometry[name]) if name in r.geometry else name  # noqa: E731
     flags = a.buffer_offset[("pl_glue", "flags")]
+    ws, ws_at = WORKSPACE, lambda word: f"reinterpret_cast<volatile unsigned long long*>(pl_workspace)[{word}]"
     out = [f"  unsigned* const pl_flags = reinterpret_cast<unsigned*>(pl::dynamic_smem() + {flags}u);",
-           "  pl::events::Timeout* const pl_report = reinterpret_cast<pl::events::Timeout*>(pl_workspace);"]
+           "  pl::events::Timeout* const pl_report = reinterpret_cast<pl::events::Timeout*>(pl_workspace);",
+           "  // Where this launch stands, kept in the workspace (nothing from the host changes per launch, so a",
+           "  // captured launch replays correctly): it counts in region `launch & 1` and zeroes the other one,",
+           "  // which the launch before it used, for the launch after it.",
+           f"  const unsigned long long pl_launch = {ws_at(ws.launch_word)};",
+           f"  unsigned long long* const pl_events = pl_workspace + {ws.header_words} + (pl_launch & 1ull) * pl_region_words;",
+           f"  unsigned long long* const pl_clear = pl_workspace + {ws.header_words} + (~pl_launch & 1ull) * pl_region_words;",
+           f"  const unsigned long long pl_clear_words = {ws_at(f'{ws.used_words} + (~pl_launch & 1ull)')};",
+           "  const unsigned pl_epoch = (unsigned)(pl_launch % 0xFFFFFFFFull) + 1u;  // names the launch in a debug report"]
     for k, name in enumerate(plan.order):
         seq = r.component(name).contract.geometry.tile_sequence
         for d, e in enumerate(seq.grid):
@@ -469,6 +463,9 @@ def _persistent(r: Resolved, a: Allocation) -> list[str]:
             out.append(f"  const long long e{j}_extent_{d} = {e.to_c(geo)};")
         out.append(f"  unsigned long long* const e{j} = pl_events + {base};  // event '{t.name}'")
         base = f"{base} + " + " * ".join(f"e{j}_extent_{d}" for d in range(len(t.shape)))
+    out += [f"  const unsigned long long pl_words = (unsigned long long)({base});",
+            "  if (pl_words > pl_region_words) __trap();  // the launcher sizes the regions for the shapes it is given",
+            f"  if (blockIdx.x == 0 && threadIdx.x == 0) {ws_at(f'{ws.used_words} + (pl_launch & 1ull)')} = pl_words;"]
     out += ["  " + line for line in event_glue.ready_flags(r, plan)]
     if r.dispatch == "static":
         for k, name in enumerate(plan.order):
@@ -481,9 +478,9 @@ def _persistent(r: Resolved, a: Allocation) -> list[str]:
             ends.append(f"c{k}_tasks" if k == 0 else f"{ends[-1]} + c{k}_tasks")
         out.append(f"  const unsigned total_tasks = {ends[-1]};")
         out += ["  while (true) {",
-                "    // One counter for every launch, never reset: this launch's claims start at pl_task_base.",
-                f"    if (threadIdx.x == 0) pl_flags[1] = (unsigned)min(atomicAdd(pl_workspace + {TASK_COUNTER_WORD}, "
-                "1ull) - pl_task_base, (unsigned long long)total_tasks);",
+                "    // The task counter is zero when a launch starts: the last CTA out of the launch before zeroed it.",
+                "    if (threadIdx.x == 0) pl_flags[1] = (unsigned)min(atomicAdd(pl_workspace + "
+                f"{WORKSPACE.task_counter_word}, 1ull), (unsigned long long)total_tasks);",
                 "    __syncthreads();",
                 "    const unsigned task = pl_flags[1];",
                 "    __syncthreads();  // every thread has read it before the next claim",
@@ -496,7 +493,21 @@ def _persistent(r: Resolved, a: Allocation) -> list[str]:
             out += _task_body(r, a, k, name, "      ")
             out.append("    }")
         out.append("  }")
-    return out
+    return out + [
+        "  // Leave the workspace as the next launch needs it: the last CTA out zeroes the task counter and",
+        "  // the count of CTAs out, then moves the launch on (every CTA has read it by now).",
+        "  __syncthreads();",
+        "  if (threadIdx.x == 0) {",
+        "    __threadfence();",
+        f"    if (atomicAdd(pl_workspace + {ws.exit_word}, 1ull) == "
+        "(unsigned long long)gridDim.x * gridDim.y * gridDim.z - 1ull) {",
+        "      __threadfence();",
+        f"      {ws_at(ws.task_counter_word)} = 0ull;",
+        f"      {ws_at(ws.exit_word)} = 0ull;",
+        "      __threadfence();",
+        f"      atomicExch(pl_workspace + {ws.launch_word}, pl_launch + 1ull);",
+        "    }",
+        "  }"]
 
 
 def _decode(r: Resolved, k: int, name: str, indent: str) -> list[str]:

@@ -1,7 +1,7 @@
 """Run a linked cubin through the CUDA driver: load it, pack arguments, size the grid, launch.
 
-The linker hands over a cubin and a manifest (kernel name, block, dynamic shared memory, the
-parameters with their dtypes, and the tile-count expressions). `Kernel.load` puts the cubin into
+The linker hands over a cubin and a manifest (manifest.py: kernel name, block, dynamic shared memory,
+the parameters with their dtypes, the tile-count expressions). `Kernel.load` puts the cubin into
 the device's primary context, the one PyTorch and CuPy use, so their device pointers are valid
 here. Arguments are checked against the manifest before anything reaches the driver: a wrong
 dtype or a strided view would otherwise be read as garbage without any error.
@@ -12,200 +12,36 @@ are pure and are unit-tested without one. Neither torch nor numpy is imported at
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import math
 import operator
 import struct
 from dataclasses import dataclass, field
 
+from . import driver as _cu
 from . import expr as _expr
-from .model import DTYPE_BYTES, INTEGER_DTYPES, is_identifier
+from .driver import LaunchError, gpu_available  # noqa: F401  (the launcher's errors and probe)
+from .manifest import IMPLICIT_PARAMS, STREAM_K_PARAMS, ImplicitParam, Manifest, ManifestError, ParamSpec
 from .streamk import balanced_grid
-from .tensormap import TensorMapDecl
+from .model import DTYPE_BYTES, INTEGER_DTYPES
 from .scalars import float_to_bf16_bits, float_to_f16_bits, float_to_fp8_e4m3_bits, float_to_fp8_e5m2_bits
 
-MANIFEST_VERSION = 1
-MAX_BLOCK_THREADS = 1024
 DLPACK_CUDA = 2  # kDLCUDA in DLPack's DLDeviceType; managed (13) and pinned host (3) are refused
-
-
-class LaunchError(Exception):
-    """A driver call failed. `result` is the CUresult name, `what` the call and its subject."""
-
-    def __init__(self, what: str, result: str | None = None, detail: str = ""):
-        self.what = what
-        self.result = result
-        self.detail = detail
-        message = f"{what} failed"
-        if result:
-            message += f": {result}"
-        if detail:
-            message += f" ({detail})"
-        super().__init__(message)
-
-    def with_hint(self, hint: str) -> "LaunchError":
-        """The same failure with a hint appended to its detail."""
-        return LaunchError(self.what, self.result, "; ".join(x for x in (self.detail, hint) if x))
 
 
 class ArgumentError(TypeError, ValueError):
     """A kernel argument does not fit its parameter. A TypeError, and a ValueError for ranges."""
 
 
-# --- the driver ----------------------------------------------------------------------------
-
-def _driver():
-    # Imported on first use: the module must import on machines without CUDA at all.
-    from cuda.bindings import driver
-
-    return driver
-
-
-def _error_text(err) -> tuple[str, str]:
-    """(CUresult name, the driver's description); the description is best effort."""
-    name = getattr(err, "name", None) or str(err)
-    try:
-        e, text = _driver().cuGetErrorString(err)
-        if e == _driver().CUresult.CUDA_SUCCESS and text:
-            return name, text.decode(errors="replace")
-    except Exception:  # no libcuda: the name alone still says what happened
-        pass
-    return name, ""
-
-
-def _call(what: str, fn, *args):
-    """Call a cuda-bindings driver function; raise LaunchError unless it returned CUDA_SUCCESS.
-
-    cuda-bindings returns `(CUresult, *outputs)`; the outputs come back as None, one value, or a
-    tuple. It raises (instead of returning an error) when libcuda is missing or an argument has
-    the wrong Python type; those become LaunchError too.
-    """
-    drv = _driver()
-    try:
-        out = fn(*args)
-    except Exception as exc:
-        raise LaunchError(what, type(exc).__name__, str(exc)) from exc
-    err, rest = out[0], out[1:]
-    if err != drv.CUresult.CUDA_SUCCESS:
-        name, text = _error_text(err)
-        raise LaunchError(what, name, text)
-    if not rest:
-        return None
-    return rest[0] if len(rest) == 1 else rest
-
-
-def gpu_available() -> bool:
-    """True when the driver initialises and sees at least one device. Never raises."""
-    try:
-        drv = _driver()
-        (err,) = drv.cuInit(0)
-        if err != drv.CUresult.CUDA_SUCCESS:
-            return False
-        err, count = drv.cuDeviceGetCount()
-        return err == drv.CUresult.CUDA_SUCCESS and count > 0
-    except Exception:
-        return False
-
-
 # --- the manifest --------------------------------------------------------------------------
 
-LEGACY_IMPLICIT = ("workspace", "epoch", "task_base")  # epoch-tagged counters: refused, relink
-# The parameters a persistent kernel takes from the launcher (workspace.py), as ctypes values.
-IMPLICIT = {"workspace": ctypes.c_void_p, "events": ctypes.c_void_p, "clear": ctypes.c_void_p,
-            "clear_words": ctypes.c_uint64, "epoch": ctypes.c_uint32, "task_base": ctypes.c_uint64}
-# The parameters a kernel with a split reduction takes from the launcher (streamk.py).
-STREAM_K_IMPLICIT = {"partials": ctypes.c_void_p, "stream_k_tiles": ctypes.c_int32, "split_k": ctypes.c_int32}
-
-
-@dataclass(frozen=True)
-class ParamSpec:
-    """One kernel parameter as the manifest declares it."""
-
-    name: str
-    dtype: str
-    pointer: bool
-    const: bool
-    implicit: str | None = None   # one of IMPLICIT: the launcher supplies it, not the caller
-    tensor_map: TensorMapDecl | None = None  # a TMA descriptor encoded from the tensor passed
-
-    @property
-    def is_shape(self) -> bool:
-        """An integer scalar: a value the tile expressions may use."""
-        return not self.pointer and self.tensor_map is None and self.dtype in INTEGER_DTYPES
-
-    def describe(self) -> str:
-        if self.tensor_map is not None:
-            return f"{self.dtype} tensor map"
-        return f"{'const ' if self.const else ''}{self.dtype}*" if self.pointer else self.dtype
-
-
-def manifest_describes(manifest: dict, cubin: bytes) -> bool:
+def manifest_describes(manifest: Manifest | dict, cubin: bytes) -> bool:
     """False where the manifest names another cubin's sha256 (one without a hash is taken on trust)."""
-    want = manifest.get("cubin_sha256")
-    return want is None or want == hashlib.sha256(bytes(cubin)).hexdigest()
+    return Manifest.of(manifest).describes(cubin)
 
 
-def _manifest_error(kernel: str, message: str) -> ValueError:
-    return ValueError(f"manifest of kernel '{kernel}': {message}")
-
-
-def _parse_params(kernel: str, raw) -> tuple[ParamSpec, ...]:
-    if not isinstance(raw, list):
-        raise _manifest_error(kernel, "'params' must be a list")
-    params, seen = [], set()
-    for i, p in enumerate(raw):
-        if not isinstance(p, dict) or not isinstance(p.get("name"), str) or not is_identifier(p["name"]):
-            raise _manifest_error(kernel, f"params[{i}] needs an identifier 'name'")
-        name = p["name"]
-        if name in seen:
-            raise _manifest_error(kernel, f"parameter '{name}' appears twice")
-        seen.add(name)
-        if p.get("dtype") not in DTYPE_BYTES:
-            raise _manifest_error(kernel, f"parameter '{name}' has unknown dtype {p.get('dtype')!r}")
-        if not isinstance(p.get("pointer"), bool) or not isinstance(p.get("const", False), bool):
-            raise _manifest_error(kernel, f"parameter '{name}': 'pointer' and 'const' must be booleans")
-        implicit = p.get("implicit")
-        if implicit is not None and implicit not in IMPLICIT and implicit not in STREAM_K_IMPLICIT:
-            raise _manifest_error(kernel, f"parameter '{name}' has unknown implicit kind {implicit!r}")
-        tmap = None
-        if p.get("tensor_map") is not None:
-            try:
-                tmap = TensorMapDecl.from_manifest(p["tensor_map"])
-            except (ValueError, _expr.ExprError) as exc:
-                raise _manifest_error(kernel, f"parameter '{name}': {exc}") from None
-        params.append(ParamSpec(name, p["dtype"], p["pointer"], p.get("const", False), implicit, tmap))
-    split = sorted(p.implicit for p in params if p.implicit in STREAM_K_IMPLICIT)
-    if split and split != sorted(STREAM_K_IMPLICIT):
-        raise _manifest_error(kernel, f"implicit parameters {split}: a kernel with a split reduction takes each of "
-                                      f"{list(STREAM_K_IMPLICIT)} once")
-    kinds = [p.implicit for p in params if p.implicit and p.implicit not in STREAM_K_IMPLICIT]
-    if kinds and sorted(kinds) == sorted(LEGACY_IMPLICIT):
-        raise _manifest_error(kernel, "it was linked by an earlier pipelink, whose event counters this launcher no "
-                                      "longer manages; link it again")
-    if kinds and sorted(kinds) != sorted(IMPLICIT):
-        raise _manifest_error(kernel, f"implicit parameters {kinds}: a persistent kernel takes each of "
-                                      f"{list(IMPLICIT)} once")
-    return tuple(params)
-
-
-def _parse_block(kernel: str, raw) -> tuple[int, int, int]:
-    ok = isinstance(raw, list) and 1 <= len(raw) <= 3 and all(
-        isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in raw)
-    if not ok:
-        raise _manifest_error(kernel, f"'block' must be 1 to 3 positive integers, got {raw!r}")
-    block = tuple(raw) + (1,) * (3 - len(raw))
-    if math.prod(block) > MAX_BLOCK_THREADS:
-        raise _manifest_error(kernel, f"block {list(block)} has more than {MAX_BLOCK_THREADS} threads")
-    return block
-
-
-def _parse_tiles(kernel: str, raw) -> tuple[_expr.Expr, ...]:
-    if not isinstance(raw, list):
-        raise _manifest_error(kernel, "'tiles' must be a list of integer expressions")
-    try:
-        return tuple(_expr.parse(t) for t in raw)
-    except _expr.ExprError as exc:
-        raise _manifest_error(kernel, f"bad tile expression: {exc}") from None
+def _implicit_value(param: ImplicitParam):
+    """A ctypes slot for an implicit parameter (its value is set once, when the launch is prepared)."""
+    return ctypes.c_void_p() if param.pointer else _INT_CTYPES[param.dtype]()
 
 
 # --- scalar conversions (the float formats: scalars.py) --------------------------------------
@@ -308,7 +144,7 @@ class Kernel:
     """A loaded kernel. Build one with `Kernel.load`; `Kernel(manifest)` alone packs and checks
     arguments but cannot launch (tests use that)."""
 
-    manifest: dict
+    manifest: Manifest   # or its JSON document, read (and validated) on construction
     module: object = None
     function: object = None
     device: int = 0
@@ -321,27 +157,27 @@ class Kernel:
     _resident: int | None = field(default=None, init=False, repr=False)
     _memo: dict = field(default_factory=dict, init=False, repr=False)  # per-shape tile and workspace sizes
     _user_params: tuple = field(default=(), init=False, repr=False)
+    _buffer_params: list = field(default_factory=list, init=False, repr=False)  # what buffers.py checks
     _partials: tuple | None = field(default=None, init=False, repr=False)  # (device pointer, slots)
-    split_reduction: bool = field(default=True, init=False)  # stream-K on a kernel that can split
+    _retired_partials: list = field(default_factory=list, init=False, repr=False)  # freed at unload
+    split_reduction: bool = field(default=True, init=False)  # split a kernel's reduction where it pays
 
     def __post_init__(self):
-        m = self.manifest
-        if not isinstance(m, dict) or not isinstance(m.get("kernel"), str) or not m["kernel"]:
-            raise ValueError("a manifest is a dict with the kernel's name under 'kernel'")
-        if m.get("manifest", MANIFEST_VERSION) != MANIFEST_VERSION:
-            raise _manifest_error(m["kernel"], f"manifest version {m['manifest']!r}, expected {MANIFEST_VERSION}")
-        self.params = _parse_params(self.name, m.get("params", []))
-        self._user_params = tuple(p for p in self.params if p.implicit is None)
-        self.block = _parse_block(self.name, m.get("block"))
-        smem = m.get("dynamic_smem", 0)
-        if not isinstance(smem, int) or isinstance(smem, bool) or smem < 0:
-            raise _manifest_error(self.name, f"'dynamic_smem' must be a non-negative integer, got {smem!r}")
-        self.dynamic_smem = smem
-        self.tiles = _parse_tiles(self.name, m.get("tiles", []))
+        m = self.manifest = Manifest.of(self.manifest)  # raises ManifestError (a ValueError) for a bad one
+        if m.persistent and m.version < 2:
+            raise ManifestError(f"manifest of kernel '{m.kernel}': it was linked by an earlier pipelink (manifest "
+                                f"version {m.version}), whose event workspace this launcher no longer manages; "
+                                "link it again")
+        self.params = m.params
+        self._user_params = m.user_params
+        self.block = m.block
+        self.dynamic_smem = m.dynamic_smem
+        self.tiles = m.tile_exprs
+        self._buffer_params = [p.to_json() for p in m.params if p.pointer and (p.shapes or p.align)]
 
     @property
     def name(self) -> str:
-        return self.manifest["kernel"]
+        return self.manifest.kernel
 
     @property
     def block_threads(self) -> int:
@@ -350,26 +186,26 @@ class Kernel:
     # --- loading ---------------------------------------------------------------------------
 
     @classmethod
-    def load(cls, cubin: bytes, manifest: dict, device: int = 0) -> "Kernel":
+    def load(cls, cubin: bytes, manifest: Manifest | dict, device: int = 0) -> "Kernel":
         """Load `cubin` into the primary context of `device` and find the manifest's kernel."""
         kernel = cls(manifest, device=device)  # the manifest is checked before the driver is touched
         image = bytes(cubin)
         if not image:
             raise ValueError(f"empty cubin for kernel '{kernel.name}'")
-        if not manifest_describes(manifest, image):
+        if not kernel.manifest.describes(image):
             # Another link's manifest may list other parameters: launching would pass garbage.
             raise ValueError(f"the manifest of kernel '{kernel.name}' was written for another cubin "
                              "(its cubin_sha256 differs): use the K.json written with this cubin, or link again")
-        drv = _driver()
-        _call("cuInit", drv.cuInit, 0)
-        kernel._cu_device = _call(f"cuDeviceGet({device})", drv.cuDeviceGet, device)
+        drv = _cu.driver()
+        _cu.call("cuInit", drv.cuInit, 0)
+        kernel._cu_device = _cu.call(f"cuDeviceGet({device})", drv.cuDeviceGet, device)
         # The primary context is the one the CUDA runtime (torch, cupy) uses: pointers are shared.
-        kernel.context = _call(f"cuDevicePrimaryCtxRetain on device {device}",
+        kernel.context = _cu.call(f"cuDevicePrimaryCtxRetain on device {device}",
                                drv.cuDevicePrimaryCtxRetain, kernel._cu_device)
         try:
-            _call("cuCtxSetCurrent", drv.cuCtxSetCurrent, kernel.context)
+            _cu.call("cuCtxSetCurrent", drv.cuCtxSetCurrent, kernel.context)
             kernel._load_module(image)
-            kernel.function = _call(f"cuModuleGetFunction for kernel '{kernel.name}'",
+            kernel.function = _cu.call(f"cuModuleGetFunction for kernel '{kernel.name}'",
                                     drv.cuModuleGetFunction, kernel.module, kernel.name.encode())
             kernel._configure()
         except BaseException:
@@ -378,23 +214,23 @@ class Kernel:
         return kernel
 
     def _load_module(self, image: bytes) -> None:
-        drv = _driver()
+        drv = _cu.driver()
         try:
-            self.module = _call(f"cuModuleLoadData for kernel '{self.name}'", drv.cuModuleLoadData, image)
+            self.module = _cu.call(f"cuModuleLoadData for kernel '{self.name}'", drv.cuModuleLoadData, image)
         except LaunchError as exc:
             # The usual cause is a cubin for another architecture: say which two.
-            target, arch = self.manifest.get("target"), self._device_arch()
+            target, arch = self.manifest.target, self._device_arch()
             if target and arch and target.removesuffix("a") != arch:
                 raise exc.with_hint(f"the cubin is for {target}, device {self.device} is {arch}") from exc.__cause__
             raise
 
     def _device_arch(self) -> str | None:
         """'sm_90' for the device, or None when the driver cannot say."""
-        drv = _driver()
+        drv = _cu.driver()
         try:
-            major = _call("cuDeviceGetAttribute", drv.cuDeviceGetAttribute,
+            major = _cu.call("cuDeviceGetAttribute", drv.cuDeviceGetAttribute,
                           drv.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, self._cu_device)
-            minor = _call("cuDeviceGetAttribute", drv.cuDeviceGetAttribute,
+            minor = _cu.call("cuDeviceGetAttribute", drv.cuDeviceGetAttribute,
                           drv.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, self._cu_device)
         except LaunchError:
             return None
@@ -402,15 +238,15 @@ class Kernel:
 
     def _configure(self) -> None:
         """Opt in to the dynamic shared memory (needed above 48 KB), then check the block fits."""
-        drv = _driver()
+        drv = _cu.driver()
         fa = drv.CUfunction_attribute
         try:
-            _call(f"cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES={self.dynamic_smem}) for kernel '{self.name}'",
+            _cu.call(f"cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES={self.dynamic_smem}) for kernel '{self.name}'",
                   drv.cuFuncSetAttribute, self.function, fa.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                   self.dynamic_smem)
         except LaunchError as exc:
             raise exc.with_hint(self._smem_budget()) from exc.__cause__
-        limit = _call(f"cuFuncGetAttribute(MAX_THREADS_PER_BLOCK) for kernel '{self.name}'",
+        limit = _cu.call(f"cuFuncGetAttribute(MAX_THREADS_PER_BLOCK) for kernel '{self.name}'",
                       drv.cuFuncGetAttribute, fa.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, self.function)
         if self.block_threads > limit:
             raise LaunchError(f"checking the block of kernel '{self.name}'", None,
@@ -419,12 +255,12 @@ class Kernel:
 
     def _smem_budget(self) -> str:
         """Why a dynamic shared memory size may not fit: the device's opt-in limit and static use."""
-        drv = _driver()
+        drv = _cu.driver()
         try:
-            optin = _call("cuDeviceGetAttribute", drv.cuDeviceGetAttribute,
+            optin = _cu.call("cuDeviceGetAttribute", drv.cuDeviceGetAttribute,
                           drv.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
                           self._cu_device)
-            static = _call("cuFuncGetAttribute", drv.cuFuncGetAttribute,
+            static = _cu.call("cuFuncGetAttribute", drv.cuFuncGetAttribute,
                            drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, self.function)
         except LaunchError:
             return ""
@@ -435,20 +271,20 @@ class Kernel:
         """Unload the module and release the primary context. Safe to call twice."""
         if self.module is None and self.context is None:
             return
-        drv = _driver()
+        drv = _cu.driver()
         try:
             if self.module is not None:
-                _call("cuCtxSetCurrent", drv.cuCtxSetCurrent, self.context)
+                _cu.call("cuCtxSetCurrent", drv.cuCtxSetCurrent, self.context)
                 from .workspace import release_workspace
                 release_workspace(self)
                 self._release_partials()
-                _call(f"cuModuleUnload for kernel '{self.name}'", drv.cuModuleUnload, self.module)
+                _cu.call(f"cuModuleUnload for kernel '{self.name}'", drv.cuModuleUnload, self.module)
         finally:
             self.module = self.function = None
             self._resident = None
             if self.context is not None:
                 self.context = None
-                _call(f"cuDevicePrimaryCtxRelease on device {self.device}",
+                _cu.call(f"cuDevicePrimaryCtxRelease on device {self.device}",
                       drv.cuDevicePrimaryCtxRelease, self._cu_device)
 
     def __enter__(self) -> "Kernel":
@@ -539,7 +375,7 @@ class Kernel:
             cached = tensormap.encode(param.dtype, param.tensor_map, layout)
             if not isinstance(cached, ctypes.Array):
                 raise LaunchError(f"cuTensorMapEncodeTiled for argument '{param.name}' of kernel '{self.name}'",
-                                  *_error_text(cached))
+                                  *_cu.error_text(cached))
             self._memo[key] = cached
         return cached
 
@@ -637,13 +473,13 @@ class Kernel:
         (the kernel is not loaded, so there is no driver to ask)."""
         if self.function is None:
             return None
-        drv = _driver()
+        drv = _cu.driver()
         err, ordinal = drv.cuPointerGetAttribute(
             drv.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr)
         if err == drv.CUresult.CUDA_ERROR_INVALID_VALUE:  # not allocated, mapped or registered by CUDA
             return -1
         if err != drv.CUresult.CUDA_SUCCESS:
-            name, text = _error_text(err)
+            name, text = _cu.error_text(err)
             raise LaunchError(f"cuPointerGetAttribute(DEVICE_ORDINAL, {ptr:#x})", name, text)
         return int(ordinal)
 
@@ -719,16 +555,16 @@ class Kernel:
     def num_sms(self) -> int:
         """Multiprocessors on the device (monkeypatch in tests)."""
         self._require_loaded("cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)")
-        drv = _driver()
-        return _call(f"cuDeviceGetAttribute(MULTIPROCESSOR_COUNT) on device {self.device}", drv.cuDeviceGetAttribute,
+        drv = _cu.driver()
+        return _cu.call(f"cuDeviceGetAttribute(MULTIPROCESSOR_COUNT) on device {self.device}", drv.cuDeviceGetAttribute,
                      drv.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, self._cu_device)
 
     def max_active_blocks_per_sm(self) -> int:
         """Blocks of this kernel one multiprocessor holds at once, given block and dynamic smem."""
         what = f"cuOccupancyMaxActiveBlocksPerMultiprocessor for kernel '{self.name}'"
         self._require_loaded(what)
-        drv = _driver()
-        return _call(what, drv.cuOccupancyMaxActiveBlocksPerMultiprocessor, self.function,
+        drv = _cu.driver()
+        return _cu.call(what, drv.cuOccupancyMaxActiveBlocksPerMultiprocessor, self.function,
                      self.block_threads, self.dynamic_smem)
 
     def resident_blocks(self) -> int:
@@ -747,7 +583,7 @@ class Kernel:
         A kernel whose manifest asks for a balanced grid gets the fewest blocks that still need no
         more rounds of tiles, so every block walks the same number of tiles."""
         tiles = self.total_tiles(**shapes)
-        policy = self.manifest.get("grid_policy")
+        policy = self.manifest.grid_policy
         if policy == "stream_k":
             return self.stream_k_plan(shapes)[0]
         return max(1, balanced_grid(tiles, self.resident_blocks()) if policy == "balanced"
@@ -761,8 +597,8 @@ class Kernel:
         if key not in self._memo:
             tiles = self.total_tiles(**shapes)
             try:
-                blocks = _expr.parse(self.manifest["stream_k"]["blocks"]).evaluate(shapes)
-            except (_expr.ExprError, KeyError, TypeError) as exc:
+                blocks = self.manifest.stream_k.blocks_expr.evaluate(shapes)
+            except (_expr.ExprError, AttributeError) as exc:
                 raise ArgumentError(f"reduction blocks of kernel '{self.name}': {exc}") from None
             resident = self.resident_blocks()
             rows = tiles // max(1, self._tile_extents(shapes)[-1]) if tiles else 0
@@ -776,22 +612,27 @@ class Kernel:
     def _partials_for(self, slots: int) -> int:
         """The partial slots of a split reduction: allocated and zeroed once per kernel, for every CTA
         the device holds or the launch's split tiles, and grown when a launch needs more (launches
-        leave their flags zero)."""
-        slot_bytes = 4 * int(self.manifest["stream_k"]["slot_floats"])
+        leave their flags zero). A grown buffer replaces the old one only after a synchronize: a
+        prepared launch or a captured graph may still point at it."""
+        slot_bytes = 4 * self.manifest.stream_k.slot_floats
         need = max(slots, self.resident_blocks())
         if self._partials is None or self._partials[1] < need:
-            drv = _driver()
-            self._release_partials()
+            drv = _cu.driver()
             size = need * slot_bytes
-            ptr = _call(f"cuMemAlloc({size}) for the partial sums of kernel '{self.name}'", drv.cuMemAlloc, size)
+            ptr = _cu.call(f"cuMemAlloc({size}) for the partial sums of kernel '{self.name}'", drv.cuMemAlloc, size)
+            _cu.call("cuMemsetD8 (the partial sums' flags)", drv.cuMemsetD8, ptr, 0, size)
+            if self._partials is not None:
+                self._retired_partials.append(self._partials[0])
             self._partials = (ptr, need)
-            _call("cuMemsetD8 (the partial sums' flags)", drv.cuMemsetD8, ptr, 0, size)
         return int(self._partials[0])
 
     def _release_partials(self) -> None:
-        if self._partials is not None:
-            ptr, self._partials = self._partials[0], None
-            _call("cuMemFree (the partial sums)", _driver().cuMemFree, ptr)
+        drv = _cu.driver()
+        for ptr in [self._partials[0]] if self._partials is not None else []:
+            _cu.call("cuMemFree (the partial sums)", drv.cuMemFree, ptr)
+        for ptr in self._retired_partials:
+            _cu.call("cuMemFree (the partial sums)", drv.cuMemFree, ptr)
+        self._partials, self._retired_partials = None, []
 
     def shape_env(self, values: list) -> dict[str, int]:
         """Integer scalar arguments by name: what the tile expressions are evaluated over."""
@@ -809,17 +650,20 @@ class Kernel:
 
     def prepare(self, *args, grid=None, **kwargs) -> "PreparedLaunch":
         """Check and pack the arguments once; `PreparedLaunch.launch()` then repeats the launch at
-        the cost of the driver call (a persistent kernel also takes its event region and task base
-        each time). The arrays must stay where they are: prepare again after reallocating one."""
+        the cost of the driver call, the same arguments every time (a persistent kernel keeps its place
+        in its event workspace on the device), so a CUDA graph may capture it and replay it. A persistent
+        kernel's workspace is allocated here where it is missing or too small: prepare before a capture.
+        The arrays must stay where they are: prepare again after reallocating one."""
         values = self.bind(args, kwargs)
         packed = self._pack_all(values)
         env = self.shape_env(values)
-        from .buffers import buffer_problem
-        why = buffer_problem(self.name, self.manifest.get("params", []),
-                             {p.name: v for p, v in zip(self.user_params, values)}, env)
-        if why:
-            raise ArgumentError(why)
-        for name, value in self.manifest.get("specialized", {}).items():
+        if self._buffer_params:
+            from .buffers import buffer_problem
+            why = buffer_problem(self.name, self._buffer_params,
+                                 {p.name: v for p, v in zip(self.user_params, values)}, env)
+            if why:
+                raise ArgumentError(why)
+        for name, value in self.manifest.specialized.items():
             if env.get(name) != value:
                 raise ArgumentError(f"kernel '{self.name}' was linked for {name} = {value}; got {env.get(name)}")
         chosen_grid = grid is None  # the launcher's grid goes with its split plan
@@ -830,22 +674,30 @@ class Kernel:
                                     f"are not integer parameters: pass grid= (e.g. kernel.grid_for(...))")
             grid = self.grid_for(**env)
         dims = _grid_dims(grid)
-        events = None
-        if any(p.implicit for p in self.params):
-            slots = {name: make() for name, make in {**IMPLICIT, **STREAM_K_IMPLICIT}.items()}
-            if any(p.implicit in IMPLICIT for p in self.params):
-                events = self._events_for(env, dims)
-            if "stream_k" in self.manifest:
-                from .streamk import partial_slots
-                ctas = math.prod(dims)
-                _, sk_tiles, split = self.stream_k_plan(env, None if chosen_grid else ctas)
-                need = partial_slots(ctas, self.total_tiles(**env), sk_tiles, split)
-                slots["stream_k_tiles"].value = sk_tiles
-                slots["split_k"].value = split
-                slots["partials"].value = self._partials_for(need) if need else 0
+        workspace = None
+        slots = {}
+        if self.manifest.persistent:
+            self._require_loaded("the event workspace")
+            from .workspace import ensure_workspace
+            implicit = ensure_workspace(self, *self._events_for(env, dims))
+            workspace = implicit["workspace"]
+            slots = {p.kind: _implicit_value(p) for p in IMPLICIT_PARAMS}
+            for kind, slot in slots.items():
+                slot.value = implicit[kind]
+        if self.manifest.stream_k is not None:
+            from .streamk import partial_slots
+            ctas = math.prod(dims)
+            _, sk_tiles, split = self.stream_k_plan(env, None if chosen_grid else ctas)
+            need = partial_slots(ctas, self.total_tiles(**env), sk_tiles, split)
+            values_of = {"partials": self._partials_for(need) if need else 0, "stream_k_tiles": sk_tiles,
+                         "split_k": split}
+            for p in STREAM_K_PARAMS:
+                slots[p.kind] = _implicit_value(p)
+                slots[p.kind].value = values_of[p.kind]
+        if slots:
             it = iter(packed)
             packed = [slots[p.implicit] if p.implicit else next(it) for p in self.params]
-        return PreparedLaunch(self, packed, dims, events, values)
+        return PreparedLaunch(self, packed, dims, workspace, values)
 
     # --- event tensors (persistent kernels) ------------------------------------------------
 
@@ -853,33 +705,29 @@ class Kernel:
         """64-bit words of event counters this launch needs."""
         key = ("words", *sorted(shapes.items()))
         if key not in self._memo:  # every launch asks: evaluate once per shape
-            ws = self.manifest.get("workspace", {})
-            words = 0
-            for event in ws.get("events", []):
-                words += math.prod(_expr.parse(e).evaluate(shapes) for e in event["shape"])
-            self._memo[key] = words
+            ws = self.manifest.workspace
+            self._memo[key] = sum(e.words(shapes) for e in ws.events) if ws is not None else 0
         return self._memo[key]
 
-    def _events_for(self, env: dict, dims) -> tuple[int, int, int]:
-        """(header words, event words, task claims) of a persistent launch of this shape and grid."""
-        if self.manifest.get("dispatch") == "static" and math.prod(dims) > self.resident_blocks():
+    def _events_for(self, env: dict, dims) -> tuple[int, int]:
+        """(header words, event words) of a persistent launch of this shape and grid."""
+        if self.manifest.dispatch == "static" and math.prod(dims) > self.resident_blocks():
             # Static dispatch waits across CTAs: every CTA must be resident at once, or a waiting
             # CTA can hold the multiprocessor a notifying one needs.
             raise ArgumentError(f"kernel '{self.name}' dispatches tasks statically across CTAs that wait for each "
                                 f"other: grid {math.prod(dims)} exceeds the {self.resident_blocks()} blocks the "
                                 "device holds at once")
-        # Only a dynamic dispatch claims tasks: every task once, and one final claim per CTA.
-        claims = self.total_tiles(**env) + math.prod(dims) if self.manifest.get("dispatch") == "dynamic" else 0
-        return int(self.manifest.get("workspace", {}).get("header_words", 0)), self.event_words(**env), claims
+        ws = self.manifest.workspace
+        return (ws.header_words if ws is not None else 0), self.event_words(**env)
 
     def share_workspace(self, other: "Kernel") -> None:
         """Use `other`'s event workspace: the same memory and launch sequence (never launch both at once)."""
         from .workspace import share_workspace
         share_workspace(self, other)
 
-    def _check_timeout(self, stream: int) -> None:
+    def _check_timeout(self, stream: int, workspace: int) -> None:
         from .workspace import read_timeout
-        read_timeout(self, stream)
+        read_timeout(self, stream, workspace)
 
     def launch_packed(self, packed: list, grid: tuple[int, int, int], stream: int = 0) -> None:
         """cuLaunchKernel with already packed arguments (the ctypes objects of `pack_args`)."""
@@ -890,8 +738,8 @@ class Kernel:
         self._launch_slots(ctypes.addressof(slots) if packed else 0, grid, stream)
 
     def _launch_slots(self, kernel_params: int, grid: tuple[int, int, int], stream: int) -> None:
-        drv = _driver()
-        _call("cuCtxSetCurrent", drv.cuCtxSetCurrent, self.context)  # this thread may have none current
+        drv = _cu.driver()
+        _cu.call("cuCtxSetCurrent", drv.cuCtxSetCurrent, self.context)  # this thread may have none current
         what = lambda: (f"cuLaunchKernel for kernel '{self.name}' (grid {list(grid)}, block {list(self.block)}, "  # noqa: E731
                         f"{self.dynamic_smem} B dynamic smem)")  # built only when a launch fails
         try:
@@ -900,7 +748,14 @@ class Kernel:
         except Exception as exc:  # libcuda missing, or an argument of the wrong Python type
             raise LaunchError(what(), type(exc).__name__, str(exc)) from exc
         if err != drv.CUresult.CUDA_SUCCESS:
-            raise LaunchError(what(), *_error_text(err))
+            raise LaunchError(what(), *_cu.error_text(err))
+
+
+def _capturing(stream: int) -> bool:
+    """Whether `stream` is being captured into a CUDA graph (nothing may wait for it then)."""
+    drv = _cu.driver()
+    status = _cu.call("cuStreamIsCapturing", drv.cuStreamIsCapturing, drv.CUstream(stream))
+    return status != drv.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE
 
 
 def _param_slots(packed: list):
@@ -915,32 +770,22 @@ class PreparedLaunch:
     """A launch whose arguments are checked and packed (`Kernel.prepare`)."""
 
     kernel: Kernel
-    packed: list              # ctypes values in parameter order; implicit ones refilled per launch
+    packed: list              # ctypes values in parameter order, the implicit ones included
     dims: tuple[int, int, int]
-    events: tuple[int, int, int] | None = None  # persistent: (header words, event words, task claims)
+    workspace: int | None = None  # persistent: the event workspace this launch uses
     keep: object = field(default=None, repr=False)  # the arrays, kept alive as long as this is
 
     def __post_init__(self):
-        self._slots = _param_slots(self.packed)  # built once: a launch only refills values
+        self._slots = _param_slots(self.packed)  # built once: every launch passes the same values
         self._params_address = ctypes.addressof(self._slots) if self.packed else 0
-        self._implicit = [(slot, p.implicit) for p, slot in zip(self.kernel.params, self.packed) if p.implicit in IMPLICIT]
-        self._debug = bool(self.kernel.manifest.get("workspace", {}).get("debug"))
+        ws = self.kernel.manifest.workspace
+        self._debug = ws is not None and ws.debug
 
     def launch(self, stream=None) -> None:
-        """Launch asynchronously on `stream` (None: the legacy default stream, 0)."""
+        """Launch asynchronously on `stream` (None: the legacy default stream, 0). Nothing on the host
+        changes from one launch to the next: a CUDA graph may capture this and replay it."""
         k, handle = self.kernel, _stream_handle(stream)
         k._require_loaded("cuLaunchKernel")
-        if self.events is not None:
-            from .workspace import ensure_workspace, mark_unknown
-            fresh = ensure_workspace(k, *self.events)
-            for slot, kind in self._implicit:
-                slot.value = fresh[kind]
-            try:
-                k._launch_slots(self._params_address, self.dims, handle)
-            except BaseException:
-                mark_unknown(k)  # the region this launch was to clear is still dirty
-                raise
-        else:
-            k._launch_slots(self._params_address, self.dims, handle)
-        if self._debug:
-            k._check_timeout(handle)
+        k._launch_slots(self._params_address, self.dims, handle)
+        if self._debug and not _capturing(handle):  # a debug build reports a wait that gave up
+            k._check_timeout(handle, self.workspace)

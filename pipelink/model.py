@@ -10,9 +10,13 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from .diagnostics import Location
 from .expr import Expr
+
+if TYPE_CHECKING:  # the binary formats sit below the link: only the type is named here
+    from .inputs import InputObject
 
 # Bytes per element of each dtype.
 DTYPE_BYTES = {"f64": 8, "f32": 4, "f16": 2, "bf16": 2, "fp8_e4m3": 1, "fp8_e5m2": 1, "i64": 8,
@@ -343,6 +347,18 @@ class Contract:
 
     def port(self, name: str) -> Port | None:
         return next((p for p in self.ports if p.name == name), None)
+
+
+@dataclass
+class Component:
+    """A contract with the object that ships it: what the passes after `read` work on."""
+
+    contract: Contract
+    obj: InputObject | None  # None: a bare contract, checked without its code
+
+    @property
+    def name(self) -> str:
+        return self.contract.name
 
 
 _PROSE_KEYS = {"description", "owner", "$schema"}

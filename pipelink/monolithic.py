@@ -93,10 +93,10 @@ FRONT_ENDS = ("nvcc", "nvrtc")
 
 
 def control_cubin(ctx, front_end: str = "nvcc", workdir: str | Path | None = None) -> bytes:
-    """The one-unit control of a link, compiled and linked: its cubin.
+    """The one-unit control of a link, compiled and linked: its cubin. The optional `control` pass runs
+    it (`link(..., extra=("control",))` leaves the cubin in `context.control_cubin`).
 
-    `ctx` is the context of a link run with `LinkOptions(monolithic=True, cache=False)` (a cache hit
-    keeps no nvJitLink options). front_end "nvcc" compiles the unit as `pipelink build` compiles
+    `ctx` is the context of the link after its `link` pass, with the control source generated. front_end "nvcc" compiles the unit as `pipelink build` compiles
     components, the fair control for objects `pipelink build` made (the only ones that carry their
     source); "nvrtc" compiles it with the glue's options, plus `-default-device` (NVRTC's JIT mode
     has no --expt-relaxed-constexpr; unannotated constexpr functions are device functions instead)

@@ -22,21 +22,28 @@ DISPATCHES = tuple(validate.schema(SCHEMA_FILE)["properties"]["dispatch"]["enum"
 _WIRE = re.compile(r"\s*(\w+)\.(\w+)\s*(?:->|=)\s*(\w+)\.(\w+)\s*", re.ASCII)
 
 
+# Field metadata for what does not change a link's output (the link cache's key skips it: cache.key_doc).
+NOT_IN_KEY = {"link_key": False}
+
+
 @dataclass(frozen=True)
 class WireSpec:
     producer: str
     out_port: str
     consumer: str
     in_port: str
-    text: str
-    where: Location | None = field(default=None, compare=False)  # the pipeline file's /wires/i; None: --wire
+    text: str = field(metadata=NOT_IN_KEY)  # as written: spelled differently, the same wire
+    where: Location | None = field(default=None, compare=False, metadata=NOT_IN_KEY)  # the file's /wires/i; None: --wire
 
     def __str__(self) -> str:
         return f"{self.producer}.{self.out_port} -> {self.consumer}.{self.in_port}"
 
 
-@dataclass
+@dataclass(frozen=True)
 class PipelineSpec:
+    """What to link, frozen: change one with dataclasses.replace. The link cache keys on every field but
+    those marked NOT_IN_KEY (where the pipeline came from: only diagnostics name it)."""
+
     name: str = "pipelink_fused"
     components: tuple[str, ...] = ()    # component names in pipeline order (empty: the inputs' order)
     wires: tuple[WireSpec, ...] = ()
@@ -44,8 +51,8 @@ class PipelineSpec:
     dispatch: str = "static"            # persistent schedule: static per-CTA order, or a global task counter
     debug_events: bool = False          # a wait that spins too long stops the kernel and is reported
     specialize: dict = field(default_factory=dict)  # shape parameter -> value baked into this link
-    source: str | None = None           # the pipeline file, for diagnostics
-    extra: dict = field(default_factory=dict)
+    source: str | None = field(default=None, metadata=NOT_IN_KEY)     # the pipeline file, for diagnostics
+    extra: dict = field(default_factory=dict, metadata=NOT_IN_KEY)    # the file as read
 
 
 def parse_wire(text: str, sink: DiagnosticSink, where: Location | None = None) -> WireSpec | None:

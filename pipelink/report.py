@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from .inputs import InputObject
+from .manifest import Manifest
 from .model import DTYPE_BYTES, Contract
 
 
@@ -124,20 +125,15 @@ def object_text(obj: InputObject) -> list[str]:
     return lines
 
 
-def manifest_summary(manifest: dict, cubin: bytes) -> dict:
-    """How to call a linked kernel, from its manifest (validated as the launcher would)."""
-    from .launch import Kernel, manifest_describes
-    k = Kernel(manifest)  # raises ValueError on a manifest the launcher would refuse
-    ws = manifest.get("workspace")
+def manifest_summary(m: Manifest, cubin: bytes) -> dict:
+    """How to call a linked kernel, from its manifest (read and validated by `Manifest.from_json`)."""
     return {
-        "kernel": k.name, "matches_cubin": manifest_describes(manifest, cubin),
-        "call": [f"{p.describe()} {p.name}" for p in k.user_params],
-        "from_launcher": [p.name for p in k.params if p.implicit],
-        "block": list(k.block), "dynamic_smem": k.dynamic_smem, "schedule": manifest.get("schedule"),
-        "dispatch": manifest.get("dispatch"), "tiles": manifest.get("tiles", []),
-        "geometry": manifest.get("geometry", {}),
-        "events": [{"name": e["name"], "shape": e["shape"], "notified_by": e.get("notified_by", []),
-                    "waited_by": e.get("waited_by", [])} for e in (ws or {}).get("events", [])],
+        "kernel": m.kernel, "matches_cubin": m.describes(cubin),
+        "call": [f"{p.describe()} {p.name}" for p in m.user_params],
+        "from_launcher": [p.name for p in m.params if p.implicit],
+        "block": list(m.block), "dynamic_smem": m.dynamic_smem, "schedule": m.schedule,
+        "dispatch": m.dispatch, "tiles": list(m.tiles), "geometry": dict(m.geometry),
+        "events": [e.to_json() for e in (m.workspace.events if m.workspace is not None else ())],
     }
 
 

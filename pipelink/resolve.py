@@ -6,12 +6,17 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
-from .collect import Component
+from .model import Component
 from .diagnostics import DiagnosticSink, Location
 from .expr import Expr, ExprError
 from .model import INTEGER_DTYPES, Param, Port, TensorMapSpec, TileSequence, is_identifier
 from .pipeline import PipelineSpec, WireSpec
+
+if TYPE_CHECKING:  # built by the passes' own modules, imported where they run
+    from .events import EventPlan
+    from .roles import RolePlan
 
 
 @dataclass(frozen=True)
@@ -57,11 +62,11 @@ class Resolved:
     tiles: TileSequence
     tiles_owner: str
     params: list[KernelParam]
-    events: object = None              # EventPlan, persistent schedule only
+    events: EventPlan | None = None    # persistent schedule only
     dispatch: str = "static"
     debug_events: bool = False
     specialize: dict = None            # shape parameter -> constant, for a link made for one shape
-    roles: object = None               # RolePlan: components in the `entries` form split the block by role
+    roles: RolePlan | None = None      # components in the `entries` form split the block by role
     cluster: tuple[int, int, int] | None = None
     stream_k: object = None            # roles.StreamK: a tile's reduction split over CTAs
     # Sequential only: components whose grid adds trailing dimensions to the kernel's run those

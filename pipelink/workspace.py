@@ -1,19 +1,23 @@
 """The event workspace of a persistent kernel: device memory the launcher owns.
 
-Layout: a header (the debug build's timeout report, the dynamic dispatch's task counter), then
-two regions of event counters. Launches alternate between the regions, and each launch first
-zeroes the region the launch before it used (every CTA a slice, before its first task): the next
-launch finds its counters at zero with no memset in the stream, so a notification is one
-atomicAdd and a wait one load. The task counter is never reset: each launch is told where its
-claims start.
+Layout (manifest.WORKSPACE): a header, then two regions of event counters. The kernel keeps its own
+place in it: each launch reads from the header which region it counts in, zeroes the other one (the
+launch before it used it) for the launch after it, and its last CTA out zeroes the task counter and
+moves the header on. The launcher passes the same two values every time (the workspace and the
+regions' capacity), so a launch needs no memset in the stream, no per-launch host state, and a CUDA
+graph that captured it replays it correctly.
+
+The launcher allocates the workspace (zeroed) when a launch first needs it, or needs more counters
+than it holds; the memory it replaces is kept until the kernel is unloaded, since prepared launches
+and captured graphs still point at it (each workspace is consistent on its own).
 """
 from __future__ import annotations
 
 import ctypes
 
-from .launch import LaunchError, _call, _driver
-
-REPORT_WORDS = 8
+from . import driver as _cu
+from .driver import LaunchError
+from .manifest import IMPLICIT_KINDS, WORKSPACE
 
 
 class EventTimeout(RuntimeError):
@@ -29,20 +33,19 @@ class EventTimeout(RuntimeError):
 
 
 class Workspace:
-    """Device memory for event counters, and where the next launch stands in it.
-    Kernels may share one (`Kernel.share_workspace`) as long as they never run concurrently: the
-    regions, epochs and claims then simply continue from one kernel's launch to the other's."""
+    """Device memory for event counters. Kernels may share one (`Kernel.share_workspace`) as long as they
+    never run concurrently: the header then simply carries on from one kernel's launch to the other's."""
 
     def __init__(self):
         self.ptr = None
         self.region_words = 0  # capacity of each of the two regions
         self.header_words = 0
-        self.region = 1        # the region the last launch used
-        self.used = 0          # its words: what the next launch clears
-        self.epoch = 0         # names a launch in the debug report
-        self.task_base = 0
         self.owners = 0
-        self.unknown = False   # a launch failed to start or stopped early: zero everything first
+        self.retired: list = []  # replaced allocations: prepared launches and graphs may still use them
+        self.sizes: dict[int, int] = {}  # allocation -> bytes
+
+    def size(self) -> int:
+        return (self.header_words + 2 * self.region_words) * 8
 
 
 def workspace_of(kernel) -> Workspace:
@@ -61,41 +64,36 @@ def share_workspace(kernel, other) -> None:
     kernel._workspace = ws
 
 
-def ensure_workspace(kernel, header_words: int, event_words: int, claims: int = 0) -> dict[str, int]:
-    """The implicit arguments of the next launch: the workspace (header), this launch's zeroed
-    event region, the region and word count it clears for the launch after it, the epoch and
-    where its task claims start. A dynamic dispatch makes exactly `claims` claims (every task,
-    plus one final claim per CTA), so the next launch's claims start that much later."""
-    drv = _driver()
+def ensure_workspace(kernel, header_words: int, event_words: int) -> dict[str, int]:
+    """The implicit arguments of a launch needing `event_words` counters: the workspace and the capacity of
+    its regions. Allocates a zeroed workspace where there is none or it is too small (not while a stream
+    of this thread is being captured: prepare once before capturing)."""
+    drv = _cu.driver()
     ws = workspace_of(kernel)
-    if event_words > ws.region_words or header_words != ws.header_words:
+    if ws.ptr is None or event_words > ws.region_words or header_words != ws.header_words:
         region = max(event_words, 2 * ws.region_words, 1)
-        if ws.ptr is not None:
-            old, ws.ptr, ws.region_words = ws.ptr, None, 0  # forgotten first: a failed allocation leaves none
-            _call("cuMemFree (the event workspace)", drv.cuMemFree, old)
         size = (header_words + 2 * region) * 8
-        ws.ptr = _call(f"cuMemAlloc({size}) for the events of kernel '{kernel.name}'", drv.cuMemAlloc, size)
-        _call("cuMemsetD8 (the new event workspace)", drv.cuMemsetD8, ws.ptr, 0, size)
-        ws.region_words, ws.header_words = region, header_words
-        ws.region, ws.used, ws.task_base, ws.unknown = 1, 0, 0, False
-    elif ws.unknown:  # counts of an unfinished launch may be left anywhere
-        _call("cuMemsetD8 (the event workspace, after a launch that did not finish)", drv.cuMemsetD8, ws.ptr, 0,
-              (ws.header_words + 2 * ws.region_words) * 8)
-        ws.region, ws.used, ws.task_base, ws.unknown = 1, 0, 0, False
-    ws.epoch = ws.epoch % 0xFFFFFFFF + 1  # never 0: a zeroed report names no launch
-    region = 1 - ws.region
-    start = int(ws.ptr) + ws.header_words * 8  # a CUdeviceptr: do arithmetic on its integer value
-    args = {"workspace": int(ws.ptr), "events": int(start + region * ws.region_words * 8),
-            "clear": int(start + ws.region * ws.region_words * 8), "clear_words": ws.used,
-            "epoch": ws.epoch, "task_base": ws.task_base}
-    ws.region, ws.used = region, event_words
-    ws.task_base += claims
+        ptr = _cu.call(f"cuMemAlloc({size}) for the events of kernel '{kernel.name}' (allocate it before a CUDA "
+                       "graph captures the launch: prepare or launch once first)", drv.cuMemAlloc, size)
+        try:
+            _cu.call("cuMemsetD8 (the new event workspace)", drv.cuMemsetD8, ptr, 0, size)
+        except LaunchError:
+            _cu.call("cuMemFree (the event workspace)", drv.cuMemFree, ptr)
+            raise
+        if ws.ptr is not None:
+            ws.retired.append(ws.ptr)
+        ws.ptr, ws.region_words, ws.header_words = ptr, region, header_words
+        ws.sizes[int(ptr)] = size
+    args = {"workspace": int(ws.ptr), "region_words": ws.region_words}
+    assert set(args) == set(IMPLICIT_KINDS)
     return args
 
 
-def mark_unknown(kernel) -> None:
-    """The launch just prepared did not start, or stopped early: zero the workspace before the next."""
-    workspace_of(kernel).unknown = True
+def reset(kernel, ptr: int) -> None:
+    """Zero the workspace at `ptr` (after a debug launch that stopped early left counts behind)."""
+    ws = workspace_of(kernel)
+    _cu.call("cuMemsetD8 (the event workspace, after a launch that did not finish)", _cu.driver().cuMemsetD8, ptr,
+             0, ws.sizes.get(int(ptr), ws.size()))
 
 
 def release_workspace(kernel) -> None:
@@ -104,28 +102,31 @@ def release_workspace(kernel) -> None:
         return
     kernel._workspace = None
     ws.owners -= 1
-    if ws.owners <= 0 and ws.ptr is not None:
-        _call("cuMemFree (the event workspace)", _driver().cuMemFree, ws.ptr)
-        ws.ptr, ws.region_words = None, 0
+    if ws.owners <= 0:
+        for ptr in [*ws.retired, *([ws.ptr] if ws.ptr is not None else [])]:
+            _cu.call("cuMemFree (the event workspace)", _cu.driver().cuMemFree, ptr)
+        ws.ptr, ws.region_words, ws.retired = None, 0, []
 
 
-def read_timeout(kernel, stream: int) -> None:
-    """After a debug launch: raise EventTimeout if a wait gave up during this launch."""
-    drv = _driver()
-    _call(f"cuStreamSynchronize after kernel '{kernel.name}'", drv.cuStreamSynchronize, drv.CUstream(stream))
-    report = (ctypes.c_uint64 * (REPORT_WORDS + 1))()
-    ws = workspace_of(kernel)
-    _call("cuMemcpyDtoH (the timeout report)", drv.cuMemcpyDtoH, ctypes.addressof(report), ws.ptr,
-          (REPORT_WORDS + 1) * 8)
-    epoch, component, event, element, expected, observed, task, _, _ = list(report)
-    if epoch != ws.epoch:
+def read_timeout(kernel, stream: int, ptr: int) -> None:
+    """After a debug launch on the workspace at `ptr`: raise EventTimeout if a wait gave up. A report is
+    only ever written by a wait that gave up, and the workspace is zeroed after it is read."""
+    drv = _cu.driver()
+    _cu.call(f"cuStreamSynchronize after kernel '{kernel.name}'", drv.cuStreamSynchronize, drv.CUstream(stream))
+    words = (ctypes.c_uint64 * len(WORKSPACE.report))()
+    _cu.call("cuMemcpyDtoH (the timeout report)", drv.cuMemcpyDtoH, ctypes.addressof(words), ptr,
+             len(WORKSPACE.report) * 8)
+    report = dict(zip(WORKSPACE.report, words))
+    if report["epoch"] == 0:
         return
-    ws.unknown = True  # CTAs that gave up left counts and claims behind: start the next launch afresh
-    comps = [c["name"] for c in kernel.manifest.get("components", [])]
-    events = [e["name"] for e in kernel.manifest.get("workspace", {}).get("events", [])]
+    reset(kernel, ptr)  # CTAs that gave up left counts, claims and the header behind: start afresh
+    m = kernel.manifest
+    comps = [c.name for c in m.components]
+    events = [e.name for e in m.workspace.events] if m.workspace is not None else []
     name = lambda seq, i: seq[i] if i < len(seq) else f"#{i}"  # noqa: E731
-    raise EventTimeout(kernel.name, name(comps, component), name(events, event), element, expected, observed, task)
+    raise EventTimeout(kernel.name, name(comps, report["component"]), name(events, report["event"]), report["element"],
+                       report["expected"], report["observed"], report["task"])
 
 
-__all__ = ["EventTimeout", "Workspace", "ensure_workspace", "mark_unknown", "release_workspace", "share_workspace", "read_timeout",
-           "LaunchError"]
+__all__ = ["EventTimeout", "Workspace", "ensure_workspace", "release_workspace", "reset", "share_workspace",
+           "read_timeout", "LaunchError"]

@@ -45,7 +45,7 @@ def shipped_component(name, edit=None):
     """A shipped component's contract (optionally edited), without its object: for pure tests."""
     from pathlib import Path
 
-    from pipelink.collect import Component
+    from pipelink.model import Component
     from pipelink.diagnostics import DiagnosticSink
     from pipelink.loader import load_contract_bytes
     from pipelink.model import Source

@@ -3,7 +3,7 @@ producer and a consumer role handing an accumulator fragment to an epilogue."""
 import copy
 import json
 
-from pipelink.collect import Component
+from pipelink.model import Component
 from pipelink.diagnostics import DiagnosticSink
 from pipelink.loader import load_contract_bytes
 from pipelink.model import Source

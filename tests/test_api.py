@@ -56,7 +56,7 @@ def test_link_input_forms(objects, linked):
 
 def test_backwards_compatible_link(objects):
     result = pipelink.link(objects, LinkOptions(pipeline=PipelineSpec(name="rowsum", schedule="sequential")))
-    assert result.ok and result.manifest["kernel"] == "rowsum"
+    assert result.ok and result.manifest.kernel == "rowsum"
 
 
 def test_check_forms(objects):
@@ -139,7 +139,7 @@ def test_load_errors(linked, tmp_path):
     with pytest.raises(PipelinkError, match="PL002"):
         pipelink.load(tmp_path, device=None)  # no cubin
     linked.save(tmp_path)
-    (tmp_path / "rowsum.json").write_text(json.dumps(dict(linked.manifest, cubin_sha256="0" * 64)))
+    (tmp_path / "rowsum.json").write_text(json.dumps(dict(linked.manifest.to_json(), cubin_sha256="0" * 64)))
     with pytest.raises(PipelinkError, match="PL035"):
         pipelink.load(tmp_path, device=None)
     (tmp_path / "rowsum.json").write_text('{"kernel": 7}')
@@ -205,4 +205,4 @@ def test_readme_snippet_links_and_saves(shipped_objects, tmp_path, monkeypatch):
     exec(compile(link_part, "README.md", "exec"), scope)
     assert scope["result"].ok
     saved = re.search(r'pipelink\.load\("([^"]+)"\)', code).group(1)
-    assert pipelink.load(saved, device=None).manifest["kernel"] == "rowsum"
+    assert pipelink.load(saved, device=None).manifest.kernel == "rowsum"

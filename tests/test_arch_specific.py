@@ -6,7 +6,8 @@ from dataclasses import replace
 import pytest
 
 from pipelink.builder import BuildOptions, build_component
-from pipelink.collect import collect, read_components, verify_object
+from pipelink.api import run_checks
+from pipelink.collect import read_components, verify_object
 from pipelink.diagnostics import DiagnosticSink
 from pipelink.loader import load_contract_bytes
 from pipelink.model import Source
@@ -53,7 +54,7 @@ def test_pipelink_build_writes_the_arch_specific_ir_only(objects):
     comp = _component(objects["good.o"])
     assert comp.obj.ltoir_archs() == ["sm_90a"]
     sink = DiagnosticSink()
-    verify_object(comp, "sm_90a", sink, probe=False)
+    verify_object(comp, "sm_90a", sink)
     assert not sink.items
 
 
@@ -61,7 +62,7 @@ def test_family_ir_beside_arch_specific_ir_is_refused(objects):
     comp = _component(objects["both.o"])
     assert comp.obj.ltoir_archs() == ["sm_90", "sm_90a"]
     sink = DiagnosticSink()
-    result = collect([objects["both.o"]], sink)  # what `pipelink check` and the link run
+    (result,), _ = run_checks([objects["both.o"]], sink, together=True)  # what `pipelink check` and the link run
     assert result.target == "sm_90a"
     (d,) = sink.items
     assert d.code == "PL108" and d.exit_code == 1
@@ -77,5 +78,5 @@ def test_a_contract_that_also_targets_the_family_takes_both(objects):
     contract = comp.contract
     both = replace(contract, targets=replace(contract.targets, archs=("sm_90", "sm_90a")))
     sink = DiagnosticSink()
-    verify_object(replace(comp, contract=both), "sm_90a", sink, probe=False)
+    verify_object(replace(comp, contract=both), "sm_90a", sink)
     assert not sink.items

@@ -38,9 +38,8 @@ def rowsum_inputs(shipped_objects, tmp_path) -> list[str]:
 
 def rowsum_options(**kw) -> LinkOptions:
     spec = load_pipeline(ROWSUM, DiagnosticSink())
-    for name in ("dispatch", "schedule", "debug_events"):
-        if name in kw:
-            setattr(spec, name, kw.pop(name))
+    spec = dataclasses.replace(spec, **{name: kw.pop(name) for name in ("dispatch", "schedule", "debug_events")
+                                        if name in kw})
     return LinkOptions(pipeline=spec, **kw)
 
 
@@ -104,17 +103,22 @@ def test_archive_members_sidecars_are_in_the_key(rowsum_inputs, tmp_path):
     assert cache.link_key([str(lib)], rowsum_options()) != key
 
 
+def _pipeline(kw):
+    return lambda o: dataclasses.replace(o, pipeline=dataclasses.replace(o.pipeline, **kw(o.pipeline)))
+
+
 CHANGES = {
-    "arch": lambda o: setattr(o, "arch", "sm_90a"),
-    "monolithic": lambda o: setattr(o, "monolithic", True),
-    "optimize": lambda o: setattr(o, "optimize", False),
-    "name": lambda o: setattr(o.pipeline, "name", "other"),
-    "components": lambda o: setattr(o.pipeline, "components", o.pipeline.components[::-1]),
-    "wires": lambda o: setattr(o.pipeline, "wires", o.pipeline.wires[:1]),
-    "schedule": lambda o: setattr(o.pipeline, "schedule", "warp_specialized"),
-    "dispatch": lambda o: setattr(o.pipeline, "dispatch", "dynamic"),
-    "debug_events": lambda o: setattr(o.pipeline, "debug_events", True),
-    "specialize": lambda o: o.pipeline.specialize.update(N=4096),
+    "arch": lambda o: dataclasses.replace(o, arch="sm_90a"),
+    "monolithic": lambda o: dataclasses.replace(o, monolithic=True),
+    "optimize": lambda o: dataclasses.replace(o, optimize=False),
+    "name": _pipeline(lambda p: {"name": "other"}),
+    "components": _pipeline(lambda p: {"components": p.components[::-1]}),
+    "wires": _pipeline(lambda p: {"wires": p.wires[:1]}),
+    "wire ports": _pipeline(lambda p: {"wires": (dataclasses.replace(p.wires[0], in_port="other"), *p.wires[1:])}),
+    "schedule": _pipeline(lambda p: {"schedule": "warp_specialized"}),
+    "dispatch": _pipeline(lambda p: {"dispatch": "dynamic"}),
+    "debug_events": _pipeline(lambda p: {"debug_events": True}),
+    "specialize": _pipeline(lambda p: {"specialize": dict(p.specialize, N=4096)}),
 }
 
 
@@ -122,25 +126,47 @@ CHANGES = {
 def test_every_option_is_in_the_key(rowsum_inputs, change):
     opts = rowsum_options()
     key = cache.link_key(rowsum_inputs, opts)
-    CHANGES[change](opts)
-    assert cache.link_key(rowsum_inputs, opts) != key
+    assert cache.link_key(rowsum_inputs, CHANGES[change](opts)) != key
 
 
 def test_where_the_pipeline_came_from_is_not_in_the_key(rowsum_inputs):
     opts = rowsum_options()
     key = cache.link_key(rowsum_inputs, opts)
-    opts.pipeline.source, opts.pipeline.extra = "/elsewhere/rowsum.json", {"description": "moved"}
-    opts.pipeline.wires = tuple(WireSpec(w.producer, w.out_port, w.consumer, w.in_port, text=w.text.replace(" ", ""))
-                                for w in opts.pipeline.wires)  # spelled differently, the same wire
-    assert cache.link_key(rowsum_inputs, opts) == key
+    moved = dataclasses.replace(
+        opts.pipeline, source="/elsewhere/rowsum.json", extra={"description": "moved"},
+        wires=tuple(WireSpec(w.producer, w.out_port, w.consumer, w.in_port, text=w.text.replace(" ", ""))
+                    for w in opts.pipeline.wires))  # spelled differently, the same wire
+    assert cache.link_key(rowsum_inputs, dataclasses.replace(opts, pipeline=moved, cache=False)) == key
 
 
-def test_a_new_option_must_decide_about_the_key():
-    """Adding a field to LinkOptions or PipelineSpec? Put it in cache.options_doc if it changes the output
-    (then add it here), or else here alone."""
-    assert {f.name for f in dataclasses.fields(LinkOptions)} == {"arch", "pipeline", "monolithic", "optimize", "cache"}
-    assert {f.name for f in dataclasses.fields(PipelineSpec)} == {
-        "name", "components", "wires", "schedule", "dispatch", "debug_events", "specialize", "source", "extra"}
+def test_the_key_covers_every_field_by_construction():
+    """The key is every field of the frozen options, recursively, but those marked NOT_IN_KEY: a field
+    added later is in the key unless it says otherwise, and an option of a type the key cannot spell
+    fails loudly instead of being left out."""
+    opts = rowsum_options()
+    doc = cache.options_doc(opts)
+    left_out = {f.name for f in dataclasses.fields(LinkOptions) if f.name not in doc}
+    assert left_out == {"cache"}
+    assert {f.name for f in dataclasses.fields(PipelineSpec)} - set(doc["pipeline"]) == {"source", "extra"}
+    assert set(doc["pipeline"]["wires"][0]) == {"type", "producer", "out_port", "consumer", "in_port"}
+
+    @dataclasses.dataclass(frozen=True)
+    class Newer(LinkOptions):
+        tuning: float = 0.5
+        hook: object = None
+    assert cache.options_doc(Newer(pipeline=opts.pipeline))["tuning"] == 0.5
+    with pytest.raises(TypeError, match="cannot key a link on a function"):
+        cache.options_doc(Newer(pipeline=opts.pipeline, hook=lambda: None))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        opts.arch = "sm_90a"  # type: ignore[misc]
+
+
+def test_only_the_modules_that_decide_the_output_are_in_the_key():
+    """Editing the launcher, the CLI or the reports keeps every cached link; editing a pass does not."""
+    modules = set(cache.link_modules())
+    assert {"linker", "resolve", "allocate", "glue", "event_glue", "emit", "manifest", "toolchain", "verify",
+            "picture", "monolithic", "collect", "checks", "cache"} <= modules
+    assert not modules & {"launch", "workspace", "driver", "torch", "cli", "api", "report", "outputs", "demo", "scalars"}
 
 
 @pytest.mark.parametrize("kw", [{"arch": "sm_90a"}, {"dispatch": "dynamic"}], ids=["arch", "dispatch"])
@@ -200,7 +226,9 @@ def test_warnings_are_replayed(cache_root):
                          related=(Location(pointer="/registers"),))
     custom = Diagnostic("PL073", "x", hint="a hint of its own", severity="note")
     assert Diagnostic.from_json(warning.to_json()) == warning and Diagnostic.from_json(custom.to_json()) == custom
-    fake = SimpleNamespace(cubin=b"\x7fELF", manifest={"target": "sm_90", "cubin_sha256": cache._sha256(b"\x7fELF")},
+    from pipelink.manifest import Manifest
+    fake = SimpleNamespace(cubin=b"\x7fELF", manifest=Manifest("k", (32, 1, 1), target="sm_90",
+                                                               cubin_sha256=cache._sha256(b"\x7fELF")),
                            link_map="map", link_picture="<svg/>", glue="glue", monolithic=None, diagnostics=[warning, custom])
     assert cache.store("ab" * 32, fake) == cache_root / "ab" / ("ab" * 32)
     assert cache.load("ab" * 32).diagnostics == [warning, custom]

@@ -51,9 +51,9 @@ def test_both_builds_link(baseline):
     linked = builds.link_pipelink(base.pipelink_objects)
     assert linked.ok, [d.render() for d in linked.diagnostics]
     m = linked.manifest
-    assert m["dispatch"] == "dynamic" and list(m["tasks"]) == ["moe_router", "moe_dispatch", "moe_expert", "moe_combine"]
+    assert m.dispatch == "dynamic" and list(m.tasks) == ["moe_router", "moe_dispatch", "moe_expert", "moe_combine"]
     assert "moe_expert waits i->i for tile_rows[i] (read on the device)" in linked.link_map
-    assert m["resources"]["registers"] <= 128 and m["resources"]["frame_bytes"] == 0
+    assert m.resources.registers <= 128 and m.resources.frame_bytes == 0
     from pipelink.cubin import read_cubin
     kernels = read_cubin(builds.link_classic(base.classic_objects))
     assert set(kernels) == {"moe_classic_fused", "moe_classic_router", "moe_classic_dispatch", "moe_classic_expert",
@@ -67,7 +67,7 @@ def test_a_variant_rebuilds_only_its_team(baseline):
     rebuilt = [o for o in b.pipelink_objects if o not in base.pipelink_objects]
     assert [o.name for o in rebuilt] == ["moe_expert.o"]
     linked = builds.link_pipelink(b.pipelink_objects)
-    assert linked.ok and linked.manifest["geometry"]["EXPERT_TILE_M"] == 64
+    assert linked.ok and linked.manifest.geometry["EXPERT_TILE_M"] == 64
     assert "consumed by moe_dispatch" in linked.link_map  # the dispatch pads to the new tile
 
 

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from pipelink.cli import main
-from pipelink.collect import collect
+from pipelink.api import run_checks
 from pipelink.conformance import Usage, compare, probe_plan, probe_value, sass_barriers
 from pipelink.diagnostics import DiagnosticSink
 from pipelink.loader import load_contract_bytes
@@ -136,7 +136,7 @@ def bad_check(tmp_path_factory):
     obj = d / "bad.o"
     assert main(["build", str(d / "bad.cu"), "--contract", str(d / "bad.json"), "-o", str(obj)]) == 0
     sink = DiagnosticSink()
-    collect([str(obj)], sink)
+    run_checks([str(obj)], sink, together=True)
     return obj, {(d.code, d.severity): d for d in sink.items}, sink
 
 
@@ -188,5 +188,5 @@ def test_check_of_the_bad_component_exits_1(bad_check, capsys):
 def test_shipped_components_conform(shipped_objects):
     for path in shipped_objects.values():  # one at a time: not every pair of them may share a kernel
         sink = DiagnosticSink()
-        collect([str(path)], sink)
+        run_checks([str(path)], sink, together=True)
         assert sink.items == [], [d.render() for d in sink.items]

@@ -192,7 +192,7 @@ def test_a_row_block_consumer_after_2d_tiles_links_with_an_inner_loop():
     inner, softmax_step = glue.index("pl_inner < inner_tiles_0"), glue.index("row_softmax(tile, y, M, N);")
     assert inner < glue.index("tile_load(tile, x, M, N);") < glue.index("tile_store(tile, y, M, N);") < softmax_step
     assert "tile.coord[1] = rest % inner_tiles_0;" in glue
-    m = manifest(r, a, "sm_90", b"")
+    m = manifest(r, a, "sm_90", b"").to_json()
     assert m["tiles"] == ["ceil_div(M, 32)"]           # the grid: row blocks, each CTA walks a row's tiles
     assert "inner loop of tile_load: [ceil_div(N, 128)] row_major in each tile" in link_map(r, a, "sm_90")
 
@@ -326,7 +326,7 @@ def test_every_components_view_of_a_buffer_must_fit():
 
 def test_the_launcher_checks_through_prepare():
     r, sink = run(softmax(), wires=SOFTMAX_WIRES)
-    m = manifest(r, allocate(r, "sm_90", sink), "sm_90", b"")
+    m = manifest(r, allocate(r, "sm_90", sink), "sm_90", b"").to_json()
     assert next(p for p in m["params"] if p["name"] == "y") == {
         "name": "y", "dtype": "f32", "pointer": True, "const": False, "shapes": [["M", "N"]], "align": 16}
     k = Kernel(m)
@@ -338,7 +338,7 @@ def test_the_launcher_checks_through_prepare():
 
 def test_a_workspace_size_is_declared_like_any_buffer():
     r, sink = run(scan())
-    m = manifest(r, allocate(r, "sm_90", sink), "sm_90", b"")
+    m = manifest(r, allocate(r, "sm_90", sink), "sm_90", b"").to_json()
     carry = next(p for p in m["params"] if p["name"] == "carry")
     assert carry["shapes"] == [["ceil_div(N, 1024)"]]
     why = buffer_problem("k", m["params"], {"carry": Array((2,), typestr="<i4")}, {"N": 3000})

@@ -4,12 +4,10 @@ from pathlib import Path
 
 
 from pipelink.diagnostics import DiagnosticSink
-from pipelink.glue import generate_glue
-from pipelink.allocate import allocate
+from pipelink.linker import LinkOptions, run_passes
 from pipelink.loader import load_contract_bytes
 from pipelink.model import Source
 from pipelink.pipeline import PipelineSpec
-from pipelink.resolve import resolve
 
 from contract_factory import shipped_component
 
@@ -17,10 +15,15 @@ REPO = Path(__file__).resolve().parent.parent
 comp = shipped_component
 
 
+def linked(comps, until="generate", **spec):
+    """The link's passes over components already read, from check to `until`."""
+    return run_passes(options=LinkOptions(arch="sm_90", pipeline=PipelineSpec(name="k", **spec)), components=comps,
+                      until=until)
+
+
 def run(comps, dispatch="static"):
-    sink = DiagnosticSink()
-    r = resolve(comps, PipelineSpec(name="k", dispatch=dispatch), sink)
-    return r, sink
+    ctx = linked(comps, until="resolve", dispatch=dispatch)
+    return ctx.resolved, ctx.sink
 
 
 def codes(sink):
@@ -41,11 +44,11 @@ def test_split_k_plan():
 
 
 def test_tile_chain_plan_and_glue():
-    r, sink = run([comp("tile_silu_store"), comp("tile_axpby")], dispatch="dynamic")
+    ctx = linked([comp("tile_silu_store"), comp("tile_axpby")], dispatch="dynamic")
+    r, a, sink, glue = ctx.resolved, ctx.allocation, ctx.sink, ctx.glue
     assert not sink.items
-    a = allocate(r, "sm_90", sink)
-    glue = generate_glue(r, a)
-    assert "atomicAdd(pl_workspace + 8, 1ull) - pl_task_base" in glue and "pl::events::wait_for" in glue
+    assert "atomicAdd(pl_workspace + 8, 1ull), (unsigned long long)total_tasks)" in glue
+    assert "pl::events::wait_for" in glue and "pl_task_base" not in glue
     assert "add_one" in glue
     assert a.block_warps == 4  # tasks of both components run one at a time on the same warps
 
@@ -106,18 +109,16 @@ def test_underivable_count_must_be_given():
 def test_smem_wire_between_persistent_components_is_refused():
     tl = comp("tile_load")
     tt = comp("tile_transform")
-    sink = DiagnosticSink()
-    resolve(splitk() + [tl, tt], PipelineSpec(name="k", schedule="persistent"), sink)
+    sink = linked(splitk() + [tl, tt], until="resolve", schedule="persistent").sink
     assert "PL085" in codes(sink)
 
 
 def test_data_dependent_maps_plan_and_generate():
     comps = [comp("moe_scatter"), comp("moe_expert"), comp("moe_combine")]
-    r, sink = run(comps, dispatch="dynamic")
+    ctx = linked(comps, dispatch="dynamic")
+    r, sink, glue = ctx.resolved, ctx.sink, ctx.glue
     assert not sink.items, [d.render() for d in sink.items]
     assert r.events.order == ["moe_scatter", "moe_expert", "moe_combine"]
-    a = allocate(r, "sm_90", sink)
-    glue = generate_glue(r, a)
     assert "topk[((long long)(tile.coord[0])) * (long long)(TOPK) + a0_1]" in glue   # i->topk[i,:]
     assert "(unsigned)(counts[(long long)(tile.coord[0])])" in glue                  # count read per task
     assert "max((long long)(offsets[(long long)((tile.coord[0] + 1))]) - pl_lo0, 0ll)" in glue  # range(...)
@@ -156,9 +157,9 @@ def test_an_earlier_wait_on_the_writer_orders_the_read():
     def combine(c):
         c["events"]["waits"].insert(0, {"name": "scattered", "map": "t->0", "count": "auto"})
 
-    r, sink = run([comp("moe_scatter", scatter), comp("moe_expert"), comp("moe_combine", combine)], dispatch="dynamic")
+    ctx = linked([comp("moe_scatter", scatter), comp("moe_expert"), comp("moe_combine", combine)], dispatch="dynamic")
+    r, sink, glue = ctx.resolved, ctx.sink, ctx.glue
     assert not sink.items, [d.render() for d in sink.items]
-    glue = generate_glue(r, allocate(r, "sm_90", sink))
     body = glue[glue.index("// moe_combine"):]
     # waits run in the contract's order: the guard's wait comes before anything reads slot
     first_wait = body.index("wait_for(")
@@ -168,13 +169,12 @@ def test_an_earlier_wait_on_the_writer_orders_the_read():
 
 
 def test_a_negative_gathered_index_names_no_event():
-    r, sink = run([comp("moe_scatter"), comp("moe_expert"), comp("moe_combine")], dispatch="dynamic")
-    glue = generate_glue(r, allocate(r, "sm_90", sink))
+    glue = linked([comp("moe_scatter"), comp("moe_expert"), comp("moe_combine")], dispatch="dynamic").glue
     assert "a0_at >= 0; a0_at = -1" in glue  # the run-once guard around a gathered event index
 
 
 def test_a_fixed_wait_is_met_once_per_cta_and_a_per_task_one_every_time():
-    from pipelink.event_glue import task_invariant
+    from pipelink.events import task_invariant
     from pipelink.events import Side
     from pipelink.expr import parse
     from pipelink.indexmap import parse_map
@@ -187,15 +187,15 @@ def test_a_fixed_wait_is_met_once_per_cta_and_a_per_task_one_every_time():
     assert not task_invariant(side("t->:"))                     # many elements
     assert not task_invariant(side("t->topk[t, :]"))            # read on the device
     # the case study's combine: 'placed' is waited once per CTA, the gathered 'done' by every task
-    from pipelink.collect import Component
+    from pipelink.model import Component
     comps = []
     for team in ("router", "dispatch", "expert", "combine"):
         path = REPO / "case_studies" / "moe_four_owners" / team / f"{team}.json"
         sink = DiagnosticSink()
         comps.append(Component(load_contract_bytes(path.read_bytes(), Source(path.name), sink), None))
-    r, sink = run(comps, dispatch="dynamic")
-    assert not sink.items, [d.render() for d in sink.items]
-    body = generate_glue(r, allocate(r, "sm_90", sink)).split("// moe_combine\n")[1]
+    ctx = linked(comps, dispatch="dynamic")
+    assert not ctx.sink.items, [d.render() for d in ctx.sink.items]
+    body = ctx.glue.split("// moe_combine\n")[1]
     guard, placed, done = body.index("if (!pl_ready_3_0)"), body.index("wait_for(e2 +"), body.index("wait_for(e4 +")
     assert guard < placed < done and body.index("pl_ready_3_0 = true;") > done
     assert body[placed:done].count("if (!pl_ready") == 0  # nothing guards the per-task wait
@@ -229,7 +229,7 @@ def test_affine_range_notifier_out_of_range():
 
 
 def _case_study(edits=None):
-    from pipelink.collect import Component
+    from pipelink.model import Component
     comps = []
     for team in ("router", "dispatch", "expert", "combine"):
         raw = json.loads((REPO / "case_studies" / "moe_four_owners" / team / f"{team}.json").read_text())
@@ -292,9 +292,9 @@ def test_affine_side_of_a_data_dependent_event_is_still_range_checked():
 
 
 def test_link_map_says_a_device_count_is_not_checked():
-    from pipelink.emit import DEVICE_COUNT_NOTE, link_map
-    r, sink = run([comp("moe_scatter"), comp("moe_expert"), comp("moe_combine")], dispatch="dynamic")
-    text = link_map(r, allocate(r, "sm_90", sink), "sm_90")
+    from pipelink.emit import DEVICE_COUNT_NOTE
+    text = linked([comp("moe_scatter"), comp("moe_expert"), comp("moe_combine")], until="map",
+                  dispatch="dynamic").link_map
     lines = [line for line in text.splitlines() if DEVICE_COUNT_NOTE in line]
     assert lines == [f"    moe_expert waits e->e for counts[e]: {DEVICE_COUNT_NOTE}"]
     assert "count read from the device: not checked at link time; --debug-events reports a wait that is never met" \
@@ -307,9 +307,7 @@ def test_debug_events_bound_every_wait():
     import re
     from pipelink.glue import DEBUG_SPIN_BOUND
     comps = _case_study()
-    sink = DiagnosticSink()
-    r = resolve(comps, PipelineSpec(name="k", dispatch="dynamic", debug_events=True), sink)
-    glue = generate_glue(r, allocate(r, "sm_90", sink))
+    glue = linked(comps, dispatch="dynamic", debug_events=True).glue
     calls = re.findall(r"wait_for\(e\d+ \+ .*?, (\(unsigned\)\(.*?\)), pl_epoch, (\w+),", glue)
     assert len(calls) == sum(len(c.contract.events.waits) for c in comps) == 5
     assert {bound for _, bound in calls} == {f"{DEBUG_SPIN_BOUND}ull"}

@@ -3,6 +3,7 @@
 Fresh random inputs every run (the seed is in the failure message), outputs poisoned with NaN so
 an unwritten element fails, shapes with ragged edges, several grid sizes, repeated launches.
 """
+import dataclasses
 import json
 import os
 
@@ -25,9 +26,7 @@ def fresh_seed() -> int:
 def link_pipeline(objects, name, dispatch=None, debug=False, **replace):
     pipe = next(p for p in shipped_pipelines() if p.name == name)
     spec = load_pipeline(pipe.path, DiagnosticSink())
-    if dispatch:
-        spec.dispatch = dispatch
-    spec.debug_events = debug
+    spec = dataclasses.replace(spec, dispatch=dispatch or spec.dispatch, debug_events=debug)
     result = link([str(replace.get(n, objects[n])) for n in pipe.components], LinkOptions(pipeline=spec))
     assert result.ok, [d.render() for d in result.diagnostics]
     return result

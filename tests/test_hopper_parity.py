@@ -10,7 +10,7 @@ from pipelink.cli import main
 from pipelink.diagnostics import DiagnosticSink
 from pipelink.linker import LinkOptions, link
 from pipelink.loader import load_contract_file
-from pipelink.monolithic import compare_text, control_cubin
+from pipelink.monolithic import compare_text
 from pipelink.pipeline import load_pipeline
 from pipelink.shipped import REPO
 
@@ -44,7 +44,7 @@ def linked(hopper_objects):
     spec = load_pipeline(str(STUDY / "pipelines" / f"{KERNEL}.json"), sink)
     assert spec is not None, [x.render() for x in sink.items]
     result = link([str(hopper_objects[n]) for n in spec.components],
-                  LinkOptions(pipeline=spec, monolithic=True, cache=False))
+                  LinkOptions(pipeline=spec, monolithic=True, cache=False), extra=("control",))
     assert result.ok, [x.render() for x in result.diagnostics]
     return result
 
@@ -62,7 +62,7 @@ def test_one_unit_source_keeps_each_component_in_its_namespace(linked):
 def test_linked_kernel_is_byte_identical_to_the_one_unit_control(linked):
     """Separately compiled CUTLASS mainloop + epilogue + glue, LTO-linked, against the same code as one
     nvcc translation unit linked with the same nvJitLink options."""
-    cmp = compare_text(linked.cubin, control_cubin(linked.context), KERNEL)
+    cmp = compare_text(linked.cubin, linked.context.control_cubin, KERNEL)
     assert cmp["linked_bytes"] > 10000
     assert cmp["identical"], cmp
 

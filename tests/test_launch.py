@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from pipelink import driver as driver_mod
 from pipelink import launch
 from pipelink import scalars
 from pipelink.launch import Kernel, LaunchError, gpu_available
@@ -350,7 +351,7 @@ def test_fp8_e5m2_is_rounded_half():
     (lambda m: m.update(block=[64, 32, 1]), "more than 1024"),
     (lambda m: m.update(tiles=["M ** 2"]), "bad tile expression"),
     (lambda m: m.update(dynamic_smem=-1), "dynamic_smem"),
-    (lambda m: m.update(manifest=2), "manifest version"),
+    (lambda m: m.update(manifest=3), "manifest version"),
     (lambda m: m["params"][0].update(implicit="scratch"), "unknown implicit kind"),
     (lambda m: m["params"].append({"name": "w", "dtype": "u64", "pointer": True, "implicit": "workspace"}),
      "implicit parameters"),
@@ -435,18 +436,18 @@ def test_stream_handles():
 
 def test_call_turns_errors_into_launch_errors():
     from cuda.bindings import driver
-    assert launch._call("x", lambda: (driver.CUresult.CUDA_SUCCESS,)) is None
-    assert launch._call("x", lambda: (driver.CUresult.CUDA_SUCCESS, 5)) == 5
-    assert launch._call("x", lambda: (driver.CUresult.CUDA_SUCCESS, 5, 6)) == (5, 6)
+    assert driver_mod.call("x", lambda: (driver.CUresult.CUDA_SUCCESS,)) is None
+    assert driver_mod.call("x", lambda: (driver.CUresult.CUDA_SUCCESS, 5)) == 5
+    assert driver_mod.call("x", lambda: (driver.CUresult.CUDA_SUCCESS, 5, 6)) == (5, 6)
     with pytest.raises(LaunchError) as err:
-        launch._call("cuModuleLoadData for kernel 'k'", lambda: (driver.CUresult.CUDA_ERROR_INVALID_IMAGE, None))
+        driver_mod.call("cuModuleLoadData for kernel 'k'", lambda: (driver.CUresult.CUDA_ERROR_INVALID_IMAGE, None))
     assert err.value.result == "CUDA_ERROR_INVALID_IMAGE"
     assert str(err.value).startswith("cuModuleLoadData for kernel 'k' failed: CUDA_ERROR_INVALID_IMAGE")
 
     def boom():
         raise RuntimeError("no libcuda")
     with pytest.raises(LaunchError, match="cuInit failed: RuntimeError.*no libcuda"):
-        launch._call("cuInit", boom)
+        driver_mod.call("cuInit", boom)
 
 
 def test_gpu_available_never_raises(monkeypatch):
@@ -454,7 +455,7 @@ def test_gpu_available_never_raises(monkeypatch):
 
     def broken():
         raise ImportError("no cuda-bindings")
-    monkeypatch.setattr(launch, "_driver", broken)
+    monkeypatch.setattr(driver_mod, "driver", broken)
     assert gpu_available() is False
 
 
@@ -480,13 +481,13 @@ class FakeDriver:
 
 def test_launch_builds_kernel_params(monkeypatch):
     fake = FakeDriver([ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int32, ctypes.c_float])
-    monkeypatch.setattr(launch, "_driver", lambda: fake)
+    monkeypatch.setattr(driver_mod, "driver", lambda: fake)
     k = fake_occupancy(kernel(), sms=132, per_sm=2)
     k.function = object()  # pretend it is loaded
     k.pointer_device = lambda ptr: 0
     m = copy.deepcopy(MANIFEST)
     m["tiles"] = ["ceil_div(M, 32)"]
-    k.manifest, k.tiles = m, Kernel(m).tiles
+    k.manifest, k.tiles = Kernel(m).manifest, Kernel(m).tiles
     k.launch(FakeTensor(ptr=0xAB00), FakeCudaArray(ptr=0xCD00), 3200, 0.25, stream=SimpleNamespace(cuda_stream=9))
     assert fake.seen == dict(grid=(100, 1, 1), block=(128, 1, 1), smem=33024, stream=9,
                              values=[0xAB00, 0xCD00, 3200, 0.25], extra=0)
@@ -496,7 +497,7 @@ def test_launch_builds_kernel_params(monkeypatch):
 
 def test_launch_without_params(monkeypatch):
     fake = FakeDriver([])
-    monkeypatch.setattr(launch, "_driver", lambda: fake)
+    monkeypatch.setattr(driver_mod, "driver", lambda: fake)
     k = Kernel({"kernel": "noargs", "block": [32]})
     k.function = object()
     k.launch(grid=3)
@@ -747,9 +748,8 @@ def test_load_errors(cubins):
 @gpu
 @pytest.mark.gpu
 def test_cubin_for_another_arch_says_which():
-    from pipelink.launch import _driver
-    drv = _driver()
-    major = launch._call("cc", drv.cuDeviceGetAttribute,
+    drv = driver_mod.driver()
+    major = driver_mod.call("cc", drv.cuDeviceGetAttribute,
                          drv.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, 0)
     other = "sm_80" if major != 8 else "sm_90"
     cubin = build_cubin(AXPY_SRC, "axpy_other", arch=other)
@@ -787,21 +787,23 @@ def test_conversions_match_torch():
 
 
 def _persistent_fake(monkeypatch, memsets: list):
-    from pipelink import workspace
-    from pipelink.glue import IMPLICIT_PARAMS
-    fake = FakeDriver([ctypes.c_uint64, ctypes.c_int32, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint64,
-                       ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint64])
+    from pipelink.manifest import IMPLICIT_PARAMS
+    fake = FakeDriver([ctypes.c_uint64, ctypes.c_int32, ctypes.c_uint64, ctypes.c_uint64])
     from cuda.bindings import driver
-    fake.cuMemAlloc = lambda size: (fake.CUresult.CUDA_SUCCESS, driver.CUdeviceptr(0x7000))  # as the driver does
+    allocations = iter(range(0x7000, 0x7000 + 0x10000 * 64, 0x10000))
+    fake.cuMemAlloc = lambda size: (fake.CUresult.CUDA_SUCCESS, driver.CUdeviceptr(next(allocations)))
     fake.cuMemFree = lambda ptr: (fake.CUresult.CUDA_SUCCESS,)
     fake.cuMemsetD8 = lambda ptr, value, size: (memsets.append(size), (fake.CUresult.CUDA_SUCCESS,))[1]
-    monkeypatch.setattr(launch, "_driver", lambda: fake)
-    monkeypatch.setattr(workspace, "_driver", lambda: fake)
-    m = {"manifest": 1, "kernel": "chain", "block": [128], "dynamic_smem": 0, "dispatch": "dynamic",
+    fake.cuStreamIsCapturing = lambda stream: (fake.CUresult.CUDA_SUCCESS,
+                                               driver.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE)
+    fake.CUstreamCaptureStatus = driver.CUstreamCaptureStatus
+    monkeypatch.setattr(driver_mod, "driver", lambda: fake)
+    m = {"manifest": 2, "kernel": "chain", "block": [128], "dynamic_smem": 0, "dispatch": "dynamic",
          "tiles": ["ceil_div(M, 32)"],
          "params": [{"name": "x", "dtype": "f32", "pointer": True, "const": True},
                     {"name": "M", "dtype": "i32", "pointer": False, "const": False}]
-         + [{"name": n, "dtype": d, "pointer": p, "const": False, "implicit": kind} for n, d, p, kind in IMPLICIT_PARAMS],
+         + [{"name": p.name, "dtype": p.dtype, "pointer": p.pointer, "const": False, "implicit": p.kind}
+            for p in IMPLICIT_PARAMS],
          "workspace": {"header_words": 16, "events": [{"name": "e", "shape": ["ceil_div(M, 32)"]}]}}
     k = fake_occupancy(Kernel(m), sms=132, per_sm=1)
     k.function = object()
@@ -809,28 +811,25 @@ def _persistent_fake(monkeypatch, memsets: list):
     return fake, k
 
 
-def test_prepared_persistent_launches_alternate_regions_and_clear_the_last_one(monkeypatch):
-    """prepare() checks and packs once; each launch() refills only the implicit arguments: the
-    event region alternates, each launch clears what the launch before it used, claims move on."""
+def test_persistent_launches_pass_the_same_arguments_every_time(monkeypatch):
+    """The kernel keeps its place in the workspace on the device: every launch passes the workspace and
+    the regions' capacity, nothing else, and nothing is reset in the stream between launches. So a
+    CUDA graph that captured a launch replays it correctly."""
     memsets = []
     fake, k = _persistent_fake(monkeypatch, memsets)
-    prepared = k.prepare(FakeTensor(ptr=0xAB00), M=100, grid=4)  # 4 events; 4 tasks + 4 final claims
-    region = 0x7000 + 16 * 8  # after the header; each region holds 4 words
-    prepared.launch()
-    # values: x, M, workspace, events, clear, clear words, epoch, task base
-    assert fake.seen["values"] == [0xAB00, 100, 0x7000, region, region + 32, 0, 1, 0] and fake.seen["grid"] == (4, 1, 1)
-    assert memsets == [(16 + 2 * 4) * 8]  # the new workspace, once
-    prepared.launch()
-    assert fake.seen["values"] == [0xAB00, 100, 0x7000, region + 32, region, 4, 2, 8]
+    prepared = k.prepare(FakeTensor(ptr=0xAB00), M=100, grid=4)  # 4 events: regions of 4 words
+    assert memsets == [(16 + 2 * 4) * 8]  # the new workspace, zeroed once, at prepare
+    for _ in range(3):
+        prepared.launch()
+        # values: x, M, workspace, words per region
+        assert fake.seen["values"] == [0xAB00, 100, 0x7000, 4] and fake.seen["grid"] == (4, 1, 1)
     k.launch(FakeTensor(ptr=0xAB00), M=100, grid=4)  # the plain launch takes the same path
-    assert fake.seen["values"] == [0xAB00, 100, 0x7000, region, region + 32, 4, 3, 16]
-    assert len(memsets) == 1  # no reset in the stream between launches
-    k.launch(FakeTensor(ptr=0xAB00), M=33, grid=2)  # fewer events: the next launch clears only 2 words
-    k.launch(FakeTensor(ptr=0xAB00), M=100, grid=4)
-    assert fake.seen["values"][3:6] == [region, region + 32, 2]
+    k.launch(FakeTensor(ptr=0xAB00), M=33, grid=2)   # fewer events: the same workspace
+    assert fake.seen["values"] == [0xAB00, 33, 0x7000, 4] and len(memsets) == 1
 
 
-def test_a_launch_that_fails_to_start_zeroes_the_workspace_before_the_next(monkeypatch):
+def test_a_launch_that_fails_to_start_changes_nothing(monkeypatch):
+    """The workspace moves on only on the device, so a launch the driver refused leaves nothing to undo."""
     memsets = []
     fake, k = _persistent_fake(monkeypatch, memsets)
     k.launch(FakeTensor(ptr=0xAB00), M=100, grid=4)
@@ -840,35 +839,47 @@ def test_a_launch_that_fails_to_start_zeroes_the_workspace_before_the_next(monke
         k.launch(FakeTensor(ptr=0xAB00), M=100, grid=4)
     fake.cuLaunchKernel = ok
     k.launch(FakeTensor(ptr=0xAB00), M=100, grid=4)
-    assert len(memsets) == 2  # the failed launch never cleared the region before it: all of it afresh
-    region = 0x7000 + 16 * 8
-    assert fake.seen["values"][3:] == [region, region + 32, 0, 3, 0]
+    assert len(memsets) == 1 and fake.seen["values"][2:] == [0x7000, 4]
 
 
-def test_a_manifest_from_before_the_event_regions_is_refused(monkeypatch):
-    """Older persistent kernels took (workspace, epoch, task_base) and tagged counters with the
-    epoch; sharing a workspace with them would leave dirty counters: the launcher asks for a relink."""
+@pytest.mark.parametrize("kinds, words", [(("workspace", "epoch", "task_base"), "link it again"),
+                                          (("workspace", "events", "clear", "clear_words", "epoch", "task_base"),
+                                           "manifest version 1.*link it again")])
+def test_a_manifest_from_an_earlier_workspace_protocol_is_refused_at_launch(monkeypatch, kinds, words):
+    """Persistent kernels of manifest version 1 took their region, epoch and first claim from the launcher
+    (before that: epoch-tagged counters); the launcher asks for a relink. The manifest still reads."""
+    from pipelink.manifest import Manifest
     fake, k = _persistent_fake(monkeypatch, [])
-    m = dict(k.manifest)
-    m["params"] = [p for p in m["params"] if p.get("implicit") in (None, "workspace", "epoch", "task_base")]
-    with pytest.raises(ValueError, match="link it again"):
+    m = k.manifest.to_json()
+    m["manifest"] = 1
+    m["params"] = [p for p in m["params"] if "implicit" not in p] + [
+        {"name": f"pl_{kind}", "dtype": "u64", "pointer": False, "const": False, "implicit": kind} for kind in kinds]
+    if len(kinds) == 6:
+        assert Manifest.from_json(m).persistent  # inspect and pipelink.load read it
+    with pytest.raises(ValueError, match=words):
         Kernel(m)
 
 
 def test_a_launch_needing_more_counters_gets_a_new_zeroed_workspace(monkeypatch):
+    """The old one is kept (prepared launches and captured graphs may still use it) until the unload."""
     memsets = []
     fake, k = _persistent_fake(monkeypatch, memsets)
-    k.launch(FakeTensor(ptr=0xAB00), M=100, grid=4)    # 4 events: regions of 4 words
-    k.launch(FakeTensor(ptr=0xAB00), M=1000, grid=4)   # 32 events: a new workspace, regions of 32 words
+    freed = []
+    fake.cuMemFree = lambda ptr: (freed.append(int(ptr)), (fake.CUresult.CUDA_SUCCESS,))[1]
+    small = k.prepare(FakeTensor(ptr=0xAB00), M=100, grid=4)    # 4 events: regions of 4 words
+    k.launch(FakeTensor(ptr=0xAB00), M=1000, grid=4)            # 32 events: a new workspace, regions of 32 words
     assert memsets == [(16 + 2 * 4) * 8, (16 + 2 * 32) * 8]
-    region = 0x7000 + 16 * 8
-    # the new memory is all zero: region 0, nothing to clear, claims from 0 again (a new task counter)
-    assert fake.seen["values"][3:] == [region, region + 32 * 8, 0, 2, 0]
-    k.launch(FakeTensor(ptr=0xAB00), M=100, grid=4)    # fits: region 1, clears the 32 words just used
-    assert fake.seen["values"][3:6] == [region + 32 * 8, region, 32] and len(memsets) == 2
+    assert fake.seen["values"][2:] == [0x17000, 32]
+    small.launch()                                             # still on its own workspace, which is still there
+    assert fake.seen["values"][2:] == [0x7000, 4] and freed == []
+    k.launch(FakeTensor(ptr=0xAB00), M=100, grid=4)            # fits the new one
+    assert fake.seen["values"][2:] == [0x17000, 32] and len(memsets) == 2
+    from pipelink.workspace import release_workspace
+    release_workspace(k)
+    assert sorted(freed) == [0x7000, 0x17000]
 
 
-def test_a_failed_workspace_allocation_leaves_no_dangling_pointer(monkeypatch):
+def test_a_failed_workspace_allocation_leaves_the_old_one(monkeypatch):
     fake, k = _persistent_fake(monkeypatch, [])
     from cuda.bindings import driver
     freed, fail = [], [False]
@@ -877,11 +888,10 @@ def test_a_failed_workspace_allocation_leaves_no_dangling_pointer(monkeypatch):
                                     else (fake.CUresult.CUDA_SUCCESS, driver.CUdeviceptr(0x7000)))
     k.launch(FakeTensor(ptr=0xAB00), M=100, grid=4)
     fail[0] = True
-    with pytest.raises(LaunchError, match="cuMemAlloc"):
-        k.launch(FakeTensor(ptr=0xAB00), M=1000, grid=4)   # more counters: the old memory is freed first
-    fail[0] = False
-    k.launch(FakeTensor(ptr=0xAB00), M=1000, grid=4)
-    assert freed == [0x7000]  # freed once, never again
+    with pytest.raises(LaunchError, match="cuMemAlloc.*prepare or launch once first"):
+        k.launch(FakeTensor(ptr=0xAB00), M=1000, grid=4)
+    k.launch(FakeTensor(ptr=0xAB00), M=100, grid=4)  # the workspace it had still serves
+    assert fake.seen["values"][2:] == [0x7000, 4] and freed == []
 
 
 def test_load_refuses_a_manifest_written_for_another_cubin():

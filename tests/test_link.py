@@ -11,7 +11,7 @@ from pipelink.cubin import read_cubin
 from pipelink.diagnostics import DiagnosticSink
 from pipelink.inputs import embed_contract
 from pipelink.linker import LinkOptions, link
-from pipelink.monolithic import compare_text, control_cubin
+from pipelink.monolithic import compare_text
 from pipelink.pipeline import load_pipeline
 from pipelink.shipped import REPO, shipped_pipelines
 from pipelink.verify import MATH_SUBROUTINE
@@ -20,18 +20,19 @@ PIPELINES = {p.name: p for p in shipped_pipelines()}
 GOLDEN = Path(__file__).parent / "golden"
 
 
-def link_shipped(objects, name, **files):
+def link_shipped(objects, name, extra=(), **files):
     pipe = PIPELINES[name]
     sink = DiagnosticSink()
     spec = load_pipeline(pipe.path, sink)
     inputs = [str(files.get(n, objects[n])) for n in pipe.components]
     # no cache: tests read result.context (allocation, nvjitlink_options), and a second link must really link
-    return link(inputs, LinkOptions(pipeline=spec, monolithic=True, cache=False))
+    return link(inputs, LinkOptions(pipeline=spec, monolithic=True, cache=False), extra=extra)
 
 
 @pytest.fixture(scope="module")
 def linked(shipped_objects):
-    return {name: link_shipped(shipped_objects, name) for name in PIPELINES}
+    """Every shipped pipeline linked, with its one-unit control (the optional `control` pass)."""
+    return {name: link_shipped(shipped_objects, name, extra=("control",)) for name in PIPELINES}
 
 
 @pytest.mark.parametrize("name", sorted(PIPELINES))
@@ -41,14 +42,14 @@ def test_link_produces_a_verified_kernel(linked, name):
     assert not [d for d in result.diagnostics if d.severity == "warning"], [d.render() for d in result.diagnostics]
     info = read_cubin(result.cubin)[name]
     m = result.manifest
-    assert m["kernel"] == name
+    assert m.kernel == name
     # a register budget is the kernel's __maxnreg__, which excludes __launch_bounds__
-    assert info.max_threads is None if result.context.allocation.registers else m["block"][0] == info.max_threads[0]
+    assert info.max_threads is None if result.context.allocation.registers else m.block[0] == info.max_threads[0]
     assert info.registers <= result.context.allocation.registers
     assert info.frame_bytes == 0 and info.static_smem_bytes == 0
     # nothing left uninlined but the compiler's own math subroutines (IEEE division's slow path)
     assert all(n.startswith(MATH_SUBROUTINE) for n in info.subroutines)
-    assert m["dynamic_smem"] > 0 and m["cubin_sha256"]
+    assert m.dynamic_smem > 0 and m.cubin_sha256
 
 
 def test_rowsum_uses_only_syncthreads(linked):
@@ -66,7 +67,7 @@ def test_one_unit_control_gives_the_same_machine_code(linked, name):
     """The same sources and glue compiled as one translation unit (by nvcc, as `pipelink build`
     compiles the components): byte-identical kernel .text."""
     result = linked[name]
-    cmp = compare_text(result.cubin, control_cubin(result.context), name)
+    cmp = compare_text(result.cubin, result.context.control_cubin, name)
     assert cmp["linked_bytes"] > 1000
     assert cmp["identical"], cmp
 
@@ -229,7 +230,7 @@ def test_inspect_refuses_a_malformed_manifest(linked, tmp_path, capsys, manifest
     cubin.write_bytes(linked["rowsum"].cubin)
     if isinstance(manifest, str):  # the real manifest with one field of another type
         field, value = manifest.split()
-        manifest = json.dumps(dict(linked["rowsum"].manifest, **{field: json.loads(value)})).encode()
+        manifest = json.dumps(dict(linked["rowsum"].manifest.to_json(), **{field: json.loads(value)})).encode()
     (tmp_path / "rowsum.json").write_bytes(manifest)
     assert main(["inspect", str(cubin)]) == 2
     err = capsys.readouterr().err

@@ -1,19 +1,16 @@
-"""Resolve, allocate and generate on randomly edited shipped contracts: diagnostics or glue, never
-an exception."""
+"""Check, resolve, allocate and generate on randomly edited shipped contracts: diagnostics or glue,
+never an exception."""
 import json
 from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipelink.allocate import allocate
-from pipelink.collect import Component
 from pipelink.diagnostics import DiagnosticSink
-from pipelink.glue import generate_glue
+from pipelink.linker import LinkOptions, run_passes
 from pipelink.loader import load_contract_bytes
-from pipelink.model import Source
+from pipelink.model import Component, Source
 from pipelink.pipeline import PipelineSpec
-from pipelink.resolve import resolve
 
 REPO = Path(__file__).resolve().parent.parent
 CASE = REPO / "case_studies" / "moe_four_owners"
@@ -76,14 +73,8 @@ def test_link_decisions_never_raise(pipe, edits, schedule, arch):
         if comp is None:
             return  # the loader refused the edit with a diagnostic: covered by the loader's tests
         comps.append(comp)
-    sink = DiagnosticSink()
     spec = PipelineSpec(name="k", schedule=schedule or pipe.get("schedule"), dispatch=pipe.get("dispatch", "static"))
-    r = resolve(comps, spec, sink)
-    if r is None:
-        assert sink.has_errors
+    ctx = run_passes(options=LinkOptions(arch=arch, pipeline=spec), components=comps, until="generate")
+    if ctx.sink.has_errors:  # every stop is a diagnostic, never an exception
         return
-    a = allocate(r, arch, sink)
-    if a is None:
-        assert sink.has_errors
-        return
-    assert "__global__" in generate_glue(r, a)
+    assert ctx.resolved is not None and ctx.allocation is not None and "__global__" in ctx.glue

@@ -151,8 +151,9 @@ def test_a_json_file_is_a_contract_whatever_it_holds(kind, tmp_path, capsys):
 @pytest.mark.parametrize("kind", sorted(HOSTILE))
 def test_damaged_cache_entries_miss(kind, link_cache_dir):
     key = kind.encode().hex().ljust(64, "0")[:64]
-    good = SimpleNamespace(cubin=b"\x7fELF", manifest={"cubin_sha256": cache._sha256(b"\x7fELF")}, link_map="",
-                           link_picture="", glue="", monolithic=None, diagnostics=[])
+    from pipelink.manifest import Manifest
+    good = SimpleNamespace(cubin=b"\x7fELF", manifest=Manifest("k", (32, 1, 1), cubin_sha256=cache._sha256(b"\x7fELF")),
+                           link_map="", link_picture="", glue="", monolithic=None, diagnostics=[])
     entry = cache.store(key, good)
     assert cache.load(key) is not None
     (entry / "manifest.json").write_bytes(HOSTILE[kind])

@@ -8,14 +8,12 @@ from pathlib import Path
 import pytest
 
 from hopper_factory import component, epilogue, mainloop
-from pipelink.allocate import allocate
 from pipelink.cli import main
-from pipelink.collect import collect
+from pipelink.linker import LinkOptions, run_passes
 from pipelink.diagnostics import DiagnosticSink
 from pipelink.emit import event_edges, group_rows, warp_rows
 from pipelink.picture import offset_axis, svg
 from pipelink.pipeline import PipelineSpec, load_pipeline
-from pipelink.resolve import resolve
 
 REPO = Path(__file__).resolve().parent.parent
 PIPELINES = ["rowsum", "ring_gemv", "splitk_gemv", "tile_chain", "moe_dispatch"]
@@ -28,12 +26,10 @@ def contracts(name):
 
 
 def resolved(name):
-    sink = DiagnosticSink()
-    got = collect(contracts(name), sink, None)
-    r = resolve(got.components, load_pipeline(str(REPO / "pipelines" / f"{name}.json"), sink), sink)
-    a = allocate(r, got.target, sink)
-    assert not sink.has_errors, [d.render() for d in sink.items]
-    return r, a, got.target
+    spec = load_pipeline(str(REPO / "pipelines" / f"{name}.json"), DiagnosticSink())
+    ctx = run_passes(contracts(name), LinkOptions(pipeline=spec), until="allocate")
+    assert not ctx.sink.has_errors, [d.render() for d in ctx.sink.items]
+    return ctx.resolved, ctx.allocation, ctx.target
 
 
 def rects(root, **attrs):
@@ -76,9 +72,9 @@ def test_bytes_reused_over_steps_share_offsets_in_other_columns():
 
 
 def test_role_groups_with_their_registers():
-    sink = DiagnosticSink()
-    r = resolve([component(mainloop(None)), component(epilogue(None))], PipelineSpec(name="k"), sink)
-    a = allocate(r, "sm_90a", sink)
+    ctx = run_passes(options=LinkOptions(arch="sm_90a", pipeline=PipelineSpec(name="k")),
+                     components=[component(mainloop(None)), component(epilogue(None))], until="allocate")
+    r, a = ctx.resolved, ctx.allocation
     root = ET.fromstring(svg(r, a, "sm_90a"))
     for g in group_rows(r, a):
         for i in range(g.instances):

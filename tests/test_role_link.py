@@ -9,11 +9,11 @@ import pytest
 
 from contract_factory import shipped_component
 from hopper_factory import component, epilogue, mainloop
-from pipelink.allocate import allocate
 from pipelink.diagnostics import DiagnosticSink
-from pipelink.emit import _param_doc
-from pipelink.glue import _tile_from, generate_glue
+from pipelink.emit import _param_spec
+from pipelink.glue import _tile_from
 from pipelink.header import entry_prototype, generate_header
+from pipelink.linker import LinkOptions, run_passes
 from pipelink.pipeline import PipelineSpec, parse_wire
 from pipelink.resolve import resolve
 
@@ -21,15 +21,18 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def run(comps, wires=(), schedule=None, arch="sm_90a"):
-    sink = DiagnosticSink()
-    spec = PipelineSpec(name="k", wires=tuple(parse_wire(w, sink) for w in wires), schedule=schedule)
-    r = resolve(comps, spec, sink)
-    a = allocate(r, arch, sink) if r else None
-    return r, a, sink
+    """The link's passes from check to generate, over components already read."""
+    spec = PipelineSpec(name="k", wires=tuple(parse_wire(w, DiagnosticSink()) for w in wires), schedule=schedule)
+    return run_passes(options=LinkOptions(arch=arch, pipeline=spec), components=comps, until="generate")
+
+
+def link_ctx(ml=None, epi=None, **kw):
+    return run([component(mainloop(ml)), component(epilogue(epi))], **kw)
 
 
 def link(ml=None, epi=None, **kw):
-    return run([component(mainloop(ml)), component(epilogue(epi))], **kw)
+    ctx = link_ctx(ml, epi, **kw)
+    return ctx.resolved, ctx.allocation, ctx.sink
 
 
 def errors(sink):
@@ -67,10 +70,10 @@ def test_a_role_without_setmaxnreg_keeps_the_entry_count():
     # the producer keeps its 168, so the consumers cannot grow to 232
     assert errors(sink) == [("PL100", "ml.json", "/threads/roles")]
     assert "ml.producer 4 warps x 168" in sink.items[0].message
-    r, a, sink = link(ml=lambda c: (c["threads"]["roles"][0].pop("setmaxnreg"),
-                                    c["threads"]["roles"][1].update(setmaxnreg=160)))
-    assert not sink.items and a.group_registers == {"ml.producer": 168, "ml.consumer": 160}
-    g = generate_glue(r, a)
+    ctx = link_ctx(ml=lambda c: (c["threads"]["roles"][0].pop("setmaxnreg"),
+                                 c["threads"]["roles"][1].update(setmaxnreg=160)))
+    assert not ctx.sink.items and ctx.allocation.group_registers == {"ml.producer": 168, "ml.consumer": 160}
+    g = ctx.glue
     producer = g[g.index("warps 0-3"):g.index("warps 4-11")]
     assert "setmaxnreg" not in producer
     assert 'setmaxnreg.dec.sync.aligned.u32 160;");  // 168 at entry -> 160' in g
@@ -136,7 +139,7 @@ def test_roles_of_one_component_split_over_groups_lose_their_warp_range():
 
 def test_entries_cannot_mix_with_a_single_entry_component():
     comps = [component(mainloop()), component(epilogue()), shipped_component("tile_transform")]
-    _, _, sink = run(comps)
+    sink = run(comps).sink
     assert ("PL078", "tile_transform.json", "/entry") in errors(sink)
     assert any("does not mix" in d.message for d in sink.items)
     _, _, sink = link(schedule="sequential")
@@ -171,7 +174,7 @@ def test_fragment_layout_differs():
     ml, epi = component(mainloop()), component(epilogue())
     port = dataclasses.replace(epi.contract.ports[0], fragment="sm90_gmma_acc_transposed")
     epi = dataclasses.replace(epi, contract=dataclasses.replace(epi.contract, ports=(port,)))
-    _, _, sink = run([ml, epi])
+    sink = run([ml, epi]).sink
     assert errors(sink) == [("PL102", "epi.json", "/ports/0")]
     assert "holds layout sm90_gmma_acc, 'epi' reads sm90_gmma_acc_transposed" in sink.items[0].message
 
@@ -241,7 +244,11 @@ def test_warps_that_do_not_hold_at_the_links_geometry(tile_m, warps, expected, w
     def epi(c):
         _wide(c)
         c["threads"]["warps"] = c["threads"]["roles"][0]["warps"] = warps
-    _, _, sink = link(ml=lambda c: (_no_box(c), c["geometry"]["provides"].update(TILE_M=tile_m)), epi=epi)
+    def ml(c):  # its tiles sized apart from TILE_M: the check pass's smem bound stays clear of the warps
+        _no_box(c)
+        c["geometry"]["provides"].update(TILE_M=tile_m)
+        c["smem"]["buffers"][0]["bytes"] = "64 * TILE_K * 2 * STAGES"
+    _, _, sink = link(ml=ml, epi=epi)
     assert [(d.code, d.location.pointer) for d in sink.items] == expected, [d.render() for d in sink.items]
     assert all(d.location.file == "epi.json" for d in sink.items)
     assert word in sink.items[0].message and f"TILE_M={tile_m}" in sink.items[0].message
@@ -256,16 +263,16 @@ def test_a_box_over_consumed_geometry_is_checked_at_the_links_value():
     assert "box extent 512 exceeds the TMA's 256 at this link's geometry (TILE_N=512)" in sink.items[0].message
     r, _, sink = link(epi=epi)  # TILE_N=256: 512 bytes, no swizzle: fine
     assert not sink.items
-    doc = _param_doc(r.params[-1], r.geometry)
+    doc = _param_spec(r.params[-1], r.geometry).to_json()
     assert doc["tensor_map"] == {"shape": ["M", "N"], "box": [64, 256], "swizzle": "none", "oob_fill": "zero"}
 
 
 # --- the glue -----------------------------------------------------------------------------------
 
 def glue(**kw):
-    r, a, sink = link(**kw)
-    assert not sink.items, [d.render() for d in sink.items]
-    return generate_glue(r, a)
+    ctx = link_ctx(**kw)
+    assert not ctx.sink.items, [d.render() for d in ctx.sink.items]
+    return ctx.glue
 
 
 def test_glue_of_a_role_structured_kernel():
@@ -408,7 +415,7 @@ def test_header_of_the_entries_form():
 
 def test_manifest_declares_tensor_maps_for_the_launcher():
     r, _, _ = link()
-    docs = {p.name: _param_doc(p, r.geometry) for p in r.params}
+    docs = {p.name: _param_spec(p, r.geometry).to_json() for p in r.params}
     assert docs["a"] == {"name": "a", "dtype": "bf16", "pointer": False, "const": False,
                          "tensor_map": {"shape": ["M", "K"], "box": [128, 64], "swizzle": "128B", "oob_fill": "zero"}}
     assert "tensor_map" not in docs["out"]
@@ -417,7 +424,8 @@ def test_manifest_declares_tensor_maps_for_the_launcher():
 def test_the_shipped_hopper_pipelines_resolve():
     for gemm, epi in (("hopper_gemm_128x256", "epi_swiglu"), ("hopper_gemm_64x128", "epi_bias_residual"),
                       ("hopper_gemm_128x256", "epi_store_bf16")):
-        r, a, sink = run([shipped_component(gemm), shipped_component(epi)])
+        ctx = run([shipped_component(gemm), shipped_component(epi)])
+        r, a, sink = ctx.resolved, ctx.allocation, ctx.sink
         assert not sink.items, [d.render() for d in sink.items]
         assert a.arena_align == 1024 and [g.setmaxnreg for g in r.roles.groups] == [40, 232]
 
@@ -522,8 +530,8 @@ def test_instances_give_a_joining_component_a_copy_of_its_resources():
 
 
 def test_instances_take_turns_in_the_generated_glue():
-    r, a, sink = link(_pingpong, _epi_per_warpgroup)
-    glue = generate_glue(r, a)
+    ctx = link_ctx(_pingpong, _epi_per_warpgroup)
+    r, a, glue = ctx.resolved, ctx.allocation, ctx.glue
     off = a.turn_mbar["ml.consumer"]
     assert f"pl::glue::mbarrier_init({off}u, 128u);" in glue and f"pl::glue::mbarrier_init({off + 8}u, 128u);" in glue
     body = glue[glue.index("const int pl_instance"):]
@@ -556,4 +564,4 @@ def test_role_structured_manifests_ask_for_a_balanced_grid():
     from pipelink.emit import manifest
     r, a, sink = link()
     doc = manifest(r, a, "sm_90a", b"\0")
-    assert doc["grid_policy"] == "balanced"
+    assert doc.grid_policy == "balanced"

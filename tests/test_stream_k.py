@@ -292,7 +292,7 @@ def test_ping_pong_instances_hand_the_next_turn_over_before_waiting_for_pieces()
 
 def test_the_manifest_asks_the_launcher_for_partials_and_a_split():
     r, a, sink = _link()
-    doc = manifest(r, a, "sm_90a", b"")
+    doc = manifest(r, a, "sm_90a", b"").to_json()
     assert doc["grid_policy"] == "stream_k"
     assert doc["stream_k"] == {"blocks": "ceil_div(K, 64)", "slot_floats": 32800}
     assert [(p["name"], p["implicit"]) for p in doc["params"] if p.get("implicit")] == [
@@ -310,7 +310,15 @@ def test_the_manifest_asks_the_launcher_for_partials_and_a_split():
 
 def test_the_manifest_of_a_split_kernel_without_both_partial_parameters_is_refused():
     r, a, _ = _link()
-    doc = manifest(r, a, "sm_90a", b"")
+    doc = manifest(r, a, "sm_90a", b"").to_json()
     doc["params"] = [p for p in doc["params"] if p.get("implicit") != "stream_k_tiles"]
     with pytest.raises(ValueError, match="split reduction"):
+        Kernel(doc)
+    doc = manifest(r, a, "sm_90a", b"").to_json()
+    del doc["stream_k"]
+    with pytest.raises(ValueError, match="stream_k"):
+        Kernel(doc)
+    doc = manifest(r, a, "sm_90a", b"").to_json()
+    doc["stream_k"]["blocks"] = "ceil_div(K,"
+    with pytest.raises(ValueError, match="stream_k.blocks"):
         Kernel(doc)

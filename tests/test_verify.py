@@ -2,7 +2,7 @@
 import json
 
 from pipelink.cli import main
-from pipelink.collect import collect
+from pipelink.api import run_checks
 from pipelink.diagnostics import DiagnosticSink
 from pipelink.linker import LinkOptions, link
 from pipelink.pipeline import load_pipeline
@@ -24,7 +24,7 @@ def _build(tmp_path, name, source, edit=None):
 def _check(obj):
     """`pipelink check` on the object alone: its conformance probe."""
     sink = DiagnosticSink()
-    collect([str(obj)], sink)
+    run_checks([str(obj)], sink, together=True)
     return sink.items
 
 

@@ -11,6 +11,7 @@ enough buffer sets to exceed the L2 cache; fresh random data.
     python bench/events/bench_events.py [--reps 31] [--out bench/events]
 """
 import argparse
+import dataclasses
 import datetime
 import json
 import sys
@@ -30,9 +31,7 @@ from pipelink.timing import L2_BYTES, alternate, input_sets
 def linked(objects, name, dispatch=None, specialize=None):
     pipe = next(p for p in shipped_pipelines() if p.name == name)
     spec = load_pipeline(pipe.path, DiagnosticSink())
-    if dispatch:
-        spec.dispatch = dispatch
-    spec.specialize = dict(specialize or {})
+    spec = dataclasses.replace(spec, dispatch=dispatch or spec.dispatch, specialize=dict(specialize or {}))
     result = link([objects[n] for n in pipe.components], LinkOptions(pipeline=spec))
     if not result.ok:
         sys.exit("\n".join(d.render() for d in result.diagnostics))

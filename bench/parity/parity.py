@@ -3,7 +3,7 @@
 For every configuration (pipeline x tile geometry x problem shape x dispatch): link with pipelink;
 compile the one-unit control (the same component sources and the same glue as one translation
 unit, `pipelink link --emit-monolithic`) with nvcc as `pipelink build` compiles the components, and
-link it with the same nvJitLink options (pipelink.monolithic.control_cubin); compare the kernels'
+link it with the same nvJitLink options (the link's optional `control` pass); compare the kernels'
 .text byte for byte; check both against a reference; time both, alternating, medians of SAMPLES
 samples of LAUNCHES launches each, fresh random data rotated over more than the L2; in each round
 both kernels read the same inputs from a scrubbed L2. Persistent kernels share one event workspace,
@@ -29,6 +29,7 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 from pipelink.builder import BuildOptions, build_component, cutlass_include_dir
@@ -37,7 +38,7 @@ from pipelink.jsonread import parse
 from pipelink.linker import LinkOptions, link
 from pipelink.loader import load_contract_bytes, load_contract_file
 from pipelink.model import Source
-from pipelink.monolithic import compare_text, control_cubin
+from pipelink.monolithic import compare_text
 from pipelink.pipeline import load_pipeline
 from pipelink.problems import (chain_problem, gemm_problem, gemv_problem, max_error, moe_problem, rowsum_problem,
                                splitk_problem)
@@ -135,11 +136,12 @@ def link_both(objects: dict, pipeline: str, dispatch):
     if spec is None:
         sys.exit("\n".join(d.render() for d in sink.items))
     if dispatch:
-        spec.dispatch = dispatch
-    result = link([objects[n] for n in spec.components], LinkOptions(pipeline=spec, monolithic=True, cache=False))
+        spec = replace(spec, dispatch=dispatch)
+    result = link([objects[n] for n in spec.components], LinkOptions(pipeline=spec, monolithic=True, cache=False),
+                  extra=("control",))
     if not result.ok:
         sys.exit("\n".join(d.render() for d in result.diagnostics))
-    return result, control_cubin(result.context)
+    return result, result.context.control_cubin
 
 
 def configurations(args, tmp: Path):
@@ -175,7 +177,7 @@ def sass_only(args, tmp: Path) -> None:
         start = time.perf_counter()
         result, control = link_both(objects, pipeline, dispatch)
         row = {"pipeline": pipeline, "geometry": label, "dispatch": dispatch or "-",
-               **compare_text(result.cubin, control, result.manifest["kernel"]),
+               **compare_text(result.cubin, control, result.manifest.kernel),
                "seconds": round(time.perf_counter() - start, 1)}
         rows.append(row)
         print(f"{pipeline:18} {label:20} {row['dispatch']:8} .text {row['linked_bytes']} B linked, "
@@ -219,11 +221,11 @@ def main():
     seed = int(torch.randint(0, 2**31 - 1, (1,)).item())
     for pipeline, label, edits, shapes, make, dispatch, objects in configurations(args, tmp):
         result, control_cubin_bytes = link_both(objects, pipeline, dispatch)
-        name = result.manifest["kernel"]
+        name = result.manifest.kernel
         linked_text, control_text = read_cubin(result.cubin)[name].text, read_cubin(control_cubin_bytes)[name].text
         identical = linked_text == control_text
         # The control is another cubin with the same kernel: the manifest, with its hash.
-        control_manifest = dict(result.manifest, cubin_sha256=hashlib.sha256(control_cubin_bytes).hexdigest())
+        control_manifest = replace(result.manifest, cubin_sha256=hashlib.sha256(control_cubin_bytes).hexdigest())
         linked_k, control_k = result.kernel(), Kernel.load(control_cubin_bytes, control_manifest)
         # One event workspace for both: the same addresses, so data placement cannot differ.
         control_k.share_workspace(linked_k)

@@ -22,7 +22,7 @@ class PipelinkLayer:
 
     @classmethod
     def from_link(cls, link_result) -> "PipelinkLayer":
-        return cls(link_result.kernel(), link_result.manifest["geometry"])
+        return cls(link_result.kernel(), link_result.manifest.geometry)
 
     def layout(self, shape: ModelShape, T: int) -> Layout:
         return Layout(shape, T, self.geometry)

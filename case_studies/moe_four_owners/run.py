@@ -167,7 +167,7 @@ def run_variants(out: Path, base: builds.Builds, seed: int) -> list[dict]:
                 row["pipelink"] = {"outcome": "link-time diagnostic", "detail": first.render().splitlines()[0]}
             else:
                 (vdir / "pipelink.cubin").write_bytes(linked.cubin)
-                (vdir / "pipelink.json").write_text(json.dumps(linked.manifest))
+                (vdir / "pipelink.json").write_text(json.dumps(linked.manifest.to_json()))
                 row["pipelink"] = variants.classify_child("pipelink", vdir / "pipelink.cubin", vdir / "pipelink.json",
                                                           VARIANT_SHAPE, VARIANT_TOKENS, seed)
         rows.append(row)
@@ -204,7 +204,7 @@ def run_smoke(out: Path, base: builds.Builds, linked, classic: bytes, seed: int)
     for name, result in worlds.items():
         path = out / "base" / (name.split()[0] + ("-debug" if "debug" in name else ""))
         path.with_suffix(".cubin").write_bytes(result.cubin)
-        path.with_suffix(".json").write_text(json.dumps(result.manifest))
+        path.with_suffix(".json").write_text(json.dumps(result.manifest.to_json()))
         for shape, T in (("small", 16), (VARIANT_SHAPE, 16), (VARIANT_SHAPE, 1024)):
             v = variants.classify_child("pipelink", path.with_suffix(".cubin"), path.with_suffix(".json"), shape, T, seed)
             failed += v["outcome"] != "correct"

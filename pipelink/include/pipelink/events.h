@@ -4,6 +4,8 @@
 // launch after it (see pipelink/workspace.py), so nothing resets them in the stream.
 #pragma once
 
+#include <pipelink/workspace.h>  // the workspace header: the timeout report, the task counter
+
 namespace pl {
 namespace events {
 
@@ -16,19 +18,6 @@ __device__ __forceinline__ unsigned long long load_acquire(const unsigned long l
 // Add one to the counter; returns the count before. The caller has made its writes visible first
 // (__threadfence after the block's barrier).
 __device__ __forceinline__ unsigned long long add_one(unsigned long long* p) { return atomicAdd(p, 1ull); }
-
-// Where a debug build reports a wait that never ended: the first words of the workspace, which
-// the launcher reads back after the kernel has stopped.
-struct Timeout {
-  unsigned long long epoch;      // non-zero once written
-  unsigned long long component;  // index into the manifest's components
-  unsigned long long event;      // index into the manifest's events
-  unsigned long long element;    // linear index of the element
-  unsigned long long expected;
-  unsigned long long observed;
-  unsigned long long task;       // linear task index of the waiting task
-  unsigned long long abort;      // set: every CTA stops waiting and leaves
-};
 
 // Wait until the counter reaches `count`. With `bound` > 0 (a debug build) a wait that spins
 // `bound` times records itself, under this launch's epoch, and makes every CTA leave instead of
