@@ -23,7 +23,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pipelink import LinkOptions, link  # noqa: E402
+from pipelink.linker import LinkOptions, link  # noqa: E402
 from pipelink.builder import build_component, cutlass_include_dir  # noqa: E402
 from pipelink.diagnostics import DiagnosticSink  # noqa: E402
 from pipelink.loader import load_contract_file  # noqa: E402
