@@ -35,7 +35,7 @@ from .model import INTEGER_DTYPES
 TORCH_DTYPES = {"f64": "float64", "f32": "float32", "f16": "float16", "bf16": "bfloat16", "fp8_e4m3": "float8_e4m3fn",
                 "fp8_e5m2": "float8_e5m2", "i64": "int64", "i32": "int32", "i16": "int16", "i8": "int8",
                 "u8": "uint8", "u16": "uint16", "u32": "uint32", "u64": "uint64", "bool": "bool"}
-PREPARED_PER_OP = 8  # prepared launches kept per op (each keeps its tensors alive)
+PREPARED_PER_OP = 8  # prepared launches kept per op (by the tensors' addresses, not the tensors)
 
 
 def _is_tensor(p: ParamSpec) -> bool:
@@ -141,6 +141,10 @@ class PipelinkOp:
         prepared = self._prepared.get(key)
         if prepared is None:
             prepared = self.kernel.prepare(*values)
+            # The key holds the addresses, not the tensors: a cached launch must not keep a caller's
+            # tensors alive (CUDA-graph trees count every live tensor of their pool). A hit means the
+            # caller passes tensors at the same addresses, alive for this call.
+            prepared.keep = None
             self._prepared[key] = prepared
             if len(self._prepared) > PREPARED_PER_OP:
                 self._prepared.popitem(last=False)

@@ -7,6 +7,7 @@ components against a float64 reference (pipelink/problems.py):
 - halo_stencil: a 3-point stencil across CTAs, each segment waiting for its clamped halo;
 - the launcher refusing a too-small or misaligned buffer before anything runs.
 """
+import dataclasses
 import os
 
 import pytest
@@ -30,7 +31,7 @@ def linked(objects, name, dispatch=None):
     pipe = next(p for p in shipped_pipelines() if p.name == name)
     spec = load_pipeline(pipe.path, DiagnosticSink())
     if dispatch:
-        spec.dispatch = dispatch
+        spec = dataclasses.replace(spec, dispatch=dispatch)  # a PipelineSpec is frozen
     result = link([str(objects[n]) for n in pipe.components], LinkOptions(pipeline=spec))
     assert result.ok, [d.render() for d in result.diagnostics]
     return result.kernel()

@@ -50,8 +50,16 @@ class Rotation:
         M, N = SHAPES[pipeline]
         seed = int.from_bytes(os.urandom(4), "little")
         self.seed = seed
-        self.problems = [PROBLEMS[pipeline](M, N, seed + i) for i in range(count)]
-        self.args = self.problems[0].args  # what the launch is prepared (and captured) with
+        problems = [PROBLEMS[pipeline](M, N, seed + i) for i in range(count)]
+
+        def scalars(p):
+            return {k: v for k, v in p.args.items() if not hasattr(v, "copy_")}
+        # A captured launch keeps its scalar arguments: rotate through the problems that share problem 0's
+        # (all of them where only data differs; tile_chain draws its alpha and beta per seed).
+        self.problems = [p for p in problems if scalars(p) == scalars(problems[0])]
+        # The arrays the launch is prepared (and captured) with: copies, so loading a problem never
+        # overwrites the problems' own inputs.
+        self.args = {k: (v.clone() if hasattr(v, "clone") else v) for k, v in problems[0].args.items()}
         import torch
         self.expected = [{k: v.to("cuda") for k, v in p.expected.items()} for p in self.problems]
         self.torch = torch
