@@ -42,10 +42,10 @@ def __getattr__(name):
         from . import linker as _link_module
         return getattr(_link_module, name)
     if name == "PipelineSpec":
-        from .pipeline import PipelineSpec
+        from .core.pipeline import PipelineSpec
         return PipelineSpec
     if name == "PipelinkError":
-        from .diagnostics import PipelinkError
+        from .core.diagnostics import PipelinkError
         return PipelinkError
     if name in ("CheckResult", "KernelImage"):
         from . import api as _api

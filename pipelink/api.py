@@ -9,12 +9,12 @@ import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .diagnostics import Diagnostic, DiagnosticSink, Location, PipelinkError
-from .inputs import NamedBytes
-from .linker import LinkContext, LinkOptions, LinkResult, run_passes
-from .manifest import Manifest
-from .model import Component
-from .pipeline import PipelineSpec, load_pipeline, load_pipeline_dict
+from .core.diagnostics import Diagnostic, DiagnosticSink, Location, PipelinkError
+from .core.model import Component
+from .core.pipeline import PipelineSpec, load_pipeline, load_pipeline_dict
+from .formats.inputs import NamedBytes
+from .linker.passes import LinkContext, LinkOptions, LinkResult, run_passes
+from .runtime.manifest import Manifest
 
 _BYTES = (bytes, bytearray, memoryview)
 
@@ -149,9 +149,9 @@ def build(source: str | os.PathLike, contract, output: str | os.PathLike, *, arc
     """`pipelink build`: compile `source` against `contract` (a path, bytes or a (name, bytes) pair) into
     `output`, with the contract embedded; returns the output's path. Writes nothing on failure and raises
     PipelinkError with the diagnostics."""
-    from .builder import BuildOptions, build_component
-    from .loader import load_contract_bytes
-    from .model import Source
+    from .authoring.builder import BuildOptions, build_component
+    from .core.loader import load_contract_bytes
+    from .core.model import Source
     if not isinstance(source, (str, os.PathLike)) or not isinstance(output, (str, os.PathLike)):
         raise TypeError("the source and the output are paths (str or os.PathLike)")
     sink = DiagnosticSink()
@@ -190,17 +190,17 @@ def link(inputs, options: LinkOptions | None = None, *, pipeline=None, raise_on_
     raises PipelinkError for a failed link, so a failure cannot pass unnoticed. With `raise_on_error`
     the link raises that PipelinkError itself, as `check`, `build` and `load` always do.
     """
-    from . import linker
+    from .linker import passes
     items = as_inputs(inputs)
     options = options or LinkOptions()
     if pipeline is not None:
         sink = DiagnosticSink()
         spec = as_pipeline(pipeline, sink)
         if spec is None:
-            result = linker.failed(items, options, sink.items)
+            result = passes.failed(items, options, sink.items)
             return result.raise_on_error() if raise_on_error else result
         options = replace(options, pipeline=spec)
-    result = linker.link(items, options)
+    result = passes.link(items, options)
     return result.raise_on_error() if raise_on_error else result
 
 
@@ -216,7 +216,7 @@ class KernelImage:
 
     def kernel(self, device: int = 0):
         """Load the kernel on `device` (needs a GPU)."""
-        from .launch import Kernel
+        from .runtime.launch import Kernel
         return Kernel.load(self.cubin, self.manifest, device)
 
 
@@ -238,8 +238,8 @@ def load(path: str | os.PathLike, device: int | None = 0):
     K.cubin, with the manifest K.json beside it. Returns the loaded Kernel on `device` (needs a GPU),
     or with `device=None` the KernelImage, unloaded. Raises PipelinkError for files that are missing
     or do not describe one kernel."""
-    from . import jsonread
-    from .manifest import ManifestError
+    from .core import jsonread
+    from .runtime.manifest import ManifestError
     sink = DiagnosticSink()
     cubin_path = _find_cubin(Path(path), sink)
     _raise_on_errors(sink)

@@ -12,11 +12,11 @@ import traceback
 from dataclasses import replace
 from pathlib import Path
 
-from .diagnostics import (Diagnostic, DiagnosticSink, ExitCode, Location, escape_controls, render_all, safe_text,
-                          sarif_log)
-from .outputs import STDOUT, Input, Output, check_outputs, object_inputs, write_outputs
-from .pipeline import DISPATCHES, SCHEDULES
-from .targets import TARGETS
+from .core.diagnostics import (Diagnostic, DiagnosticSink, ExitCode, Location, escape_controls, render_all, safe_text,
+                               sarif_log)
+from .core.pipeline import DISPATCHES, SCHEDULES
+from .core.targets import TARGETS
+from .formats.outputs import STDOUT, Input, Output, check_outputs, object_inputs, write_outputs
 
 INTERNAL_ERROR = 3
 STDOUT_CLOSED = 128 + 13  # SIGPIPE
@@ -207,7 +207,7 @@ def cmd_version() -> int:
 
 
 def cmd_config(args) -> int:
-    from .builder import component_cflags, pipelink_include_dir
+    from .authoring.builder import component_cflags, pipelink_include_dir
     from .toolchain import ToolchainError
 
     if args.include_dir:
@@ -237,10 +237,10 @@ def _werror(sink: DiagnosticSink, werror: bool) -> None:
 
 
 def cmd_inspect(args) -> int:
-    from .collect import is_contract_file
-    from .inputs import find_contract, read_input
-    from .loader import load_contract_bytes, load_contract_file
-    from .model import Source
+    from .core.loader import load_contract_bytes, load_contract_file
+    from .core.model import Source
+    from .formats.inputs import find_contract, read_input
+    from .linker.collect import is_contract_file
     from .report import contract_summary, contract_text, object_summary, object_text
 
     sink = DiagnosticSink()
@@ -283,14 +283,14 @@ def cmd_inspect(args) -> int:
 
 def _inspect_manifest(path: Path, cubin: bytes, item: dict, sink: DiagnosticSink) -> list[str]:
     """The manifest `pipelink link -o K.cubin` writes next to it (K.json), if there is one."""
-    from .jsonread import read_file
+    from .core.jsonread import read_file
     from .report import manifest_summary, manifest_text
     if not path.is_file():
         return []
     doc = read_file(path, sink, "manifest")
     if doc is None:
         return []
-    from .manifest import Manifest, ManifestError
+    from .runtime.manifest import Manifest, ManifestError
     try:
         m = manifest_summary(Manifest.from_json(doc.value), cubin)
     except ManifestError as exc:
@@ -306,8 +306,8 @@ def _inspect_manifest(path: Path, cubin: bytes, item: dict, sink: DiagnosticSink
 
 def cmd_check(args) -> int:
     from .api import run_checks
-    from .picture import map_output
-    from .pipeline import load_pipeline
+    from .core.pipeline import load_pipeline
+    from .linker.picture import map_output
     from .report import contract_summary
 
     sink = DiagnosticSink()
@@ -353,8 +353,8 @@ def _report(fmt: str) -> str | None:
 
 
 def cmd_header(args) -> int:
-    from .header import generate_header
-    from .loader import load_contract_file
+    from .authoring.header import generate_header
+    from .core.loader import load_contract_file
 
     sink = DiagnosticSink()
     output = Output(args.output, "header", "-o", hint="write the header elsewhere (-o PATH)")
@@ -367,8 +367,8 @@ def cmd_header(args) -> int:
 
 
 def cmd_build(args) -> int:
-    from .builder import BuildOptions, build_component
-    from .loader import load_contract_file
+    from .authoring.builder import BuildOptions, build_component
+    from .core.loader import load_contract_file
 
     sink = DiagnosticSink()
     c = load_contract_file(args.contract, sink)
@@ -385,9 +385,9 @@ def cmd_build(args) -> int:
 
 
 def _link_options(args, sink: DiagnosticSink):
-    from .linker import LinkOptions
-    from .model import is_identifier
-    from .pipeline import PipelineSpec, load_pipeline, parse_wire
+    from .core.model import is_identifier
+    from .core.pipeline import PipelineSpec, load_pipeline, parse_wire
+    from .linker.passes import LinkOptions
 
     spec = load_pipeline(args.pipeline, sink) if args.pipeline else PipelineSpec()
     if spec is None:
@@ -418,8 +418,8 @@ def _link_options(args, sink: DiagnosticSink):
 
 
 def cmd_link(args) -> int:
-    from .linker import link
-    from .picture import map_output
+    from .linker.passes import link
+    from .linker.picture import map_output
 
     sink = DiagnosticSink()
     options = _link_options(args, sink)
@@ -487,7 +487,7 @@ def _link_outputs(args, kernel: str) -> dict[str, Output]:
 
 
 def cmd_demo(args) -> int:
-    from .demo import run_demo
+    from .harness.demo import run_demo
     return run_demo(Path(args.build_dir))
 
 

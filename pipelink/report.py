@@ -1,9 +1,9 @@
 """Human and JSON views of inputs and contracts for `pipelink inspect` and `pipelink check`."""
 from __future__ import annotations
 
-from .inputs import InputObject
-from .manifest import Manifest
-from .model import DTYPE_BYTES, Contract
+from .core.model import DTYPE_BYTES, Contract
+from .formats.inputs import InputObject
+from .runtime.manifest import Manifest
 
 
 def contract_summary(c: Contract) -> dict:
@@ -81,7 +81,7 @@ def cubin_kernels(obj: InputObject) -> dict:
     """For a cubin (a linked kernel): what each kernel really uses, read from its attributes."""
     if obj.format != "cubin":
         return {}
-    from .cubin import CubinError, read_cubin
+    from .formats.cubin import CubinError, read_cubin
     try:
         kernels = read_cubin(obj.data)
     except CubinError:

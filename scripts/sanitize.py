@@ -6,11 +6,11 @@ compute-sanitizer (memcheck, racecheck, synccheck) on the GPU machine.
 import sys
 from pathlib import Path
 
-from pipelink.diagnostics import DiagnosticSink
-from pipelink.linker import LinkOptions, link
-from pipelink.pipeline import load_pipeline
-from pipelink.problems import run_and_judge
-from pipelink.shipped import build_shipped, shipped_pipelines
+from pipelink.core.diagnostics import DiagnosticSink
+from pipelink.core.pipeline import load_pipeline
+from pipelink.harness.problems import run_and_judge
+from pipelink.harness.shipped import build_shipped, shipped_pipelines
+from pipelink.linker.passes import LinkOptions, link
 
 build = Path(sys.argv[1] if len(sys.argv) > 1 else "build/components")
 sink = DiagnosticSink()

@@ -100,8 +100,8 @@ def built_objects(tmp_path_factory) -> dict[str, Path]:
 @pytest.fixture(scope="session")
 def shipped_objects(tmp_path_factory) -> dict[str, Path]:
     """The shipped components, built with `pipelink build` (contract embedded), by name."""
-    from pipelink.diagnostics import DiagnosticSink
-    from pipelink.shipped import build_shipped
+    from pipelink.core.diagnostics import DiagnosticSink
+    from pipelink.harness.shipped import build_shipped
 
     d = tmp_path_factory.mktemp("shipped")
     sink = DiagnosticSink()
@@ -115,7 +115,7 @@ def pytest_collection_modifyitems(config, items):
     gpu_items = [i for i in items if i.get_closest_marker("gpu")]
     if not gpu_items:
         return
-    from pipelink.launch import gpu_available
+    from pipelink.runtime.launch import gpu_available
     if gpu_available():
         return
     skip = pytest.mark.skip(reason="no GPU on this machine")

@@ -45,10 +45,10 @@ def shipped_component(name, edit=None):
     """A shipped component's contract (optionally edited), without its object: for pure tests."""
     from pathlib import Path
 
-    from pipelink.model import Component
-    from pipelink.diagnostics import DiagnosticSink
-    from pipelink.loader import load_contract_bytes
-    from pipelink.model import Source
+    from pipelink.core.diagnostics import DiagnosticSink
+    from pipelink.core.loader import load_contract_bytes
+    from pipelink.core.model import Component
+    from pipelink.core.model import Source
 
     raw = json.loads((Path(__file__).resolve().parent.parent / "contracts" / f"{name}.json").read_text())
     if edit:

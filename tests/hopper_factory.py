@@ -3,10 +3,10 @@ producer and a consumer role handing an accumulator fragment to an epilogue."""
 import copy
 import json
 
-from pipelink.model import Component
-from pipelink.diagnostics import DiagnosticSink
-from pipelink.loader import load_contract_bytes
-from pipelink.model import Source
+from pipelink.core.diagnostics import DiagnosticSink
+from pipelink.core.loader import load_contract_bytes
+from pipelink.core.model import Component
+from pipelink.core.model import Source
 
 _MAINLOOP = {
     "pipelink_contract": 1, "name": "ml", "version": "1.0.0",

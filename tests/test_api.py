@@ -32,8 +32,8 @@ def codes(exc: PipelinkError) -> list[str]:
 
 
 def test_package_functions_are_not_shadowed_by_submodules():
-    import pipelink.builder  # noqa: F401  the modules behind build and check have names of their own
-    import pipelink.checks  # noqa: F401
+    import pipelink.authoring.builder  # noqa: F401  the modules behind build and check have names of their own
+    import pipelink.core.checks  # noqa: F401
     assert callable(pipelink.check) and callable(pipelink.build) and pipelink.check.__module__ == "pipelink"
 
 

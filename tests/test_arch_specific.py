@@ -5,12 +5,12 @@ from dataclasses import replace
 
 import pytest
 
-from pipelink.builder import BuildOptions, build_component
 from pipelink.api import run_checks
-from pipelink.collect import read_components, verify_object
-from pipelink.diagnostics import DiagnosticSink
-from pipelink.loader import load_contract_bytes
-from pipelink.model import Source
+from pipelink.authoring.builder import BuildOptions, build_component
+from pipelink.core.diagnostics import DiagnosticSink
+from pipelink.core.loader import load_contract_bytes
+from pipelink.core.model import Source
+from pipelink.linker.collect import read_components, verify_object
 
 SOURCE = """#include PIPELINK_HEADER
 extern "C" __device__ void tiny_entry(float* x, int n) { for (int i = 0; i < n; ++i) x[i] += 1.0f; }

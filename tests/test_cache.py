@@ -8,12 +8,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from pipelink import cache, toolchain
+from pipelink import toolchain
+
 from pipelink.cli import main
-from pipelink.diagnostics import Diagnostic, DiagnosticSink, Location
-from pipelink.linker import LinkOptions, link
-from pipelink.pipeline import PipelineSpec, WireSpec, load_pipeline
-from pipelink.shipped import REPO
+from pipelink.core.diagnostics import Diagnostic, DiagnosticSink, Location
+from pipelink.core.pipeline import PipelineSpec, WireSpec, load_pipeline
+from pipelink.harness.shipped import REPO
+from pipelink.linker.passes import cache
+from pipelink.linker.passes import LinkOptions, link
 
 ROWSUM = REPO / "pipelines" / "rowsum.json"
 
@@ -164,9 +166,12 @@ def test_the_key_covers_every_field_by_construction():
 def test_only_the_modules_that_decide_the_output_are_in_the_key():
     """Editing the launcher, the CLI or the reports keeps every cached link; editing a pass does not."""
     modules = set(cache.link_modules())
-    assert {"linker", "resolve", "allocate", "glue", "event_glue", "emit", "manifest", "toolchain", "verify",
-            "picture", "monolithic", "collect", "checks", "cache"} <= modules
-    assert not modules & {"launch", "workspace", "driver", "torch", "cli", "api", "report", "outputs", "demo", "scalars"}
+    assert {"linker.passes", "linker.resolve", "linker.allocate", "linker.glue", "linker.event_glue", "linker.emit",
+            "runtime.manifest", "toolchain", "linker.verify", "linker.picture", "linker.monolithic", "linker.collect",
+            "core.checks", "linker.cache", "authoring.header", "formats.inputs", "core.model"} <= modules
+    assert not modules & {"runtime.launch", "runtime.workspace", "runtime.driver", "runtime.torch", "runtime.scalars", "cli",
+                          "api", "report", "formats.outputs", "harness.demo", "harness.shipped"}
+    assert all(cache._module_file(m) is not None for m in modules)
 
 
 @pytest.mark.parametrize("kw", [{"arch": "sm_90a"}, {"dispatch": "dynamic"}], ids=["arch", "dispatch"])
@@ -226,7 +231,7 @@ def test_warnings_are_replayed(cache_root):
                          related=(Location(pointer="/registers"),))
     custom = Diagnostic("PL073", "x", hint="a hint of its own", severity="note")
     assert Diagnostic.from_json(warning.to_json()) == warning and Diagnostic.from_json(custom.to_json()) == custom
-    from pipelink.manifest import Manifest
+    from pipelink.runtime.manifest import Manifest
     fake = SimpleNamespace(cubin=b"\x7fELF", manifest=Manifest("k", (32, 1, 1), target="sm_90",
                                                                cubin_sha256=cache._sha256(b"\x7fELF")),
                            link_map="map", link_picture="<svg/>", glue="glue", monolithic=None, diagnostics=[warning, custom])

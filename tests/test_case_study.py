@@ -54,7 +54,7 @@ def test_both_builds_link(baseline):
     assert m.dispatch == "dynamic" and list(m.tasks) == ["moe_router", "moe_dispatch", "moe_expert", "moe_combine"]
     assert "moe_expert waits i->i for tile_rows[i] (read on the device)" in linked.link_map
     assert m.resources.registers <= 128 and m.resources.frame_bytes == 0
-    from pipelink.cubin import read_cubin
+    from pipelink.formats.cubin import read_cubin
     kernels = read_cubin(builds.link_classic(base.classic_objects))
     assert set(kernels) == {"moe_classic_fused", "moe_classic_router", "moe_classic_dispatch", "moe_classic_expert",
                             "moe_classic_combine"}

@@ -3,10 +3,10 @@
 import pytest
 
 from contract_factory import base_contract, dumps
-from pipelink.checks import check_set, common_targets, smem_lower_bound
-from pipelink.diagnostics import DiagnosticSink
-from pipelink.loader import load_contract_bytes
-from pipelink.model import Source
+from pipelink.core.checks import check_set, common_targets, smem_lower_bound
+from pipelink.core.diagnostics import DiagnosticSink
+from pipelink.core.loader import load_contract_bytes
+from pipelink.core.model import Source
 
 
 def contract(name, **changes):

@@ -11,7 +11,7 @@ import pytest
 
 from comp_contract import COMP_CONTRACT, write_sidecar
 from pipelink.cli import main
-from pipelink.inputs import embed_contract
+from pipelink.formats.inputs import embed_contract
 
 ROWSUM = ["tile_load", "tile_transform", "block_rowsum"]
 RING = ["ring_load", "ring_dot"]
@@ -47,14 +47,14 @@ def test_check_for_sm90a(capsys, shipped_objects):
 
 
 def test_check_bare_contracts(capsys):
-    from pipelink.shipped import REPO
+    from pipelink.harness.shipped import REPO
     code, out, _ = run(capsys, "check", "--set", *(REPO / "contracts" / f"{n}.json" for n in ROWSUM))
     assert code == 0 and "checked together: tile_load, tile_transform, block_rowsum for sm_90" in out
 
 
 def test_check_as_a_pipeline_runs_the_link_decisions_without_objects(capsys, tmp_path):
     """--pipeline: wires, geometry, events and allocation over contracts alone (what CI can know)."""
-    from pipelink.shipped import REPO
+    from pipelink.harness.shipped import REPO
     case = REPO / "case_studies" / "moe_four_owners"
     teams = ["router", "dispatch", "expert", "combine"]
     contracts = [case / t / f"{t}.json" for t in teams]
@@ -76,7 +76,7 @@ def test_check_as_a_pipeline_runs_the_link_decisions_without_objects(capsys, tmp
 
 
 def test_check_given_a_pipeline_file_says_so(capsys):
-    from pipelink.shipped import REPO
+    from pipelink.harness.shipped import REPO
     code, _, err = run(capsys, "check", REPO / "pipelines" / "rowsum.json")
     assert code == 2 and "PL001" in err and "pipeline file, not a contract" in err and "--pipeline" in err
 
@@ -101,7 +101,7 @@ def test_inspect_json(capsys, shipped_objects, built_objects):
 
 
 def test_header_command(capsys, tmp_path):
-    from pipelink.shipped import REPO
+    from pipelink.harness.shipped import REPO
     out_file = tmp_path / "ring_dot.pipelink.h"
     code, _, _ = run(capsys, "header", REPO / "contracts" / "ring_dot.json", "-o", out_file)
     assert code == 0
@@ -109,7 +109,7 @@ def test_header_command(capsys, tmp_path):
 
 
 def test_build_command(capsys, tmp_path):
-    from pipelink.shipped import REPO
+    from pipelink.harness.shipped import REPO
     out_file = tmp_path / "t.o"
     code, out, err = run(capsys, "build", REPO / "components/tile_transform/tile_transform.cu", "--contract",
                          REPO / "contracts/tile_transform.json", "-o", out_file, "--arch", "sm_90")
@@ -121,7 +121,7 @@ def test_build_command(capsys, tmp_path):
 
 def test_build_output_gets_the_usual_mode(capsys, tmp_path):
     """Not mkstemp's 0600: 0666 less the umask, as any new file."""
-    from pipelink.shipped import REPO
+    from pipelink.harness.shipped import REPO
     out_file = tmp_path / "t.o"
     old = os.umask(0o002)
     try:
@@ -135,7 +135,7 @@ def test_build_output_gets_the_usual_mode(capsys, tmp_path):
 
 def test_link_manifest_moved_with_its_option(capsys, shipped_objects, tmp_path, monkeypatch):
     """`-o rowsum.cubin` beside `rowsum.json` (the pipeline): --manifest moves the manifest away."""
-    from pipelink.shipped import REPO
+    from pipelink.harness.shipped import REPO
     monkeypatch.chdir(tmp_path)
     shutil.copy(REPO / "pipelines" / "rowsum.json", "rowsum.json")
     objects = [shipped_objects[n] for n in ROWSUM]
@@ -154,7 +154,7 @@ def test_link_manifest_moved_with_its_option(capsys, shipped_objects, tmp_path, 
 
 def test_link_cubin_to_stdout(shipped_objects, tmp_path):
     """`-o -`: the cubin on stdout, the summary on stderr, the manifest as <kernel>.json."""
-    from pipelink.shipped import REPO
+    from pipelink.harness.shipped import REPO
     proc = subprocess.run([sys.executable, "-m", "pipelink.cli", "link", "--pipeline", REPO / "pipelines/rowsum.json",
                            *(shipped_objects[n] for n in ROWSUM), "-o", "-"], cwd=tmp_path, capture_output=True,
                           env=dict(os.environ, PYTHONPATH=str(REPO)))
@@ -165,7 +165,7 @@ def test_link_cubin_to_stdout(shipped_objects, tmp_path):
 
 
 def test_build_compile_error_writes_nothing(capsys, tmp_path):
-    from pipelink.shipped import REPO
+    from pipelink.harness.shipped import REPO
     src = tmp_path / "broken.cu"
     src.write_text('#include "tile_transform.pipelink.h"\nextern "C" __device__ void tile_transform(pl::Tile t, '
                    'int wrong) {}\n')
@@ -257,7 +257,7 @@ def test_schema_violation_with_pointer(capsys, tmp_path):
 
 def test_flags_differ_between_components(capsys, shipped_objects, tmp_path):
     """A real build of tile_transform with -ftz=true next to the shipped tile_load."""
-    from pipelink.shipped import REPO
+    from pipelink.harness.shipped import REPO
     contract = json.loads((REPO / "contracts/tile_transform.json").read_text())
     contract["targets"]["compile_flags"]["ftz"] = True
     cpath = tmp_path / "tile_transform_ftz.json"
@@ -273,7 +273,7 @@ def test_flags_differ_between_components(capsys, shipped_objects, tmp_path):
 
 
 def test_object_flags_differ_from_its_contract(capsys, shipped_objects, tmp_path):
-    from pipelink.shipped import REPO
+    from pipelink.harness.shipped import REPO
     contract = json.loads((REPO / "contracts/tile_load.json").read_text())
     contract["targets"]["compile_flags"]["fmad"] = False
     obj = tmp_path / "tile_load.o"
@@ -284,7 +284,7 @@ def test_object_flags_differ_from_its_contract(capsys, shipped_objects, tmp_path
 
 def test_stale_build(capsys, shipped_objects, tmp_path):
     """The object was compiled against one contract and ships with an edited one."""
-    from pipelink.shipped import REPO
+    from pipelink.harness.shipped import REPO
     contract = json.loads((REPO / "contracts/tile_transform.json").read_text())
     contract["geometry"]["consumes"]["TILE_N"]["max"] = 512
     obj = tmp_path / "tile_transform.o"

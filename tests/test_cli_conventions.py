@@ -10,8 +10,8 @@ import pytest
 from comp_contract import COMP_CONTRACT
 from pipelink import __version__, toolchain
 from pipelink.cli import _parser, main
-from pipelink.diagnostics import CODES
-from pipelink.shipped import REPO
+from pipelink.core.diagnostics import CODES
+from pipelink.harness.shipped import REPO
 
 ROWSUM = ["tile_load", "tile_transform", "block_rowsum"]
 
@@ -230,9 +230,9 @@ def test_pre_commit_hook_runs_check_on_contracts_and_objects():
 # --- config --------------------------------------------------------------------------------------
 
 def test_config_cflags_are_what_build_compiles_with(capsys):
-    from pipelink.builder import BuildOptions, cutlass_include_dir, nvcc_command, pipelink_include_dir
-    from pipelink.loader import load_contract_file
-    from pipelink.diagnostics import DiagnosticSink
+    from pipelink.authoring.builder import BuildOptions, cutlass_include_dir, nvcc_command, pipelink_include_dir
+    from pipelink.core.diagnostics import DiagnosticSink
+    from pipelink.core.loader import load_contract_file
     code, out, _ = run(capsys, "config", "--cflags")
     flags = shlex.split(out)
     assert code == 0 and len(out.splitlines()) == 1
@@ -247,7 +247,7 @@ def test_config_cflags_are_what_build_compiles_with(capsys):
 
 
 def test_config_include_dir(capsys):
-    from pipelink.builder import pipelink_include_dir
+    from pipelink.authoring.builder import pipelink_include_dir
     code, out, _ = run(capsys, "config", "--include-dir")
     assert code == 0 and out == f"{pipelink_include_dir()}\n"
     assert (Path(out.strip()) / "pipelink").is_dir()

@@ -4,12 +4,12 @@ import json
 
 import pytest
 
-from pipelink.cli import main
 from pipelink.api import run_checks
-from pipelink.conformance import Usage, compare, probe_plan, probe_value, sass_barriers
-from pipelink.diagnostics import DiagnosticSink
-from pipelink.loader import load_contract_bytes
-from pipelink.model import ParamRange, Source
+from pipelink.cli import main
+from pipelink.core.diagnostics import DiagnosticSink
+from pipelink.core.loader import load_contract_bytes
+from pipelink.core.model import ParamRange, Source
+from pipelink.linker.conformance import Usage, compare, probe_plan, probe_value, sass_barriers
 
 BAD_CONTRACT = {
     "pipelink_contract": 1, "name": "bad", "version": "1.0.0",

@@ -7,19 +7,19 @@ import json
 
 import pytest
 
-from pipelink.allocate import allocate
-from pipelink.buffers import buffer_problem
-from pipelink.diagnostics import DiagnosticSink
-from pipelink.emit import link_map, manifest
-from pipelink.events import task_coords
-from pipelink.glue import generate_glue
-from pipelink.header import generate_header
-from pipelink.indexmap import MapError, parse_map
-from pipelink.launch import ArgumentError, Kernel
-from pipelink.loader import load_contract_bytes
-from pipelink.model import Source
-from pipelink.pipeline import PipelineSpec
-from pipelink.resolve import resolve
+from pipelink.authoring.header import generate_header
+from pipelink.core.diagnostics import DiagnosticSink
+from pipelink.core.indexmap import MapError, parse_map
+from pipelink.core.loader import load_contract_bytes
+from pipelink.core.model import Source
+from pipelink.core.pipeline import PipelineSpec
+from pipelink.linker.allocate import allocate
+from pipelink.linker.emit import link_map, manifest
+from pipelink.linker.events import task_coords
+from pipelink.linker.glue import generate_glue
+from pipelink.linker.resolve import resolve
+from pipelink.runtime.buffers import buffer_problem
+from pipelink.runtime.launch import ArgumentError, Kernel
 
 from contract_factory import base_contract, dumps, shipped_component as comp
 
@@ -29,7 +29,7 @@ def codes(sink):
 
 
 def run(comps, schedule=None, dispatch="static", wires=()):
-    from pipelink.pipeline import WireSpec
+    from pipelink.core.pipeline import WireSpec
     sink = DiagnosticSink()
     spec = PipelineSpec(name="k", schedule=schedule, dispatch=dispatch,
                         wires=tuple(WireSpec(*w.replace(" -> ", ".").split("."), w) for w in wires))

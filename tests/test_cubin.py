@@ -1,4 +1,4 @@
-"""pipelink.cubin against real cubins linked by the pinned NVRTC + nvJitLink (no GPU needed).
+"""pipelink.formats.cubin against real cubins linked by the pinned NVRTC + nvJitLink (no GPU needed).
 
 Each expected value is what the source asks for, and where ptxas prints a summary (`-Xptxas=-v`
 in the link) the reader must agree with it too.
@@ -12,8 +12,8 @@ import struct
 import pytest
 
 from pipelink import toolchain
-from pipelink.cubin import (CubinError, KernelInfo, SYSTEM_RESERVED_SMEM, global_variables,
-                            parse_nv_info, read_cubin, sass_text_equal)
+from pipelink.formats.cubin import (CubinError, KernelInfo, SYSTEM_RESERVED_SMEM, global_variables,
+                                    parse_nv_info, read_cubin, sass_text_equal)
 
 MAIN_SRC = r"""
 extern "C" __global__ void k_smem(float* out) {

@@ -5,7 +5,7 @@ import subprocess
 
 import pytest
 
-from pipelink.event_glue import ElementSpace, Loop, shared_loop
+from pipelink.linker.event_glue import ElementSpace, Loop, shared_loop
 
 CXX = shutil.which("c++") or shutil.which("g++")
 pytestmark = pytest.mark.skipif(CXX is None, reason="needs a host C++ compiler")

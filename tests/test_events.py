@@ -3,11 +3,11 @@ import json
 from pathlib import Path
 
 
-from pipelink.diagnostics import DiagnosticSink
-from pipelink.linker import LinkOptions, run_passes
-from pipelink.loader import load_contract_bytes
-from pipelink.model import Source
-from pipelink.pipeline import PipelineSpec
+from pipelink.core.diagnostics import DiagnosticSink
+from pipelink.core.loader import load_contract_bytes
+from pipelink.core.model import Source
+from pipelink.core.pipeline import PipelineSpec
+from pipelink.linker.passes import LinkOptions, run_passes
 
 from contract_factory import shipped_component
 
@@ -174,10 +174,10 @@ def test_a_negative_gathered_index_names_no_event():
 
 
 def test_a_fixed_wait_is_met_once_per_cta_and_a_per_task_one_every_time():
-    from pipelink.events import task_invariant
-    from pipelink.events import Side
-    from pipelink.expr import parse
-    from pipelink.indexmap import parse_map
+    from pipelink.core.expr import parse
+    from pipelink.core.indexmap import parse_map
+    from pipelink.linker.events import task_invariant
+    from pipelink.linker.events import Side
 
     def side(m, count=None):
         return Side("c", parse_map(m), (), parse(count) if count else None, "p")
@@ -187,7 +187,7 @@ def test_a_fixed_wait_is_met_once_per_cta_and_a_per_task_one_every_time():
     assert not task_invariant(side("t->:"))                     # many elements
     assert not task_invariant(side("t->topk[t, :]"))            # read on the device
     # the case study's combine: 'placed' is waited once per CTA, the gathered 'done' by every task
-    from pipelink.model import Component
+    from pipelink.core.model import Component
     comps = []
     for team in ("router", "dispatch", "expert", "combine"):
         path = REPO / "case_studies" / "moe_four_owners" / team / f"{team}.json"
@@ -229,7 +229,7 @@ def test_affine_range_notifier_out_of_range():
 
 
 def _case_study(edits=None):
-    from pipelink.model import Component
+    from pipelink.core.model import Component
     comps = []
     for team in ("router", "dispatch", "expert", "combine"):
         raw = json.loads((REPO / "case_studies" / "moe_four_owners" / team / f"{team}.json").read_text())
@@ -292,7 +292,7 @@ def test_affine_side_of_a_data_dependent_event_is_still_range_checked():
 
 
 def test_link_map_says_a_device_count_is_not_checked():
-    from pipelink.emit import DEVICE_COUNT_NOTE
+    from pipelink.linker.emit import DEVICE_COUNT_NOTE
     text = linked([comp("moe_scatter"), comp("moe_expert"), comp("moe_combine")], until="map",
                   dispatch="dynamic").link_map
     lines = [line for line in text.splitlines() if DEVICE_COUNT_NOTE in line]
@@ -305,7 +305,7 @@ def test_debug_events_bound_every_wait():
     """--debug-events gives every generated wait its spin bound: waits on fixed elements, on gathered
     elements, once-per-CTA waits and waits whose count is read from the device."""
     import re
-    from pipelink.glue import DEBUG_SPIN_BOUND
+    from pipelink.linker.glue import DEBUG_SPIN_BOUND
     comps = _case_study()
     glue = linked(comps, dispatch="dynamic", debug_events=True).glue
     calls = re.findall(r"wait_for\(e\d+ \+ .*?, (\(unsigned\)\(.*?\)), pl_epoch, (\w+),", glue)

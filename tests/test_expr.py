@@ -1,6 +1,6 @@
 import pytest
 
-from pipelink.expr import ExprError, parse
+from pipelink.core.expr import ExprError, parse
 
 
 @pytest.mark.parametrize("text,env,value", [

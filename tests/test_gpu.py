@@ -9,10 +9,10 @@ import os
 
 import pytest
 
-from pipelink.linker import LinkOptions, link
-from pipelink.pipeline import load_pipeline
-from pipelink.diagnostics import DiagnosticSink
-from pipelink.shipped import shipped_pipelines
+from pipelink.core.diagnostics import DiagnosticSink
+from pipelink.core.pipeline import load_pipeline
+from pipelink.harness.shipped import shipped_pipelines
+from pipelink.linker.passes import LinkOptions, link
 
 pytestmark = pytest.mark.gpu
 
@@ -44,7 +44,7 @@ def kernels(shipped_objects):
 
 
 def judge(kernel, pipeline, M, N, grid=None):
-    from pipelink.problems import run_and_judge
+    from pipelink.harness.problems import run_and_judge
     seed = fresh_seed()
     err, problem = run_and_judge(kernel, pipeline, M, N, seed, grid=grid)
     assert err <= problem.tolerance, f"{pipeline} M={M} N={N} grid={grid} seed={seed}: max error {err}"
@@ -86,7 +86,7 @@ def test_event_pipeline_many_shapes_one_cubin(kernels, pipeline, dispatch):
 def test_static_and_dynamic_dispatch_agree_bit_for_bit(kernels, pipeline):
     import torch
 
-    from pipelink.problems import PROBLEMS
+    from pipelink.harness.problems import PROBLEMS
     seed = fresh_seed()
     outs = []
     for dispatch in ("static", "dynamic"):
@@ -117,9 +117,9 @@ def test_debug_build_reports_a_wait_that_never_ends(shipped_objects, tmp_path):
     expects all of them. Shapes up to 4 chunks link and run; K = 8192 (8 chunks) would hang."""
 
     from pipelink.cli import main
-    from pipelink.problems import PROBLEMS
-    from pipelink.shipped import REPO
-    from pipelink.workspace import EventTimeout
+    from pipelink.harness.problems import PROBLEMS
+    from pipelink.harness.shipped import REPO
+    from pipelink.runtime.workspace import EventTimeout
 
     def variant(name, edit):
         raw = json.loads((REPO / "contracts" / f"{name}.json").read_text())
@@ -160,7 +160,7 @@ def test_moe_dispatch_random_routing_one_cubin(kernels, dispatch):
     and which rows it notifies back all come from the routing, fresh each run."""
     import torch
 
-    from pipelink.problems import max_error, moe_problem
+    from pipelink.harness.problems import max_error, moe_problem
     kernel = kernels[f"moe_dispatch/{dispatch}"]
     for T, H, E, TOPK in MOE_SHAPES:
         for skew in (0.0, 4.0):

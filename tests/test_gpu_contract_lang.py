@@ -1,5 +1,5 @@
 """The contract language's new runtime capabilities on a GPU, each a small pipeline of real
-components against a float64 reference (pipelink/problems.py):
+components against a float64 reference (pipelink/harness/problems.py):
 
 - tiled_softmax: a whole-row softmax (1-d grid of row blocks) after a loader and a store of 2-d tiles,
   which run in an inner loop of each row block; tile_store's port alignment is honoured (it traps if not);
@@ -12,11 +12,11 @@ import os
 
 import pytest
 
-from pipelink.diagnostics import DiagnosticSink
-from pipelink.launch import ArgumentError
-from pipelink.linker import LinkOptions, link
-from pipelink.pipeline import load_pipeline
-from pipelink.shipped import shipped_pipelines
+from pipelink.core.diagnostics import DiagnosticSink
+from pipelink.core.pipeline import load_pipeline
+from pipelink.harness.shipped import shipped_pipelines
+from pipelink.linker.passes import LinkOptions, link
+from pipelink.runtime.launch import ArgumentError
 
 pytestmark = pytest.mark.gpu
 
@@ -49,7 +49,7 @@ def kernels(shipped_objects):
 
 
 def judge(kernel, pipeline, M, N, grid=None):
-    from pipelink.problems import run_and_judge
+    from pipelink.harness.problems import run_and_judge
     seed = fresh_seed()
     err, problem = run_and_judge(kernel, pipeline, M, N, seed, grid=grid)
     assert err <= problem.tolerance, f"{pipeline} M={M} N={N} grid={grid} seed={seed}: max error {err}"
@@ -88,7 +88,7 @@ def test_clamped_halo_stencil(kernels, dispatch, M, N):
 
 def test_buffers_too_small_or_misaligned_are_refused_before_the_launch(kernels):
     import torch
-    from pipelink.problems import prefix_sum_problem, softmax_problem
+    from pipelink.harness.problems import prefix_sum_problem, softmax_problem
     p = softmax_problem(64, 300, fresh_seed())
     k = kernels["tiled_softmax"]
     short = torch.full((64 * 300 - 1,), float("nan"), device="cuda")

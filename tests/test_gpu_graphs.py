@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from pipelink.diagnostics import DiagnosticSink
-from pipelink.linker import LinkOptions, link
-from pipelink.pipeline import load_pipeline
-from pipelink.shipped import shipped_pipelines
+from pipelink.core.diagnostics import DiagnosticSink
+from pipelink.core.pipeline import load_pipeline
+from pipelink.harness.shipped import shipped_pipelines
+from pipelink.linker.passes import LinkOptions, link
 
 pytestmark = pytest.mark.gpu
 
@@ -46,7 +46,7 @@ class Rotation:
     inputs into the arrays the captured launch reads and poisons its outputs, `error(i)` judges them."""
 
     def __init__(self, pipeline: str, count: int = 4):
-        from pipelink.problems import PROBLEMS
+        from pipelink.harness.problems import PROBLEMS
         M, N = SHAPES[pipeline]
         seed = int.from_bytes(os.urandom(4), "little")
         self.seed = seed
@@ -202,7 +202,7 @@ def test_replays_and_eager_launches_take_turns(kernels, dispatch):
     with torch.cuda.graph(graph):
         step.launch(torch.cuda.current_stream())
     stream = torch.cuda.current_stream()
-    from pipelink.problems import PROBLEMS, max_error
+    from pipelink.harness.problems import PROBLEMS, max_error
     for i in range(200):
         check_replays(rot, graph.replay if i % 3 else (lambda: step.launch(stream)), replays=1,
                       what=f"turn {i}", first=i)

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from pipelink.builder import build_component, cutlass_include_dir
-from pipelink.diagnostics import DiagnosticSink
-from pipelink.linker import LinkOptions, link
-from pipelink.loader import load_contract_file
-from pipelink.pipeline import PipelineSpec
+from pipelink.authoring.builder import build_component, cutlass_include_dir
+from pipelink.core.diagnostics import DiagnosticSink
+from pipelink.core.loader import load_contract_file
+from pipelink.core.pipeline import PipelineSpec
+from pipelink.linker.passes import LinkOptions, link
 
 pytestmark = pytest.mark.gpu
 REPO = Path(__file__).resolve().parent.parent

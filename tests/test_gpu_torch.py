@@ -1,4 +1,4 @@
-"""Linked kernels as torch operators (pipelink.torch): a model calling two of them compiles with
+"""Linked kernels as torch operators (pipelink.runtime.torch): a model calling two of them compiles with
 torch.compile(fullgraph=True) and matches eager, also captured in CUDA graphs; wrong arguments are
 clear errors raised before any driver call."""
 import dataclasses
@@ -6,10 +6,10 @@ import math
 
 import pytest
 
-from pipelink.diagnostics import DiagnosticSink
-from pipelink.linker import LinkOptions, link
-from pipelink.pipeline import load_pipeline
-from pipelink.shipped import shipped_pipelines
+from pipelink.core.diagnostics import DiagnosticSink
+from pipelink.core.pipeline import load_pipeline
+from pipelink.harness.shipped import shipped_pipelines
+from pipelink.linker.passes import LinkOptions, link
 
 pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")
@@ -27,7 +27,7 @@ def linked_kernel(objects, name, dispatch=None):
 
 @pytest.fixture(scope="module")
 def ops(shipped_objects):
-    import pipelink.torch as pt
+    import pipelink.runtime.torch as pt
     chain = linked_kernel(shipped_objects, "tile_chain", "static")
     splitk = linked_kernel(shipped_objects, "splitk_gemv", "dynamic")
     out = {
@@ -69,7 +69,7 @@ def close(got, want, N):
 
 
 def test_the_schema_comes_from_the_manifest(ops):
-    from pipelink.torch import schema
+    from pipelink.runtime.torch import schema
     assert schema(ops["chain"].kernel, "k") == \
         "k(Tensor x, Tensor(a!) h, int M, int N, Tensor(b!) out, float alpha, float beta) -> ()"
 
@@ -129,7 +129,7 @@ def test_ops_inside_torch_cuda_graph(ops):
     ("strided", "not contiguous"),
 ])
 def test_wrong_arguments_fail_before_any_driver_call(ops, monkeypatch, case, words):
-    import pipelink.driver
+    import pipelink.runtime.driver
     x, w = inputs(300, 2500, 5)
     h, out = torch.empty_like(x), torch.empty_like(x)
     if case == "dtype":
@@ -140,7 +140,7 @@ def test_wrong_arguments_fail_before_any_driver_call(ops, monkeypatch, case, wor
         h = h.cpu()
     else:
         x = torch.empty(2500, 300, device="cuda").t()
-    monkeypatch.setattr(pipelink.driver, "driver", lambda: pytest.fail("the driver was called"))
+    monkeypatch.setattr(pipelink.runtime.driver, "driver", lambda: pytest.fail("the driver was called"))
     with pytest.raises(Exception, match=words):
         torch.ops.pipelink.test_tile_chain(x, h, 300, 2500, out, 0.5, 1.5)
     torch._dynamo.reset()

@@ -5,11 +5,11 @@ import pytest
 
 from contract_factory import base_contract, dumps
 from pipelink import toolchain
-from pipelink.builder import pipelink_include_dir
-from pipelink.diagnostics import DiagnosticSink
-from pipelink.header import constant_symbols, entry_prototype, generate_header, marker_symbol
-from pipelink.loader import load_contract_bytes, load_contract_file
-from pipelink.model import Source
+from pipelink.authoring.builder import pipelink_include_dir
+from pipelink.authoring.header import constant_symbols, entry_prototype, generate_header, marker_symbol
+from pipelink.core.diagnostics import DiagnosticSink
+from pipelink.core.loader import load_contract_bytes, load_contract_file
+from pipelink.core.model import Source
 
 REPO = Path(__file__).resolve().parent.parent
 SHIPPED = sorted(p for p in (REPO / "contracts").glob("*.json") if not p.name.endswith(".schema.json"))

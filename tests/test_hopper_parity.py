@@ -5,14 +5,14 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from pipelink.builder import build_component, cutlass_include_dir
+from pipelink.authoring.builder import build_component, cutlass_include_dir
 from pipelink.cli import main
-from pipelink.diagnostics import DiagnosticSink
-from pipelink.linker import LinkOptions, link
-from pipelink.loader import load_contract_file
-from pipelink.monolithic import compare_text
-from pipelink.pipeline import load_pipeline
-from pipelink.shipped import REPO
+from pipelink.core.diagnostics import DiagnosticSink
+from pipelink.core.loader import load_contract_file
+from pipelink.core.pipeline import load_pipeline
+from pipelink.harness.shipped import REPO
+from pipelink.linker.monolithic import compare_text
+from pipelink.linker.passes import LinkOptions, link
 
 STUDY = REPO / "case_studies" / "qwen3_32b_mlp"
 KERNEL = "plain_64x128"

@@ -1,6 +1,6 @@
 import pytest
 
-from pipelink.indexmap import MapError, parse_map
+from pipelink.core.indexmap import MapError, parse_map
 
 
 @pytest.mark.parametrize("text,kind,rank,tensors", [

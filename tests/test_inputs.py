@@ -1,4 +1,4 @@
-"""pipelink.inputs: reading objects, archives, fatbins, LTO-IR and cubins without a GPU.
+"""pipelink.formats.inputs: reading objects, archives, fatbins, LTO-IR and cubins without a GPU.
 
 The fixtures are real files built by the pinned nvcc (tests/conftest.py: built_objects).
 """
@@ -11,10 +11,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipelink import fatbin, toolchain
-from pipelink.diagnostics import Diagnostic, DiagnosticSink, ExitCode, render_all
-from pipelink.inputs import (FatbinEntry, InputObject, check_entry_symbol, embed_contract, find_contract,
-                             read_bytes, read_input, require_ltoir, sidecar_contract_path)
+from pipelink import toolchain
+
+from pipelink.core.diagnostics import Diagnostic, DiagnosticSink, ExitCode, render_all
+from pipelink.formats import fatbin
+from pipelink.formats.inputs import (FatbinEntry, InputObject, check_entry_symbol, embed_contract, find_contract,
+                                     read_bytes, read_input, require_ltoir, sidecar_contract_path)
 
 LTO_OPTIONS = "-ftz=0 -prec_div=1 -prec_sqrt=1 -fmad=1"
 DEFAULT_FLAGS = {"ftz": False, "prec_div": True, "prec_sqrt": True, "fmad": True}

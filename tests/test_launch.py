@@ -1,4 +1,4 @@
-"""pipelink.launch: argument checks and packing, float conversions and grid sizing without a GPU;
+"""pipelink.runtime.launch: argument checks and packing, float conversions and grid sizing without a GPU;
 loading and launching real cubins on one (tests marked `gpu`, skipped where none is present)."""
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from pipelink import driver as driver_mod
-from pipelink import launch
-from pipelink import scalars
-from pipelink.launch import Kernel, LaunchError, gpu_available
-from pipelink.scalars import float_to_bf16_bits, float_to_f16_bits, float_to_fp8_e4m3_bits, float_to_fp8_e5m2_bits
+from pipelink.runtime import driver as driver_mod
+from pipelink.runtime import launch
+from pipelink.runtime import scalars
+from pipelink.runtime.launch import Kernel, LaunchError, gpu_available
+from pipelink.runtime.scalars import float_to_bf16_bits, float_to_f16_bits, float_to_fp8_e4m3_bits, float_to_fp8_e5m2_bits
 
 MANIFEST = {
     "manifest": 1, "kernel": "rowsum_fused", "target": "sm_90", "block": [128, 1, 1], "dynamic_smem": 33024,
@@ -787,7 +787,7 @@ def test_conversions_match_torch():
 
 
 def _persistent_fake(monkeypatch, memsets: list):
-    from pipelink.manifest import IMPLICIT_PARAMS
+    from pipelink.runtime.manifest import IMPLICIT_PARAMS
     fake = FakeDriver([ctypes.c_uint64, ctypes.c_int32, ctypes.c_uint64, ctypes.c_uint64])
     from cuda.bindings import driver
     allocations = iter(range(0x7000, 0x7000 + 0x10000 * 64, 0x10000))
@@ -848,7 +848,7 @@ def test_a_launch_that_fails_to_start_changes_nothing(monkeypatch):
 def test_a_manifest_from_an_earlier_workspace_protocol_is_refused_at_launch(monkeypatch, kinds, words):
     """Persistent kernels of manifest version 1 took their region, epoch and first claim from the launcher
     (before that: epoch-tagged counters); the launcher asks for a relink. The manifest still reads."""
-    from pipelink.manifest import Manifest
+    from pipelink.runtime.manifest import Manifest
     fake, k = _persistent_fake(monkeypatch, [])
     m = k.manifest.to_json()
     m["manifest"] = 1
@@ -874,7 +874,7 @@ def test_a_launch_needing_more_counters_gets_a_new_zeroed_workspace(monkeypatch)
     assert fake.seen["values"][2:] == [0x7000, 4] and freed == []
     k.launch(FakeTensor(ptr=0xAB00), M=100, grid=4)            # fits the new one
     assert fake.seen["values"][2:] == [0x17000, 32] and len(memsets) == 2
-    from pipelink.workspace import release_workspace
+    from pipelink.runtime.workspace import release_workspace
     release_workspace(k)
     assert sorted(freed) == [0x7000, 0x17000]
 
@@ -903,7 +903,7 @@ def test_load_refuses_a_manifest_written_for_another_cubin():
 
 
 def test_balanced_grid_keeps_the_rounds_and_evens_them_out():
-    from pipelink.launch import balanced_grid
+    from pipelink.runtime.launch import balanced_grid
     assert balanced_grid(400, 132) == 100  # 4 rounds either way; 100 blocks of 4 tiles
     assert balanced_grid(3200, 132) == 128  # 25 rounds
     assert balanced_grid(132, 132) == 132 and balanced_grid(133, 132) == 67 and balanced_grid(5, 132) == 5

@@ -7,14 +7,14 @@ from pathlib import Path
 import pytest
 
 from pipelink.cli import main
-from pipelink.cubin import read_cubin
-from pipelink.diagnostics import DiagnosticSink
-from pipelink.inputs import embed_contract
-from pipelink.linker import LinkOptions, link
-from pipelink.monolithic import compare_text
-from pipelink.pipeline import load_pipeline
-from pipelink.shipped import REPO, shipped_pipelines
-from pipelink.verify import MATH_SUBROUTINE
+from pipelink.core.diagnostics import DiagnosticSink
+from pipelink.core.pipeline import load_pipeline
+from pipelink.formats.cubin import read_cubin
+from pipelink.formats.inputs import embed_contract
+from pipelink.harness.shipped import REPO, shipped_pipelines
+from pipelink.linker.monolithic import compare_text
+from pipelink.linker.passes import LinkOptions, link
+from pipelink.linker.verify import MATH_SUBROUTINE
 
 PIPELINES = {p.name: p for p in shipped_pipelines()}
 GOLDEN = Path(__file__).parent / "golden"

@@ -6,11 +6,11 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipelink.diagnostics import DiagnosticSink
-from pipelink.linker import LinkOptions, run_passes
-from pipelink.loader import load_contract_bytes
-from pipelink.model import Component, Source
-from pipelink.pipeline import PipelineSpec
+from pipelink.core.diagnostics import DiagnosticSink
+from pipelink.core.loader import load_contract_bytes
+from pipelink.core.model import Component, Source
+from pipelink.core.pipeline import PipelineSpec
+from pipelink.linker.passes import LinkOptions, run_passes
 
 REPO = Path(__file__).resolve().parent.parent
 CASE = REPO / "case_studies" / "moe_four_owners"

@@ -7,9 +7,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from contract_factory import base_contract, dumps
-from pipelink.diagnostics import DiagnosticSink
-from pipelink.loader import load_contract_bytes, load_contract_file, schema
-from pipelink.model import Source
+from pipelink.core.diagnostics import DiagnosticSink
+from pipelink.core.loader import load_contract_bytes, load_contract_file, schema
+from pipelink.core.model import Source
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -314,6 +314,6 @@ def test_random_bytes_only_diagnose(data):
 
 
 def test_every_code_is_documented():
-    from pipelink.diagnostics import codes_markdown
+    from pipelink.core.diagnostics import codes_markdown
     assert (REPO / "docs" / "diagnostics.md").read_text() == codes_markdown(), \
-        "regenerate: python -m pipelink.diagnostics > docs/diagnostics.md"
+        "regenerate: python -m pipelink.core.diagnostics > docs/diagnostics.md"

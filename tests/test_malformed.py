@@ -5,14 +5,16 @@ from types import SimpleNamespace
 
 import pytest
 
-from pipelink import cache, jsonread, validate
+from pipelink.core import jsonread, validate
+
 from pipelink.cli import _parser, main
-from pipelink.diagnostics import CODES, DiagnosticSink
-from pipelink.jsonread import JSONError, MAX_BYTES, MAX_DEPTH, parse
-from pipelink.loader import load_contract_bytes
-from pipelink.model import Source
-from pipelink.pipeline import DISPATCHES, SCHEDULES, load_pipeline
-from pipelink.shipped import REPO, shipped_pipelines
+from pipelink.core.diagnostics import CODES, DiagnosticSink
+from pipelink.core.jsonread import JSONError, MAX_BYTES, MAX_DEPTH, parse
+from pipelink.core.loader import load_contract_bytes
+from pipelink.core.model import Source
+from pipelink.core.pipeline import DISPATCHES, SCHEDULES, load_pipeline
+from pipelink.harness.shipped import REPO, shipped_pipelines
+from pipelink.linker.passes import cache
 
 ROWSUM = REPO / "pipelines" / "rowsum.json"
 ROWSUM_CONTRACTS = [str(REPO / "contracts" / f"{n}.json") for n in ("tile_load", "tile_transform", "block_rowsum")]
@@ -151,7 +153,7 @@ def test_a_json_file_is_a_contract_whatever_it_holds(kind, tmp_path, capsys):
 @pytest.mark.parametrize("kind", sorted(HOSTILE))
 def test_damaged_cache_entries_miss(kind, link_cache_dir):
     key = kind.encode().hex().ljust(64, "0")[:64]
-    from pipelink.manifest import Manifest
+    from pipelink.runtime.manifest import Manifest
     good = SimpleNamespace(cubin=b"\x7fELF", manifest=Manifest("k", (32, 1, 1), cubin_sha256=cache._sha256(b"\x7fELF")),
                            link_map="", link_picture="", glue="", monolithic=None, diagnostics=[])
     entry = cache.store(key, good)

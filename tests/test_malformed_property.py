@@ -17,8 +17,8 @@ import pytest
 
 from mutate import Mutator
 from pipelink import cli
-from pipelink.diagnostics import CODES
-from pipelink.shipped import REPO, shipped_pipelines
+from pipelink.core.diagnostics import CODES
+from pipelink.harness.shipped import REPO, shipped_pipelines
 
 CASES = 260  # x 5 pipelines; about 15 ms a case
 PIPELINES = {p.name: p for p in shipped_pipelines()}

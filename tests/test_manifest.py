@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from pipelink.manifest import (IMPLICIT_PARAMS, MANIFEST_VERSION, WORKSPACE, EventRecord, Manifest, ManifestError,
-                               ParamSpec, workspace_header)
+from pipelink.runtime.manifest import (IMPLICIT_PARAMS, MANIFEST_VERSION, WORKSPACE, EventRecord, Manifest, ManifestError,
+                                       ParamSpec, workspace_header)
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -95,7 +95,7 @@ def test_the_glue_and_the_manifest_declare_the_same_implicit_parameters():
     """One definition: the glue's kernel parameters and the manifest's implicit ones come from IMPLICIT_PARAMS."""
     from types import SimpleNamespace
 
-    from pipelink.glue import kernel_params
+    from pipelink.linker.glue import kernel_params
     r = SimpleNamespace(params=[], specialize={}, schedule="persistent", stream_k=None)
     assert kernel_params(r) == ["unsigned long long* __restrict__ pl_workspace", "unsigned long long pl_region_words"]
     r = SimpleNamespace(params=[], specialize={}, schedule="warp_specialized", stream_k=object())

@@ -15,8 +15,8 @@ import pytest
 
 from comp_contract import COMP_CONTRACT
 from pipelink.cli import main
-from pipelink.diagnostics import CODES, Diagnostic, DiagnosticSink, Location
-from pipelink.shipped import REPO
+from pipelink.core.diagnostics import CODES, Diagnostic, DiagnosticSink, Location
+from pipelink.harness.shipped import REPO
 
 PACKAGE = REPO / "pipelink"
 
@@ -180,7 +180,7 @@ def test_outputs_get_the_usual_mode(capsys, work):
 
 
 def test_writes_are_all_or_nothing(tmp_path):
-    from pipelink.outputs import write_outputs
+    from pipelink.formats.outputs import write_outputs
     sink = DiagnosticSink()
     assert not write_outputs({str(tmp_path / "a.cubin"): b"x", str(tmp_path / "missing" / "b.map"): b"y"}, sink)
     assert [d.code for d in sink.items] == ["PL007"] and "b.map" in sink.items[0].message
@@ -217,7 +217,7 @@ def test_names_ending_in_a_newline_are_refused(capsys, work):
 
 def test_event_maps_are_one_line():
     """A map's text is quoted in comments of the generated glue: a line break would end the comment."""
-    from pipelink.indexmap import MapError, parse_map
+    from pipelink.core.indexmap import MapError, parse_map
     assert parse_map("ij->i").rank == 1
     for bad in ("ij->i\n#error boom\n,j", "i->i\n", "i->i # note", "i->\x1bi"):
         with pytest.raises(MapError, match="one line"):
@@ -225,8 +225,8 @@ def test_event_maps_are_one_line():
 
 
 def test_every_schema_pattern_matches_whole_strings():
-    from pipelink.loader import schema
-    from pipelink.validate import _python_pattern
+    from pipelink.core.loader import schema
+    from pipelink.core.validate import _python_pattern
     patterns = []
 
     def walk(node):
@@ -253,7 +253,7 @@ def test_no_regex_in_the_package_is_anchored_with_dollar():
     """Python's `$` also matches before a final newline: the package matches whole strings with
     fullmatch (or `\\Z`); `$` only with re.M, where lines are meant."""
     offenders = []
-    for path in sorted(PACKAGE.glob("*.py")):
+    for path in sorted(PACKAGE.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                     and isinstance(node.func.value, ast.Name) and node.func.value.id == "re"):
@@ -297,7 +297,7 @@ def test_diagnostic_rendering_is_safe_in_one_place():
 
 def test_every_code_reported_as_a_warning_is_documented_as_one():
     warned = set()
-    for path in sorted(PACKAGE.glob("*.py")):
+    for path in sorted(PACKAGE.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "warning" \
                     and node.args and isinstance(node.args[0], ast.Constant):

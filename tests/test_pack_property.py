@@ -3,7 +3,7 @@ deterministic, and never worse than placing every item after the previous one.""
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipelink.allocate import Lifetime, SmemItem, pack
+from pipelink.linker.allocate import Lifetime, SmemItem, pack
 
 lifetimes = st.one_of(
     st.just(Lifetime(None)),

@@ -1,4 +1,4 @@
-"""The link map as a picture (pipelink/picture.py), pure: the shipped pipelines' arenas, warps and
+"""The link map as a picture (pipelink/linker/picture.py), pure: the shipped pipelines' arenas, warps and
 event graphs drawn from the same rows as the text map, escaped names, and --map FILE.html/.svg."""
 import dataclasses
 import json
@@ -9,11 +9,11 @@ import pytest
 
 from hopper_factory import component, epilogue, mainloop
 from pipelink.cli import main
-from pipelink.linker import LinkOptions, run_passes
-from pipelink.diagnostics import DiagnosticSink
-from pipelink.emit import event_edges, group_rows, warp_rows
-from pipelink.picture import offset_axis, svg
-from pipelink.pipeline import PipelineSpec, load_pipeline
+from pipelink.core.diagnostics import DiagnosticSink
+from pipelink.core.pipeline import PipelineSpec, load_pipeline
+from pipelink.linker.emit import event_edges, group_rows, warp_rows
+from pipelink.linker.passes import LinkOptions, run_passes
+from pipelink.linker.picture import offset_axis, svg
 
 REPO = Path(__file__).resolve().parent.parent
 PIPELINES = ["rowsum", "ring_gemv", "splitk_gemv", "tile_chain", "moe_dispatch"]
@@ -112,7 +112,7 @@ def test_check_map_writes_the_picture_by_suffix(tmp_path, capsys, suffix):
 
 
 def test_link_map_html_fresh_and_from_the_cache(shipped_objects, tmp_path, capsys):
-    from pipelink.shipped import shipped_pipelines
+    from pipelink.harness.shipped import shipped_pipelines
     pipe = next(p for p in shipped_pipelines() if p.name == "rowsum")
     objects = [str(shipped_objects[n]) for n in pipe.components]
     pages = []

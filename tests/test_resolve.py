@@ -2,12 +2,12 @@
 from pathlib import Path
 
 
-from pipelink.allocate import Lifetime, SmemItem, pack
-from pipelink.diagnostics import DiagnosticSink
-from pipelink.glue import constant_values
-from pipelink.linker import LinkOptions, run_passes
-from pipelink.header import constant_symbols
-from pipelink.pipeline import PipelineSpec, parse_wire
+from pipelink.authoring.header import constant_symbols
+from pipelink.core.diagnostics import DiagnosticSink
+from pipelink.core.pipeline import PipelineSpec, parse_wire
+from pipelink.linker.allocate import Lifetime, SmemItem, pack
+from pipelink.linker.glue import constant_values
+from pipelink.linker.passes import LinkOptions, run_passes
 
 from contract_factory import shipped_component
 

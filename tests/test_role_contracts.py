@@ -3,8 +3,8 @@ parameters, warps over geometry, grouped order, cluster): each bad input is a lo
 import pytest
 
 from hopper_factory import epilogue, load, mainloop
-from pipelink.checks import check_set
-from pipelink.diagnostics import DiagnosticSink
+from pipelink.core.checks import check_set
+from pipelink.core.diagnostics import DiagnosticSink
 
 
 def test_the_small_contracts_load():

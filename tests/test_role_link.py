@@ -9,13 +9,13 @@ import pytest
 
 from contract_factory import shipped_component
 from hopper_factory import component, epilogue, mainloop
-from pipelink.diagnostics import DiagnosticSink
-from pipelink.emit import _param_spec
-from pipelink.glue import _tile_from
-from pipelink.header import entry_prototype, generate_header
-from pipelink.linker import LinkOptions, run_passes
-from pipelink.pipeline import PipelineSpec, parse_wire
-from pipelink.resolve import resolve
+from pipelink.authoring.header import entry_prototype, generate_header
+from pipelink.core.diagnostics import DiagnosticSink
+from pipelink.core.pipeline import PipelineSpec, parse_wire
+from pipelink.linker.emit import _param_spec
+from pipelink.linker.glue import _tile_from
+from pipelink.linker.passes import LinkOptions, run_passes
+from pipelink.linker.resolve import resolve
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -476,7 +476,7 @@ def test_sm90_gmma_acc_covers_the_tile_once(tm, tn, wg):
 def test_entries_header_compiles_against_definitions(tmp_path):
     """A component defining its entries with the header's signatures, using the fragment layout."""
     from pipelink import toolchain
-    from pipelink.builder import pipelink_include_dir
+    from pipelink.authoring.builder import pipelink_include_dir
     ml = component(mainloop()).contract
     (tmp_path / "ml.pipelink.h").write_text(generate_header(ml))
     src = """#include "ml.pipelink.h"
@@ -561,7 +561,7 @@ def test_instances_need_the_entries_form_and_add_up():
 
 
 def test_role_structured_manifests_ask_for_a_balanced_grid():
-    from pipelink.emit import manifest
+    from pipelink.linker.emit import manifest
     r, a, sink = link()
     doc = manifest(r, a, "sm_90a", b"\0")
     assert doc.grid_policy == "balanced"

@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 
 from hopper_factory import component, epilogue, load, mainloop
-from pipelink.allocate import allocate
-from pipelink.diagnostics import DiagnosticSink
-from pipelink.emit import manifest
-from pipelink.glue import generate_glue
-from pipelink.launch import Kernel
-from pipelink.pipeline import PipelineSpec
-from pipelink.resolve import resolve
-from pipelink.streamk import partial_slots, pieces, split_k_pieces, stream_k_plan
+from pipelink.core.diagnostics import DiagnosticSink
+from pipelink.core.pipeline import PipelineSpec
+from pipelink.linker.allocate import allocate
+from pipelink.linker.emit import manifest
+from pipelink.linker.glue import generate_glue
+from pipelink.linker.resolve import resolve
+from pipelink.runtime.launch import Kernel
+from pipelink.runtime.streamk import partial_slots, pieces, split_k_pieces, stream_k_plan
 
 INCLUDE = Path(__file__).resolve().parent.parent / "pipelink" / "include"
 

@@ -9,9 +9,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from pipelink import expr, tensormap
-from pipelink.launch import ArgumentError, Kernel
-from pipelink.tensormap import TensorLayout, TensorMapDecl, check, layout_of
+from pipelink.core import expr
+
+from pipelink.runtime import tensormap
+from pipelink.runtime.launch import ArgumentError, Kernel
+from pipelink.runtime.tensormap import TensorLayout, TensorMapDecl, check, layout_of
 
 MANIFEST = {
     "manifest": 1, "kernel": "gemm", "target": "sm_90a", "block": [384, 1, 1], "dynamic_smem": 200000,

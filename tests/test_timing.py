@@ -3,7 +3,7 @@ import random
 
 import pytest
 
-from pipelink.timing import bootstrap_halfwidth, paired_difference_pct
+from pipelink.harness.timing import bootstrap_halfwidth, paired_difference_pct
 
 
 def test_paired_difference_cancels_what_varies_between_rounds():

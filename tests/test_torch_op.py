@@ -1,4 +1,4 @@
-"""pipelink.torch without a GPU: the schema from the manifest, the registration through torch.library and
+"""pipelink.runtime.torch without a GPU: the schema from the manifest, the registration through torch.library and
 the checks of the fake implementation (dtype, device, contiguity, shapes), with a stand-in for torch
 where torch is not installed (the GPU tests run the real one: tests/test_gpu_torch.py)."""
 import importlib
@@ -7,7 +7,7 @@ import types
 
 import pytest
 
-from pipelink.launch import ArgumentError, Kernel
+from pipelink.runtime.launch import ArgumentError, Kernel
 
 CHAIN = {"manifest": 2, "kernel": "tile_chain", "block": [128], "tiles": ["ceil_div(M, 32)"],
          "params": [{"name": "x", "dtype": "f32", "pointer": True, "const": True},
@@ -31,7 +31,7 @@ class FakeTensor:
 
 @pytest.fixture
 def pt(monkeypatch):
-    """pipelink.torch over a stand-in torch that records what is registered."""
+    """pipelink.runtime.torch over a stand-in torch that records what is registered."""
     registered = {}
 
     class Library:
@@ -49,11 +49,11 @@ def pt(monkeypatch):
                                          registered.setdefault("fake", []).append(name))
     stub.Tensor = FakeTensor
     monkeypatch.setitem(sys.modules, "torch", stub)
-    monkeypatch.delitem(sys.modules, "pipelink.torch", raising=False)
-    module = importlib.import_module("pipelink.torch")
+    monkeypatch.delitem(sys.modules, "pipelink.runtime.torch", raising=False)
+    module = importlib.import_module("pipelink.runtime.torch")
     module._LIBRARIES.clear()
     yield module, registered
-    monkeypatch.delitem(sys.modules, "pipelink.torch", raising=False)
+    monkeypatch.delitem(sys.modules, "pipelink.runtime.torch", raising=False)
 
 
 def test_schema_and_registration(pt):
@@ -90,7 +90,7 @@ def test_shapes_must_name_tensor_parameters(pt):
 
 def test_without_torch_the_module_says_so(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", None)
-    monkeypatch.delitem(sys.modules, "pipelink.torch", raising=False)
-    with pytest.raises(ImportError, match="pipelink.torch needs PyTorch"):
-        importlib.import_module("pipelink.torch")
-    monkeypatch.delitem(sys.modules, "pipelink.torch", raising=False)
+    monkeypatch.delitem(sys.modules, "pipelink.runtime.torch", raising=False)
+    with pytest.raises(ImportError, match="pipelink.runtime.torch needs PyTorch"):
+        importlib.import_module("pipelink.runtime.torch")
+    monkeypatch.delitem(sys.modules, "pipelink.runtime.torch", raising=False)

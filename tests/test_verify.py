@@ -1,12 +1,12 @@
 """Verify reads what the linked kernel really uses and says where it differs from the plan."""
 import json
 
-from pipelink.cli import main
 from pipelink.api import run_checks
-from pipelink.diagnostics import DiagnosticSink
-from pipelink.linker import LinkOptions, link
-from pipelink.pipeline import load_pipeline
-from pipelink.shipped import REPO
+from pipelink.cli import main
+from pipelink.core.diagnostics import DiagnosticSink
+from pipelink.core.pipeline import load_pipeline
+from pipelink.harness.shipped import REPO
+from pipelink.linker.passes import LinkOptions, link
 
 
 def _build(tmp_path, name, source, edit=None):

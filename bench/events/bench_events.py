@@ -19,12 +19,12 @@ from pathlib import Path
 
 import torch
 
-from pipelink.diagnostics import DiagnosticSink
-from pipelink.linker import LinkOptions, link
-from pipelink.pipeline import load_pipeline
-from pipelink.problems import PROBLEMS, max_error, moe_problem
-from pipelink.shipped import REPO, build_shipped, shipped_pipelines
-from pipelink.timing import L2_BYTES, alternate, input_sets
+from pipelink.core.diagnostics import DiagnosticSink
+from pipelink.core.pipeline import load_pipeline
+from pipelink.harness.problems import PROBLEMS, max_error, moe_problem
+from pipelink.harness.shipped import REPO, build_shipped, shipped_pipelines
+from pipelink.harness.timing import L2_BYTES, alternate, input_sets
+from pipelink.linker.passes import LinkOptions, link
 
 
 

@@ -20,9 +20,9 @@ import time
 from pathlib import Path
 
 from pipelink import toolchain
-from pipelink.builder import pipelink_include_dir
-from pipelink.diagnostics import DiagnosticSink
-from pipelink.shipped import REPO, build_shipped, shipped_pipelines
+from pipelink.authoring.builder import pipelink_include_dir
+from pipelink.core.diagnostics import DiagnosticSink
+from pipelink.harness.shipped import REPO, build_shipped, shipped_pipelines
 
 PIPELINK = [sys.executable, "-m", "pipelink.cli"]
 

@@ -32,17 +32,17 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
-from pipelink.builder import BuildOptions, build_component, cutlass_include_dir
-from pipelink.diagnostics import DiagnosticSink
-from pipelink.jsonread import parse
-from pipelink.linker import LinkOptions, link
-from pipelink.loader import load_contract_bytes, load_contract_file
-from pipelink.model import Source
-from pipelink.monolithic import compare_text
-from pipelink.pipeline import load_pipeline
-from pipelink.problems import (chain_problem, gemm_problem, gemv_problem, max_error, moe_problem, rowsum_problem,
-                               splitk_problem)
-from pipelink.shipped import REPO, build_shipped, shipped_pipelines
+from pipelink.authoring.builder import BuildOptions, build_component, cutlass_include_dir
+from pipelink.core.diagnostics import DiagnosticSink
+from pipelink.core.jsonread import parse
+from pipelink.core.loader import load_contract_bytes, load_contract_file
+from pipelink.core.model import Source
+from pipelink.core.pipeline import load_pipeline
+from pipelink.linker.monolithic import compare_text
+from pipelink.linker.passes import LinkOptions, link
+from pipelink.harness.problems import (chain_problem, gemm_problem, gemv_problem, max_error, moe_problem, rowsum_problem,
+                                       splitk_problem)
+from pipelink.harness.shipped import REPO, build_shipped, shipped_pipelines
 
 HALFWIDTH_PCT = 0.05  # rounds are added until the paired difference is known this well (95%)
 
@@ -213,9 +213,9 @@ def main():
 
     import torch
 
-    from pipelink.cubin import read_cubin
-    from pipelink.launch import Kernel
-    from pipelink.timing import alternate_until, input_sets, launches_for
+    from pipelink.formats.cubin import read_cubin
+    from pipelink.harness.timing import alternate_until, input_sets, launches_for
+    from pipelink.runtime.launch import Kernel
     props = torch.cuda.get_device_properties(0)
     rows = []
     seed = int(torch.randint(0, 2**31 - 1, (1,)).item())

@@ -52,7 +52,7 @@ class Change:
 
 
 def contract_with(team: Team, change: Change | None) -> bytes:
-    from pipelink.jsonread import parse
+    from pipelink.core.jsonread import parse
     doc = parse(team.contract.read_bytes())
     if change is not None and change.team == team.folder:
         provides = doc["geometry"]["provides"]
@@ -106,9 +106,9 @@ def build_classic(team: Team | None, out_dir: Path, change: Change | None = None
 
 
 def link_pipelink(objects: list[Path], debug_events: bool = False):
-    from pipelink.diagnostics import DiagnosticSink
-    from pipelink.linker import LinkOptions, link
-    from pipelink.pipeline import load_pipeline
+    from pipelink.core.diagnostics import DiagnosticSink
+    from pipelink.core.pipeline import load_pipeline
+    from pipelink.linker.passes import LinkOptions, link
     sink = DiagnosticSink()
     spec = load_pipeline(str(PIPELINE), sink)
     assert spec is not None, [d.render() for d in sink.items]

@@ -99,7 +99,7 @@ def run_bench(impls: dict, seed: int) -> list[dict]:
     """Time per MoE layer, as the caller sees it: CUDA events around one call (its launches and any
     host work), from a scrubbed L2; the implementations alternate, the order rotating every round."""
     import torch
-    from pipelink.timing import scrub_l2
+    from pipelink.harness.timing import scrub_l2
     rows = []
     names = list(impls)
     for shape in layer.SHAPES.values():
@@ -166,9 +166,9 @@ def run_variants(out: Path, base: builds.Builds, seed: int) -> list[dict]:
                 first = next(d for d in linked.diagnostics if d.severity == "error")
                 row["pipelink"] = {"outcome": "link-time diagnostic", "detail": first.render().splitlines()[0]}
             else:
-                (vdir / "pipelink.cubin").write_bytes(linked.cubin)
+                (vdir / "pipelink.formats.cubin").write_bytes(linked.cubin)
                 (vdir / "pipelink.json").write_text(json.dumps(linked.manifest.to_json()))
-                row["pipelink"] = variants.classify_child("pipelink", vdir / "pipelink.cubin", vdir / "pipelink.json",
+                row["pipelink"] = variants.classify_child("pipelink", vdir / "pipelink.formats.cubin", vdir / "pipelink.json",
                                                           VARIANT_SHAPE, VARIANT_TOKENS, seed)
         rows.append(row)
         log(f"  {v.name:22} classic: {row['classic']['outcome']:24} pipelink: {row['pipelink']['outcome']}")

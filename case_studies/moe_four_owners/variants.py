@@ -67,8 +67,8 @@ def child_main(world: str, cubin: Path, manifest: Path | None, shape_name: str, 
     import launchers
     shape = layer.SHAPES[shape_name]
     if world == "pipelink":
-        from pipelink.launch import Kernel
-        from pipelink.jsonread import parse
+        from pipelink.core.jsonread import parse
+        from pipelink.runtime.launch import Kernel
         doc = parse(manifest.read_bytes())
         impl = launchers.PipelinkLayer(Kernel.load(cubin.read_bytes(), doc), doc["geometry"])
     else:

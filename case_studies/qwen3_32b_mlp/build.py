@@ -23,12 +23,12 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pipelink.linker import LinkOptions, link  # noqa: E402
-from pipelink.builder import build_component, cutlass_include_dir  # noqa: E402
-from pipelink.diagnostics import DiagnosticSink  # noqa: E402
-from pipelink.loader import load_contract_file  # noqa: E402
-from pipelink.monolithic import compare_text  # noqa: E402
-from pipelink.pipeline import load_pipeline  # noqa: E402
+from pipelink.authoring.builder import build_component, cutlass_include_dir  # noqa: E402
+from pipelink.core.diagnostics import DiagnosticSink  # noqa: E402
+from pipelink.core.loader import load_contract_file  # noqa: E402
+from pipelink.core.pipeline import load_pipeline  # noqa: E402
+from pipelink.linker.monolithic import compare_text  # noqa: E402
+from pipelink.linker.passes import LinkOptions, link  # noqa: E402
 
 BUILD = HERE / "build"
 # component -> (source, contract): the mainloop team ships one source with a contract per tile shape.

@@ -50,7 +50,7 @@ def results_md(doc: dict, line: str) -> str:
     if all("pipelink_swiglu_whole_tiles" in r["ms"] for r in doc["results"]):
         out += ["", "## Split reductions (stream-K) against whole tiles", "",
                 "The launcher splits the k-blocks of a single row of tiles over every SM and keeps several rows "
-                "whole (pipelink/streamk.py); `whole` is the same kernel told not to split "
+                "whole (pipelink/runtime/streamk.py); `whole` is the same kernel told not to split "
                 "(`kernel.split_reduction = False`), on the balanced grid.", "",
                 "| M | gate/up tile | fused: launcher's plan / whole | down tile | down GEMM: launcher's plan / whole / "
                 "whole on every SM |", "|---:|---|---:|---|---:|"]

@@ -22,7 +22,7 @@ sys.path.insert(0, str(HERE))
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from pipelink.launch import Kernel  # noqa: E402
+from pipelink.runtime.launch import Kernel  # noqa: E402
 from report import results_md, summary  # noqa: E402
 from smoke import watched  # noqa: E402
 

@@ -17,7 +17,7 @@ sys.path.insert(0, str(HERE.parents[1]))
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from pipelink.launch import Kernel  # noqa: E402
+from pipelink.runtime.launch import Kernel  # noqa: E402
 
 
 def load(name: str) -> Kernel:

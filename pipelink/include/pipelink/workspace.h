@@ -1,5 +1,5 @@
-// Generated from pipelink/manifest.py (WORKSPACE): edit that, then write this file again with
-//   python -c 'import pipelink.manifest as m; print(m.workspace_header(), end="")' > pipelink/include/pipelink/workspace.h
+// Generated from pipelink/runtime/manifest.py (WORKSPACE): edit that, then write this file again with
+//   python -c 'import pipelink.runtime.manifest as m; print(m.workspace_header(), end="")' > pipelink/include/pipelink/workspace.h
 // The header of a persistent kernel's event workspace, in 64-bit words; the event regions follow it.
 #pragma once
 

@@ -1,0 +1,186 @@
+"""`pipelink build`: compile a component against its contract and embed the contract.
+
+The flags that must agree across components come from the contract, the header comes from the
+contract, and the contract rides in the object's non-loaded `.pipelink.contract` section, so an
+object can never travel without the contract it was compiled against.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from .. import toolchain
+from ..core.checks import check_set
+from ..core.diagnostics import DiagnosticSink, Location
+from ..core.model import Contract
+from ..formats.inputs import SOURCE_SECTION, embed_contract
+from ..formats.outputs import STDOUT, Input, Output, check_outputs, write_outputs
+from .header import generate_header
+
+
+@dataclass
+class BuildOptions:
+    archs: tuple[str, ...] | None = None   # None: every arch the contract lists
+    include_dirs: tuple[str, ...] = ()
+    defines: tuple[str, ...] = ()
+    extra_nvcc: tuple[str, ...] = ()
+    optimize: str = "-O3"
+    verbose: bool = False
+    nvcc_log: list[str] = field(default_factory=list)
+
+
+def pipelink_include_dir() -> Path:
+    return Path(str(resources.files("pipelink.include")))
+
+
+def cutlass_include_dir() -> Path | None:
+    """The CUTLASS/CuTe headers of the pinned `nvidia-cutlass` wheel, found without importing it."""
+    import importlib.util
+    spec = importlib.util.find_spec("cutlass_library")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(list(spec.submodule_search_locations)[0]) / "source" / "include"
+    return path if (path / "cute").is_dir() else None
+
+
+# What CUTLASS/CuTe code needs to compile, in every component build.
+COMMON_NVCC = ("--expt-relaxed-constexpr",)
+
+
+def library_includes() -> list[str]:
+    """Include folders of the libraries every component build may use (CUTLASS/CuTe where installed)."""
+    cutlass = cutlass_include_dir()
+    return [f"-I{cutlass}"] if cutlass is not None else []
+
+
+def component_cflags() -> list[str]:
+    """What every component build gets besides its contract's flags and header: pipelink's headers, the
+    pinned toolchain's CUDA headers (runtime, CCCL), CUTLASS/CuTe where installed, and the common flags.
+    `pipelink build` compiles with these and `pipelink config --cflags` prints them, so a component built
+    with one's own nvcc sees the same headers. Raises ToolchainError where the toolchain is missing."""
+    return [f"-I{pipelink_include_dir()}", *(f"-I{d}" for d in toolchain.cuda_include_dirs()), *library_includes(),
+            *COMMON_NVCC]
+
+
+def one_unit_nvcc_command(target: str, flags, source: Path, output: Path) -> list[str]:
+    """nvcc for the one-unit control: what `pipelink build` gives every component (device code only, the same -gencode,
+    contract flags and component_cflags), for one translation unit that needs no generated header
+    (monolithic.py inlines them)."""
+    return [str(toolchain.nvcc_path()), "-fatbin", "-rdc=true", "-std=c++17", BuildOptions().optimize, gencode(target),
+            *flags.nvcc_options(), *component_cflags(), str(source), "-o", str(output)]
+
+
+def gencode(arch: str) -> str:
+    num = arch[3:]
+    return f"-gencode=arch=compute_{num},code=lto_{num}"
+
+
+def nvcc_command(contract: Contract, source: Path, output: Path, header_dir: Path, opts: BuildOptions) -> list[str]:
+    """Device code only (`-fatbin -rdc=true`): a component's host side never runs, and skipping the
+    host pass saves most of a CuTe-heavy epilogue's build (1.3 s instead of 3.8 s on 2 cores), which
+    is what a relink after an epilogue change costs. `wrap_fatbin` makes the object."""
+    archs = opts.archs or contract.targets.archs
+    cmd = [str(toolchain.nvcc_path()), "-fatbin", "-rdc=true", "-std=c++17", opts.optimize, *map(gencode, archs),
+           *contract.targets.flags.nvcc_options(),
+           f"-I{header_dir}", f"-I{source.parent}", *component_cflags(),
+           # the header by a fixed macro name: one source may serve several contracts (e.g. tile shapes)
+           f'-DPIPELINK_HEADER="{contract.name}.pipelink.h"']
+    cmd += [f"-I{d}" for d in opts.include_dirs]
+    cmd += [f"-D{d}" for d in opts.defines]
+    cmd += list(opts.extra_nvcc)
+    cmd += [str(source), "-o", str(output)]
+    return cmd
+
+
+def wrap_fatbin(fatbin: Path, obj: Path) -> None:
+    """A relocatable host object whose `__nv_relfatbin` section holds `fatbin` (where `nvcc -dc`
+    puts relocatable device code), for the contract to be embedded beside it. Raises
+    toolchain.ToolchainError if objcopy fails."""
+    objcopy = toolchain.objcopy_path()
+    if objcopy is None:
+        raise toolchain.ToolchainError("objcopy (GNU binutils) was not found on PATH")
+    proc = subprocess.run([objcopy, "-I", "binary", "-O", "elf64-x86-64", "-B", "i386:x86-64",
+                           "--rename-section", ".data=__nv_relfatbin,alloc,load,readonly,data,contents",
+                           fatbin.name, str(obj)], capture_output=True, text=True, cwd=fatbin.parent)
+    if proc.returncode != 0:
+        raise toolchain.ToolchainError(f"objcopy could not wrap the fatbin {fatbin}", (proc.stderr or proc.stdout).strip())
+
+
+def build_component(contract: Contract, contract_bytes: bytes, source: str | Path, output: str | Path,
+                    sink: DiagnosticSink, opts: BuildOptions | None = None) -> bool:
+    """Compile `source` into `output` (a host object holding the `-dlto` fatbin and the contract; `-`:
+    stdout). Refuses a contract `pipelink check` refuses, and an output that is one of the inputs.
+
+    Writes `output` only on success, atomically.
+    """
+    opts = opts or BuildOptions()
+    source = Path(source)
+    output = Output(str(output), "object", "-o", binary=True, hint="write the object elsewhere (-o PATH)")
+    inputs = [Input(str(source), f"the source {source}"), Input(contract.source.file, f"the contract "
+                                                                f"{contract.source.file}")]
+    if not check_outputs([output], inputs, sink):
+        return False
+    if not source.is_file():
+        sink.error("PL002", f"cannot read source {source}", Location(file=str(source)))
+        return False
+    for arch in opts.archs or ():
+        if arch not in contract.targets.archs:
+            sink.error("PL034", f"{arch} is not among the contract's targets ({', '.join(contract.targets.archs)})",
+                       contract.at("/targets/archs"))
+            return False
+    before = len(sink.errors)
+    for arch in opts.archs or (None,):  # what `pipelink check [--arch A] CONTRACT` checks
+        check_set([contract], sink, arch)
+    if len(sink.errors) > before:
+        return False
+    with tempfile.TemporaryDirectory(prefix="pipelink-build-") as tmp:
+        tmp = Path(tmp)
+        (tmp / f"{contract.name}.pipelink.h").write_text(generate_header(contract))
+        fatbin, obj = tmp / "component.fatbin", tmp / "component.o"
+        cmd = nvcc_command(contract, source, fatbin, tmp, opts)
+        opts.nvcc_log.append(" ".join(cmd))
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=toolchain.nvcc_env())
+        except OSError as exc:
+            sink.error("PL008", f"cannot run nvcc: {exc}", Location(file=str(source)))
+            return False
+        if proc.returncode != 0:
+            log = (proc.stderr + proc.stdout).strip()
+            sink.error("PL019", f"nvcc could not compile component '{contract.name}':\n{_indent(log)}",
+                       Location(file=str(source), component=contract.name))
+            return False
+        try:
+            text = source.read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            sink.error("PL002", f"cannot read source {source} as UTF-8 text: {exc}", Location(file=str(source)))
+            return False
+        try:
+            wrap_fatbin(fatbin, obj)
+            staged = tmp / "with-contract.o"
+            source_doc = json.dumps({"file": source.name, "source": text}).encode()
+            embed_contract(obj, contract_bytes, staged, {SOURCE_SECTION: source_doc})
+            data = staged.read_bytes()
+        except toolchain.ToolchainError as exc:
+            sink.error("PL008", str(exc), Location(file=output.path))
+            return False
+        except OSError as exc:
+            sink.error("PL007", f"cannot stage the object: {exc.strerror or exc}", Location(file=output.path))
+            return False
+    if output.path != STDOUT:
+        try:
+            Path(output.path).parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            sink.error("PL007", f"cannot write {output.path}: {exc.strerror or exc}", Location(file=output.path))
+            return False
+    return write_outputs({output.path: data}, sink)
+
+
+def _indent(text: str, limit: int = 40) -> str:
+    lines = text.splitlines()
+    if len(lines) > limit:
+        lines = lines[:limit] + [f"... ({len(lines) - limit} more lines)"]
+    return "\n".join("    " + ln for ln in lines)

@@ -1,0 +1,155 @@
+"""Where a command writes. Every output is checked against every input the command reads and
+against the other outputs before anything runs, then all are written atomically, or none.
+
+`-` names stdout; one output at most goes there, and a binary one never to a terminal. Files are
+compared by resolved path and by device and inode, so a symbolic or a hard link to an input is
+caught too. Files get the mode any new file gets (0666 less the umask), not mkstemp's 0600.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import tempfile
+from dataclasses import dataclass
+
+from ..core.diagnostics import DiagnosticSink, Location
+
+STDOUT = "-"
+
+
+@dataclass(frozen=True)
+class Output:
+    path: str           # STDOUT for stdout
+    role: str           # "cubin", "manifest", "link map", ...
+    option: str         # how the user chose it: "-o", "--map", "default: the cubin's name with .json"
+    binary: bool = False
+    hint: str | None = None  # how to move this output elsewhere
+
+    @property
+    def label(self) -> str:
+        if self.path == STDOUT:
+            return f"the {self.role} (stdout, {self.option} -)"
+        return f"the {self.role} {self.path} ({self.option})"
+
+
+@dataclass(frozen=True)
+class Input:
+    path: str
+    label: str  # "the pipeline file rowsum.json", "input tile.o", ...
+
+
+def object_inputs(paths, pipeline: str | None = None) -> list[Input]:
+    """What link and check read: each input, every sidecar contract the read pass could pick up for
+    it (an archive's members' too), and the pipeline file."""
+    from .fatbin import CorruptError, UnsupportedError
+    from .inputs import sidecar_paths
+
+    out = []
+    for path in map(str, paths):
+        out.append(Input(path, f"input {path}"))
+        try:
+            sidecars = sidecar_paths(path)
+        except (OSError, CorruptError, UnsupportedError):  # the read pass reports it
+            sidecars = []
+        out += [Input(str(s), f"the sidecar contract {s} of {path}") for s in sidecars]
+    if pipeline:
+        out.append(Input(str(pipeline), f"the pipeline file {pipeline}"))
+    return out
+
+
+def _identity(path: str) -> tuple[str, tuple[int, int] | None]:
+    try:
+        st = os.stat(path)
+        inode = (st.st_dev, st.st_ino)
+    except (OSError, ValueError):
+        inode = None
+    return os.path.realpath(path), inode
+
+
+def _same(a, b) -> bool:
+    return a[0] == b[0] or (a[1] is not None and a[1] == b[1])
+
+
+def _stdout_is_terminal() -> bool:
+    try:
+        return sys.stdout.isatty()
+    except (AttributeError, ValueError):  # replaced or closed
+        return False
+
+
+def check_outputs(outputs: list[Output], inputs: list[Input], sink: DiagnosticSink,
+                  report_on_stdout: str | None = None) -> bool:
+    """True when the outputs may be written: none is an input, a directory or another output, and
+    stdout carries one thing at most (`report_on_stdout`: what else the command prints there)."""
+    before = len(sink.errors)
+    on_stdout = [o.label for o in outputs if o.path == STDOUT] + ([report_on_stdout] if report_on_stdout else [])
+    if len(on_stdout) > 1:
+        sink.error("PL122", f"{' and '.join(on_stdout)} would both go to stdout")
+    for o in outputs:
+        if o.path == STDOUT and o.binary and _stdout_is_terminal():
+            sink.error("PL123", f"{o.label} is binary and stdout is a terminal")
+    files = [(o, _identity(o.path)) for o in outputs if o.path != STDOUT]
+    read = [(i, _identity(i.path)) for i in inputs if i.path != STDOUT]
+    for n, (o, ident) in enumerate(files):
+        if os.path.isdir(o.path):
+            sink.error("PL007", f"{o.label} is a directory", Location(file=o.path),
+                       hint=o.hint or "name a file, not a directory")
+            continue
+        for i, other in read:
+            if _same(ident, other):
+                sink.error("PL120", f"{o.label} would overwrite {i.label}", Location(file=o.path), hint=o.hint,
+                           related=(Location(file=i.path),))
+                break
+        for earlier, other in files[:n]:
+            if _same(ident, other):
+                hints = [h for h in dict.fromkeys((o.hint, earlier.hint)) if h]
+                sink.error("PL121", f"{o.label} and {earlier.label} are one file", Location(file=o.path),
+                           hint="; or ".join(hints) or None, related=(Location(file=earlier.path),))
+    return len(sink.errors) == before
+
+
+def _umask() -> int:
+    # Linux reports it; setting it to read it back would change it for a moment for every thread.
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def write_outputs(files: dict[str, bytes], sink: DiagnosticSink) -> bool:
+    """Write every file or none: each is staged in a temporary file beside its target (so the rename
+    stays on one filesystem) and renamed once all are staged. STDOUT is written last."""
+    mode = 0o666 & ~_umask()
+    staged: list[tuple[str, str]] = []
+    target = ""
+    try:
+        for target, data in files.items():
+            if target == STDOUT:
+                continue
+            fd, tmp = tempfile.mkstemp(dir=os.path.dirname(target) or ".", prefix=f".{os.path.basename(target)}.",
+                                       suffix=".tmp")
+            staged.append((tmp, target))
+            with os.fdopen(fd, "wb") as f:
+                os.fchmod(f.fileno(), mode)
+                f.write(data)
+        for tmp, target in staged:
+            os.replace(tmp, target)
+    except OSError as exc:
+        sink.error("PL007", f"cannot write {target}: {exc.strerror or exc}", Location(file=target))
+        return False
+    finally:
+        for tmp, _ in staged:
+            with contextlib.suppress(FileNotFoundError):  # renamed into place
+                os.unlink(tmp)
+    if STDOUT in files:
+        sys.stdout.flush()  # what was printed before comes first
+        sys.stdout.buffer.write(files[STDOUT])
+        sys.stdout.buffer.flush()
+    return True

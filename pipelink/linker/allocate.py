@@ -1,0 +1,353 @@
+"""Allocate jointly: the dynamic-smem arena, named-barrier ids, mbarrier slots, warp ranges and
+the register budget. Pure and deterministic: the same resolved pipeline gives the same layout.
+
+Shared memory is one arena. Each item (a component's buffer, a port's storage, an mbarrier) has a
+lifetime; items whose lifetimes never overlap may share bytes. In the sequential schedule the
+components run one after another on the same warps with a block barrier between steps, so a
+step's scratch and a port read only by earlier steps can reuse each other's bytes. In the
+warp-specialized schedule the components run at once: only scratch buffers of different phases of
+one component may share.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..core.diagnostics import DiagnosticSink
+from ..core.model import DTYPE_BYTES
+from ..core.targets import TARGETS
+from .resolve import Resolved
+
+ARENA_ALIGN = 128
+PORT_ALIGN = 128  # a port's storage without a declared alignment
+
+
+@dataclass(frozen=True)
+class Lifetime:
+    steps: frozenset[int] | None  # None: the whole kernel
+    owner: str | None = None      # scratch only: the component whose phases ...
+    phase: str | None = None      # ... exclude each other
+
+    def overlaps(self, other: "Lifetime") -> bool:
+        if self.steps is None or other.steps is None:
+            return True
+        if not self.steps & other.steps:
+            return False
+        if self.owner and self.owner == other.owner and self.phase and other.phase:
+            return self.phase == other.phase
+        return True
+
+    def describe(self) -> str:
+        if self.steps is None:
+            return "always"
+        span = f"step {min(self.steps)}" if len(self.steps) == 1 else f"steps {min(self.steps)}-{max(self.steps)}"
+        return span + (f" phase {self.phase}" if self.phase else "")
+
+
+@dataclass(frozen=True)
+class SmemItem:
+    key: str          # e.g. "buffer block_rowsum.reduce_temp", "port tile_load.tile", "ring ring_load.tiles full"
+    kind: str         # "buffer" | "port" | "mbarrier"
+    owner: str
+    size: int
+    align: int
+    lifetime: Lifetime
+
+
+@dataclass(frozen=True)
+class Placed:
+    item: SmemItem
+    offset: int
+
+    @property
+    def end(self) -> int:
+        return self.offset + self.item.size
+
+
+@dataclass
+class Allocation:
+    smem: list[Placed]
+    smem_bytes: int
+    buffer_offset: dict[tuple[str, str], int] = field(default_factory=dict)
+    port_offset: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)  # (offset, stage stride)
+    mbar_offset: dict[tuple[str, str], int] = field(default_factory=dict)
+    ring_mbars: dict[str, tuple[int, int]] = field(default_factory=dict)               # wire -> (full, empty)
+    barrier_id: dict[tuple[str, str], int] = field(default_factory=dict)
+    hardcoded_ids: dict[int, str] = field(default_factory=dict)
+    warp_begin: dict[str, int] = field(default_factory=dict)
+    role_begin: dict[tuple[str, str], int] = field(default_factory=dict)
+    block_warps: int = 0
+    registers: int | None = None
+    steps: dict[str, int] = field(default_factory=dict)  # component -> its step (sequential schedule)
+    group_begin: dict[str, int] = field(default_factory=dict)        # role group -> first warp (instance 0)
+    copies: dict[str, int] = field(default_factory=dict)             # component -> copies of its resources
+    turn_mbar: dict[str, int] = field(default_factory=dict)          # instanced role group -> its turn mbarriers
+    smem_stride: dict[tuple[str, str], int] = field(default_factory=dict)  # (component, buffer/mbarrier) -> copy stride
+    group_registers: dict[str, int] = field(default_factory=dict)    # role group -> registers per thread
+    entry_registers: int | None = None   # role-structured: what each thread gets at entry (launch bounds)
+    arena_align: int = ARENA_ALIGN       # the arena's base alignment the buffers need
+
+    @property
+    def block_threads(self) -> int:
+        return self.block_warps * 32
+
+
+def allocate(r: Resolved, arch: str, sink: DiagnosticSink) -> Allocation | None:
+    target = TARGETS[arch]
+    steps = _steps(r)
+    copies = {c.name: (r.roles.copies(c.contract) if r.roles is not None else 1) for c in r.components}
+    items, strides = _smem_items(r, steps, copies)
+    placed = pack(items)
+    total = _round_up(max((p.end for p in placed), default=0), ARENA_ALIGN)
+    alloc = Allocation(placed, total, steps=steps, copies=copies, smem_stride=strides)
+    for p in placed:
+        kind, rest = p.item.key.split(" ", 1)
+        if kind == "buffer":
+            comp, name = rest.split(".", 1)
+            alloc.buffer_offset[(comp, name)] = p.offset
+        elif kind == "mbarrier" and rest.startswith("pl_glue.turn_"):
+            alloc.turn_mbar[rest[len("pl_glue.turn_"):]] = p.offset
+        elif kind == "mbarrier":
+            comp, name = rest.split(".", 1)
+            alloc.mbar_offset[(comp, name)] = p.offset
+    _ports(r, alloc)
+    if total > target.smem_per_block:
+        top = sorted(placed, key=lambda p: -p.item.size)[:3]
+        owner = next((c for c in r.components if c.name == top[0].item.owner), r.components[0])
+        sink.error("PL042", f"the fused kernel needs {total} bytes of shared memory after sharing every byte it may; "
+                   f"{arch} allows {target.smem_per_block}. Largest: "
+                   + ", ".join(f"{p.item.key} {p.item.size} B" for p in top), owner.contract.at("/smem"))
+    alloc.arena_align = max([ARENA_ALIGN] + [p.item.align for p in placed])
+    _barrier_ids(r, alloc, target.named_barriers, sink)
+    if r.roles is not None:
+        _role_warps(r, alloc, sink)
+    else:
+        _warps(r, alloc, sink)
+    if alloc.block_threads > target.max_threads_per_block:
+        sink.error("PL043", f"the fused block needs {alloc.block_threads} threads; {arch} allows "
+                   f"{target.max_threads_per_block}", r.components[0].contract.at("/threads"))
+    if r.roles is not None:
+        _role_registers(r, alloc, target, sink)
+    else:
+        _registers(r, alloc, target, sink)
+    return None if sink.has_errors else alloc
+
+
+def _steps(r: Resolved) -> dict[str, int]:
+    """Sequential: component k of the topological order runs at step 2k+1 (2k is for copies into it).
+    Warp-specialized: everything runs at once, step 0."""
+    if r.schedule == "warp_specialized":
+        return {c.name: 0 for c in r.components}
+    return {name: 2 * k + 1 for k, name in enumerate(r.order)}
+
+
+def _smem_items(r: Resolved, steps: dict[str, int], copies: dict[str, int]):
+    """Every item of the arena; a component with several copies (one per instance of its role) gets
+    each buffer and mbarrier array that many times, `stride` bytes apart."""
+    ws = r.schedule == "warp_specialized"
+    items, strides = [], {}
+    for c in r.components:
+        n = copies[c.name]
+        for b in c.contract.buffers:
+            size = b.bytes.evaluate(r.geometry)
+            strides[(c.name, b.name)] = _round_up(size, b.align) if n > 1 else 0
+            life = (Lifetime(frozenset({steps[c.name]}), c.name, b.phase) if b.lifetime == "scratch"
+                    else Lifetime(None))
+            items.append(SmemItem(f"buffer {c.name}.{b.name}", "buffer", c.name,
+                                  size + (n - 1) * strides[(c.name, b.name)], b.align, life))
+        for m in c.contract.barriers.mbarriers:
+            strides[(c.name, m.name)] = 8 * m.count if n > 1 else 0
+            items.append(SmemItem(f"mbarrier {c.name}.{m.name}", "mbarrier", c.name, 8 * m.count * n, 8,
+                                  Lifetime(None)))
+    readers: dict[tuple[str, str], set[int]] = {}
+    copies = set()
+    for w in r.wires:
+        key = (w.producer, w.out_port.name)
+        if w.kind == "relayout":
+            readers.setdefault(key, set()).add(steps[w.consumer] - 1)
+            copies.add(w)
+        else:
+            readers.setdefault(key, set()).add(steps[w.consumer])
+    # A consumer reading the producer's bytes (zero-copy, ring) gets the alignment it declares too.
+    align = {}
+    for w in r.wires:
+        if w.kind != "relayout":
+            key = (w.producer, w.out_port.name)
+            align[key] = max(align.get(key, PORT_ALIGN), w.in_port.align or 0)
+    for c in r.components:
+        for p in c.contract.ports:
+            if p.space != "smem" or p.direction != "out":
+                continue
+            size = _port_bytes(p, r.geometry)
+            span = {steps[c.name]} | readers.get((c.name, p.name), set())
+            life = Lifetime(None) if ws else Lifetime(frozenset(range(min(span), max(span) + 1)))
+            items.append(SmemItem(f"port {c.name}.{p.name}", "port", c.name, size,
+                                  max(align.get((c.name, p.name), PORT_ALIGN), p.align or 0), life))
+    for w in sorted(copies, key=str):  # the consumer's own copy of a re-laid-out tile
+        size = _port_bytes(w.in_port, r.geometry)
+        s = steps[w.consumer]
+        items.append(SmemItem(f"port {w.consumer}.{w.in_port.name}", "port", w.consumer, size,
+                              max(PORT_ALIGN, w.in_port.align or 0), Lifetime(frozenset({s - 1, s}))))
+    if r.schedule == "persistent":  # the glue's own words: the wait verdict and the claimed task
+        items.append(SmemItem("buffer pl_glue.flags", "buffer", "pl_glue", 16, 16, Lifetime(None)))
+    for g in (r.roles.groups if r.roles is not None else ()):
+        if g.instances > 1:  # one mbarrier per instance: whose turn it is on the owner's entries
+            items.append(SmemItem(f"mbarrier pl_glue.turn_{g.name}", "mbarrier", "pl_glue", 8 * g.instances, 8,
+                                  Lifetime(None)))
+    for w in r.wires:
+        if w.kind == "ring":
+            for which in ("full", "empty"):
+                items.append(SmemItem(f"ring {w} {which}", "mbarrier", w.producer, 8 * w.stages, 8, Lifetime(None)))
+    return items, strides
+
+
+def _port_bytes(p, geometry) -> int:
+    elems = 1
+    for e in p.tile:
+        elems *= e.evaluate(geometry)
+    return elems * DTYPE_BYTES[p.dtype] * p.stages.evaluate(geometry)
+
+
+def pack(items: list[SmemItem]) -> list[Placed]:
+    """First fit, largest first: each item goes to the lowest aligned offset that no placed item of
+    an overlapping lifetime covers. Deterministic: ties break on the item's key."""
+    placed: list[Placed] = []
+    for item in sorted(items, key=lambda i: (-i.size, i.key)):
+        live = sorted((p for p in placed if p.item.lifetime.overlaps(item.lifetime)), key=lambda p: p.offset)
+        candidates = sorted({0, *(p.end for p in live)})
+        for cand in candidates:
+            off = _round_up(cand, item.align)
+            if all(off + item.size <= p.offset or off >= p.end for p in live):
+                placed.append(Placed(item, off))
+                break
+    return sorted(placed, key=lambda p: (p.offset, p.item.key))
+
+
+def _ports(r: Resolved, alloc: Allocation) -> None:
+    """Port offsets: an output's storage; a zero-copy or ring input reads its producer's bytes."""
+    where = {p.item.key: p.offset for p in alloc.smem}
+    for c in r.components:
+        for p in c.contract.ports:
+            if p.space == "smem" and p.direction == "out":
+                stages = p.stages.evaluate(r.geometry)
+                alloc.port_offset[(c.name, p.name)] = (where[f"port {c.name}.{p.name}"],
+                                                       _port_bytes(p, r.geometry) // stages)
+    for w in r.wires:
+        if w.kind == "fragment":  # registers: nothing in the arena
+            continue
+        off, stride = alloc.port_offset[(w.producer, w.out_port.name)]
+        if w.kind == "relayout":
+            off = where[f"port {w.consumer}.{w.in_port.name}"]
+        alloc.port_offset[(w.consumer, w.in_port.name)] = (off, stride)
+        if w.kind == "ring":
+            alloc.ring_mbars[str(w)] = (where[f"ring {w} full"], where[f"ring {w} empty"])
+
+
+def _barrier_ids(r: Resolved, alloc: Allocation, count: int, sink: DiagnosticSink) -> None:
+    for c in r.components:
+        for bid in c.contract.barriers.hardcoded_ids:
+            alloc.hardcoded_ids.setdefault(bid, c.name)  # clashes: PL045 in check
+    free = [i for i in range(1, count) if i not in alloc.hardcoded_ids]
+    wanted = [(c, b) for c in r.components for b in c.contract.barriers.named]
+    needed = sum(alloc.copies.get(c.name, 1) for c, _ in wanted)
+    if needed > len(free):
+        sink.error("PL044", f"{needed} named barrier ids to assign but only {len(free)} are free "
+                   f"({len(alloc.hardcoded_ids)} hard-coded)", r.components[0].contract.at("/barriers"))
+        return
+    for c, b in wanted:  # a component with copies gets consecutive ids, one per copy
+        n = alloc.copies.get(c.name, 1)
+        start = next(k for k in range(len(free) - n + 1) if free[k + n - 1] - free[k] == n - 1) if n > 1 else 0
+        alloc.barrier_id[(c.name, b.name)] = free[start]
+        del free[start:start + n]
+
+
+def _warps(r: Resolved, alloc: Allocation, sink: DiagnosticSink) -> None:
+    def place_roles(c, begin):
+        off = begin
+        for role in c.contract.threads.roles:
+            if role.warpgroup_aligned and off % 4:
+                sink.error("PL070", f"role '{role.name}' of '{c.name}' would start at warp {off}, not a warpgroup "
+                           "boundary", c.contract.at(role.pointer_path))
+            alloc.role_begin[(c.name, role.name)] = off
+            off += role.warps
+
+    if r.schedule != "warp_specialized":  # one task at a time on the same warps
+        for c in r.components:
+            alloc.warp_begin[c.name] = 0
+            place_roles(c, 0)
+        alloc.block_warps = max(c.contract.threads.warps for c in r.components)
+        return
+    # Concurrent components get disjoint warp ranges; warpgroup-aligned ones first, on multiples of 4.
+    needs_wg = lambda c: any(role.warpgroup_aligned for role in c.contract.threads.roles)  # noqa: E731
+    cursor = 0
+    for c in sorted(r.components, key=lambda c: (not needs_wg(c), r.components.index(c))):
+        begin = _round_up(cursor, 4) if needs_wg(c) else cursor
+        alloc.warp_begin[c.name] = begin
+        place_roles(c, begin)
+        cursor = begin + c.contract.threads.warps
+    alloc.block_warps = cursor
+
+
+def _role_warps(r: Resolved, alloc: Allocation, sink: DiagnosticSink) -> None:
+    """Each role group gets its own warps, warpgroup-aligned groups on multiples of 4, in pipeline
+    order (a component's roles stay contiguous, in contract order, so its warp_rank() holds)."""
+    cursor = 0
+    for g in r.roles.groups:
+        begin = _round_up(cursor, 4) if g.warpgroup_aligned else cursor
+        alloc.group_begin[g.name] = begin
+        for m in g.members:
+            alloc.role_begin[(m.component, m.role)] = begin
+        cursor = begin + g.warps * g.instances
+    alloc.block_warps = cursor
+    for c in r.components:
+        begins = [alloc.role_begin[(c.name, role.name)] for role in c.contract.threads.roles]
+        alloc.warp_begin[c.name] = begins[0]
+        expected = begins[0]
+        for role, begin in zip(c.contract.threads.roles, begins):
+            if begin != expected:  # a role placed on another component's warps, away from its siblings
+                sink.error("PL070", f"role '{role.name}' of '{c.name}' runs on warps {begin}.. but its component's "
+                           f"roles must be contiguous from warp {begins[0]}", c.contract.at(role.pointer_path),
+                           hint="a component whose roles join different groups cannot keep one warp range")
+                break
+            expected += role.warps * role.instances
+
+
+def _role_registers(r: Resolved, alloc: Allocation, target, sink: DiagnosticSink) -> None:
+    """The joint register pool: every warp gets the launch-bounds share at entry; a group with
+    `setmaxnreg` moves to its own count. The counts must fit the SM's registers at one block per
+    SM, and a component's own cap must fit the registers its role gets."""
+    threads = alloc.block_threads
+    entry = min(target.max_regs_per_thread, target.regs_per_sm // max(threads, 1) // 8 * 8)
+    alloc.entry_registers = entry
+    total, parts = 0, []
+    for g in r.roles.groups:
+        regs = g.setmaxnreg or entry
+        alloc.group_registers[g.name] = regs
+        total += 32 * g.warps * g.instances * regs
+        parts.append(f"{g.name} {g.warps * g.instances} warps x {regs}")
+        for m in g.members:
+            c = r.component(m.component).contract
+            if c.max_registers and c.max_registers > regs:
+                sink.error("PL104", f"'{m.component}' needs up to {c.max_registers} registers per thread but its role "
+                           f"'{m.role}' runs on warps with {regs} ({g.name})", c.at("/registers/max_per_thread"),
+                           hint="raise the role's setmaxnreg, or lower the component's register cap")
+    if total > target.regs_per_sm:
+        owner = r.component(r.roles.groups[0].members[0].component).contract
+        sink.error("PL100", f"the roles' registers add up to {total} ({'; '.join(parts)}), over the "
+                   f"{target.regs_per_sm} of an SM at one block per SM", owner.at("/threads/roles"),
+                   hint="lower a role's setmaxnreg or its warps")
+
+
+def _registers(r: Resolved, alloc: Allocation, target, sink: DiagnosticSink) -> None:
+    budgets = [(c.contract.max_registers, c) for c in r.components if c.contract.max_registers]
+    if not budgets:
+        return
+    budget, owner = min(budgets, key=lambda b: b[0])
+    # One register allocation serves every thread of the block (setmaxnreg aside): the tightest wins.
+    if budget * alloc.block_threads > target.regs_per_sm:
+        sink.error("PL046", f"{budget} registers x {alloc.block_threads} threads exceeds the {target.regs_per_sm} "
+                   "registers of an SM", owner.contract.at("/registers/max_per_thread"))
+    alloc.registers = budget
+
+
+def _round_up(x: int, a: int) -> int:
+    return (x + a - 1) // a * a

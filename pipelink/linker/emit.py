@@ -1,0 +1,269 @@
+"""Emit: the manifest (what a launcher needs) and the link map (a plain table anyone can grep)."""
+from __future__ import annotations
+
+import ast
+import hashlib
+from dataclasses import dataclass
+
+from typing import TYPE_CHECKING
+
+from .. import __version__
+from ..core.expr import Expr, parse
+from .allocate import Allocation
+from .events import task_invariant
+from ..runtime.manifest import (IMPLICIT_PARAMS, STREAM_K_PARAMS, WORKSPACE, StreamKSpec, ComponentRecord, EventRecord, Manifest, ParamSpec, Resources,
+                                WireRecord, WorkspaceSpec)
+from ..runtime.tensormap import TensorMapDecl
+from .resolve import Resolved
+
+if TYPE_CHECKING:
+    from ..formats.cubin import KernelInfo
+
+
+def substitute(e: Expr, values: dict[str, int]) -> str:
+    """The expression with link-time names replaced by their values: `ceil_div(M, TILE_M)` -> `ceil_div(M, 32)`."""
+    class _Sub(ast.NodeTransformer):
+        def visit_Name(self, node):
+            return ast.copy_location(ast.Constant(values[node.id]), node) if node.id in values else node
+    return ast.unparse(_Sub().visit(ast.parse(e.text.strip() if isinstance(e.text, str) else str(e), mode="eval")))
+
+
+def manifest(r: Resolved, a: Allocation, arch: str, cubin: bytes, kernel_info: KernelInfo | None = None) -> Manifest:
+    persistent = r.schedule == "persistent"
+    params = tuple(_param_spec(p, r.geometry) for p in r.params)
+    tiles = tuple(substitute(e, r.geometry) for e in r.tiles.grid)
+    tasks, workspace = {}, None
+    if persistent:  # every task of every component; the event tensors, sized at launch; the implicit parameters
+        plan = r.events
+        tasks = {name: " * ".join(f"({substitute(e, r.geometry)})"
+                                  for e in r.component(name).contract.geometry.tile_sequence.grid)
+                 for name in plan.order}
+        tiles = (" + ".join(tasks.values()),)
+        params += tuple(ParamSpec(p.name, p.dtype, p.pointer, False, p.kind) for p in IMPLICIT_PARAMS)
+        workspace = WorkspaceSpec(
+            WORKSPACE.header_words, WORKSPACE.task_counter_word, r.debug_events,
+            tuple(EventRecord(t.name, tuple(substitute(e, r.geometry) for e in t.shape),
+                              tuple(f"{n.component} {n.map.text}" for n in t.notifiers),
+                              tuple(f"{w.component} {w.map.text}" for w in t.waiters))
+                  for t in plan.tensors.values()))
+    stream_k = None
+    if r.stream_k is not None:
+        stream_k = StreamKSpec(substitute(r.stream_k.blocks, r.geometry), r.stream_k.slot_floats())
+        params += tuple(ParamSpec(p.name, p.dtype, p.pointer, False, p.kind) for p in STREAM_K_PARAMS)
+    resources = None if kernel_info is None else Resources(
+        kernel_info.registers, kernel_info.frame_bytes, kernel_info.static_smem_bytes, kernel_info.num_barriers)
+    return Manifest(
+        kernel=r.name, block=(a.block_threads, 1, 1), dynamic_smem=a.smem_bytes, params=params, tiles=tiles,
+        pipelink=__version__, target=arch, schedule=r.schedule, tile_order=r.tiles.order,
+        distribution=r.tiles.distribution, geometry=dict(sorted(r.geometry.items())),
+        components=tuple(ComponentRecord(c.name, c.contract.version, c.contract.hash[:16], c.obj.path if c.obj else None)
+                         for c in r.components),
+        wires=tuple(WireRecord(f"{w.producer}.{w.out_port.name}", f"{w.consumer}.{w.in_port.name}", w.kind, w.explicit)
+                    for w in r.wires),
+        cubin_sha256=hashlib.sha256(cubin).hexdigest(), specialized=dict(sorted((r.specialize or {}).items())),
+        # Every CTA of a role-structured kernel walks its tiles alone (no events): as many CTAs as give each
+        # the same number of tiles, so no last round runs on a few CTAs while the rest idle.
+        # A split reduction instead: the launcher plans the split per shape (streamk.py).
+        grid_policy="stream_k" if r.stream_k is not None else "balanced" if r.roles is not None else None,
+        stream_k=stream_k,
+        tasks=tasks, dispatch=r.dispatch if persistent else None, workspace=workspace, resources=resources)
+
+
+def _param_spec(p, geometry: dict[str, int]) -> ParamSpec:
+    tmap = None
+    if p.tensor_map is not None:  # the launcher encodes it: extents over the shape parameters, box fixed
+        t = p.tensor_map
+        tmap = TensorMapDecl(tuple(parse(substitute(e, geometry)) for e in t.shape),
+                             tuple(e.evaluate(geometry) for e in t.box), t.swizzle, t.oob_fill)
+    # the launcher checks the buffer passed holds each of these and has this alignment (buffers.py)
+    shapes = tuple(tuple(substitute(e, geometry) for e in shape) for shape in (p.shapes or ()))
+    return ParamSpec(p.name, p.dtype, p.pointer, p.const, None, tmap, shapes, p.align or None)
+
+
+# What the link can say about a count read per task from a device tensor: nothing at link time.
+DEVICE_COUNT_NOTE = ("count read from the device: not checked at link time; --debug-events reports a wait that "
+                     "is never met")
+
+
+def link_map(r: Resolved, a: Allocation, arch: str, kernel_info: KernelInfo | None = None) -> str:
+    out = [f"# pipelink link map: kernel {r.name}, target {arch}, schedule {r.schedule}",
+           f"# block {a.block_threads} threads ({a.block_warps} warps), dynamic smem {a.smem_bytes} bytes"
+           + (f", registers <= {a.registers}" if a.registers else ""), ""]
+    out += ["## shared memory", f"{'offset':>8} {'bytes':>8} {'align':>5}  {'lifetime':<14} item"]
+    readers = port_readers(r)
+    for p in a.smem:
+        also = readers.get(p.item.key)
+        extra = f"  (read as {', '.join(also)})" if also else ""
+        out.append(f"{p.offset:>8} {p.item.size:>8} {p.item.align:>5}  {p.item.lifetime.describe():<14} "
+                   f"{p.item.key}{extra}")
+    out += ["", "## named barriers", f"{'id':>4}  owner"]
+    for bid, owner in barrier_rows(r, a):
+        out.append(f"{bid:>4}  {owner}")
+    out += ["", "## warps", f"{'warps':>7}  owner"]
+    for w in warp_rows(r, a):
+        roles = ", ".join(f"{name} {lo}-{hi}" + (f" ({n} instances)" if n > 1 else "") for name, lo, hi, n in w.roles)
+        out.append(f"{w.begin:>3}-{w.end:<3}  {w.component} ({roles})" + (f", step {w.step}" if w.step is not None
+                                                                          else ""))
+    if r.roles is not None:
+        out += ["", "## role groups (warps, instances, registers per thread; a fragment stays on its group's warps)"]
+        for g in group_rows(r, a):
+            inst = f", {g.instances} instances of {g.warps} warps taking tiles in turn" if g.instances > 1 else ""
+            out.append(f"  {g.begin:>3}-{g.end:<3} {g.name}: {', '.join(g.members)}; registers {g.registers_how}{inst}")
+        for f in r.roles.fragments:
+            out.append(f"  fragment {f.producer}.{f.out_port} -> {f.consumer}.{f.in_port}: {f.elements} x {f.ctype} "
+                       f"per thread of {f.producer}.{f.role}")
+        copies = {c: n for c, n in a.copies.items() if n > 1}
+        if copies:
+            out.append("  copies of buffers and barriers, one per instance: "
+                       + ", ".join(f"{c} x{n}" for c, n in copies.items()))
+        pool = sum(32 * g.warps * g.instances * a.group_registers[g.name] for g in r.roles.groups)
+        out.append(f"  register pool {pool} of 65536 at one block per SM; __launch_bounds__({a.block_threads}, 1)"
+                   + (f"; linked kernel uses {kernel_info.registers} at entry" if kernel_info else ""))
+    out += ["", "## registers per thread"]
+    for c in r.components:
+        out.append(f"  {c.name}: {c.contract.max_registers or 'any'}")
+    out.append(f"  kernel budget: {a.registers or 'none'}" + (f"; linked kernel uses {kernel_info.registers}"
+                                                              if kernel_info else ""))
+    out += ["", "## wires"]
+    for w in r.wires:
+        shape = "x".join(map(str, w.tile))
+        out.append(f"  {w}  {w.kind}  {w.out_port.dtype}[{shape}] x{w.stages} ({'explicit' if w.explicit else 'auto'})")
+    out += ["", "## geometry"]
+    for name, value in sorted(r.geometry.items()):
+        providers = [c.name for c in r.components if name in c.contract.geometry.provides]
+        consumers = [f"{c.name} {c.contract.geometry.consumes[name].describe()}" for c in r.components
+                     if name in c.contract.geometry.consumes]
+        src = f"provided by {', '.join(providers)}" if providers else "default"
+        out.append(f"  {name} = {value}  ({src}" + (f"; consumed by {'; '.join(consumers)}" if consumers else "") + ")")
+    out += ["", "## kernel parameters"]
+    for i, p in enumerate(r.params):
+        out.append(f"  {i}  {p.c_decl()}  ({', '.join(p.users)})")
+    if r.schedule == "persistent":
+        out += ["", f"## tasks (dispatch {r.dispatch}, in this order)"]
+        for name in r.events.order:
+            seq = r.component(name).contract.geometry.tile_sequence
+            out.append(f"  {name}: grid [{', '.join(substitute(e, r.geometry) for e in seq.grid)}] {seq.order}")
+        out += ["", "## events (64-bit counters, zero at launch)"]
+        for t in r.events.tensors.values():
+            edges = [e for e in event_edges(r) if e.tensor == t.name]
+            notes = "; ".join(f"{e.component} notifies {e.map}" for e in edges if e.kind == "notify")
+            waits = "; ".join(f"{e.component} waits {e.map} for {e.count}" for e in edges if e.kind == "wait")
+            out.append(f"  {t.name}[{event_shape(r, t)}]: {notes}; {waits}")
+            out += [f"    {w.component} waits {w.map.text} for {w.count_term.text}: {DEVICE_COUNT_NOTE}"
+                    for w in t.waiters if w.count_term is not None]
+    else:
+        out += ["", "## tiles",
+                f"  grid [{', '.join(substitute(e, r.geometry) for e in r.tiles.grid)}] {r.tiles.order}, "
+                f"{r.tiles.distribution} (from {r.tiles_owner})"]
+        out += [f"  inner loop of {name}: [{', '.join(substitute(e, r.geometry) for e in r.inner_grid(name))}] row_major "
+                "in each tile" for name in r.order if r.inner_grid(name)]
+    if kernel_info is not None:
+        out += ["", "## linked kernel (read from the cubin)",
+                f"  registers {kernel_info.registers}, frame {kernel_info.frame_bytes} B, stack "
+                f"{kernel_info.max_stack_bytes} B, static smem {kernel_info.static_smem_bytes} B, named barriers "
+                f"{kernel_info.num_barriers}, subroutines {', '.join(kernel_info.subroutines) or 'none'}"]
+    return "\n".join(out) + "\n"
+
+
+# --- the facts the text map and the picture (picture.py) both show: one function each ----------------
+
+BARRIER_USE = {"sequential": "between steps", "warp_specialized": "once, after ring setup",
+               "persistent": "claim, waits, end of each task"}
+
+
+def port_readers(r: Resolved) -> dict[str, list[str]]:
+    """Arena item key -> the input ports that read a port's bytes in place (a relayout reads its own copy)."""
+    readers: dict[str, list[str]] = {}
+    for w in r.wires:
+        if w.kind != "relayout":
+            readers.setdefault(f"port {w.producer}.{w.out_port.name}", []).append(f"{w.consumer}.{w.in_port.name}")
+    return readers
+
+
+def barrier_rows(r: Resolved, a: Allocation) -> list[tuple[int, str]]:
+    """(named barrier id, its owner), id 0 first."""
+    rows = [(0, f"__syncthreads (glue: {BARRIER_USE.get(r.schedule, r.schedule)})")]
+    rows += [(bid, f"{comp} (hard-coded)") for bid, comp in sorted(a.hardcoded_ids.items())]
+    for (comp, name), bid in sorted(a.barrier_id.items(), key=lambda kv: kv[1]):
+        n = a.copies.get(comp, 1)  # a component with a copy per instance has consecutive ids
+        rows += [(bid + k, f"{comp}.{name}" + (f" (copy {k} of {n})" if n > 1 else "")) for k in range(n)]
+    return rows
+
+
+@dataclass(frozen=True)
+class WarpRow:
+    component: str
+    begin: int
+    end: int                                   # inclusive
+    roles: list[tuple[str, int, int, int]]     # (role, first warp, last warp, instances)
+    step: int | None                           # sequential schedule only
+
+
+def warp_rows(r: Resolved, a: Allocation) -> list[WarpRow]:
+    """Each component's warps, role by role; a role's span counts every instance of its group."""
+    rows = []
+    for c in r.components:
+        spans = []
+        for role in c.contract.threads.roles:
+            n = r.roles.group_of(c.name, role.name).instances if r.roles is not None else 1
+            first = a.role_begin[(c.name, role.name)]
+            spans.append((role.name, first, first + role.warps * n - 1, n))
+        rows.append(WarpRow(c.name, a.warp_begin[c.name], max(hi for _, _, hi, _ in spans), spans,
+                            a.steps[c.name] if r.schedule == "sequential" else None))
+    return rows
+
+
+@dataclass(frozen=True)
+class GroupRow:
+    name: str
+    begin: int
+    end: int            # inclusive, every instance
+    warps: int          # per instance
+    instances: int
+    members: list[str]  # component.role
+    registers: int
+    registers_how: str  # "setmaxnreg inc 168 -> 232" or "168 (entry)"
+
+
+def group_rows(r: Resolved, a: Allocation) -> list[GroupRow]:
+    """A role-structured kernel's role groups: their warps and registers per thread."""
+    rows = []
+    for g in r.roles.groups if r.roles is not None else ():
+        begin, regs = a.group_begin[g.name], a.group_registers[g.name]
+        how = (f"setmaxnreg {'inc' if regs > a.entry_registers else 'dec'} {a.entry_registers} -> {regs}"
+               if g.setmaxnreg is not None and regs != a.entry_registers else f"{regs} (entry)")
+        rows.append(GroupRow(g.name, begin, begin + g.warps * g.instances - 1, g.warps, g.instances,
+                             [f"{m.component}.{m.role}" for m in g.members], regs, how))
+    return rows
+
+
+@dataclass(frozen=True)
+class EventEdge:
+    tensor: str
+    component: str
+    kind: str          # "notify" | "wait"
+    map: str           # the index map, e.g. "ij->i"
+    count: str | None  # waits: the count waited for, with how it is known
+
+
+def event_shape(r: Resolved, t) -> str:
+    return ", ".join(substitute(e, r.geometry) for e in t.shape)
+
+
+def event_edges(r: Resolved) -> list[EventEdge]:
+    """A persistent kernel's notify and wait edges, tensor by tensor (none for other schedules)."""
+    edges = []
+    for t in r.events.tensors.values() if r.schedule == "persistent" else ():
+        edges += [EventEdge(t.name, n.component, "notify", n.map.text, None) for n in t.notifiers]
+        edges += [EventEdge(t.name, w.component, "wait", w.map.text,
+                            _wait_count(t, w, r.geometry) + (" (once per CTA)" if task_invariant(w) else ""))
+                  for w in t.waiters]
+    return edges
+
+
+def _wait_count(t, w, geometry: dict) -> str:
+    if w.count_term is not None:  # read per task from a device tensor
+        return f"{w.count_term.text} (read on the device)"
+    if w.count is not None:
+        return str(w.count)
+    return t.count_c(lambda n: str(geometry.get(n, n)))

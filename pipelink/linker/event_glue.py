@@ -1,0 +1,216 @@
+"""Generate a persistent task's event code: its waits before the component runs, its notifications after.
+
+Pure: a resolved pipeline in, lines of CUDA C++ out. The elements one wait or notify names form a
+rectangular space for a task (every loop bound is a per-task value, never another loop's
+variable), so the block's threads share it with one strided loop instead of one thread walking it:
+a dispatch tile that notifies 512 rows takes four steps of 128 threads, not 512 steps of one.
+
+Waits run in phases. A wait whose element or count reads a device tensor starts a new phase: the
+block has finished the earlier waits (a barrier) before anyone reads what they guard (PL086).
+Within a phase every thread takes its share of the elements; the phase ends in
+`__syncthreads_and`, which also carries a debug build's timeout to every thread. A wait on one
+fixed element for a fixed count (`placed[0]` reaching the number of dispatch tasks) is waited once
+per CTA: counters only grow within a launch, so a later task of the same CTA skips it.
+"""
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+from ..core.expr import parse
+from .events import task_invariant
+
+
+@dataclass(frozen=True)
+class Loop:
+    var: str
+    lo: str  # C, per-task values only
+    hi: str
+
+
+@dataclass(frozen=True)
+class ElementSpace:
+    """The elements one side of an event names for a task."""
+    loops: tuple[Loop, ...]   # rectangular: no bound reads another loop's variable
+    guards: tuple[str, ...]   # run-once openings: a gathered index must be >= 0 to name an event
+    index: str                # C: the linear element index
+
+
+def element_space(r, j: int, side) -> ElementSpace:
+    """The loops over a map's ':', gather and range terms, and the linear element index."""
+    comp = r.component(side.component)
+    letters = {d: f"tile.coord[{i}]" for i, d in enumerate(side.map.task_dims)}
+    loops, guards, coords = [], [], []
+    for axis, term in enumerate(side.map.terms):
+        var = f"a{axis}"
+        if term.kind == "all":
+            loops.append(Loop(var, "0", f"e{j}_extent_{axis}"))
+            coords.append(var)
+        elif term.kind == "gather":  # topk[i, :]: the event coordinates are values read from a tensor
+            read, slices = gather_c(r, comp, term.text, letters, var)
+            loops += slices
+            # A negative value names no event (padding: a token past the end, an unused slot). The
+            # body runs once, for a non-negative value only.
+            guards.append(f"for (long long {var}_at = (long long)({read}); {var}_at >= 0; {var}_at = -1) {{")
+            coords.append(f"{var}_at")
+        elif term.kind == "range":  # range(indptr[i], indptr[i+1]): a variable number of events
+            lo, hi = (bound_c(r, comp, arg, letters) for arg in _range_args(term.text))
+            loops.append(Loop(var, lo, hi))
+            coords.append(var)
+        else:
+            coords.append("(long long)(" + affine_c(term.text, letters, r) + ")")
+    index = coords[0]
+    for axis in range(1, len(coords)):
+        index = f"({index}) * e{j}_extent_{axis} + {coords[axis]}"
+    return ElementSpace(tuple(loops), tuple(guards), index)
+
+
+def shared_loop(space: ElementSpace, body: str, threads: int, slot: int, indent: str) -> list[str]:
+    """`body` for every element of `space`, the elements dealt to the block's `threads` threads
+    (the last loop varies fastest across threads: neighbours read neighbouring gathered entries).
+    With no loops there is one element: thread `slot % threads` takes it."""
+    out = [f"{indent}{{"]
+    inner = indent + "  "
+    if not space.loops:
+        head = [f"{inner}if (threadIdx.x == {slot % threads}u) {{"]
+    else:
+        sizes = []
+        for k, loop in enumerate(space.loops):
+            if loop.lo == "0":
+                sizes.append(f"(long long)({loop.hi})")
+            else:
+                out.append(f"{inner}const long long pl_lo{k} = {loop.lo};")
+                out.append(f"{inner}const long long pl_n{k} = max({loop.hi} - pl_lo{k}, 0ll);")
+                sizes.append(f"pl_n{k}")
+        head = [f"{inner}for (long long pl_i = threadIdx.x; pl_i < {' * '.join(sizes)}; pl_i += {threads}) {{"]
+        rest = "pl_i"
+        if len(space.loops) > 1:
+            head.append(f"{inner}  long long pl_r = pl_i;")
+            rest = "pl_r"
+        for k in reversed(range(len(space.loops))):
+            loop, size = space.loops[k], sizes[k]
+            offset = "" if loop.lo == "0" else f"pl_lo{k} + "
+            if k == 0:
+                head.append(f"{inner}  const long long {loop.var} = {offset}{rest};")
+            else:
+                head.append(f"{inner}  const long long {loop.var} = {offset}{rest} % {size}; {rest} /= {size};")
+    out += head
+    level = inner + "  "
+    for guard in space.guards:
+        out.append(level + guard)
+        level += "  "
+    out.append(level + body)
+    for depth in reversed(range(len(space.guards) + 1)):
+        out.append(inner + "  " * depth + "}")
+    out.append(f"{indent}}}")
+    return out
+
+
+def reads_device(side) -> bool:
+    """Whether the side's elements or count are read from a device tensor (then the waits before
+    it must be complete first)."""
+    if side.count_term is not None:
+        return True
+    return any(t.kind == "gather" or (t.kind == "range" and "[" in t.text) for t in side.map.terms)
+
+
+def ready_flag(comp_index: int, n: int) -> str:
+    """The CTA's register saying the `n`-th wait of component `comp_index` is met for good."""
+    return f"pl_ready_{comp_index}_{n}"
+
+
+def ready_flags(r, plan) -> list[str]:
+    """Declarations, before the task loops, of the flags of every task-invariant wait."""
+    names = [c.name for c in r.components]
+    return [f"bool {ready_flag(names.index(comp), n)} = false;  // met once per CTA: the wait {side.map.text} of {comp}"
+            for comp in plan.order for n, (_, side) in enumerate(plan.waits_of(comp)) if task_invariant(side)]
+
+
+def count_c(r, tensor, side) -> str:
+    """C expression of the count a waited element must reach."""
+    if side.count_term is not None:  # read per task from a device tensor
+        letters = {d: f"tile.coord[{i}]" for i, d in enumerate(side.map.task_dims)}
+        return gather_c(r, r.component(side.component), side.count_term.text, letters, "unused")[0]
+    geo = lambda n: str(r.geometry[n]) if n in r.geometry else n  # noqa: E731
+    return side.count.to_c(geo) if side.count is not None else tensor.count_c(geo)
+
+
+def wait_block(r, waits, tensor_index: dict, comp_index: int, threads: int, bound: str, indent: str) -> list[str]:
+    """Every wait of a task, in contract order and phases; leaves the task if a debug wait timed out."""
+    out = [f"{indent}{{", f"{indent}  bool pl_ok = true;"]
+    slot, met = 0, []
+    for n, (tensor, side) in enumerate(waits):
+        if n and reads_device(side):
+            out.append(f"{indent}  pl_ok = __syncthreads_and(pl_ok);  // the waits above guard what this one reads")
+        j = tensor_index[tensor.name]
+        space = element_space(r, j, side)
+        call = (f"pl_ok = pl_ok && pl::events::wait_for(e{j} + {space.index}, (unsigned)({count_c(r, tensor, side)}), "
+                f"pl_epoch, {bound}, pl_report, {comp_index}u, {j}u, {space.index}, (unsigned long long)t);")
+        loop = shared_loop(space, call, threads, slot, indent + "  ")
+        if task_invariant(side):  # met once in this CTA: met for the rest of the launch
+            flag = ready_flag(comp_index, n)
+            loop = [f"{indent}  if (!{flag})"] + loop
+            met.append(flag)
+        out += loop
+        slot += not space.loops
+    out.append(f"{indent}  if (!__syncthreads_and(pl_ok)) return;  // a debug build's wait timed out somewhere")
+    out += [f"{indent}  {flag} = true;" for flag in met]
+    out.append(f"{indent}}}")
+    return out
+
+
+def notify_block(r, notifies, tensor_index: dict, threads: int, indent: str) -> list[str]:
+    """Every notification of a task, after its writes (the caller's barrier) are made visible."""
+    out = [f"{indent}__threadfence();  // the task's writes are visible to every CTA before any count moves"]
+    slot = 0
+    for tensor, side in notifies:
+        j = tensor_index[tensor.name]
+        space = element_space(r, j, side)
+        body = f"pl::events::add_one(e{j} + {space.index});  // '{tensor.name}' {side.map.text}"
+        out += shared_loop(space, body, threads, slot, indent)
+        slot += not space.loops
+    return out
+
+
+def affine_c(text: str, letters: dict[str, str], r=None) -> str:
+    """C of an affine term: task letters as `letters` says; other names (a clamp's `N - 1`) are the
+    link's geometry values or the kernel's runtime scalar parameters, in scope in the glue."""
+    geometry = r.geometry if r is not None else {}
+    return parse(text).to_c(lambda n: letters[n] if n in letters else str(geometry[n]) if n in geometry else n)
+
+
+def _tensor_shape_c(r, comp, name: str) -> list[str]:
+    geo = lambda n: str(r.geometry[n]) if n in r.geometry else n  # noqa: E731
+    param = next(p for p in comp.contract.entry.params if p.name == name)
+    return [e.to_c(geo) for e in param.shape]
+
+
+def gather_c(r, comp, text: str, letters, var: str) -> tuple[str, list[Loop]]:
+    """`t[i, :]` -> the C read of the element (row-major linear index) and a loop for each ':'."""
+    node = ast.parse(text, mode="eval").body
+    items = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+    shape = _tensor_shape_c(r, comp, node.value.id)
+    loops, parts = [], []
+    for k, item in enumerate(items):
+        if isinstance(item, ast.Slice):
+            v = f"{var}_{k}"
+            loops.append(Loop(v, "0", f"(long long)({shape[k]})"))
+            parts.append(v)
+        else:
+            parts.append("(long long)(" + affine_c(ast.unparse(item), letters) + ")")
+    lin = parts[0]
+    for k in range(1, len(parts)):
+        lin = f"({lin}) * (long long)({shape[k]}) + {parts[k]}"
+    return f"{node.value.id}[{lin}]", loops
+
+
+def _range_args(text: str) -> list[str]:
+    return [ast.unparse(a) for a in ast.parse(text, mode="eval").body.args]
+
+
+def bound_c(r, comp, text: str, letters) -> str:
+    if "[" in text:
+        read, loops = gather_c(r, comp, text, letters, "unused")
+        assert not loops
+        return f"(long long)({read})"
+    return "(long long)(" + affine_c(text, letters, r) + ")"

@@ -1,0 +1,317 @@
+"""The link: a list of named passes over one context. Each pass adds to the context and to the
+diagnostics; the driver stops at the first pass boundary with errors and returns what it has.
+
+    read -> check [-> probe] -> resolve -> allocate [-> map] -> generate -> compile -> link [-> control]
+         -> verify -> emit
+
+`run_passes` is the one driver: `link`, `pipelink check` (each component alone, as a set, or as a
+pipeline short of compiling), the parity bench and the tests run the passes through it, with a stop
+point (`until`), optional passes (`extra`: the conformance probe, the map of the decisions before the
+glue, the one-unit control) and, for components already read, `components` in place of the read pass.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from typing import TYPE_CHECKING
+
+from .. import toolchain
+
+from ..core.diagnostics import Diagnostic, DiagnosticSink, Location, PipelinkError
+from ..core.pipeline import NOT_IN_KEY, PipelineSpec
+from ..formats.inputs import NamedBytes
+from . import cache
+
+if TYPE_CHECKING:  # the passes import their modules when they run: a cache hit needs none of them
+    from ..core.model import Component
+    from ..formats.cubin import KernelInfo
+    from ..runtime.manifest import Manifest
+    from .allocate import Allocation
+    from .resolve import Resolved
+
+
+@dataclass(frozen=True)
+class LinkOptions:
+    """What to link and how. Frozen, and the link cache keys on every field but the ones marked NOT_IN_KEY."""
+
+    arch: str | None = None              # None: the first target every component supports
+    pipeline: PipelineSpec = field(default_factory=PipelineSpec)
+    monolithic: bool = False             # also generate the one-unit control source
+    optimize: bool = True
+    cache: bool = field(default=True, metadata=NOT_IN_KEY)  # reuse an identical earlier link (cache.py)
+
+
+@dataclass
+class LinkContext:
+    inputs: list[str | NamedBytes]
+    options: LinkOptions
+    sink: DiagnosticSink = field(default_factory=DiagnosticSink)
+    components: list[Component] = field(default_factory=list)
+    target: str | None = None
+    resolved: Resolved | None = None
+    allocation: Allocation | None = None
+    glue: str | None = None
+    glue_ltoir: bytes | None = None
+    cubin: bytes | None = None
+    kernel_info: KernelInfo | None = None
+    manifest: Manifest | None = None
+    link_map: str | None = None
+    link_picture: str | None = None     # the map as an SVG picture
+    monolithic: str | None = None
+    control_cubin: bytes | None = None   # the one-unit control, linked (the `control` pass)
+    nvjitlink_options: list[str] = field(default_factory=list)
+    timings: list[tuple[str, float]] = field(default_factory=list)
+    cache_hit: bool = False              # no pass ran: resolved, allocation, ... stay None
+    extra: tuple[str, ...] = ()          # the optional passes this run includes
+
+
+def pass_read(ctx: LinkContext) -> None:
+    from .collect import read_components
+    ctx.components = read_components(ctx.inputs, ctx.sink)
+
+
+def pass_check(ctx: LinkContext) -> None:
+    from ..core.checks import check_set
+    from .collect import verify_object
+    ctx.target = check_set([c.contract for c in ctx.components], ctx.sink, ctx.options.arch)
+    if ctx.target and not ctx.sink.has_errors:
+        for comp in ctx.components:
+            if comp.obj is not None:  # a bare contract is checked without its code
+                verify_object(comp, ctx.target, ctx.sink)
+
+
+def pass_probe(ctx: LinkContext) -> None:
+    """Optional (`pipelink check`): each object linked alone into a probe kernel, its code's use against
+    its contract. The link does without: the real link and `verify` find what a probe would."""
+    from .conformance import check_conformance
+    for comp in ctx.components:
+        if comp.obj is not None:
+            check_conformance(comp, ctx.target, ctx.sink)
+
+
+def pass_resolve(ctx: LinkContext) -> None:
+    from .resolve import resolve
+    ctx.resolved = resolve(ctx.components, ctx.options.pipeline, ctx.sink)
+
+
+def pass_allocate(ctx: LinkContext) -> None:
+    from .allocate import allocate
+    ctx.allocation = allocate(ctx.resolved, ctx.target, ctx.sink)
+
+
+def pass_map(ctx: LinkContext) -> None:
+    """Optional (`pipelink check --pipeline`): the link map of the decisions so far, and its picture;
+    `emit` writes them again with what the linked kernel really uses."""
+    from .emit import link_map
+    from .picture import svg
+    ctx.link_map = link_map(ctx.resolved, ctx.allocation, ctx.target)
+    ctx.link_picture = svg(ctx.resolved, ctx.allocation, ctx.target)
+
+
+def pass_generate(ctx: LinkContext) -> None:
+    from .glue import generate_glue
+    from .monolithic import generate_monolithic
+    ctx.glue = generate_glue(ctx.resolved, ctx.allocation)
+    if ctx.options.monolithic or "control" in ctx.extra:
+        ctx.monolithic = generate_monolithic(ctx.resolved, ctx.glue, ctx.sink)
+
+
+def pass_compile(ctx: LinkContext) -> None:
+    from .glue import glue_options
+    try:
+        ctx.glue_ltoir = toolchain.nvrtc_to_ltoir(ctx.glue, f"{ctx.resolved.name}_glue.cu", glue_options(ctx))
+    except toolchain.ToolchainError as exc:
+        ctx.sink.error("PL075", f"NVRTC could not compile the generated glue:\n{exc.log}")
+
+
+def jitlink_options(ctx: LinkContext) -> list[str]:
+    opts = [f"-arch={ctx.target}", "-lto", "-O3" if ctx.options.optimize else "-O0"]
+    if ctx.allocation.registers:
+        opts.append(f"-maxrregcount={ctx.allocation.registers}")
+    return opts
+
+
+def pass_link(ctx: LinkContext) -> None:
+    # The glue goes last: LTO merges the modules into the first one, whose data layout then holds for
+    # the whole kernel. nvcc's modules address shared memory with 32-bit pointers, NVRTC's with 64-bit
+    # ones; with the components first, the kernel is compiled as nvcc compiles its components (and as
+    # nvcc compiles the one-unit control: docs/architecture.md).
+    inputs = [c.obj.link_input() for c in ctx.resolved.components]
+    inputs.append(toolchain.LinkInput("ltoir", ctx.glue_ltoir, f"{ctx.resolved.name}_glue"))
+    ctx.nvjitlink_options = jitlink_options(ctx)
+    try:
+        ctx.cubin = toolchain.nvjitlink_link(inputs, ctx.nvjitlink_options).cubin
+    except toolchain.ToolchainError as exc:
+        # Say which object lacks what, where a probe can tell; else pass nvJitLink's words on.
+        from .collect import probe_symbols
+        before = len(ctx.sink.errors)
+        for comp in ctx.resolved.components:
+            probe_symbols(comp, ctx.target, ctx.sink)
+        if len(ctx.sink.errors) == before:
+            ctx.sink.error("PL074", f"nvJitLink failed: {exc.message}\n{exc.log}")
+
+
+def pass_control(ctx: LinkContext) -> None:
+    """Optional (the parity bench, the tests): the one-unit control, compiled by nvcc as `pipelink build`
+    compiles components and linked with this link's nvJitLink options (monolithic.control_cubin)."""
+    from .monolithic import control_cubin
+    try:
+        ctx.control_cubin = control_cubin(ctx)
+    except toolchain.ToolchainError as exc:
+        ctx.sink.error("PL160", f"the one-unit control of kernel '{ctx.resolved.name}' did not build: "
+                       f"{exc.message}\n{exc.log}".rstrip())
+
+
+def pass_verify(ctx: LinkContext) -> None:
+    from .verify import verify_cubin
+    ctx.kernel_info = verify_cubin(ctx.cubin, ctx.resolved, ctx.allocation, ctx.target, ctx.sink)
+
+
+def pass_emit(ctx: LinkContext) -> None:
+    from .emit import link_map, manifest
+    from .picture import svg
+    ctx.manifest = manifest(ctx.resolved, ctx.allocation, ctx.target, ctx.cubin, ctx.kernel_info)
+    ctx.link_map = link_map(ctx.resolved, ctx.allocation, ctx.target, ctx.kernel_info)
+    ctx.link_picture = svg(ctx.resolved, ctx.allocation, ctx.target)
+
+
+PASSES = [("read", pass_read), ("check", pass_check), ("probe", pass_probe), ("resolve", pass_resolve),
+          ("allocate", pass_allocate), ("map", pass_map), ("generate", pass_generate), ("compile", pass_compile),
+          ("link", pass_link), ("control", pass_control), ("verify", pass_verify), ("emit", pass_emit)]
+OPTIONAL = frozenset({"probe", "map", "control"})  # run only when asked for (`extra`, or as `until`)
+
+
+def run_passes(inputs: list[str | NamedBytes] = (), options: LinkOptions | None = None, *, until: str | None = None,
+               extra: tuple[str, ...] = (), components: list[Component] | None = None) -> LinkContext:
+    """Run the passes in order, stopping at the first pass boundary with errors, or after `until`.
+    `extra` adds optional passes (OPTIONAL; `until` naming one adds it too). `components` (already read)
+    stand for the read pass's output: the run starts with `check`."""
+    names = [name for name, _ in PASSES]
+    unknown = [n for n in (*extra, *([until] if until else [])) if n not in names]
+    if unknown:
+        raise ValueError(f"no pass named {', '.join(map(repr, unknown))}; the passes: {', '.join(names)}")
+    extra = tuple(dict.fromkeys([*extra, *([until] if until in OPTIONAL else [])]))
+    ctx = LinkContext(list(inputs), options or LinkOptions(), extra=extra)
+    if components is not None:
+        ctx.components = list(components)
+    for name, fn in PASSES:
+        if (name in OPTIONAL and name not in extra) or (name == "read" and components is not None):
+            continue
+        start = time.perf_counter()
+        fn(ctx)
+        ctx.timings.append((name, time.perf_counter() - start))
+        if ctx.sink.has_errors or name == until:
+            break
+    return ctx
+
+
+@dataclass
+class LinkResult:
+    """What `pipelink.link` returns: the cubin, its manifest and link map, and every diagnostic."""
+
+    cubin: bytes | None
+    manifest: Manifest | None
+    link_map: str | None
+    glue: str | None
+    monolithic: str | None
+    diagnostics: list[Diagnostic]
+    timings: list[tuple[str, float]]
+    context: LinkContext = field(repr=False)
+    link_picture: str | None = None  # the link map as an SVG picture (pipelink/linker/picture.py)
+
+    @property
+    def ok(self) -> bool:
+        return self.cubin is not None and not any(d.severity == "error" for d in self.diagnostics)
+
+    def raise_on_error(self) -> "LinkResult":
+        """Self when the link succeeded; else PipelinkError with every diagnostic."""
+        if not self.ok:
+            has_error = any(d.severity == "error" for d in self.diagnostics)
+            raise PipelinkError(self.diagnostics if has_error else
+                                [*self.diagnostics, Diagnostic("PL074", "the link produced no cubin")])
+        return self
+
+    def manifest_json(self) -> bytes:
+        """The manifest as `pipelink link` and `save` write it (K.json)."""
+        return (json.dumps(self.manifest.to_json(), indent=2) + "\n").encode()
+
+    def save(self, directory: str | os.PathLike) -> Path:
+        """Write K.cubin, K.json (the manifest) and K.map (the link map) into `directory` (made if
+        missing), K being the kernel's name; returns the cubin's path. All files or none, never over
+        an input of the link: PipelinkError otherwise, as for a failed link. `pipelink.load` reads them."""
+        from ..formats.outputs import Output, check_outputs, object_inputs, write_outputs
+        self.raise_on_error()
+        base = Path(directory) / self.manifest.kernel
+        files = {"cubin": (base.with_suffix(".cubin"), self.cubin), "manifest": (base.with_suffix(".json"),
+                 self.manifest_json()), "link map": (base.with_suffix(".map"), self.link_map.encode())}
+        outputs = [Output(str(path), role, "save()", binary=role == "cubin") for role, (path, _) in files.items()]
+        on_disk = [p for p in self.context.inputs if not isinstance(p, NamedBytes)]
+        sink = DiagnosticSink()
+        if check_outputs(outputs, object_inputs(on_disk, self.context.options.pipeline.source), sink):
+            try:
+                base.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                sink.error("PL007", f"cannot make {base.parent}: {exc.strerror or exc}", Location(file=str(base.parent)))
+            else:
+                write_outputs({str(path): data for path, data in files.values()}, sink)
+        if sink.has_errors:
+            raise PipelinkError(sink.items)
+        return files["cubin"][0]
+
+    def kernel(self, device: int = 0):
+        """Load the linked kernel on `device` (needs a GPU)."""
+        from ..runtime.launch import Kernel
+        self.raise_on_error()
+        return Kernel.load(self.cubin, self.manifest, device)
+
+
+def link(inputs: list[str | NamedBytes], options: LinkOptions | None = None, extra: tuple[str, ...] = ()) -> LinkResult:
+    """Link component objects into one fused kernel. Never raises for bad input: see `diagnostics`
+    (`pipelink.link` takes more kinds of input and can raise instead).
+
+    An identical earlier link comes from the cache without running a pass; its `context` then holds
+    only the outputs (`cache_hit` is True). Pass `LinkOptions(cache=False)` to get every pass's state.
+    `extra` adds optional passes (`("control",)`: `context.control_cubin`); their outputs are not
+    cached, so such a link neither reads nor writes the cache.
+    """
+    options = options or LinkOptions()
+    start = time.perf_counter()
+    key = cache.link_key(inputs, options) if options.cache and cache.enabled() and not extra else None
+    if key is not None:
+        hit = cache.load(key, options.monolithic)
+        if hit is not None:
+            return _cached_result(inputs, options, hit, time.perf_counter() - start)
+    lookup = time.perf_counter() - start
+    ctx = run_passes(inputs, options, extra=extra)
+    ok = not ctx.sink.has_errors and ctx.manifest is not None
+    result = LinkResult(ctx.cubin if ok else None, ctx.manifest if ok else None, ctx.link_map if ok else None,
+                        ctx.glue, ctx.monolithic, list(ctx.sink.items), ctx.timings, ctx,
+                        ctx.link_picture if ok else None)
+    if key is not None and ok:  # only successes: a failed link must report its errors afresh
+        start = time.perf_counter()
+        cache.store(key, result)
+        ctx.timings.append(("cache", lookup + time.perf_counter() - start))  # what the cache cost this miss
+    return result
+
+
+def failed(inputs: list[str | NamedBytes], options: LinkOptions, diagnostics: list[Diagnostic]) -> LinkResult:
+    """The result of a link stopped before its first pass (a pipeline that does not read)."""
+    ctx = LinkContext(list(inputs), options)
+    ctx.sink.extend(diagnostics)
+    return LinkResult(None, None, None, None, None, list(diagnostics), [], ctx)
+
+
+def _cached_result(inputs: list[str | NamedBytes], options: LinkOptions, hit: cache.CachedLink, seconds: float) -> LinkResult:
+    ctx = LinkContext(list(inputs), options, target=hit.manifest.target, cubin=hit.cubin, manifest=hit.manifest,
+                      link_map=hit.link_map, link_picture=hit.link_picture, glue=hit.glue, monolithic=hit.monolithic,
+                      timings=[("cache", seconds)], cache_hit=True)
+    ctx.sink.extend(hit.diagnostics)  # the original link's warnings, replayed
+    return LinkResult(hit.cubin, hit.manifest, hit.link_map, hit.glue, hit.monolithic, list(hit.diagnostics),
+                      ctx.timings, ctx, hit.link_picture)
+
+
+__all__ = ["LinkOptions", "LinkResult", "link", "run_passes", "PASSES", "OPTIONAL", "Location"]

@@ -1,0 +1,611 @@
+"""Resolve: wire ports, give every geometry name its link-time value, check every wire.
+
+Pure: contracts and the pipeline spec in, a `Resolved` pipeline (or diagnostics) out.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from ..core.diagnostics import DiagnosticSink, Location
+from ..core.expr import Expr, ExprError
+from ..core.model import Component
+from ..core.model import INTEGER_DTYPES, Param, Port, TensorMapSpec, TileSequence, is_identifier
+from ..core.pipeline import PipelineSpec, WireSpec
+
+if TYPE_CHECKING:  # built by the passes' own modules, imported where they run
+    from .events import EventPlan
+    from .roles import RolePlan
+
+
+@dataclass(frozen=True)
+class Wire:
+    producer: str
+    out_port: Port
+    consumer: str
+    in_port: Port
+    kind: str                 # "zero_copy" | "relayout" | "ring"
+    stages: int
+    tile: tuple[int, ...]
+    explicit: bool
+
+    def __str__(self) -> str:
+        return f"{self.producer}.{self.out_port.name} -> {self.consumer}.{self.in_port.name}"
+
+
+@dataclass(frozen=True)
+class KernelParam:
+    name: str
+    dtype: str
+    pointer: bool
+    const: bool
+    users: tuple[str, ...]
+    tensor_map: TensorMapSpec | None = None
+    shapes: tuple[tuple[Expr, ...], ...] = ()  # extents each user declares: the launcher checks the buffer holds each
+    align: int | None = None               # bytes a gmem port on it declares: the launcher checks the address
+
+    def c_decl(self) -> str:
+        if self.tensor_map is not None:  # the descriptor itself, in the parameter space
+            return f"const __grid_constant__ pl::TensorMap {self.name}"
+        return Param(self.name, self.dtype, self.pointer, self.const, "").c_decl()
+
+
+@dataclass
+class Resolved:
+    name: str
+    components: list[Component]        # pipeline order
+    order: list[str]                   # topological order of the wire graph (the sequential steps)
+    wires: list[Wire]
+    geometry: dict[str, int]
+    schedule: str
+    tiles: TileSequence
+    tiles_owner: str
+    params: list[KernelParam]
+    events: EventPlan | None = None    # persistent schedule only
+    dispatch: str = "static"
+    debug_events: bool = False
+    specialize: dict = None            # shape parameter -> constant, for a link made for one shape
+    roles: RolePlan | None = None      # components in the `entries` form split the block by role
+    cluster: tuple[int, int, int] | None = None
+    stream_k: object = None            # roles.StreamK: a tile's reduction split over CTAs
+    # Sequential only: components whose grid adds trailing dimensions to the kernel's run those
+    # dimensions in an inner loop inside each of the kernel's tiles (component -> the extra extents).
+    nested: dict = None
+
+    def inner_grid(self, name: str) -> tuple:
+        return (self.nested or {}).get(name, ())
+
+    def component(self, name: str) -> Component:
+        return next(c for c in self.components if c.name == name)
+
+
+SAMPLE_SHAPES = (1, 2, 3, 17, 64, 100, 129, 1000, 4096, 5003)
+
+
+def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSink) -> Resolved | None:
+    if not is_identifier(spec.name):  # it names the generated kernel
+        sink.error("PL001", f"the kernel name {spec.name!r} is not a C identifier",
+                   Location(file=spec.source, pointer="/name") if spec.source else None)
+        return None
+    comps = _order(components, spec, sink)
+    if comps is None:
+        return None
+    geometry = _geometry(comps, sink)
+    if sink.has_errors:
+        return None
+    # Warp counts and tensor-map boxes given over geometry take the link's values from here on: the
+    # loader checked them at the contract's own defaults only.
+    comps = [replace(c, contract=replace(c.contract, threads=_threads_at(c, geometry, sink))) for c in comps]
+    _tensor_map_boxes(comps, geometry, sink)
+    if sink.has_errors:
+        return None
+    by_name = {c.name: c for c in comps}
+    role_structured = any(c.contract.entries for c in comps)
+    wires_spec = _explicit_wires(spec.wires, by_name, sink)
+    if sink.has_errors:
+        return None
+    wires_spec += _auto_wires(comps, wires_spec, sink)
+    has_events = any(c.contract.events.notifies or c.contract.events.waits for c in comps)
+    schedule = spec.schedule or ("persistent" if has_events else "warp_specialized" if role_structured
+                                 else _infer_schedule(wires_spec, by_name, geometry))
+    if role_structured:
+        _role_structured_only(comps, schedule, spec, sink)
+        if sink.has_errors:
+            return None
+    wires = [w for w in (_check_wire(ws, explicit, by_name, schedule, geometry, sink) for ws, explicit in wires_spec)
+             if w]
+    if schedule == "warp_specialized":  # a fragment is no ring: it has no slots
+        _one_stage_count_per_component(comps, [w for w in wires if w.kind != "fragment"], sink)
+    if role_structured:
+        for w in wires:
+            if w.kind != "fragment":
+                sink.error("PL078", f"wire '{w}' hands a shared-memory tile between components in the `entries` form; "
+                           "the glue orders their role groups through nothing but register fragments",
+                           by_name[w.consumer].contract.at(w.in_port.pointer_path),
+                           related=(by_name[w.producer].contract.at(w.out_port.pointer_path),),
+                           hint="hand the tile over in registers (a reg port), or keep it inside one component")
+    order = _topological(comps, wires, sink)
+    events = None
+    if schedule == "persistent":
+        tiles = _persistent_sequences(comps, wires, sink)
+        if not sink.has_errors:
+            from .events import plan_events
+            events = plan_events(comps, geometry, sink)
+            order = events.order if events else None
+        nested = {}
+    else:
+        tiles, nested = _tile_sequence(comps, schedule, sink)
+        _wires_within_levels(comps, wires, nested, sink)
+    params = _params(comps, sink)
+    for c in comps:
+        if spec.name in c.contract.symbols:
+            sink.error("PL077", f"the kernel name '{spec.name}' is an entry symbol of '{c.name}'",
+                       Location(file=spec.source, pointer="/name"), hint="name the pipeline differently")
+    for c in comps:
+        if (c.contract.events.notifies or c.contract.events.waits) and schedule != "persistent":
+            sink.error("PL078", f"'{c.name}' declares events, which only the persistent schedule wires (this "
+                       f"pipeline's is {schedule})", c.contract.at("/events"))
+        for role in c.contract.threads.roles:
+            if role.setmaxnreg is not None and not role_structured:
+                sink.error("PL078", f"role '{role.name}' of '{c.name}' asks for setmaxnreg {role.setmaxnreg}; the glue "
+                           "does not reconfigure registers per role yet, and ignoring the request would break the "
+                           "component's register plan", c.contract.at(f"{role.pointer_path}/setmaxnreg"))
+    if schedule == "warp_specialized":
+        for c in comps:
+            if c.contract.threads.uses_syncthreads and len(comps) > 1:
+                sink.error("PL071", f"'{c.name}' calls __syncthreads, which would wait for the warps of the other "
+                           "components too", c.contract.at("/threads/uses_syncthreads"))
+    roles = None
+    if role_structured and not sink.has_errors:
+        from .roles import plan_roles
+        roles = plan_roles(comps, wires, sink)
+        if roles is not None and tiles is not None and tiles[0].distribution != "grid_stride":
+            for g in roles.groups:
+                if g.instances > 1:
+                    sink.error("PL078", f"role '{g.name}' runs {g.instances} instances, which take a grid-stride walk's "
+                               f"tiles in turn; the tile sequence is {tiles[0].distribution}",
+                               _roles_at(comps, g.members[0].component))
+    stream_k = None
+    if roles is not None and not sink.has_errors:
+        from .roles import plan_stream_k
+        stream_k = plan_stream_k(comps, roles, tiles[0] if tiles else None, sink)
+    if sink.has_errors or tiles is None or order is None:
+        return None
+    shapes = {p.name for p in params if not p.pointer and p.dtype in INTEGER_DTYPES}
+    from_file = spec.extra.get("specialize", {})
+    for name in spec.specialize:
+        if name not in shapes:
+            where = Location(file=spec.source, pointer=f"/specialize/{name}") if name in from_file else None
+            sink.error("PL001", f"specialize {name}: the kernel has no integer parameter '{name}'", where,
+                       hint="integer parameters: " + ", ".join(sorted(shapes)))
+    if sink.has_errors:
+        return None
+    cluster = next((c.contract.cluster for c in comps if c.contract.cluster), None)
+    return Resolved(spec.name, comps, order, wires, geometry, schedule, tiles[0], tiles[1], params, events,
+                    spec.dispatch, spec.debug_events, dict(spec.specialize), roles,
+                    tuple(list(cluster) + [1] * (3 - len(cluster))) if cluster else None, stream_k, nested)
+
+
+def _roles_at(comps, name: str):
+    """Where component `name` declares its roles: the location of a diagnostic about them."""
+    return next(c for c in comps if c.name == name).contract.at("/threads/roles")
+
+
+def _role_structured_only(comps, schedule: str, spec: PipelineSpec, sink) -> None:
+    """Entries split the block by role; a component with a single entry has no role to run on."""
+    if schedule != "warp_specialized":
+        sink.error("PL078", f"components with several entries run warp-specialized; the pipeline asks for {schedule}",
+                   Location(file=spec.source, pointer="/schedule"))
+    for c in comps:
+        if not c.contract.entries:
+            sink.error("PL078", f"'{c.name}' has a single entry, and the other components split the block by role "
+                       "(the `entries` form); this linker does not mix the two in one kernel",
+                       c.contract.at("/entry"), hint="give the component an `entries` list with its role")
+
+
+def _order(components: list[Component], spec: PipelineSpec, sink: DiagnosticSink) -> list[Component] | None:
+    if not spec.components:
+        return list(components)
+    by_name = {c.name: c for c in components}
+    missing = [n for n in spec.components if n not in by_name]
+    extra = [c.name for c in components if c.name not in spec.components]
+    for n in missing:
+        sink.error("PL001", f"the pipeline names component '{n}', but no input provides it",
+                   Location(file=spec.source, pointer="/components"),
+                   hint="inputs provide: " + ", ".join(by_name))
+    for n in extra:
+        sink.error("PL001", f"input component '{n}' is not in the pipeline", Location(file=spec.source,
+                                                                                       pointer="/components"))
+    return None if missing or extra else [by_name[n] for n in spec.components]
+
+
+def _geometry(comps: list[Component], sink: DiagnosticSink) -> dict[str, int]:
+    """Every geometry name's link-time value: the provider's, else the consumer's default."""
+    env: dict[str, int] = {}
+    for c in comps:
+        env.update(c.contract.geometry.provides)  # conflicts were reported by check (PL050)
+    for c in comps:
+        for name, rng in c.contract.geometry.consumes.items():
+            if name not in env:
+                if rng.default is None:
+                    sink.error("PL052", f"'{c.name}' consumes {name}, but no component provides it and the contract "
+                               "gives no default", c.contract.at(f"/geometry/consumes/{name}"))
+                    continue
+                env[name] = rng.default
+            if not rng.admits(env[name]):  # a default taken from another consumer
+                sink.error("PL051", f"'{c.name}' accepts {name} {rng.describe()}, but the link gives it "
+                           f"{env[name]}", c.contract.at(f"/geometry/consumes/{name}"))
+    return env
+
+
+def _at(e: Expr, geometry) -> str:
+    """`TILE_M // 16` with the link's values of its names, for a message."""
+    values = ", ".join(f"{n}={geometry[n]}" for n in sorted(e.names) if n in geometry)
+    return f"{e.text!r} with {values}" if values else repr(e.text)
+
+
+def _threads_at(c: Component, geometry, sink: DiagnosticSink):
+    """The component's warps at the link's geometry, checked as the loader checks them at its defaults:
+    every count evaluates to 1..32, the roles add up, a warpgroup-aligned role has whole warpgroups."""
+    t = c.contract.threads
+    if t.warps_expr is None and all(r.warps_expr is None for r in t.roles):
+        return t
+    ok = True
+    for e, ptr, what in [(t.warps_expr, "/threads/warps", "threads.warps")] + [
+            (r.warps_expr, f"{r.pointer_path}/warps", f"role '{r.name}' warps") for r in t.roles]:
+        if e is None:
+            continue
+        try:
+            value = e.evaluate(geometry)
+        except ExprError as exc:
+            sink.error("PL028", f"{what} {_at(e, geometry)} cannot be evaluated at this link's geometry: {exc}",
+                       c.contract.at(ptr))
+            ok = False
+            continue
+        if not 1 <= value <= 32:
+            sink.error("PL023", f"{what} {_at(e, geometry)} is {value} at this link's geometry; a component has 1..32 "
+                       "warps", c.contract.at(ptr), hint="the warps must be 1..32 for every geometry value the contract "
+                       "accepts: narrow the consumed range")
+            ok = False
+    if not ok:
+        return t
+    at = t.at(geometry)
+    total = sum(r.warps for r in at.roles)
+    if total != at.warps:
+        sink.error("PL023", f"threads.warps is {at.warps} at this link's geometry but the roles add up to {total} "
+                   f"({' + '.join(str(r.warps) for r in at.roles)})", c.contract.at("/threads/warps"))
+    for r in at.roles:
+        if r.warps_expr is not None and r.warpgroup_aligned and r.warps % 4:
+            sink.error("PL024", f"role '{r.name}' warps {_at(r.warps_expr, geometry)} is {r.warps}; a warpgroup-aligned "
+                       "role needs a multiple of 4", c.contract.at(f"{r.pointer_path}/warps"))
+    return at
+
+
+def _tensor_map_boxes(comps: list[Component], geometry, sink: DiagnosticSink) -> None:
+    """Tensor-map boxes at the link's geometry: what the manifest will carry must suit the TMA (PL105)."""
+    from ..core.loader import box_problems
+    for c in comps:
+        for p in c.contract.entry.params:
+            if p.tensor_map is None or all(e.names <= c.contract.geometry.provides.keys() for e in p.tensor_map.box):
+                continue  # a box over the component's own constants was checked when it loaded
+            box = []
+            for j, e in enumerate(p.tensor_map.box):
+                ptr = f"{p.pointer_path}/tensor_map/box/{j}"
+                try:
+                    value = e.evaluate(geometry)
+                except ExprError as exc:
+                    sink.error("PL028", f"tensor map '{p.name}': box extent {_at(e, geometry)} cannot be evaluated at "
+                               f"this link's geometry: {exc}", c.contract.at(ptr))
+                    value = None
+                if value is not None and value < 1:
+                    sink.error("PL105", f"tensor map '{p.name}': box extent {_at(e, geometry)} is {value} at this "
+                               "link's geometry; the TMA moves 1..256 per extent", c.contract.at(ptr))
+                    value = None
+                box.append(value)
+            names = sorted({n for e in p.tensor_map.box for n in e.names})
+            for pointer, message, hint in box_problems(p, box):
+                sink.error("PL105", f"{message} at this link's geometry ({', '.join(f'{n}={geometry[n]}' for n in names)})",
+                           c.contract.at(pointer), hint=hint)
+
+
+def _explicit_wires(specs, by_name, sink) -> list[tuple[WireSpec, bool]]:
+    out = []
+    for w in specs:
+        ok = True
+        for comp, port, direction in ((w.producer, w.out_port, "out"), (w.consumer, w.in_port, "in")):
+            c = by_name.get(comp)
+            p = c.contract.port(port) if c else None
+            if c is None:
+                sink.error("PL062", f"wire '{w}' names component '{comp}', which is not in the link", w.where,
+                           hint="components: " + ", ".join(by_name))
+                ok = False
+            elif p is None or p.direction != direction or p.space not in ("smem", "reg"):
+                have = [q.name for q in c.contract.ports if q.direction == direction and q.space in ("smem", "reg")]
+                sink.error("PL062", f"wire '{w}': '{comp}' has no shared-memory or register {direction} port '{port}'",
+                           c.contract.at("/ports"), hint=f"its {direction} ports: {', '.join(have) or 'none'}",
+                           related=(w.where,) if w.where else ())
+                ok = False
+        if ok:
+            out.append((w, True))
+    return out
+
+
+def _auto_wires(comps, explicit, sink) -> list[tuple[WireSpec, bool]]:
+    """Each unwired smem input takes the smem output of another component with its dtype, when
+    exactly one such output is not already feeding an input (an output feeds one input unless
+    wired explicitly). Inputs are taken in pipeline order, so a chain wires itself."""
+    wired = {(w.consumer, w.in_port) for w, _ in explicit}
+    feeding = {(w.producer, w.out_port) for w, _ in explicit}
+    out = []
+    for c in comps:
+        for p in c.contract.ports:
+            if p.direction != "in" or p.space not in ("smem", "reg") or (c.name, p.name) in wired:
+                continue
+            cands = [(o.name, q) for o in comps if o.name != c.name for q in o.contract.ports
+                     if q.direction == "out" and q.space == p.space and q.dtype == p.dtype]
+            free = [(n, q) for n, q in cands if (n, q.name) not in feeding]
+            if len(free) == 1 or len(cands) == 1:
+                prod, q = free[0] if len(free) == 1 else cands[0]
+                text = f"{prod}.{q.name}->{c.name}.{p.name}"
+                out.append((WireSpec(prod, q.name, c.name, p.name, text), False))
+                feeding.add((prod, q.name))
+            elif not cands:
+                sink.error("PL060", f"input port '{c.name}.{p.name}' ({p.dtype}) has no producer: no other component "
+                           f"has a {'register' if p.space == 'reg' else 'shared-memory'} {p.dtype} output", c.contract.at(p.pointer_path))
+            else:
+                sink.error("PL061", f"input port '{c.name}.{p.name}' could take any of "
+                           f"{', '.join(f'{n}.{q.name}' for n, q in (free or cands))}", c.contract.at(p.pointer_path))
+    return out
+
+
+def _infer_schedule(wires, by_name, geometry) -> str:
+    """Multi-stage ports mean a ring between concurrent warps; otherwise steps on the same warps."""
+    for w, _ in wires:
+        stages = by_name[w.producer].contract.port(w.out_port).stages
+        try:
+            if stages.evaluate(geometry) > 1:
+                return "warp_specialized"
+        except ExprError:
+            continue
+    return "sequential"
+
+
+def _check_wire(ws: WireSpec, explicit: bool, by_name, schedule: str, geometry, sink) -> Wire | None:
+    prod, cons = by_name[ws.producer], by_name[ws.consumer]
+    out, inp = prod.contract.port(ws.out_port), cons.contract.port(ws.in_port)
+    where, other = cons.contract.at(inp.pointer_path), prod.contract.at(out.pointer_path)
+    ok = True
+    if out.dtype != inp.dtype:
+        sink.error("PL063", f"wire '{ws}': '{ws.producer}' produces {out.dtype}, '{ws.consumer}' expects {inp.dtype}",
+                   where, related=(other,))
+        ok = False
+    try:
+        t_out, t_in = _values(out.tile, geometry), _values(inp.tile, geometry)
+        s_out, s_in = out.stages.evaluate(geometry), inp.stages.evaluate(geometry)
+    except ExprError:
+        return None  # a geometry value is missing: reported as PL052
+    if t_out != t_in:
+        sink.error("PL064", f"wire '{ws}': '{ws.producer}' produces tiles {_shape(out.tile, t_out)}, "
+                   f"'{ws.consumer}' expects {_shape(inp.tile, t_in)}", where, related=(other,))
+        ok = False
+    if s_out != s_in:
+        sink.error("PL066", f"wire '{ws}': '{ws.producer}' has {s_out} stages, '{ws.consumer}' expects {s_in}",
+                   where, related=(other,))
+        ok = False
+    same_layout = (out.layout, out.swizzle) == (inp.layout, inp.swizzle)
+    if out.space != inp.space:
+        sink.error("PL062", f"wire '{ws}' joins a {out.space} port to a {inp.space} port", where, related=(other,))
+        return None
+    if out.space == "reg":
+        if out.fragment != inp.fragment:
+            sink.error("PL102", f"fragment '{ws}': '{ws.producer}' holds layout {out.fragment}, '{ws.consumer}' reads "
+                       f"{inp.fragment}", where, related=(other,))
+            ok = False
+        return Wire(ws.producer, out, ws.consumer, inp, "fragment", 1, tuple(t_out), explicit) if ok else None
+    if schedule == "warp_specialized":
+        kind = "ring"
+        if not same_layout:
+            sink.error("PL065", f"wire '{ws}': '{ws.producer}' writes {out.layout}/{out.swizzle}, '{ws.consumer}' "
+                       f"reads {inp.layout}/{inp.swizzle}, and the two run concurrently", where, related=(other,))
+            ok = False
+    else:
+        kind = "zero_copy" if same_layout else "relayout"
+        if not same_layout and (len(t_out) != 2 or out.swizzle != "none" or inp.swizzle != "none" or s_out != 1):
+            sink.error("PL065", f"wire '{ws}': no re-layout from {out.layout}/{out.swizzle} to "
+                       f"{inp.layout}/{inp.swizzle} for this tile", where, related=(other,))
+            ok = False
+    return Wire(ws.producer, out, ws.consumer, inp, kind, s_out, tuple(t_out), explicit) if ok else None
+
+
+def _one_stage_count_per_component(comps, wires, sink) -> None:
+    """A component's rings share its tile loop, and so its slot index: one stage count for all."""
+    for c in comps:
+        rings = [w for w in wires if c.name in (w.producer, w.consumer)]
+        counts = sorted({w.stages for w in rings})
+        if len(counts) > 1:
+            sink.error("PL066", f"'{c.name}' sits on rings of {' and '.join(map(str, counts))} stages "
+                       f"({', '.join(f'{w} x{w.stages}' for w in rings)}); its tile loop has one slot index",
+                       c.contract.at("/ports"))
+
+
+def _values(exprs: tuple[Expr, ...], geometry) -> list[int]:
+    return [e.evaluate(geometry) for e in exprs]
+
+
+def _shape(exprs, values) -> str:
+    return "[" + ", ".join(f"{e}={v}" if not e.is_constant else str(v) for e, v in zip(exprs, values)) + "]"
+
+
+def _topological(comps, wires, sink) -> list[str] | None:
+    from .graph import dependency_order
+    order, cycle = dependency_order([c.name for c in comps], [(w.producer, w.consumer, str(w)) for w in wires])
+    if order is None:
+        sink.error("PL068", f"the wires form a cycle: {' -> '.join(a for a, _, _ in cycle)}")
+    return order
+
+
+def _tile_sequence(comps, schedule: str, sink) -> tuple[tuple[TileSequence, str] | None, dict]:
+    """One tile loop serves every component, so every declared sequence must agree with the first
+    of the lowest rank, the kernel's. In the sequential schedule a component whose grid is the
+    kernel's plus trailing dimensions (a loader's 2-d tiles under a row-block consumer's 1-d grid)
+    walks those in an inner loop inside each kernel tile, on the same CTA: (sequence, owner) and
+    {component: the inner extents} of every such component (and of the components wired to it
+    that declare no sequence of their own)."""
+    declared = [(c, c.contract.geometry.tile_sequence) for c in comps if c.contract.geometry.tile_sequence]
+    if not declared:
+        sink.error("PL072", "no component declares a tile sequence, so the kernel does not know its tiles",
+                   comps[0].contract.at("/geometry"))
+        return None, {}
+    rank = min(len(seq.grid) for _, seq in declared)
+    (first, seq), geometry = next((c, s) for c, s in declared if len(s.grid) == rank), {}
+    if seq.distribution == "queue":
+        sink.error("PL078", f"'{first.name}' distributes its tiles through a queue; this linker schedules tiles "
+                   "statically (grid_stride, blocked) only", first.contract.at(f"{seq.pointer_path}/distribution"))
+    for c in comps:
+        geometry.update(c.contract.geometry.provides)
+    for c in comps:
+        for k, r in c.contract.geometry.consumes.items():
+            geometry.setdefault(k, r.default)
+    nested, inner_first = {}, None
+    for c, other in declared:
+        if c is first:
+            continue
+        why = _sequence_difference(seq, other, geometry)
+        if why and len(other.grid) > rank and schedule == "sequential":
+            why = _nesting_difference(seq, other, geometry)
+            if not why and inner_first is not None:  # one inner loop shape serves every nested component
+                why = _sequence_difference(inner_first[1], other, geometry)
+                why = why and f"{why} (against the nested '{inner_first[0].name}')"
+            if not why:
+                nested[c.name] = other.grid[rank:]
+                inner_first = inner_first or (c, other)
+                continue
+        if why:
+            hint = None
+            if len(other.grid) != rank:
+                hint = ("a coarser grid may take a finer one's tiles in an inner loop in the sequential schedule "
+                        "(the finer grid is the coarser one plus trailing dimensions, walked row-major); across "
+                        "CTAs, give each its own grid in a persistent pipeline and order them with an event "
+                        "(`ij->i`)")
+            sink.error("PL067", f"'{c.name}' walks its tiles differently from '{first.name}': {why}",
+                       c.contract.at(other.pointer_path), related=(first.contract.at(seq.pointer_path),), hint=hint)
+    return (seq, first.name), nested
+
+
+def _nesting_difference(outer: TileSequence, inner: TileSequence, geometry) -> str | None:
+    """Why `inner` cannot run nested in `outer`'s tiles: its leading dimensions must be `outer`'s grid,
+    and it walks its trailing ones row-major (its own order and distribution then mean nothing else)."""
+    if inner.order != "row_major":
+        return f"a nested grid walks its extra dimensions row-major, not {inner.order}"
+    if inner.distribution != outer.distribution:
+        return f"distribution {inner.distribution} against {outer.distribution}"
+    lead = TileSequence(inner.grid[:len(outer.grid)], outer.order, outer.distribution, inner.pointer_path)
+    why = _sequence_difference(outer, lead, geometry)
+    return why and f"its leading dimensions differ from the kernel's grid: {why}"
+
+
+def _wires_within_levels(comps, wires, nested: dict, sink) -> None:
+    """A component without a sequence of its own runs where the components it is wired to run; a
+    shared-memory tile never crosses between the inner loop and the kernel's tiles (PL172): a
+    coarser reader would see the last inner tile only, and the bytes of a coarser producer are not
+    kept across the inner loop."""
+    if not nested:
+        return
+    declared = {c.name for c in comps if c.contract.geometry.tile_sequence}
+    for _ in comps:  # to a fixed point along the wires
+        for w in wires:
+            for a, b in ((w.producer, w.consumer), (w.consumer, w.producer)):
+                if a in nested and b not in nested and b not in declared:
+                    nested[b] = nested[a]
+    by_name = {c.name: c for c in comps}
+    for w in wires:
+        if (w.producer in nested) != (w.consumer in nested):
+            inner, outer = (w.producer, w.consumer) if w.producer in nested else (w.consumer, w.producer)
+            sink.error("PL172", f"wire '{w}' hands a shared-memory tile between '{inner}', which walks an inner loop "
+                       f"of tiles, and '{outer}', which runs once per kernel tile",
+                       by_name[w.consumer].contract.at(w.in_port.pointer_path),
+                       related=(by_name[w.producer].contract.at(w.out_port.pointer_path),))
+
+
+def _persistent_sequences(comps, wires, sink) -> tuple[TileSequence, str] | None:
+    """In a persistent kernel each component walks its own task grid; tasks of different components
+    may run on different CTAs, so they meet through global memory and events, never shared memory."""
+    for w in wires:
+        sink.error("PL085", f"wire '{w}' joins two components of a persistent kernel through shared memory, but "
+                   "their tasks may run on different CTAs", next(c for c in comps if c.name == w.consumer).contract.at(
+                       w.in_port.pointer_path))
+    first = None
+    for c in comps:
+        seq = c.contract.geometry.tile_sequence
+        if seq is None:
+            sink.error("PL072", f"'{c.name}' declares no tile sequence: a persistent kernel runs each component's "
+                       "tasks over its own grid", c.contract.at("/geometry"))
+        elif seq.distribution == "queue":
+            sink.error("PL078", f"'{c.name}' asks for the queue distribution; choose the pipeline's dispatch "
+                       "(static or dynamic) instead", c.contract.at(f"{seq.pointer_path}/distribution"))
+        elif first is None:
+            first = (seq, c.name)
+    return first
+
+
+def _sequence_difference(a: TileSequence, b: TileSequence, geometry) -> str | None:
+    if len(a.grid) != len(b.grid):
+        return f"a {len(b.grid)}-d grid against a {len(a.grid)}-d one"
+    if a.order != b.order:
+        return f"order {b.order} against {a.order}"
+    if a.distribution != b.distribution:
+        return f"distribution {b.distribution} against {a.distribution}"
+    shapes = sorted({n for e in a.grid + b.grid for n in e.names} - set(geometry))
+    for values in itertools.islice(itertools.product(SAMPLE_SHAPES, repeat=len(shapes)), 400):
+        env = dict(geometry, **dict(zip(shapes, values)))
+        try:
+            ga, gb = [e.evaluate(env) for e in a.grid], [e.evaluate(env) for e in b.grid]
+        except ExprError:
+            continue
+        if ga != gb:
+            shown = ", ".join(f"{k}={v}" for k, v in zip(shapes, values))
+            return (f"grid [{', '.join(map(str, b.grid))}] = {gb} against [{', '.join(map(str, a.grid))}] = {ga} "
+                    f"at {shown}")
+    return None
+
+
+def _params(comps, sink) -> list[KernelParam]:
+    """The fused kernel's parameters: every component's, merged by name."""
+    merged: dict[str, KernelParam] = {}
+    first: dict[str, Component] = {}
+    for c in comps:
+        for p in c.contract.entry.params:
+            have = merged.get(p.name)
+            if have is None:
+                merged[p.name] = KernelParam(p.name, p.dtype, p.pointer, p.const, (c.name,), p.tensor_map)
+                first[p.name] = c
+            elif have.tensor_map != p.tensor_map and (have.tensor_map is None or p.tensor_map is None or
+                                                      _tmap_key(have.tensor_map) != _tmap_key(p.tensor_map)):
+                sink.error("PL069", f"parameter '{p.name}' is declared differently by '{c.name}' and "
+                           f"'{first[p.name].name}' (one tensor map for both, or neither)",
+                           c.contract.at(p.pointer_path))
+            elif (have.dtype, have.pointer) != (p.dtype, p.pointer):
+                sink.error("PL069", f"parameter '{p.name}' is {_kind(p.dtype, p.pointer)} in '{c.name}' but "
+                           f"{_kind(have.dtype, have.pointer)} in '{first[p.name].name}'",
+                           c.contract.at(p.pointer_path), related=(first[p.name].contract.at("/entry/params"),))
+            else:
+                merged[p.name] = replace(have, const=have.const and p.const, users=have.users + (c.name,))
+    for c in comps:  # what each user declares of the buffer behind a pointer: extents (views may differ), alignment
+        for p in c.contract.entry.params:
+            have = merged[p.name]
+            if p.shape is not None and all(tuple(map(str, p.shape)) != tuple(map(str, s)) for s in have.shapes):
+                merged[p.name] = replace(have, shapes=have.shapes + (p.shape,))
+        for port in c.contract.ports:
+            if port.space == "gmem" and port.align and port.param in merged:
+                have = merged[port.param]
+                merged[port.param] = replace(have, align=max(have.align or 0, port.align))
+    return list(merged.values())
+
+
+def _tmap_key(t: TensorMapSpec) -> tuple:
+    return (tuple(map(str, t.shape)), tuple(map(str, t.box)), t.swizzle, t.oob_fill)
+
+
+def _kind(dtype: str, pointer: bool) -> str:
+    return f"a {dtype} pointer" if pointer else f"a {dtype} scalar"
