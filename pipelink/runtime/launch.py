@@ -612,12 +612,14 @@ class Kernel:
     def _partials_for(self, slots: int) -> int:
         """The partial slots of a split reduction: allocated and zeroed once per kernel, for every CTA
         the device holds or the launch's split tiles, and grown when a launch needs more (launches
-        leave their flags zero). A grown buffer replaces the old one only after a synchronize: a
+        leave their flags zero). A grown buffer replaces the old one, which is kept until unload: a
         prepared launch or a captured graph may still point at it."""
         slot_bytes = 4 * self.manifest.stream_k.slot_floats
         need = max(slots, self.resident_blocks())
         if self._partials is None or self._partials[1] < need:
+            self._require_loaded("the partial sums of a split reduction")
             drv = _cu.driver()
+            _cu.call("cuCtxSetCurrent", drv.cuCtxSetCurrent, self.context)  # this thread may have none current
             size = need * slot_bytes
             ptr = _cu.call(f"cuMemAlloc({size}) for the partial sums of kernel '{self.name}'", drv.cuMemAlloc, size)
             _cu.call("cuMemsetD8 (the partial sums' flags)", drv.cuMemsetD8, ptr, 0, size)
