@@ -90,3 +90,232 @@ def test_fused_kernels_match_torch(baseline, shape, T):
             torch.cuda.synchronize()
             v = layer.judge(s, x, weights, buffers)
             assert v.ok, (type(impl).__name__, v)
+
+
+def test_report_renders_the_committed_results_unchanged():
+    """Older result files (no graph or grouped_mm columns) render as they did."""
+    import json
+    import report
+    doc = json.loads((CASE / "results" / "all.json").read_text())
+    assert report.render(doc) == (CASE / "results" / "RESULTS.md").read_text()
+
+
+def _bench_row(shape, T, names, gpu_names):
+    return {"shape": shape, "T": T, "samples_us": {n: [1.0] for n in names},
+            "median_us": {n: 100.0 + i for i, n in enumerate(names)},
+            "gpu_only_us": {n: 50.0 + i for i, n in enumerate(gpu_names)}}
+
+
+def test_report_renders_the_graph_and_grouped_mm_columns():
+    import report
+    names = ["pipelink fused", "classic fused", "separate kernels", "torch", "torch grouped_mm",
+             "pipelink fused graph", "separate kernels graph", "torch grouped_mm graph"]
+    gpu = [n for n in names if n != "torch"]
+    tests = [{"shape": "small", "T": 16, "kernel": k, "launch": 1, "ok": True, "max_err": 0.01, "unwritten": 0,
+              "routing": "ok"} for k in gpu]
+    doc = {"command": "run.py all", "device": "GPU", "date": "d", "seed": 1, "tests": tests,
+           "bench": [_bench_row("small", 16, names, gpu),
+                     _bench_row("small", 128, names[:4], gpu[:3])]}  # a row without the new columns
+    text = report.render(doc)
+    header = next(line for line in text.splitlines() if line.startswith("| shape | T |"))
+    for n in names:
+        assert f"| {n} per call |" in header or f" {n} per call |" in header
+    assert "torch grouped_mm graph GPU only" in header and "torch GPU only" not in header
+    rows = [line for line in text.splitlines() if line.startswith("| small |")]
+    assert rows[0].count("|") == rows[1].count("|") == header.count("|")
+    assert rows[0] == "| small | 16 | " + " | ".join(str(100 + i) for i in range(8)) + " | " \
+        + " | ".join(str(50 + i) for i in range(7)) + " |"
+    assert rows[1].endswith("| 50 | 51 | 52 | - | - | - | - |")
+    assert "7 of 7 runs correct" in text and "7 implementations" in text
+    assert "replayed on another" in text and "captured once per problem into a CUDA graph" in text
+    assert "no programmatic dependent launch" in text and "`torch._grouped_mm`" in text
+
+
+def test_report_says_what_was_skipped():
+    import report
+    names = ["pipelink fused", "torch"]
+    doc = {"command": "c", "device": "GPU", "date": "d", "seed": 1,
+           "skipped": {"torch grouped_mm": "torch 2.4 has no torch._grouped_mm"},
+           "bench": [_bench_row("small", 16, names, names[:1])]}
+    text = report.render(doc)
+    assert "Skipped: torch grouped_mm: torch 2.4 has no torch._grouped_mm" in text
+    assert "grouped_mm per call" not in text and "graph" not in text
+
+
+def test_grouped_mm_missing_is_a_reason_not_a_fallback(monkeypatch):
+    import types
+    import launchers
+    import layer
+    fake = types.ModuleType("torch")
+    fake.__version__ = "0.0-test"
+    monkeypatch.setitem(sys.modules, "torch", fake)
+    assert launchers.grouped_mm_unavailable(layer.SHAPES.values()) == "torch 0.0-test has no torch._grouped_mm"
+
+
+@pytest.mark.parametrize("why", [None, "torch 0.0 has no torch._grouped_mm"])
+def test_run_plumbing_names_the_graphs_of_existing_implementations(monkeypatch, why):
+    import launchers
+    import run
+    assert set(run.GRAPHED.values()) == {"pipelink fused", "separate kernels", "torch grouped_mm"}
+    assert all(g == f"{e} graph" for g, e in run.GRAPHED.items())
+    made = []
+    stub = lambda kind: lambda *a: made.append(kind) or kind  # noqa: E731
+    monkeypatch.setattr(launchers.PipelinkLayer, "from_link", stub("pipelink"))
+    for cls in ("ClassicFused", "ClassicSeparate", "TorchLayer", "GroupedMmLayer"):
+        monkeypatch.setattr(launchers, cls, stub(cls))
+    monkeypatch.setattr(launchers, "grouped_mm_unavailable", lambda shapes: why)
+    skipped = {}
+    impls = run.implementations("linked", b"cubin", skipped)
+    graphs = {n: i.impl for n, i in impls.items() if isinstance(i, launchers.CapturedLayer)}
+    if why is None:
+        assert list(impls) == ["pipelink fused", "classic fused", "separate kernels", "torch", "torch grouped_mm",
+                               *run.GRAPHED] and skipped == {}
+        assert graphs == {"pipelink fused graph": "pipelink", "separate kernels graph": "ClassicSeparate",
+                          "torch grouped_mm graph": "GroupedMmLayer"}
+        assert made.count("pipelink") == 2  # the graph's kernel is a second instance, with its own workspace
+    else:
+        assert "torch grouped_mm" not in impls and "torch grouped_mm graph" not in impls
+        assert skipped == {"torch grouped_mm": why, "torch grouped_mm graph": why}
+        assert set(graphs) == {"pipelink fused graph", "separate kernels graph"}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape,T", [("small", 16), ("small", 1000), ("qwen3-30b-a3b", 16), ("qwen3-30b-a3b", 300)])
+def test_graphs_and_grouped_mm_match_torch(baseline, shape, T):
+    """Each graph is captured on one token set and replayed on another (input copied in, outputs
+    poisoned again); torch's _grouped_mm path, eager and captured, where torch has it."""
+    import torch
+    import launchers
+    import layer
+    import run
+    base, _ = baseline
+    skipped = {}
+    impls = run.implementations(builds.link_pipelink(base.pipelink_objects), builds.link_classic(base.classic_objects),
+                                skipped)
+    s = layer.SHAPES[shape]
+    seed = int.from_bytes(os.urandom(2), "little")
+    weights = layer.make_weights(s, seed)
+    xs = [layer.make_tokens(s, T, seed + 1), layer.make_tokens(s, T, seed + 2)]
+    names = [n for n in impls if n in run.GRAPHED or n == "torch grouped_mm"]
+    expected = {"pipelink fused graph", "separate kernels graph"}
+    if not skipped:  # torch has _grouped_mm and takes the shapes
+        expected |= {"torch grouped_mm", "torch grouped_mm graph"}
+    assert set(names) == expected, skipped
+    for name in names:
+        impl = impls[name]
+        buffers = layer.poisoned_buffers(impl.layout(s, T))
+        for x in xs:
+            layer.poison(buffers)
+            impl.run(s, x, weights, buffers)
+            torch.cuda.synchronize()
+            v = layer.judge(s, x, weights, buffers)
+            assert v.ok, (name, v)
+        if isinstance(impl, launchers.CapturedLayer):
+            assert len(impl._graphs) == 1  # captured once, replayed for the second token set
+
+
+class _FakeTensor:
+    """Enough of a tensor for CapturedLayer: a list of values at an address of its own."""
+    _next = [0x1000]
+
+    def __init__(self, values):
+        self.values, self.shape = list(values), (len(values),)
+        self._ptr = _FakeTensor._next[0]
+        _FakeTensor._next[0] += 0x1000
+
+    def data_ptr(self):
+        return self._ptr
+
+    def clone(self):
+        return _FakeTensor(self.values)
+
+    def copy_(self, other):
+        self.values[:] = other.values
+        return self
+
+
+def _fake_torch(monkeypatch):
+    import contextlib
+    import types
+    state = types.SimpleNamespace(capturing=None, stream="default", captures=0)
+
+    class Graph:
+        def __init__(self):
+            self.ops = []
+
+        def replay(self):
+            for op in self.ops:
+                op()
+
+    @contextlib.contextmanager
+    def stream(s):
+        prev, state.stream = state.stream, s
+        yield
+        state.stream = prev
+
+    @contextlib.contextmanager
+    def graph(g):
+        state.capturing, state.captures = g, state.captures + 1
+        yield
+        state.capturing = None
+
+    class Stream:
+        def wait_stream(self, other):
+            pass
+
+    cuda = types.SimpleNamespace(Stream=Stream, CUDAGraph=Graph, graph=graph, stream=stream,
+                                 current_stream=lambda: Stream())
+    fake = types.ModuleType("torch")
+    fake.cuda = cuda
+    monkeypatch.setitem(sys.modules, "torch", fake)
+    return state
+
+
+class _FakeImpl:
+    """y[i] = x[i] * w[i], launched (or, while capturing, recorded) on the arrays it is given."""
+
+    def __init__(self, state):
+        self.state, self.runs = state, 0
+
+    def layout(self, shape, T):
+        return (shape, T)
+
+    def run(self, shape, x, weights, buffers):
+        def op():
+            buffers["y"].values[:] = [a * b for a, b in zip(x.values, weights["w"].values)]
+        self.runs += 1
+        if self.state.capturing is not None:
+            self.state.capturing.ops.append(op)
+        else:
+            op()
+
+
+def test_captured_layer_copies_inputs_and_restores_the_poisoned_outputs(monkeypatch):
+    import launchers
+    import layer
+    state = _fake_torch(monkeypatch)
+    impl = _FakeImpl(state)
+    g = launchers.CapturedLayer(impl)
+    s = layer.SMALL
+    x1, x2, w = _FakeTensor([1, 2]), _FakeTensor([3, 4]), {"w": _FakeTensor([10, 100])}
+    y = _FakeTensor([-1, -1])
+    # the warm-up writes y; what the caller passed must be back before the replay: check via a spy
+    restored = []
+    real_capture = g._capture
+
+    def spy(*args):
+        entry = real_capture(*args)
+        restored.append(list(y.values))
+        return entry
+    monkeypatch.setattr(g, "_capture", spy)
+    g.run(s, x1, w, {"y": y})
+    assert restored == [[-1, -1]] and y.values == [10, 200] and state.captures == 1 and impl.runs == 3
+    g.run(s, x2, w, {"y": y})  # a replay on new inputs, copied in: no new capture
+    assert y.values == [30, 400] and state.captures == 1 and impl.runs == 3
+    x2.values[:] = [5, 6]      # the graph reads its own copy of x, not the caller's array
+    assert y.values == [30, 400]
+    g.run(s, x2, {"w": _FakeTensor([1, 1])}, {"y": y})  # new weights: copied, same graph
+    assert y.values == [5, 6] and state.captures == 1
+    other = _FakeTensor([0, 0])
+    g.run(s, x1, w, {"y": other})  # other output buffers: a graph of their own
+    assert other.values == [10, 200] and state.captures == 2 and y.values == [5, 6]

@@ -1,5 +1,7 @@
-"""The MoE layer four ways, each a callable `run(x, weights, buffers)` on the current stream:
-pipelink's fused kernel, the classic fused kernel, the classic four separate kernels, plain torch."""
+"""The MoE layer several ways, each a `run(shape, x, weights, buffers)` on torch's current stream:
+pipelink's fused kernel, the classic fused kernel, the classic four separate kernels, plain torch,
+torch with `torch._grouped_mm`, and any of them captured once into a CUDA graph and replayed
+(`CapturedLayer`)."""
 from __future__ import annotations
 
 import ctypes
@@ -37,7 +39,8 @@ class PipelinkLayer:
             if len(self._prepared) >= 8:  # a prepared launch keeps its arrays alive: keep few
                 self._prepared.pop(next(iter(self._prepared)))
             prepared = self._prepared[key] = self.kernel.prepare(**args)
-        prepared.launch()
+        import torch
+        prepared.launch(torch.cuda.current_stream())  # the capture stream while a CUDA graph is captured
 
 
 class _MoeArgs(ctypes.Structure):
@@ -145,3 +148,131 @@ class TorchLayer:
     def run(self, shape: ModelShape, x, weights: dict, buffers: dict) -> None:
         from layer import torch_moe
         buffers["y"].view(x.shape[0], shape.H).copy_(torch_moe(shape, x, weights))
+
+
+class CapturedLayer:
+    """`impl` captured once into a torch CUDA graph per problem (shape, T, output buffers), then replayed.
+
+    The graph reads its own copies of the inputs, never the caller's arrays: x is copied in before
+    every replay, the weights whenever a different set of weight tensors is passed (a model's graph
+    reads its parameters in place, so the copy is not part of a replay). It writes the caller's
+    buffers, as the other implementations do; the buffers are restored to what the caller passed
+    (poisoned) after the capture's warm-up, so the first replay, not the warm-up, fills them.
+    Capture: two warm-up calls on a side stream (prepared launches, loaded functions, library
+    handles all exist before the capture), then one call on the capture stream."""
+
+    KEEP = 4  # graphs kept (each holds its buffers and its memory pool)
+
+    def __init__(self, impl):
+        self.impl = impl
+        self._weights = {}  # shape name -> (the caller's tensors last copied, our copies)
+        self._graphs = {}   # (shape name, T, buffer addresses) -> (graph, x copy, buffers held)
+
+    def layout(self, shape: ModelShape, T: int) -> Layout:
+        return self.impl.layout(shape, T)
+
+    def _static_weights(self, shape: ModelShape, weights: dict) -> dict:
+        held = self._weights.get(shape.name)
+        if held is None:
+            copies = {k: v.clone() for k, v in weights.items()}
+            self._weights[shape.name] = (dict(weights), copies)
+            return copies
+        source, copies = held
+        if set(source) != set(weights) or any(source[k] is not weights[k] for k in weights):
+            for k, v in weights.items():  # same shapes: the captured graphs stay valid
+                copies[k].copy_(v)
+            self._weights[shape.name] = (dict(weights), copies)  # held: an address is never reused
+        return copies
+
+    def run(self, shape: ModelShape, x, weights: dict, buffers: dict) -> None:
+        w = self._static_weights(shape, weights)
+        key = (shape.name, x.shape[0], tuple((n, b.data_ptr()) for n, b in sorted(buffers.items())))
+        entry = self._graphs.get(key)
+        if entry is None:
+            entry = self._capture(shape, x, w, buffers)
+            if len(self._graphs) >= self.KEEP:
+                self._graphs.pop(next(iter(self._graphs)))
+            self._graphs[key] = entry
+        graph, x_in, _ = entry
+        x_in.copy_(x)
+        graph.replay()
+
+    def _capture(self, shape: ModelShape, x, w: dict, buffers: dict):
+        import torch
+        x_in = x.clone()
+        before = {n: b.clone() for n, b in buffers.items()}
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                self.impl.run(shape, x_in, w, buffers)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            self.impl.run(shape, x_in, w, buffers)
+        for n, b in buffers.items():
+            b.copy_(before[n])
+        return graph, x_in, dict(buffers)
+
+
+def grouped_mm_moe(shape: ModelShape, x, weights: dict):
+    """The MoE layer with `torch._grouped_mm`, as a user writes it: router (fp32 logits, softmax,
+    top-k, renormalized), tokens permuted expert by expert, one grouped GEMM each for gate, up and
+    down with the experts' end offsets, SwiGLU, and the weighted sum of each token's TOPK rows.
+    No host synchronization, so a CUDA graph can capture it. Returns (y bf16 [T, H], ids [T, TOPK]
+    int64, routing weights fp32 [T, TOPK])."""
+    import torch
+    import torch.nn.functional as F
+    T, K, E = x.shape[0], shape.TOPK, shape.E
+    logits = x.float() @ weights["w_router"].float().t()  # the kernel's router accumulates in fp32 too
+    probs = torch.softmax(logits, dim=1)
+    w, ids = probs.topk(K, dim=1)
+    w = w / w.sum(dim=1, keepdim=True)
+    sorted_ids, order = ids.flatten().sort(stable=True)  # (token, k) pairs expert by expert
+    offs = torch.searchsorted(sorted_ids, torch.arange(E, device=x.device), right=True).to(torch.int32)
+    a = x.index_select(0, order // K)
+    gate = torch._grouped_mm(a, weights["w_gate"].transpose(1, 2), offs=offs, out_dtype=torch.bfloat16)
+    up = torch._grouped_mm(a, weights["w_up"].transpose(1, 2), offs=offs, out_dtype=torch.bfloat16)
+    h = F.silu(gate) * up
+    down = torch._grouped_mm(h, weights["w_down"].transpose(1, 2), offs=offs, out_dtype=torch.bfloat16)
+    rows = down.index_select(0, order.argsort()).view(T, K, shape.H)  # back to (token, k) order
+    y = (rows.float() * w.unsqueeze(2)).sum(dim=1).to(torch.bfloat16)
+    return y, ids, w
+
+
+def grouped_mm_unavailable(shapes) -> str | None:
+    """Why the `_grouped_mm` path cannot run here (None: it can): torch lacks it, or it refuses the
+    shapes' dtypes and strides (tried once per shape with two experts, one of them given no token)."""
+    import torch
+    if not hasattr(torch, "_grouped_mm"):
+        return f"torch {torch.__version__} has no torch._grouped_mm"
+    for s in shapes:
+        probe = ModelShape(s.name, H=s.H, E=2, TOPK=1, I=s.I)
+        g = torch.Generator(device="cuda").manual_seed(0)
+        rand = lambda *d: torch.randn(*d, generator=g, device="cuda").to(torch.bfloat16)  # noqa: E731
+        weights = {"w_router": torch.zeros(2, s.H, device="cuda", dtype=torch.bfloat16),
+                   "w_gate": rand(2, s.I, s.H), "w_up": rand(2, s.I, s.H), "w_down": rand(2, s.H, s.I)}
+        weights["w_router"][0] = 1.0  # positive tokens all go to expert 0: expert 1's group is empty
+        try:
+            y, _, _ = grouped_mm_moe(probe, rand(16, s.H).abs(), weights)
+            torch.cuda.synchronize()
+        except (RuntimeError, TypeError, NotImplementedError) as exc:
+            return f"torch._grouped_mm refused the {s.name} shapes (H={s.H}, I={s.I}): " + str(exc).splitlines()[0]
+        if tuple(y.shape) != (16, s.H):
+            return f"torch._grouped_mm gave an output of shape {tuple(y.shape)} for the {s.name} probe"
+    return None
+
+
+class GroupedMmLayer:
+    """torch with `torch._grouped_mm` (grouped_mm_moe): writes topk_ids, topk_w and y, so the routing is
+    checked like the kernels' (the other buffers are the kernels' own and stay as they were)."""
+
+    def layout(self, shape: ModelShape, T: int) -> Layout:
+        return Layout(shape, T, AGREED_GEOMETRY)
+
+    def run(self, shape: ModelShape, x, weights: dict, buffers: dict) -> None:
+        y, ids, w = grouped_mm_moe(shape, x, weights)
+        T = x.shape[0]
+        buffers["y"].view(T, shape.H).copy_(y)
+        buffers["topk_ids"].view(T, shape.TOPK).copy_(ids)
+        buffers["topk_w"].view(T, shape.TOPK).copy_(w)

@@ -69,12 +69,19 @@ def poisoned_buffers(layout: Layout) -> dict:
     out = {}
     for name, n in layout.sizes().items():
         if name in ("ys", "y"):
-            out[name] = torch.full((n,), float("nan"), dtype=torch.bfloat16, device="cuda")
+            out[name] = torch.empty((n,), dtype=torch.bfloat16, device="cuda")
         elif name == "topk_w":
-            out[name] = torch.full((n,), float("nan"), dtype=torch.float32, device="cuda")
+            out[name] = torch.empty((n,), dtype=torch.float32, device="cuda")
         else:
-            out[name] = torch.full((n,), -1, dtype=torch.int32, device="cuda")
-    return out
+            out[name] = torch.empty((n,), dtype=torch.int32, device="cuda")
+    return poison(out)
+
+
+def poison(buffers: dict) -> dict:
+    """Poison the buffers in place (NaN for values, -1 for indices) and return them."""
+    for b in buffers.values():
+        b.fill_(float("nan") if b.is_floating_point() else -1)
+    return buffers
 
 
 def kernel_args(shape: ModelShape, T: int, x, weights: dict, buffers: dict) -> dict:

@@ -12,24 +12,45 @@ def render(doc: dict) -> str:
     if "tests" in doc:
         tests = doc["tests"]
         ok = sum(r["ok"] for r in tests)
+        kernels = list(dict.fromkeys(r["kernel"] for r in tests))
+        graphs = [k for k in kernels if k.endswith(" graph")]
+        if kernels == ["pipelink fused", "classic fused", "separate kernels"]:  # the first runs' wording
+            what = "the three kernels (pipelink's twice in a row, no reset)"
+        else:
+            what = (f"{len(kernels)} implementations ({', '.join(kernels)}; pipelink's fused kernel twice in a row, "
+                    "no reset" + ("; each graph captured on one token set, then replayed on another, its input "
+                                  "copied in and its outputs poisoned again" if graphs else "") + ")")
         out += ["## Correctness", "",
-                f"{ok} of {len(tests)} runs correct: both model shapes x T in 16, 128, 1024, 4096 x the three kernels "
-                "(pipelink's twice in a row, no reset), fresh random bf16 inputs, outputs poisoned with NaN, against "
+                f"{ok} of {len(tests)} runs correct: both model shapes x T in 16, 128, 1024, 4096 x {what}, "
+                "fresh random bf16 inputs, outputs poisoned with NaN, against "
                 "an fp32 torch reference on the kernel's own routing (which must itself be a top-k of the fp32 "
                 f"logits). Largest error: {max(r['max_err'] for r in tests):.4f} x rms(reference) "
                 "(tolerance 0.05).", ""]
     if "bench" in doc:
-        names = list(doc["bench"][0]["median_us"])
+        bench = doc["bench"]
+        names = _union(r["median_us"] for r in bench)
+        gpu_names = _union(r["gpu_only_us"] for r in bench)
         out += ["## Time per MoE layer", "",
                 "Per call: what the caller waits for, CUDA events around one call (its launches and host work), "
                 "L2 scrubbed before each, median of 20, implementations alternating. GPU only: 10 calls queued "
-                "behind a GPU sleep, back to back, median of 5 rounds. Microseconds.", "",
-                "| shape | T | " + " | ".join(f"{n} per call" for n in names) + " | "
-                + " | ".join(f"{n} GPU only" for n in doc["bench"][0]["gpu_only_us"]) + " |",
-                "|---|---:|" + "---:|" * (len(names) + len(doc["bench"][0]["gpu_only_us"]))]
-        for r in doc["bench"]:
-            out.append(f"| {r['shape']} | {r['T']} | " + " | ".join(f"{r['median_us'][n]:.0f}" for n in names) + " | "
-                       + " | ".join(f"{v:.0f}" for v in r["gpu_only_us"].values()) + " |")
+                "behind a GPU sleep, back to back, median of 5 rounds. Microseconds.", ""]
+        if any(n.endswith(" graph") for n in names):
+            out += ["\"... graph\": the same implementation captured once per problem into a CUDA graph and "
+                    "replayed; a call is the copy of x into the graph's input plus the replay. The separate "
+                    "kernels are captured as plain launches: no programmatic dependent launch (the launcher "
+                    "has no launch attributes and the components do not wait on the grid dependency).", ""]
+        if any(n.startswith("torch grouped_mm") for n in names):
+            out += ["\"torch grouped_mm\": router in fp32, softmax top-k, tokens permuted expert by expert, "
+                    "`torch._grouped_mm` for gate, up and down with the experts' end offsets, SwiGLU, weighted "
+                    "sum; the same inputs and routing weights as the kernels.", ""]
+        for name, why in doc.get("skipped", {}).items():
+            out += [f"Skipped: {name}: {_short(why)}", ""]
+        out += ["| shape | T | " + " | ".join(f"{n} per call" for n in names) + " | "
+                + " | ".join(f"{n} GPU only" for n in gpu_names) + " |",
+                "|---|---:|" + "---:|" * (len(names) + len(gpu_names))]
+        for r in bench:
+            out.append(f"| {r['shape']} | {r['T']} | " + " | ".join(_us(r["median_us"].get(n)) for n in names) + " | "
+                       + " | ".join(_us(r["gpu_only_us"].get(n)) for n in gpu_names) + " |")
         out.append("")
     if "variants" in doc:
         out += ["## Modified-geometry test", "",
@@ -43,6 +64,15 @@ def render(doc: dict) -> str:
                        f"{_short(v['classic']['detail'])} | {v['pipelink']['outcome']}: {_short(v['pipelink']['detail'])} |")
         out.append("")
     return "\n".join(out)
+
+
+def _union(dicts) -> list[str]:
+    """The keys of all the dicts, in first-seen order (a row may lack a column)."""
+    return list(dict.fromkeys(k for d in dicts for k in d))
+
+
+def _us(value) -> str:
+    return "-" if value is None else f"{value:.0f}"
 
 
 def _short(text: str) -> str:

@@ -63,34 +63,70 @@ def build_baseline(out: Path) -> tuple[builds.Builds, object, bytes]:
     return base, linked, classic
 
 
-def implementations(linked, classic_cubin: bytes) -> dict:
+# The implementations, in the order of the benchmark's columns. "... graph": captured once per problem
+# into a CUDA graph and replayed (launchers.CapturedLayer); the torch _grouped_mm ones only where
+# torch has it and takes the shapes (grouped_mm_unavailable), never replaced by another path.
+GRAPHED = {"pipelink fused graph": "pipelink fused", "separate kernels graph": "separate kernels",
+           "torch grouped_mm graph": "torch grouped_mm"}
+NOT_JUDGED = ("torch",)  # the per-expert loop writes y only: no routing buffers to check
+
+
+def implementations(linked, classic_cubin: bytes, skipped: dict | None = None, controls: bool = True) -> dict:
+    """Every implementation; `skipped` (if given) receives {name: why} for those that cannot run here.
+    controls=False: the kernels and the torch loop only (no graphs, no _grouped_mm probe)."""
     import launchers
-    return {"pipelink fused": launchers.PipelinkLayer.from_link(linked),
-            "classic fused": launchers.ClassicFused(classic_cubin),
-            "separate kernels": launchers.ClassicSeparate(classic_cubin),
-            "torch": launchers.TorchLayer()}
+    impls = {"pipelink fused": launchers.PipelinkLayer.from_link(linked),
+             "classic fused": launchers.ClassicFused(classic_cubin),
+             "separate kernels": launchers.ClassicSeparate(classic_cubin),
+             "torch": launchers.TorchLayer()}
+    if not controls:
+        return impls
+    why = launchers.grouped_mm_unavailable(layer.SHAPES.values())
+    if why is None:
+        impls["torch grouped_mm"] = launchers.GroupedMmLayer()
+    else:
+        log(f"skipped: torch grouped_mm and its graph: {why}")
+        if skipped is not None:
+            skipped["torch grouped_mm"] = skipped["torch grouped_mm graph"] = why
+    # The graphs wrap instances of their own (the pipelink one: its own loaded kernel and workspace).
+    own = {"pipelink fused": lambda: launchers.PipelinkLayer.from_link(linked),
+           "separate kernels": lambda: launchers.ClassicSeparate(classic_cubin),
+           "torch grouped_mm": launchers.GroupedMmLayer}
+    for name, eager in GRAPHED.items():
+        if eager in impls:
+            impls[name] = launchers.CapturedLayer(own[eager]())
+    return impls
 
 
 def run_tests(impls: dict, seed: int) -> list[dict]:
-    """Every kernel, both model shapes, every token count: fresh inputs, poisoned outputs."""
+    """Every kernel, both model shapes, every token count: fresh inputs, poisoned outputs. pipelink's
+    kernel runs twice without any reset between; a graph is captured on one token set (launch 1) and
+    replayed on another (launch 2), its buffers poisoned again in place before the replay."""
     import torch
     rows = []
     for shape in layer.SHAPES.values():
         weights = layer.make_weights(shape, seed)
         for T in layer.TOKEN_COUNTS:
             x = layer.make_tokens(shape, T, seed + T)
+            x_other = layer.make_tokens(shape, T, seed + T + 7919)
             for name, impl in impls.items():
-                if name == "torch":
+                if name in NOT_JUDGED:
                     continue
-                # pipelink's kernel twice without any reset between: each launch clears for the next
-                for launch in ((1, 2) if name == "pipelink fused" else (1,)):
-                    buffers = layer.poisoned_buffers(impl.layout(shape, T))
-                    impl.run(shape, x, weights, buffers)
+                graphed = name in GRAPHED
+                launches = ((1, x_other), (2, x)) if graphed else ((1, x), (2, x)) if name == "pipelink fused" \
+                    else ((1, x),)
+                buffers = None
+                for launch, xi in launches:
+                    if graphed and buffers is not None:
+                        layer.poison(buffers)  # the same buffers: the captured graph writes them
+                    else:
+                        buffers = layer.poisoned_buffers(impl.layout(shape, T))
+                    impl.run(shape, xi, weights, buffers)
                     torch.cuda.synchronize()
-                    v = layer.judge(shape, x, weights, buffers)
+                    v = layer.judge(shape, xi, weights, buffers)
                     rows.append({"shape": shape.name, "T": T, "kernel": name, "launch": launch, "ok": v.ok,
                                  "max_err": v.max_err, "unwritten": v.unwritten, "routing": v.routing_detail})
-                    log(f"  {shape.name:14} T={T:5} {name:17} launch {launch}: {'ok ' if v.ok else 'FAIL'} "
+                    log(f"  {shape.name:14} T={T:5} {name:22} launch {launch}: {'ok ' if v.ok else 'FAIL'} "
                         f"max err {v.max_err:.4f} x rms, unwritten {v.unwritten}, {v.routing_detail}")
     return rows
 
@@ -120,7 +156,7 @@ def run_bench(impls: dict, seed: int) -> list[dict]:
                     end.synchronize()
                     if rnd >= WARMUP:
                         times[n].append(begin.elapsed_time(end) * 1000.0)
-            gpu = {n: gpu_only_us(impls[n], shape, x, weights, bufs[n]) for n in names if n != "torch"}
+            gpu = {n: gpu_only_us(impls[n], shape, x, weights, bufs[n]) for n in names if n != "torch"}  # torch: syncs
             row = {"shape": shape.name, "T": T, "samples_us": times,
                    "median_us": {n: statistics.median(times[n]) for n in names}, "gpu_only_us": gpu}
             rows.append(row)
@@ -241,13 +277,16 @@ def main(argv=None) -> int:
     if args.what == "smoke":  # each baseline kernel once, in a child under the watchdog
         return run_smoke(out, base, linked, classic, seed)
     if args.what == "once":
-        return run_once(implementations(linked, classic), seed, args.shape)
+        return run_once(implementations(linked, classic, controls=False), seed, args.shape)
     import torch
     RESULTS.mkdir(exist_ok=True)
     doc = {"date": datetime.date.today().isoformat(), "device": torch.cuda.get_device_name(0), "seed": seed,
            "command": "python case_studies/moe_four_owners/run.py " + " ".join(sys.argv[1:] if argv is None else argv)}
     failed = False
-    impls = implementations(linked, classic)
+    skipped = {}
+    impls = implementations(linked, classic, skipped)
+    if skipped:
+        doc["skipped"] = skipped
     if args.what in ("all", "test"):
         log("correctness (fresh random inputs, poisoned outputs, fp32 torch reference):")
         doc["tests"] = run_tests(impls, seed)
