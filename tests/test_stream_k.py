@@ -290,6 +290,15 @@ def test_ping_pong_instances_hand_the_next_turn_over_before_waiting_for_pieces()
     assert "(int)(warp - 4u) % 4" in body  # the warp inside its instance: both instances use one slot layout
 
 
+def test_the_link_map_says_how_the_reduction_may_be_split():
+    from pipelink.linker.emit import link_map
+    r, a, sink = _link()
+    text = link_map(r, a, "sm_90a")
+    assert ("reduction ceil_div(K, 64) blocks per tile into ml.acc, split by the launcher per shape (stream-K for "
+            "one row of tiles, split-K in 2-4 pieces for several, else whole); partial slots of 131200 B, added on "
+            "ml.consumer's warps before epi") in text
+
+
 def test_the_manifest_asks_the_launcher_for_partials_and_a_split():
     r, a, sink = _link()
     doc = manifest(r, a, "sm_90a", b"").to_json()

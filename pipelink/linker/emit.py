@@ -157,6 +157,12 @@ def link_map(r: Resolved, a: Allocation, arch: str, kernel_info: KernelInfo | No
                 f"{r.tiles.distribution} (from {r.tiles_owner})"]
         out += [f"  inner loop of {name}: [{', '.join(substitute(e, r.geometry) for e in r.inner_grid(name))}] row_major "
                 "in each tile" for name in r.order if r.inner_grid(name)]
+        if r.stream_k is not None:
+            sk = r.stream_k
+            out.append(f"  reduction {substitute(sk.blocks, r.geometry)} blocks per tile into {sk.component}."
+                       f"{sk.fragment.out_port}, split by the launcher per shape (stream-K for one row of tiles, "
+                       f"split-K in 2-4 pieces for several, else whole); partial slots of {4 * sk.slot_floats()} B, "
+                       f"added on {sk.group.name}'s warps before {sk.fragment.consumer}")
     if kernel_info is not None:
         out += ["", "## linked kernel (read from the cubin)",
                 f"  registers {kernel_info.registers}, frame {kernel_info.frame_bytes} B, stack "

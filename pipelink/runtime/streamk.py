@@ -1,5 +1,6 @@
-"""Stream-K decisions of the launcher: how many of a launch's last tiles split their reduction
-blocks over the CTAs, and on how many CTAs. Pure: counts in, counts out.
+"""Split-reduction decisions of the launcher: on how many CTAs a launch runs, how many of its last
+tiles split their reduction blocks over the CTAs (stream-K), or in how many equal pieces every tile
+is split (split-K). Pure: counts in, counts out.
 
 A kernel whose mainloop declares a `tile_sequence.reduction` walks whole tiles first (grid-stride)
 and then shares the reduction blocks of its last `sk_tiles` tiles evenly among all CTAs (the glue:
@@ -16,7 +17,8 @@ costs nothing and the split wins: 0.1365 vs 0.1446 ms (M=16, N=51200, K=5120), 0
 0.727 vs 0.484 ms (M=1024, N=5120, K=25600). So stream-K splits a single row of tiles only. Several
 rows get split-K instead where it shortens the rounds by a tenth: every tile in the same few
 pieces, walked piece-major, so a wave's CTAs work on the same blocks of neighbouring tiles and keep
-sharing the panels; otherwise whole tiles on the balanced grid (the fewest CTAs that keep the rounds).
+sharing the panels (M=1024 down projection, 128x128 tiles: halves 0.4088 ms vs 0.4706 whole);
+otherwise whole tiles on the balanced grid (the fewest CTAs that keep the rounds).
 """
 from __future__ import annotations
 
