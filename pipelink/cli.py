@@ -111,6 +111,9 @@ def _parser() -> argparse.ArgumentParser:
                      help="bake an integer parameter's value into this link (one kernel per shape)")
     lnk.add_argument("--debug-events", action="store_true",
                      help="a wait that spins too long stops the kernel; the launcher raises EventTimeout")
+    lnk.add_argument("--dependent-launch", action="store_true",
+                     help="programmatic dependent launch (sm_90+): the kernel may start while the one before it "
+                          "in the stream finishes, and waits for it before reading its inputs")
     lnk.add_argument("--name", help="the kernel's name (default: the pipeline's, or pipelink_fused)")
     lnk.add_argument("--arch", help="the link target (default: the first target every component supports)")
     lnk.add_argument("--map", metavar="FILE", help="write the link map (- for stdout)")
@@ -413,7 +416,8 @@ def _link_options(args, sink: DiagnosticSink):
         return None
     spec = replace(spec, name=args.name or spec.name, wires=tuple(spec.wires) + tuple(wires),
                    schedule=args.schedule or spec.schedule, dispatch=args.dispatch or spec.dispatch,
-                   debug_events=args.debug_events or spec.debug_events, specialize=specialize)
+                   debug_events=args.debug_events or spec.debug_events, specialize=specialize,
+                   dependent_launch=args.dependent_launch or spec.dependent_launch)
     return LinkOptions(arch=args.arch, pipeline=spec, monolithic=bool(args.emit_monolithic), cache=not args.no_cache)
 
 

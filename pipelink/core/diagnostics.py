@@ -151,6 +151,8 @@ CODES = _codes(
          "build components with `pipelink build` (it embeds the source) to use --emit-monolithic"),
     Code("PL160", "one-unit control does not build", L,
          "the control is nvcc's build of the components' sources and the glue as one unit: read nvcc's log"),
+    Code("PL165", "dependent launch needs sm_90", L,
+         "programmatic dependent launch (griddepcontrol) exists from sm_90: link for sm_90 or later, or drop it"),
     # role-structured (Hopper) components
     Code("PL100", "register pool does not fit", L,
          "warps x registers of every role must fit the SM's 65536 at one block per SM; lower a setmaxnreg"),

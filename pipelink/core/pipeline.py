@@ -50,6 +50,7 @@ class PipelineSpec:
     schedule: str | None = None         # None: inferred
     dispatch: str = "static"            # persistent schedule: static per-CTA order, or a global task counter
     debug_events: bool = False          # a wait that spins too long stops the kernel and is reported
+    dependent_launch: bool = False      # programmatic dependent launch: overlap with the kernel before
     specialize: dict = field(default_factory=dict)  # shape parameter -> value baked into this link
     source: str | None = field(default=None, metadata=NOT_IN_KEY)     # the pipeline file, for diagnostics
     extra: dict = field(default_factory=dict, metadata=NOT_IN_KEY)    # the file as read
@@ -104,4 +105,5 @@ def read_pipeline(raw, file: str, sink: DiagnosticSink) -> PipelineSpec | None:
     return PipelineSpec(name=raw.get("name", default.name), components=tuple(raw.get("components", ())),
                         wires=tuple(wires), schedule=raw.get("schedule"), dispatch=raw.get("dispatch", default.dispatch),
                         debug_events=raw.get("debug_events", default.debug_events),
+                        dependent_launch=raw.get("dependent_launch", default.dependent_launch),
                         specialize=dict(raw.get("specialize", {})), source=file, extra=raw)

@@ -93,6 +93,10 @@ class Allocation:
 
 def allocate(r: Resolved, arch: str, sink: DiagnosticSink) -> Allocation | None:
     target = TARGETS[arch]
+    if r.dependent_launch and int(arch[3:5]) < 90:
+        sink.error("PL165", f"the pipeline asks for programmatic dependent launch, which {arch} does not have",
+                   hint="griddepcontrol is sm_90's: link for sm_90 or later, or drop dependent_launch")
+        return None
     steps = _steps(r)
     copies = {c.name: (r.roles.copies(c.contract) if r.roles is not None else 1) for c in r.components}
     items, strides = _smem_items(r, steps, copies)

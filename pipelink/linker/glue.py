@@ -106,6 +106,11 @@ def _kernel(r: Resolved, a: Allocation) -> list[str]:
            "  // A stale component build leaves its marker undefined; the link reports it (PL049).",
            "  if (" + " + ".join(marker_symbol(c.contract) for c in r.components) +
            f" != {len(r.components)}u) __trap();"]
+    if r.dependent_launch:
+        out += ["  // Programmatic dependent launch: the next kernel in the stream may start now; this one waits",
+                "  // until the kernel before it has finished and its writes are visible, before reading anything.",
+                '  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");',
+                '  asm volatile("griddepcontrol.wait;" ::: "memory");']
     for name, value in sorted((r.specialize or {}).items()):
         ctype = next(p for p in r.params if p.name == name).c_decl().rsplit(" ", 1)[0]
         out.append(f"  const {ctype} {name} = {value};  // specialized at link time")

@@ -72,6 +72,7 @@ class Resolved:
     # Sequential only: components whose grid adds trailing dimensions to the kernel's run those
     # dimensions in an inner loop inside each of the kernel's tiles (component -> the extra extents).
     nested: dict = None
+    dependent_launch: bool = False     # programmatic dependent launch (the glue waits on the grid before)
 
     def inner_grid(self, name: str) -> tuple:
         return (self.nested or {}).get(name, ())
@@ -184,7 +185,8 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
     cluster = next((c.contract.cluster for c in comps if c.contract.cluster), None)
     return Resolved(spec.name, comps, order, wires, geometry, schedule, tiles[0], tiles[1], params, events,
                     spec.dispatch, spec.debug_events, dict(spec.specialize), roles,
-                    tuple(list(cluster) + [1] * (3 - len(cluster))) if cluster else None, stream_k, nested)
+                    tuple(list(cluster) + [1] * (3 - len(cluster))) if cluster else None, stream_k, nested,
+                    spec.dependent_launch)
 
 
 def _roles_at(comps, name: str):

@@ -745,12 +745,35 @@ class Kernel:
         what = lambda: (f"cuLaunchKernel for kernel '{self.name}' (grid {list(grid)}, block {list(self.block)}, "  # noqa: E731
                         f"{self.dynamic_smem} B dynamic smem)")  # built only when a launch fails
         try:
-            err = drv.cuLaunchKernel(self.function, *grid, *self.block, self.dynamic_smem, drv.CUstream(stream),
-                                     kernel_params, 0)[0]
+            if self.manifest.dependent_launch:  # the glue waits for the grid before it (griddepcontrol.wait)
+                key = ("launch config", grid, stream)
+                config = self._memo.get(key)
+                if config is None:
+                    config = self._memo[key] = dependent_launch_config(drv, grid, self.block, self.dynamic_smem, stream)
+                err = drv.cuLaunchKernelEx(config, self.function, kernel_params, 0)[0]
+            else:
+                err = drv.cuLaunchKernel(self.function, *grid, *self.block, self.dynamic_smem, drv.CUstream(stream),
+                                         kernel_params, 0)[0]
         except Exception as exc:  # libcuda missing, or an argument of the wrong Python type
             raise LaunchError(what(), type(exc).__name__, str(exc)) from exc
         if err != drv.CUresult.CUDA_SUCCESS:
             raise LaunchError(what(), *_cu.error_text(err))
+
+
+def dependent_launch_config(drv, grid: tuple[int, int, int], block: tuple[int, int, int], smem: int, stream: int):
+    """A CUlaunchConfig with programmatic stream serialization: the kernel may start while the one
+    before it in the stream is still running (its glue waits for that grid before reading anything)."""
+    attr = drv.CUlaunchAttribute()
+    attr.id = drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+    attr.value.programmaticStreamSerializationAllowed = 1
+    config = drv.CUlaunchConfig()
+    config.gridDimX, config.gridDimY, config.gridDimZ = grid
+    config.blockDimX, config.blockDimY, config.blockDimZ = block
+    config.sharedMemBytes = smem
+    config.hStream = drv.CUstream(stream)
+    config.attrs = [attr]
+    config.numAttrs = 1
+    return config
 
 
 def _capturing(stream: int) -> bool:

@@ -271,6 +271,7 @@ class Manifest:
     specialized: dict = field(default_factory=dict)     # parameter -> the value baked in
     grid_policy: str | None = None             # "balanced": the fewest CTAs for the rounds of tiles; "stream_k"
     stream_k: StreamKSpec | None = None        # a split reduction: the launcher plans the split per shape
+    dependent_launch: bool = False             # launch with programmatic stream serialization (sm_90+)
     tasks: dict = field(default_factory=dict)  # persistent: component -> its task count
     dispatch: str | None = None                # persistent: static | dynamic
     workspace: WorkspaceSpec | None = None     # persistent: the event workspace
@@ -316,6 +317,8 @@ class Manifest:
             doc["grid_policy"] = self.grid_policy
         if self.stream_k is not None:
             doc["stream_k"] = self.stream_k.to_json()
+        if self.dependent_launch:
+            doc["dependent_launch"] = True
         if self.tasks:
             doc["tasks"] = dict(self.tasks)
         if self.dispatch is not None:
@@ -341,7 +344,7 @@ class Manifest:
 
 _TOP_FIELDS = {"manifest", "pipelink", "kernel", "target", "schedule", "block", "dynamic_smem", "params", "tiles",
                "tile_order", "distribution", "geometry", "components", "wires", "cubin_sha256", "specialized",
-               "grid_policy", "stream_k", "tasks", "dispatch", "workspace", "resources"}
+               "grid_policy", "stream_k", "dependent_launch", "tasks", "dispatch", "workspace", "resources"}
 _SCHEDULES = ("sequential", "warp_specialized", "persistent")
 _DISPATCHES = ("static", "dynamic")
 
@@ -396,6 +399,7 @@ class _Reader:
             cubin_sha256=self.sha256(), specialized=self.int_map("specialized"),
             grid_policy=self.optional("grid_policy", str, "'balanced' or 'stream_k'", ("balanced", "stream_k")),
             stream_k=self.stream_k(),
+            dependent_launch=bool(self.optional("dependent_launch", bool, "a boolean")),
             tasks=self.str_map("tasks"),
             dispatch=self.optional("dispatch", str, f"one of {', '.join(_DISPATCHES)}", _DISPATCHES),
             workspace=self.workspace(), resources=self.resources())
