@@ -134,6 +134,8 @@ def manifest_summary(m: Manifest, cubin: bytes) -> dict:
         "block": list(m.block), "dynamic_smem": m.dynamic_smem, "schedule": m.schedule,
         "dispatch": m.dispatch, "tiles": list(m.tiles), "geometry": dict(m.geometry),
         "events": [e.to_json() for e in (m.workspace.events if m.workspace is not None else ())],
+        "reduction": m.stream_k.blocks if m.stream_k is not None else None,
+        "dependent_launch": m.dependent_launch,
     }
 
 
@@ -144,6 +146,11 @@ def manifest_text(path: str, m: dict) -> list[str]:
     sched = m["schedule"] + (f", dispatch {m['dispatch']}" if m["dispatch"] else "") if m["schedule"] else "?"
     lines.append(f"    launch   block {'x'.join(str(b) for b in m['block'] if b > 1) or '1'}, {m['dynamic_smem']} B dynamic "
                  f"smem, {sched}; tiles {' * '.join(m['tiles']) or '1'}")
+    if m.get("dependent_launch"):
+        lines.append("    launch   programmatic dependent launch (overlaps the kernel before it in the stream)")
+    if m.get("reduction"):
+        lines.append(f"    reduce   {m['reduction']} blocks per tile, split by the launcher per shape (stream-K for one "
+                     "row of tiles, split-K for several, else whole tiles)")
     if m["geometry"]:
         lines.append("    geometry " + ", ".join(f"{k}={v}" for k, v in sorted(m["geometry"].items())))
     for e in m["events"]:

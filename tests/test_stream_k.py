@@ -299,6 +299,14 @@ def test_the_link_map_says_how_the_reduction_may_be_split():
             "ml.consumer's warps before epi") in text
 
 
+def test_inspect_says_the_reduction_may_be_split():
+    from pipelink.report import manifest_summary, manifest_text
+    r, a, sink = _link()
+    text = "\n".join(manifest_text("k.json", manifest_summary(manifest(r, a, "sm_90a", b""), b"")))
+    assert "reduce   ceil_div(K, 64) blocks per tile, split by the launcher per shape" in text
+    assert "(+ 3 from the launcher)" in text
+
+
 def test_the_manifest_asks_the_launcher_for_partials_and_a_split():
     r, a, sink = _link()
     doc = manifest(r, a, "sm_90a", b"").to_json()
