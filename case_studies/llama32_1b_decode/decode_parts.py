@@ -1,0 +1,71 @@
+"""The Llama-3.2-1B decode parts: building each team's components against their contracts and linking them.
+
+- norm/   rmsnorm (one row per task, notifies `normed`)
+- linear/ gemv_bf16, gemv_residual (each linked alone) and gemv_normed (waits for `normed`)
+- pipelines/norm_gemv.json: rmsnorm -> gemv_normed in one persistent kernel
+
+The team folders' `build.sh` run `pipelink build` on the same sources and contracts; this module builds
+with `pipelink.authoring.builder.build_component` in-process, for the tests.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+PIPELINE = HERE / "pipelines" / "norm_gemv.json"
+
+# Llama-3.2-1B: hidden 2048, intermediate 8192, 32 query heads and 8 KV heads of 64.
+HIDDEN, INTERMEDIATE, HEAD_DIM, Q_HEADS, KV_HEADS = 2048, 8192, 64, 32, 8
+QKV = (Q_HEADS + 2 * KV_HEADS) * HEAD_DIM  # 3072: the fused q/k/v projection's rows
+
+
+@dataclass(frozen=True)
+class Part:
+    folder: str   # the team's folder
+    name: str     # the component's name: <folder>/<name>.cu and <name>.json
+
+    @property
+    def source(self) -> Path:
+        return HERE / self.folder / f"{self.name}.cu"
+
+    @property
+    def contract(self) -> Path:
+        return HERE / self.folder / f"{self.name}.json"
+
+
+PARTS = (Part("norm", "rmsnorm"), Part("linear", "gemv_bf16"), Part("linear", "gemv_residual"),
+         Part("linear", "gemv_normed"))
+ALONE = ("rmsnorm", "gemv_bf16", "gemv_residual")   # each linked alone as its own kernel
+PIPELINED = ("rmsnorm", "gemv_normed")              # linked by pipelines/norm_gemv.json
+
+
+def build_all(out_dir: Path) -> dict[str, Path]:
+    """Build every part into out_dir/<name>.o; raises with the diagnostics if one fails."""
+    from pipelink.authoring.builder import build_component
+    from pipelink.core.diagnostics import DiagnosticSink
+    from pipelink.core.loader import load_contract_file
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    objects = {}
+    for part in PARTS:
+        sink = DiagnosticSink()
+        contract = load_contract_file(part.contract, sink)
+        out = out_dir / f"{part.name}.o"
+        ok = contract is not None and build_component(contract, part.contract.read_bytes(), part.source, out, sink)
+        if not ok or sink.errors:
+            raise RuntimeError(f"building {part.name} failed:\n" + "\n".join(d.render() for d in sink.items))
+        objects[part.name] = out
+    return objects
+
+
+def link_alone(obj: Path):
+    """One component linked alone as its own kernel (pipelink.link's result)."""
+    import pipelink
+    return pipelink.link([str(obj)])
+
+
+def link_norm_gemv(objects: dict[str, Path]):
+    """rmsnorm -> gemv_normed as one persistent kernel (pipelines/norm_gemv.json)."""
+    import pipelink
+    return pipelink.link([str(objects[n]) for n in PIPELINED], pipeline=str(PIPELINE))

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The linear team's build of its components against their contracts:
+#   build.sh OUT_DIR [NAME...]   -> OUT_DIR/NAME.o for gemv_bf16, gemv_residual, gemv_normed (default: all three)
+# PYTHON picks the interpreter that runs pipelink.
+set -euo pipefail
+py="${PYTHON:-python3}"
+here="$(cd "$(dirname "$0")" && pwd)"
+out="$1"
+shift
+mkdir -p "$out"
+names=("$@")
+[ ${#names[@]} -gt 0 ] || names=(gemv_bf16 gemv_residual gemv_normed)
+for name in "${names[@]}"; do
+  "$py" -m pipelink.cli build "$here/$name.cu" --contract "$here/$name.json" -o "$out/$name.o"
+done

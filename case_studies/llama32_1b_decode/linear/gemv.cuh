@@ -1,0 +1,117 @@
+// The body the gemv components share: y[b, n] = sum over k of x[b, k] * W[n, k] (+ r[b, n]), bf16 in
+// and out, fp32 accumulation, for the ROWS rows of W that start at n0.
+//
+// Each warp owns ROWS / WARPS rows of W. K goes in chunks of KCHUNK columns: every lane first issues its
+// KCHUNK / 256 16-byte loads of each of its rows (streamed past L1: each element of W is read once), then
+// the block stages the chunk of up to BATCH rows of x in shared memory (16-byte loads through L2: x may
+// have been written by another CTA in this launch), meets at the named barrier, and every lane multiplies
+// its W vectors with the staged x of each batch row. A batch larger than BATCH walks W again per group
+// of BATCH rows. The lanes' partial sums meet in a shuffle reduction; lane b writes y[b, n].
+#pragma once
+#include <cuda_bf16.h>
+
+namespace gemv_body {
+
+using bf16 = __nv_bfloat16;
+
+__device__ __forceinline__ uint4 load_stream(const bf16* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ void unpack8(const uint4& v, float (&f)[8]) {
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 p = __bfloat1622float2(h[i]);
+    f[2 * i] = p.x;
+    f[2 * i + 1] = p.y;
+  }
+}
+
+// Sync: a callable that synchronizes the component's THREADS threads (its named barrier).
+template <int WARPS, int ROWS, int KCHUNK, int BATCH, bool kResidual, class Sync>
+__device__ __forceinline__ void rows(int n0, const bf16* __restrict__ w, const bf16* __restrict__ x,
+                                     const bf16* __restrict__ r, bf16* __restrict__ y, int B, int N, int K,
+                                     uint4* __restrict__ xs, Sync sync) {
+  static_assert(ROWS % WARPS == 0, "gemv: the rows of a task must split evenly over the warps");
+  static_assert(KCHUNK % 256 == 0, "gemv: a K chunk is a whole number of warp-wide 16-byte sweeps");
+  static_assert(BATCH >= 1 && BATCH <= 32, "gemv: lane b writes batch row b");
+  constexpr int THREADS = WARPS * 32;
+  constexpr int RPW = ROWS / WARPS;        // rows of W per warp
+  constexpr int VPL = KCHUNK / 256;        // 16-byte vectors per lane per row and chunk
+  constexpr int CHUNK_VECS = KCHUNK / 8;   // 16-byte vectors of one staged x row
+  const int t = threadIdx.x % THREADS, warp = t / 32, lane = t % 32;
+  const int kvecs = K / 8;
+
+  for (int bg = 0; bg < B; bg += BATCH) {
+    const int nb = min(BATCH, B - bg);
+    float acc[RPW][BATCH];
+#pragma unroll
+    for (int i = 0; i < RPW; ++i)
+#pragma unroll
+      for (int b = 0; b < BATCH; ++b) acc[i][b] = 0.0f;
+
+    for (int v0 = 0; v0 < kvecs; v0 += CHUNK_VECS) {
+      const int cv = min(CHUNK_VECS, kvecs - v0);  // vectors of this chunk
+      uint4 wv[RPW][VPL];
+#pragma unroll
+      for (int i = 0; i < RPW; ++i) {
+        const int n = n0 + warp * RPW + i;
+#pragma unroll
+        for (int u = 0; u < VPL; ++u) {
+          const int v = u * 32 + lane;
+          wv[i][u] = (n < N && v < cv) ? load_stream(w + (long long)n * K + (long long)(v0 + v) * 8)
+                                        : make_uint4(0u, 0u, 0u, 0u);
+        }
+      }
+      for (int idx = t; idx < nb * cv; idx += THREADS) {
+        const int b = idx / cv, v = idx - b * cv;
+        xs[b * CHUNK_VECS + v] = __ldcg(reinterpret_cast<const uint4*>(x + (long long)(bg + b) * K) + v0 + v);
+      }
+      sync();
+#pragma unroll
+      for (int u = 0; u < VPL; ++u) {
+        const int v = u * 32 + lane;
+        if (v < cv) {
+#pragma unroll
+          for (int i = 0; i < RPW; ++i) {
+            float wf[8];
+            unpack8(wv[i][u], wf);
+#pragma unroll
+            for (int b = 0; b < BATCH; ++b) {
+              if (b < nb) {
+                float xf[8];
+                unpack8(xs[b * CHUNK_VECS + v], xf);
+#pragma unroll
+                for (int e = 0; e < 8; ++e) acc[i][b] = fmaf(wf[e], xf[e], acc[i][b]);
+              }
+            }
+          }
+        }
+      }
+      sync();  // every warp is done with this chunk of x before the next one is staged
+    }
+
+#pragma unroll
+    for (int i = 0; i < RPW; ++i) {
+      const int n = n0 + warp * RPW + i;
+#pragma unroll
+      for (int b = 0; b < BATCH; ++b) {
+        float s = acc[i][b];
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+        if (lane == b && b < nb && n < N) {
+          const long long at = (long long)(bg + b) * N + n;
+          if constexpr (kResidual) s += __bfloat162float(r[at]);
+          y[at] = __float2bfloat16_rn(s);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace gemv_body

@@ -1,0 +1,13 @@
+// gemv_bf16: y[b, n] = sum over k of x[b, k] * W[n, k] for the GEMV_ROWS rows of W of one task.
+#include "gemv_bf16.pipelink.h"
+#include "gemv.cuh"
+
+using namespace pl::gemv_bf16;
+static_assert(smem_xs_bytes >= GEMV_BATCH * GEMV_KCHUNK * 2, "contract gemv_bf16: smem.buffers.xs is too small");
+
+extern "C" __device__ void gemv_bf16(pl::Tile tile, const __nv_bfloat16* __restrict__ w,
+                                     const __nv_bfloat16* __restrict__ x, __nv_bfloat16* __restrict__ y, int B,
+                                     int N, int K) {
+  gemv_body::rows<WARPS, GEMV_ROWS, GEMV_KCHUNK, GEMV_BATCH, false>(
+      tile.coord[0] * GEMV_ROWS, w, x, nullptr, y, B, N, K, smem_xs<uint4>(), [] { sync_stage(); });
+}
