@@ -3,6 +3,8 @@
 - norm/   rmsnorm (one row per task, notifies `normed`)
 - linear/ gemv_bf16, gemv_residual (each linked alone) and gemv_normed (waits for `normed`)
 - pipelines/norm_gemv.json: rmsnorm -> gemv_normed in one persistent kernel
+- attention/ attn_head (linked alone), attn_split and attn_merge (flash-decoding)
+- pipelines/attn_split.json: attn_split -> attn_merge in one persistent kernel
 
 The team folders' `build.sh` run `pipelink build` on the same sources and contracts; this module builds
 with `pipelink.authoring.builder.build_component` in-process, for the tests.
@@ -14,6 +16,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 PIPELINE = HERE / "pipelines" / "norm_gemv.json"
+ATTN_PIPELINE = HERE / "pipelines" / "attn_split.json"
 
 # Llama-3.2-1B: hidden 2048, intermediate 8192, 32 query heads and 8 KV heads of 64.
 HIDDEN, INTERMEDIATE, HEAD_DIM, Q_HEADS, KV_HEADS = 2048, 8192, 64, 32, 8
@@ -39,16 +42,26 @@ PARTS = (Part("norm", "rmsnorm"), Part("linear", "gemv_bf16"), Part("linear", "g
 ALONE = ("rmsnorm", "gemv_bf16", "gemv_residual")   # each linked alone as its own kernel
 PIPELINED = ("rmsnorm", "gemv_normed")              # linked by pipelines/norm_gemv.json
 
+ATTENTION_PARTS = (Part("attention", "attn_head"), Part("attention", "attn_split"), Part("attention", "attn_merge"))
+ATTN_PIPELINED = ("attn_split", "attn_merge")       # linked by pipelines/attn_split.json
+SPLIT_L = 256                                       # attn_split's positions per task (its geometry)
+PART_RECORD = 4 * HEAD_DIM + 4 + 4                  # f32 per (b, h, split): acc [4][64], m [4], l [4]
 
-def build_all(out_dir: Path) -> dict[str, Path]:
-    """Build every part into out_dir/<name>.o; raises with the diagnostics if one fails."""
+
+def attn_workspace_shape(B: int, L: int) -> tuple[int, int, int]:
+    """The extents attn_split's contract declares for its workspace `part`: [B * 8, ceil_div(L, SPLIT_L), 264]."""
+    return (B * KV_HEADS, -(-L // SPLIT_L), PART_RECORD)
+
+
+def build_all(out_dir: Path, parts=PARTS) -> dict[str, Path]:
+    """Build every part (of `parts`) into out_dir/<name>.o; raises with the diagnostics if one fails."""
     from pipelink.authoring.builder import build_component
     from pipelink.core.diagnostics import DiagnosticSink
     from pipelink.core.loader import load_contract_file
 
     out_dir.mkdir(parents=True, exist_ok=True)
     objects = {}
-    for part in PARTS:
+    for part in parts:
         sink = DiagnosticSink()
         contract = load_contract_file(part.contract, sink)
         out = out_dir / f"{part.name}.o"
@@ -69,3 +82,14 @@ def link_norm_gemv(objects: dict[str, Path]):
     """rmsnorm -> gemv_normed as one persistent kernel (pipelines/norm_gemv.json)."""
     import pipelink
     return pipelink.link([str(objects[n]) for n in PIPELINED], pipeline=str(PIPELINE))
+
+
+def build_attention(out_dir: Path) -> dict[str, Path]:
+    """Build the attention team's three components into out_dir/<name>.o."""
+    return build_all(out_dir, ATTENTION_PARTS)
+
+
+def link_attn_split(objects: dict[str, Path]):
+    """attn_split -> attn_merge (flash-decoding) as one persistent kernel (pipelines/attn_split.json)."""
+    import pipelink
+    return pipelink.link([str(objects[n]) for n in ATTN_PIPELINED], pipeline=str(ATTN_PIPELINE))

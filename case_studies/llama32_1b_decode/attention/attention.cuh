@@ -1,0 +1,162 @@
+// The body the decode-attention components share: for one batch row b and one KV head h, the 4 query heads
+// of the group (q heads 4h .. 4h+3) attend over the cache positions [l0, l1) of k and v [B, 8, L, 64].
+//
+// The block's 256 threads form 32 groups of 8 lanes; a group walks positions grp, grp + 32, ... of the
+// range, each lane holding 8 of the 64 dimensions: one 16-byte load of the K row and one of the V row per
+// position (streamed past L1: the cache is read once), UNROLL positions in flight. The 4 partial dot
+// products of a position meet in a shuffle reduction inside the group; every group keeps its own online
+// softmax state (running max m, sum l, unnormalized acc) per query head, in fp32, with the scores in the
+// log2 domain (q is scaled by log2(e) / sqrt(64) once, exp2f thereafter). The 32 groups' states then meet
+// in shared memory: thread t = 64 * head + d returns the block's (m, l, acc[d]) of query head `head`.
+#pragma once
+#include <cuda_bf16.h>
+#include <math_constants.h>
+
+namespace attn_body {
+
+using bf16 = __nv_bfloat16;
+
+constexpr int KV_HEADS = 8;
+constexpr int Q_HEADS = 32;
+constexpr int GROUP = Q_HEADS / KV_HEADS;  // 4 query heads per KV head
+constexpr int HEAD_DIM = 64;
+constexpr int THREADS = GROUP * HEAD_DIM;  // 256: one thread per (query head, dimension) after the merge
+constexpr int LANES = HEAD_DIM / 8;        // 8 lanes per position, 8 dimensions (16 bytes) each
+constexpr int GROUPS = THREADS / LANES;    // 32 position groups
+// one f32 record per group in shared memory: acc [GROUP][HEAD_DIM], then m [GROUP], then l [GROUP]
+constexpr int RECORD = GROUP * HEAD_DIM + 2 * GROUP;
+constexpr int SMEM_BYTES = GROUPS * RECORD * 4;
+// log2(e) / sqrt(HEAD_DIM): the softmax scale folded into q, scores in the log2 domain
+constexpr float Q_SCALE = 1.4426950408889634f * 0.125f;
+
+__device__ __forceinline__ uint4 load_stream(const bf16* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ void unpack8(const uint4& v, float (&f)[8]) {
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 p = __bfloat1622float2(h[i]);
+    f[2 * i] = p.x;
+    f[2 * i + 1] = p.y;
+  }
+}
+
+struct State {
+  float m;    // running max of the scores, log2 domain (-inf: no position seen)
+  float l;    // sum of exp2(score - m)
+  float acc;  // sum of exp2(score - m) * v[d]
+};
+
+// Sync: a callable that synchronizes the component's 256 threads (its named barrier).
+// red: SMEM_BYTES of shared memory. Requires l0 < l1 for a finite m.
+template <int UNROLL, class Sync>
+__device__ __forceinline__ State attend(const bf16* __restrict__ q, const bf16* __restrict__ k,
+                                        const bf16* __restrict__ v, int b, int h, int l0, int l1, int L,
+                                        float* __restrict__ red, Sync sync) {
+  const int t = threadIdx.x % THREADS;
+  const int grp = t / LANES, sub = t % LANES;
+  const long long head_base = ((long long)b * KV_HEADS + h) * (long long)L * HEAD_DIM + sub * 8;
+  const bf16* kp = k + head_base;
+  const bf16* vp = v + head_base;
+
+  float qf[GROUP][8];
+#pragma unroll
+  for (int g = 0; g < GROUP; ++g) {
+    const bf16* qrow = q + ((long long)b * Q_HEADS + h * GROUP + g) * HEAD_DIM + sub * 8;
+    unpack8(__ldg(reinterpret_cast<const uint4*>(qrow)), qf[g]);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) qf[g][e] *= Q_SCALE;
+  }
+
+  float m[GROUP], l[GROUP], acc[GROUP][8];
+#pragma unroll
+  for (int g = 0; g < GROUP; ++g) {
+    m[g] = -CUDART_INF_F;
+    l[g] = 0.0f;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) acc[g][e] = 0.0f;
+  }
+
+  // base is uniform over the block, so every lane of a warp reaches the shuffles together
+  for (int base = l0; base < l1; base += GROUPS * UNROLL) {
+    uint4 kv[UNROLL], vv[UNROLL];
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+      const int p = base + u * GROUPS + grp;
+      if (p < l1) {
+        kv[u] = load_stream(kp + (long long)p * HEAD_DIM);
+        vv[u] = load_stream(vp + (long long)p * HEAD_DIM);
+      } else {
+        kv[u] = make_uint4(0u, 0u, 0u, 0u);
+        vv[u] = make_uint4(0u, 0u, 0u, 0u);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+      const bool valid = base + u * GROUPS + grp < l1;
+      float kf[8];
+      unpack8(kv[u], kf);
+      float s[GROUP];
+#pragma unroll
+      for (int g = 0; g < GROUP; ++g) {
+        float d = 0.0f;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) d = fmaf(qf[g][e], kf[e], d);
+#pragma unroll
+        for (int off = LANES / 2; off > 0; off >>= 1) d += __shfl_xor_sync(0xffffffffu, d, off);
+        s[g] = d;
+      }
+      if (valid) {
+        float vf[8];
+        unpack8(vv[u], vf);
+#pragma unroll
+        for (int g = 0; g < GROUP; ++g) {
+          const float mn = fmaxf(m[g], s[g]);
+          const float c = exp2f(m[g] - mn);  // 0 while m is -inf
+          const float p = exp2f(s[g] - mn);
+          l[g] = fmaf(l[g], c, p);
+#pragma unroll
+          for (int e = 0; e < 8; ++e) acc[g][e] = fmaf(acc[g][e], c, p * vf[e]);
+          m[g] = mn;
+        }
+      }
+    }
+  }
+
+  float* rec = red + grp * RECORD;
+#pragma unroll
+  for (int g = 0; g < GROUP; ++g) {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) rec[g * HEAD_DIM + sub * 8 + e] = acc[g][e];
+    if (sub == 0) {
+      rec[GROUP * HEAD_DIM + g] = m[g];
+      rec[GROUP * HEAD_DIM + GROUP + g] = l[g];
+    }
+  }
+  sync();
+  const int head = t / HEAD_DIM, d = t % HEAD_DIM;
+  float mx = -CUDART_INF_F;
+#pragma unroll 8
+  for (int i = 0; i < GROUPS; ++i) mx = fmaxf(mx, red[i * RECORD + GROUP * HEAD_DIM + head]);
+  State st{mx, 0.0f, 0.0f};
+  if (mx != -CUDART_INF_F) {
+#pragma unroll 8
+    for (int i = 0; i < GROUPS; ++i) {
+      const float mi = red[i * RECORD + GROUP * HEAD_DIM + head];
+      if (mi == -CUDART_INF_F) continue;  // a group that saw no position
+      const float w = exp2f(mi - mx);
+      st.l = fmaf(red[i * RECORD + GROUP * HEAD_DIM + GROUP + head], w, st.l);
+      st.acc = fmaf(red[i * RECORD + head * HEAD_DIM + d], w, st.acc);
+    }
+  }
+  sync();  // every thread has read the records before the next task on this CTA writes them
+  return st;
+}
+
+}  // namespace attn_body

@@ -1,0 +1,29 @@
+// attn_split: flash-decoding, first half. Task (b, h, s) attends the 4 query heads of KV head h over the
+// cache positions [s * SPLIT_L, min(L, (s + 1) * SPLIT_L)) and writes its unnormalized partial state to
+// the workspace record part[b, h, s, :] (f32: acc [4][64], then m [4] in the log2 domain, then l [4]); the
+// glue then notifies splits[b, h].
+#include "attn_split.pipelink.h"
+#include "attention.cuh"
+
+using namespace pl::attn_split;
+static_assert(THREADS == attn_body::THREADS, "contract attn_split: the body needs 8 warps");
+static_assert(smem_red_bytes >= attn_body::SMEM_BYTES, "contract attn_split: smem.buffers.red is too small");
+static_assert(PART_RECORD == attn_body::RECORD, "contract attn_split: a workspace record is acc, m and l of 4 heads");
+
+extern "C" __device__ void attn_split(pl::Tile tile, const __nv_bfloat16* __restrict__ q,
+                                      const __nv_bfloat16* __restrict__ k, const __nv_bfloat16* __restrict__ v,
+                                      float* __restrict__ part, int B, int L) {
+  const int b = tile.coord[0], h = tile.coord[1], s = tile.coord[2];
+  const int splits = (L + SPLIT_L - 1) / SPLIT_L;
+  const int l0 = s * SPLIT_L, l1 = min(L, l0 + SPLIT_L);
+  const attn_body::State st =
+      attn_body::attend<ATTN_UNROLL>(q, k, v, b, h, l0, l1, L, smem_red<float>(), [] { sync_merge(); });
+  const int t = thread_rank();
+  const int head = t / attn_body::HEAD_DIM, d = t % attn_body::HEAD_DIM;
+  float* rec = part + (((long long)b * attn_body::KV_HEADS + h) * splits + s) * PART_RECORD;
+  rec[t] = st.acc;
+  if (d == 0) {
+    rec[attn_body::GROUP * attn_body::HEAD_DIM + head] = st.m;
+    rec[attn_body::GROUP * attn_body::HEAD_DIM + attn_body::GROUP + head] = st.l;
+  }
+}

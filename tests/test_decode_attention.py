@@ -1,0 +1,104 @@
+"""The Llama-3.2-1B decode attention (case_studies/llama32_1b_decode/attention), on the CPU: the contracts and
+objects check, attn_head links alone, attn_split -> attn_merge (flash-decoding) links into one persistent
+kernel, and the link maps say what the contracts ask for. The GPU side is tests/test_gpu_decode_attention.py."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipelink.cli import main
+
+CASE = Path(__file__).resolve().parent.parent / "case_studies" / "llama32_1b_decode"
+sys.path.insert(0, str(CASE))
+
+import decode_parts  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def objects(tmp_path_factory):
+    return decode_parts.build_attention(tmp_path_factory.mktemp("attention"))
+
+
+def test_the_contracts_check_one_by_one_and_as_the_pipeline(capsys):
+    contracts = [str(p.contract) for p in decode_parts.ATTENTION_PARTS]
+    assert main(["check", *contracts]) == 0, capsys.readouterr().err
+    pipelined = [str(p.contract) for p in decode_parts.ATTENTION_PARTS if p.name in decode_parts.ATTN_PIPELINED]
+    assert main(["check", "--pipeline", str(decode_parts.ATTN_PIPELINE), *pipelined]) == 0, capsys.readouterr().err
+
+
+def test_the_objects_check(objects, capsys):
+    assert main(["check", *map(str, objects.values())]) == 0, capsys.readouterr().err
+    assert "3 components" in capsys.readouterr().out
+
+
+def test_the_contracts_agree_with_the_test_helpers():
+    split = json.loads((CASE / "attention" / "attn_split.json").read_text())
+    provides = split["geometry"]["provides"]
+    assert provides["SPLIT_L"] == decode_parts.SPLIT_L and provides["PART_RECORD"] == decode_parts.PART_RECORD
+    merge = json.loads((CASE / "attention" / "attn_merge.json").read_text())
+    (part,) = [p for p in merge["entry"]["params"] if p["name"] == "part"]
+    assert part["shape"][-1] == decode_parts.PART_RECORD
+
+
+def _no_spills(m):
+    assert m.block_threads == 256 and m.resources.frame_bytes == 0 and m.resources.registers <= 128
+
+
+def test_attn_head_links_alone(objects):
+    linked = decode_parts.link_alone(objects["attn_head"])
+    assert linked.ok, [d.render() for d in linked.diagnostics]
+    assert not [d for d in linked.diagnostics if d.code == "PL141"]  # no register cap below what the code needs
+    m = linked.manifest
+    _no_spills(m)
+    assert [c.name for c in m.components] == ["attn_head"]
+    assert [p.name for p in m.user_params] == ["q", "k", "v", "o", "B", "L"]
+    assert m.geometry == {"ATTN_UNROLL": 2}
+    assert m.dynamic_smem >= 32 * 264 * 4  # the 32 position groups' softmax states
+    assert "buffer attn_head.red" in linked.link_map and "attn_head.merge" in linked.link_map
+    assert "grid [B, 8]" in linked.link_map
+
+
+def test_split_then_merge_links_into_one_persistent_kernel(objects):
+    linked = decode_parts.link_attn_split(objects)
+    assert linked.ok, [d.render() for d in linked.diagnostics]
+    assert not [d for d in linked.diagnostics if d.code == "PL141"]
+    m = linked.manifest
+    assert m.kernel == "attn_split_merge" and m.schedule == "persistent" and m.dispatch == "static"
+    assert list(m.tasks) == ["attn_split", "attn_merge"]  # the splits first in every CTA's order
+    assert [p.name for p in m.user_params] == ["q", "k", "v", "part", "B", "L", "o"]
+    part = next(p for p in m.params if p.name == "part")
+    assert part.pointer and not part.const  # written by attn_split in the launch
+    assert m.geometry == {"SPLIT_L": 256, "ATTN_UNROLL": 2, "PART_RECORD": 264}
+    (event,) = m.workspace.events
+    assert event.name == "splits" and event.shape == ("B", "8")
+    assert [s.split()[0] for s in event.notified_by] == ["attn_split"]
+    assert [s.split()[0] for s in event.waited_by] == ["attn_merge"]
+    assert "attn_split notifies bhs->bh; attn_merge waits bh->bh for ((L + 256 - 1) / 256)" in linked.link_map
+    assert "attn_split: grid [B, 8, ceil_div(L, 256)]" in linked.link_map
+    assert "attn_merge: grid [B, 8]" in linked.link_map
+    _no_spills(m)
+    assert "buffer attn_split.red" in linked.link_map and "attn_split.merge" in linked.link_map
+
+
+def test_attn_split_alone_links_with_nobody_waiting(objects):
+    # attn_split alone still links: a persistent kernel whose event nobody waits for
+    linked = decode_parts.link_alone(objects["attn_split"])
+    assert linked.ok, [d.render() for d in linked.diagnostics]
+    assert linked.manifest.schedule == "persistent"
+
+
+def test_the_workspace_shape_helper():
+    assert decode_parts.attn_workspace_shape(1, 1) == (8, 1, 264)
+    assert decode_parts.attn_workspace_shape(3, 256) == (24, 1, 264)
+    assert decode_parts.attn_workspace_shape(8, 4097) == (64, 17, 264)
+
+
+def test_the_team_build_script_builds(tmp_path):
+    env = {"PYTHON": sys.executable, "PATH": "/usr/bin:/bin",
+           "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    proc = subprocess.run(["bash", str(CASE / "attention" / "build.sh"), str(tmp_path), "attn_head", "attn_merge"],
+                          capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in tmp_path.glob("*.o")) == ["attn_head.o", "attn_merge.o"]

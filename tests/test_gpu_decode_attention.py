@@ -1,0 +1,126 @@
+"""The Llama-3.2-1B decode attention (case_studies/llama32_1b_decode/attention) on a GPU against torch in
+float64: attn_head linked alone, and attn_split -> attn_merge (flash-decoding) as one persistent kernel.
+
+GQA with 32 query heads over 8 KV heads of 64 (query head 4h + g reads KV head h), q [B, 32, 64], k and v
+[B, 8, L, 64], o [B, 32, 64], all bf16. Fresh random inputs every run (the seed is in the failure message),
+the output and the split workspace poisoned with NaN so an unwritten element fails, batches 1, 3 and 8,
+context lengths from one position to a ragged 17th split (4097 = 16 * 256 + 1), every kernel launched twice
+(the persistent one keeps its place in its event counters between launches)."""
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+CASE = Path(__file__).resolve().parent.parent / "case_studies" / "llama32_1b_decode"
+sys.path.insert(0, str(CASE))
+
+import decode_parts  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+BATCHES = [1, 3, 8]
+LENGTHS = [1, 7, 256, 1000, 4097]
+VARIANTS = ["attn_head", "attn_split"]
+# bf16 outputs: a relative half-ulp of 2^-9 from the one rounding; the fp32 softmax and sums add far less.
+RTOL, ATOL = 1e-2, 1e-2
+
+
+def fresh_seed() -> int:
+    return int.from_bytes(os.urandom(4), "little")
+
+
+@pytest.fixture(scope="module")
+def kernels(tmp_path_factory):
+    objects = decode_parts.build_attention(tmp_path_factory.mktemp("attention"))
+    out = {}
+    linked = decode_parts.link_alone(objects["attn_head"])
+    assert linked.ok, [d.render() for d in linked.diagnostics]
+    out["attn_head"] = linked.kernel()
+    linked = decode_parts.link_attn_split(objects)
+    assert linked.ok, [d.render() for d in linked.diagnostics]
+    out["attn_split"] = linked.kernel()
+    yield out
+    for k in out.values():
+        k.unload()
+
+
+def _inputs(seed, B, L, q_scale=1.0):
+    import torch
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    H, KV, D = decode_parts.Q_HEADS, decode_parts.KV_HEADS, decode_parts.HEAD_DIM
+    q = (q_scale * torch.randn(B, H, D, generator=g, device="cuda")).to(torch.bfloat16)
+    k = torch.randn(B, KV, L, D, generator=g, device="cuda").to(torch.bfloat16)
+    v = torch.randn(B, KV, L, D, generator=g, device="cuda").to(torch.bfloat16)
+    return q, k, v
+
+
+def _reference(q, k, v):
+    """softmax(q k^T / sqrt(64)) v in float64, each KV head repeated for its 4 query heads."""
+    import torch
+    group = decode_parts.Q_HEADS // decode_parts.KV_HEADS
+    k64 = k.double().repeat_interleave(group, dim=1)  # [B, 32, L, 64]
+    v64 = v.double().repeat_interleave(group, dim=1)
+    s = torch.einsum("bhd,bhld->bhl", q.double(), k64) / decode_parts.HEAD_DIM ** 0.5
+    return torch.einsum("bhl,bhld->bhd", torch.softmax(s, dim=-1), v64)
+
+
+def _poisoned(*shape, dtype=None):
+    import torch
+    return torch.full(shape, float("nan"), dtype=dtype or torch.bfloat16, device="cuda")
+
+
+def _judge(got, ref, what):
+    import torch
+    got = got.double()
+    assert not torch.isnan(got).any(), f"{what}: {int(torch.isnan(got).sum())} elements unwritten (NaN)"
+    err = (got - ref).abs()
+    bad = err > ATOL + RTOL * ref.abs()
+    assert not bad.any(), f"{what}: {int(bad.sum())} of {got.numel()} elements off, max error {float(err.max()):.3g}"
+
+
+def _run(kernels, variant, q, k, v, B, L):
+    import torch
+    o = _poisoned(B, decode_parts.Q_HEADS, decode_parts.HEAD_DIM)
+    if variant == "attn_head":
+        kernels["attn_head"].launch(q=q, k=k, v=v, o=o, B=B, L=L)
+    else:
+        part = _poisoned(*decode_parts.attn_workspace_shape(B, L), dtype=torch.float32)
+        kernels["attn_split"].launch(q=q, k=k, v=v, part=part, B=B, L=L, o=o)
+    torch.cuda.synchronize()
+    return o
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("B", BATCHES)
+@pytest.mark.parametrize("L", LENGTHS)
+def test_decode_attention(kernels, variant, B, L):
+    seed = fresh_seed()
+    q, k, v = _inputs(seed, B, L)
+    ref = _reference(q, k, v)
+    for launch in range(2):  # twice: fresh outputs each time, the same answer
+        o = _run(kernels, variant, q, k, v, B, L)
+        _judge(o, ref, f"{variant} B={B} L={L} seed={seed} launch {launch}")
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("L", [300, 4097])
+def test_decode_attention_with_peaked_scores(kernels, variant, L):
+    # q scaled by 8: scores of tens, a softmax dominated by a few positions, possibly in a later split than
+    # the first one seen: the running max must be rescaled, within a group, across groups and across splits
+    seed = fresh_seed()
+    B = 3
+    q, k, v = _inputs(seed, B, L, q_scale=8.0)
+    o = _run(kernels, variant, q, k, v, B, L)
+    _judge(o, _reference(q, k, v), f"{variant} peaked B={B} L={L} seed={seed}")
+
+
+def test_the_variants_agree(kernels):
+    # both variants on the same inputs: the split order changes only the fp32 rounding before the bf16 one
+    import torch
+    seed = fresh_seed()
+    B, L = 8, 1000
+    q, k, v = _inputs(seed, B, L)
+    a = _run(kernels, "attn_head", q, k, v, B, L).double()
+    b = _run(kernels, "attn_split", q, k, v, B, L).double()
+    assert torch.allclose(a, b, rtol=RTOL, atol=ATOL), f"seed={seed}: max difference {float((a - b).abs().max()):.3g}"
