@@ -5,6 +5,9 @@
 - pipelines/norm_gemv.json: rmsnorm -> gemv_normed in one persistent kernel
 - attention/ attn_head (linked alone), attn_split and attn_merge (flash-decoding)
 - pipelines/attn_split.json: attn_split -> attn_merge in one persistent kernel
+- linear/ qkv_rope (fused q/k/v GEMV, RoPE, KV-cache append) and gemv_swiglu (each linked alone), lm_head
+  and argmax_merge (greedy decoding head)
+- pipelines/lm_head_argmax.json: lm_head -> argmax_merge in one persistent kernel
 
 The team folders' `build.sh` run `pipelink build` on the same sources and contracts; this module builds
 with `pipelink.authoring.builder.build_component` in-process, for the tests.
@@ -17,10 +20,13 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 PIPELINE = HERE / "pipelines" / "norm_gemv.json"
 ATTN_PIPELINE = HERE / "pipelines" / "attn_split.json"
+HEAD_PIPELINE = HERE / "pipelines" / "lm_head_argmax.json"
 
 # Llama-3.2-1B: hidden 2048, intermediate 8192, 32 query heads and 8 KV heads of 64.
 HIDDEN, INTERMEDIATE, HEAD_DIM, Q_HEADS, KV_HEADS = 2048, 8192, 64, 32, 8
 QKV = (Q_HEADS + 2 * KV_HEADS) * HEAD_DIM  # 3072: the fused q/k/v projection's rows
+VOCAB = 128256
+ROPE_THETA = 500000.0  # plain RoPE; Llama-3's frequency scaling (factor 32, original 8192) is not applied
 
 
 @dataclass(frozen=True)
@@ -93,3 +99,27 @@ def link_attn_split(objects: dict[str, Path]):
     """attn_split -> attn_merge (flash-decoding) as one persistent kernel (pipelines/attn_split.json)."""
     import pipelink
     return pipelink.link([str(objects[n]) for n in ATTN_PIPELINED], pipeline=str(ATTN_PIPELINE))
+
+
+MORE_PARTS = (Part("linear", "qkv_rope"), Part("linear", "gemv_swiglu"), Part("linear", "lm_head"),
+              Part("linear", "argmax_merge"))
+MORE_ALONE = ("qkv_rope", "gemv_swiglu", "lm_head")  # each linked alone (lm_head: nobody waits for its event)
+HEAD_PIPELINED = ("lm_head", "argmax_merge")        # linked by pipelines/lm_head_argmax.json
+LM_ROWS = 8                                         # lm_head's vocabulary rows per task (GEMV_ROWS)
+SWIGLU_COLS = 4                                     # gemv_swiglu's outputs per task
+
+
+def argmax_workspace_shape(B: int, V: int) -> tuple[int, int]:
+    """The extents lm_head's contract declares for its u64 workspace `part`: [B, ceil_div(V, 8)]."""
+    return (B, -(-V // LM_ROWS))
+
+
+def build_more(out_dir: Path) -> dict[str, Path]:
+    """Build qkv_rope, gemv_swiglu, lm_head and argmax_merge into out_dir/<name>.o."""
+    return build_all(out_dir, MORE_PARTS)
+
+
+def link_lm_head_argmax(objects: dict[str, Path]):
+    """lm_head -> argmax_merge (greedy decoding head) as one persistent kernel (pipelines/lm_head_argmax.json)."""
+    import pipelink
+    return pipelink.link([str(objects[n]) for n in HEAD_PIPELINED], pipeline=str(HEAD_PIPELINE))

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The linear team's build of its components against their contracts:
-#   build.sh OUT_DIR [NAME...]   -> OUT_DIR/NAME.o for gemv_bf16, gemv_residual, gemv_normed (default: all three)
+#   build.sh OUT_DIR [NAME...]   -> OUT_DIR/NAME.o for gemv_bf16, gemv_residual, gemv_normed, qkv_rope,
+#                                   gemv_swiglu, lm_head, argmax_merge (default: all seven)
 # PYTHON picks the interpreter that runs pipelink.
 set -euo pipefail
 py="${PYTHON:-python3}"
@@ -9,7 +10,7 @@ out="$1"
 shift
 mkdir -p "$out"
 names=("$@")
-[ ${#names[@]} -gt 0 ] || names=(gemv_bf16 gemv_residual gemv_normed)
+[ ${#names[@]} -gt 0 ] || names=(gemv_bf16 gemv_residual gemv_normed qkv_rope gemv_swiglu lm_head argmax_merge)
 for name in "${names[@]}"; do
   "$py" -m pipelink.cli build "$here/$name.cu" --contract "$here/$name.json" -o "$out/$name.o"
 done

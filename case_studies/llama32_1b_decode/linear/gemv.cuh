@@ -7,6 +7,10 @@
 // have been written by another CTA in this launch), meets at the named barrier, and every lane multiplies
 // its W vectors with the staged x of each batch row. A batch larger than BATCH walks W again per group
 // of BATCH rows. The lanes' partial sums meet in a shuffle reduction; lane b writes y[b, n].
+//
+// rows_with is the same walk with the task's rows and its epilogue left to the component: which row of W
+// each local row is (qkv_rope pairs the rotary halves of a head in one task, gemv_swiglu pairs gate and up
+// rows), and what becomes of the fp32 sums (rotated, gated, or reduced to an argmax through shared memory).
 #pragma once
 #include <cuda_bf16.h>
 
@@ -32,11 +36,15 @@ __device__ __forceinline__ void unpack8(const uint4& v, float (&f)[8]) {
   }
 }
 
+// The general form: local row i (0 .. ROWS - 1) of the task is row row_of(i) of W (-1: none, it sums to
+// 0 and is not stored). For each group of up to BATCH batch rows starting at bg, lane b of the warp owning
+// local row i calls store(i, bg, b, s) with the fp32 sum s of batch row bg + b (b < nb), for every local row,
+// valid or not; then flush(bg, nb) runs on every thread (an epilogue that may meet at sync()).
 // Sync: a callable that synchronizes the component's THREADS threads (its named barrier).
-template <int WARPS, int ROWS, int KCHUNK, int BATCH, bool kResidual, class Sync>
-__device__ __forceinline__ void rows(int n0, const bf16* __restrict__ w, const bf16* __restrict__ x,
-                                     const bf16* __restrict__ r, bf16* __restrict__ y, int B, int N, int K,
-                                     uint4* __restrict__ xs, Sync sync) {
+template <int WARPS, int ROWS, int KCHUNK, int BATCH, class RowOf, class Store, class Flush, class Sync>
+__device__ __forceinline__ void rows_with(const bf16* __restrict__ w, const bf16* __restrict__ x, int B, int K,
+                                          uint4* __restrict__ xs, RowOf row_of, Store store, Flush flush,
+                                          Sync sync) {
   static_assert(ROWS % WARPS == 0, "gemv: the rows of a task must split evenly over the warps");
   static_assert(KCHUNK % 256 == 0, "gemv: a K chunk is a whole number of warp-wide 16-byte sweeps");
   static_assert(BATCH >= 1 && BATCH <= 32, "gemv: lane b writes batch row b");
@@ -60,11 +68,11 @@ __device__ __forceinline__ void rows(int n0, const bf16* __restrict__ w, const b
       uint4 wv[RPW][VPL];
 #pragma unroll
       for (int i = 0; i < RPW; ++i) {
-        const int n = n0 + warp * RPW + i;
+        const int n = row_of(warp * RPW + i);
 #pragma unroll
         for (int u = 0; u < VPL; ++u) {
           const int v = u * 32 + lane;
-          wv[i][u] = (n < N && v < cv) ? load_stream(w + (long long)n * K + (long long)(v0 + v) * 8)
+          wv[i][u] = (n >= 0 && v < cv) ? load_stream(w + (long long)n * K + (long long)(v0 + v) * 8)
                                         : make_uint4(0u, 0u, 0u, 0u);
         }
       }
@@ -98,20 +106,34 @@ __device__ __forceinline__ void rows(int n0, const bf16* __restrict__ w, const b
 
 #pragma unroll
     for (int i = 0; i < RPW; ++i) {
-      const int n = n0 + warp * RPW + i;
 #pragma unroll
       for (int b = 0; b < BATCH; ++b) {
         float s = acc[i][b];
 #pragma unroll
         for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
-        if (lane == b && b < nb && n < N) {
+        if (lane == b && b < nb) store(warp * RPW + i, bg, b, s);
+      }
+    }
+    flush(bg, nb);
+  }
+}
+
+// The plain form: rows n0 .. n0 + ROWS - 1 of W (those below N), y[b, n] = s (+ r[b, n]), rounded once.
+template <int WARPS, int ROWS, int KCHUNK, int BATCH, bool kResidual, class Sync>
+__device__ __forceinline__ void rows(int n0, const bf16* __restrict__ w, const bf16* __restrict__ x,
+                                     const bf16* __restrict__ r, bf16* __restrict__ y, int B, int N, int K,
+                                     uint4* __restrict__ xs, Sync sync) {
+  rows_with<WARPS, ROWS, KCHUNK, BATCH>(
+      w, x, B, K, xs, [=](int i) { return n0 + i < N ? n0 + i : -1; },
+      [=](int i, int bg, int b, float s) {
+        const int n = n0 + i;
+        if (n < N) {
           const long long at = (long long)(bg + b) * N + n;
           if constexpr (kResidual) s += __bfloat162float(r[at]);
           y[at] = __float2bfloat16_rn(s);
         }
-      }
-    }
-  }
+      },
+      [](int, int) {}, sync);
 }
 
 }  // namespace gemv_body
