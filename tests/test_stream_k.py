@@ -16,7 +16,7 @@ from pipelink.linker.emit import manifest
 from pipelink.linker.glue import generate_glue
 from pipelink.linker.resolve import resolve
 from pipelink.runtime.launch import Kernel
-from pipelink.runtime.streamk import partial_slots, pieces, split_k_pieces, stream_k_plan
+from pipelink.runtime.streamk import partial_slots, split_k_pieces, stream_k_plan
 
 INCLUDE = Path(__file__).resolve().parent.parent / "pipelink" / "include"
 
@@ -72,6 +72,37 @@ def test_a_callers_grid_is_kept_and_split_only_when_every_cta_is_resident():
 
 
 # --- the walk -----------------------------------------------------------------------------------
+
+def pieces(tiles: int, blocks: int, grid: int, sk_tiles: int, split: int = 1) -> list[list[tuple[int, int, int, int]]]:
+    """Each CTA's units in walk order, (tile, k_begin, k_end, k_first): the walk the glue's
+    `stream_k_unit` takes, written out independently as the oracle of these tests."""
+    out = []
+    if split > 1:
+        piece = -(-blocks // split)
+        for cta in range(grid):
+            units, position = [], 0
+            for unit in range(cta, tiles * split, grid):
+                p, t = divmod(unit, tiles)
+                k_begin, k_end = p * piece, min(blocks, (p + 1) * piece)
+                units.append((t, k_begin, k_end, position))
+                position += k_end - k_begin
+            out.append(units)
+        return out
+    dp_tiles = tiles - sk_tiles
+    sk_blocks = sk_tiles * blocks
+    for cta in range(grid):
+        units = [(t, 0, blocks, u * blocks) for u, t in enumerate(range(cta, dp_tiles, grid))]
+        dp_units = len(units)
+        begin, end = sk_blocks * cta // grid, sk_blocks * (cta + 1) // grid
+        g = begin
+        while g < end:
+            k_begin = g % blocks
+            k_end = min(blocks, k_begin + (end - g))
+            units.append((dp_tiles + g // blocks, k_begin, k_end, dp_units * blocks + g - begin))
+            g += k_end - k_begin
+        out.append(units)
+    return out
+
 
 CASES = [(400, 80, 132, 136), (40, 400, 132, 40), (24, 10, 7, 10), (3, 20, 15, 3), (5, 3, 11, 5), (9, 7, 4, 9),
          (10, 5, 4, 0), (1, 2, 3, 1), (17, 13, 5, 7), (6, 1, 4, 2)]

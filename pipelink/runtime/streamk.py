@@ -90,34 +90,3 @@ def partial_slots(grid: int, tiles: int, sk_tiles: int, split: int) -> int:
     if split > 1:
         return tiles * (split - 1)
     return grid if sk_tiles else 0
-
-
-def pieces(tiles: int, blocks: int, grid: int, sk_tiles: int, split: int = 1) -> list[list[tuple[int, int, int, int]]]:
-    """Each CTA's units in walk order, (tile, k_begin, k_end, k_first): the walk the glue's
-    `stream_k_unit` takes, written out for tests."""
-    out = []
-    if split > 1:
-        piece = -(-blocks // split)
-        for cta in range(grid):
-            units, position = [], 0
-            for unit in range(cta, tiles * split, grid):
-                p, t = divmod(unit, tiles)
-                k_begin, k_end = p * piece, min(blocks, (p + 1) * piece)
-                units.append((t, k_begin, k_end, position))
-                position += k_end - k_begin
-            out.append(units)
-        return out
-    dp_tiles = tiles - sk_tiles
-    sk_blocks = sk_tiles * blocks
-    for cta in range(grid):
-        units = [(t, 0, blocks, u * blocks) for u, t in enumerate(range(cta, dp_tiles, grid))]
-        dp_units = len(units)
-        begin, end = sk_blocks * cta // grid, sk_blocks * (cta + 1) // grid
-        g = begin
-        while g < end:
-            k_begin = g % blocks
-            k_end = min(blocks, k_begin + (end - g))
-            units.append((dp_tiles + g // blocks, k_begin, k_end, dp_units * blocks + g - begin))
-            g += k_end - k_begin
-        out.append(units)
-    return out
