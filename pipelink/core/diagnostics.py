@@ -216,6 +216,13 @@ CODES = _codes(
          "register ports have none"),
     Code("PL174", "buffer size declared wrongly", L,
          "`shape` gives a pointer parameter's extents, row-major, over geometry and runtime scalar parameters"),
+    # calls: a component called several times, with bound parameters, in a layer loop (exit 1)
+    Code("PL175", "call binds what its component does not have", L,
+         "`bind` and `stacked` name the component's parameters, `events` its events; a stacked parameter is a "
+         "pointer with a declared shape, stacked by every call that passes the kernel tensor"),
+    Code("PL176", "calls out of order", L,
+         "a call waits (`after`) only on calls before it, in the same layer or before the layer loop; per-layer "
+         "calls are consecutive and the pipeline says `layers`; `after_previous_layer` names per-layer calls"),
 )
 
 

@@ -355,10 +355,18 @@ class Component:
 
     contract: Contract
     obj: InputObject | None  # None: a bare contract, checked without its code
+    # A call of a pipeline's `calls` is the component's contract renamed (its name, bound parameter and
+    # event names); `base` is the contract the object was compiled against, which owns the symbols.
+    base: Contract | None = None
 
     @property
     def name(self) -> str:
         return self.contract.name
+
+    @property
+    def code(self) -> Contract:
+        """The contract the object was built against: its entry symbol, constants and marker."""
+        return self.base or self.contract
 
 
 _PROSE_KEYS = {"description", "owner", "$schema"}

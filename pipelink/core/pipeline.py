@@ -40,6 +40,21 @@ class WireSpec:
 
 
 @dataclass(frozen=True)
+class CallSpec:
+    """One call of a `calls` pipeline: a component run as a task group with its parameters bound."""
+
+    name: str
+    component: str
+    bind: tuple[tuple[str, str], ...] = ()      # component parameter -> kernel parameter
+    per_layer: bool = False
+    stacked: tuple[str, ...] = ()               # component parameters: one copy per layer
+    events: tuple[tuple[str, str], ...] = ()    # component event -> pipeline event
+    after: tuple[str, ...] = ()
+    after_previous_layer: tuple[str, ...] = ()
+    where: Location | None = field(default=None, compare=False, metadata=NOT_IN_KEY)  # /calls/i
+
+
+@dataclass(frozen=True)
 class PipelineSpec:
     """What to link, frozen: change one with dataclasses.replace. The link cache keys on every field but
     those marked NOT_IN_KEY (where the pipeline came from: only diagnostics name it)."""
@@ -52,6 +67,8 @@ class PipelineSpec:
     debug_events: bool = False          # a wait that spins too long stops the kernel and is reported
     dependent_launch: bool = False      # programmatic dependent launch: overlap with the kernel before
     specialize: dict = field(default_factory=dict)  # shape parameter -> value baked into this link
+    calls: tuple[CallSpec, ...] = ()    # persistent: task groups, a component possibly called several times
+    layers: str | int | None = None     # how often the per-layer calls run: an i32 parameter's name, or a number
     source: str | None = field(default=None, metadata=NOT_IN_KEY)     # the pipeline file, for diagnostics
     extra: dict = field(default_factory=dict, metadata=NOT_IN_KEY)    # the file as read
 
@@ -101,8 +118,13 @@ def read_pipeline(raw, file: str, sink: DiagnosticSink) -> PipelineSpec | None:
              for i, w in enumerate(raw.get("wires", []))]
     if None in wires:
         return None
+    calls = tuple(CallSpec(c["name"], c.get("component", c["name"]), tuple(sorted(c.get("bind", {}).items())),
+                           c.get("per_layer", False), tuple(c.get("stacked", ())),
+                           tuple(sorted(c.get("events", {}).items())), tuple(c.get("after", ())),
+                           tuple(c.get("after_previous_layer", ())), Location(file=file, pointer=f"/calls/{i}"))
+                  for i, c in enumerate(raw.get("calls", ())))
     default = PipelineSpec()
-    return PipelineSpec(name=raw.get("name", default.name), components=tuple(raw.get("components", ())),
+    return PipelineSpec(calls=calls, layers=raw.get("layers"), name=raw.get("name", default.name), components=tuple(raw.get("components", ())),
                         wires=tuple(wires), schedule=raw.get("schedule"), dispatch=raw.get("dispatch", default.dispatch),
                         debug_events=raw.get("debug_events", default.debug_events),
                         dependent_launch=raw.get("dependent_launch", default.dependent_launch),

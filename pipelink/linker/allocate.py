@@ -10,7 +10,7 @@ one component may share.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..core.diagnostics import DiagnosticSink
 from ..core.model import DTYPE_BYTES
@@ -92,6 +92,37 @@ class Allocation:
 
 
 def allocate(r: Resolved, arch: str, sink: DiagnosticSink) -> Allocation | None:
+    firsts = {}
+    for c in r.components:
+        firsts.setdefault(c.code.name, c.name)
+    if len(firsts) < len(r.components):
+        # Calls of one component run its one code: they share its buffers, barrier ids and warps, placed
+        # once (a persistent CTA runs one task at a time, so one placement serves every call).
+        keep = set(firsts.values())
+        alloc = _allocate(replace(r, components=[c for c in r.components if c.name in keep],
+                                  order=[n for n in r.order if n in keep]), arch, sink)
+        if alloc is not None:
+            _alias_calls(alloc, {c.name: firsts[c.code.name] for c in r.components if c.name not in keep})
+        return alloc
+    return _allocate(r, arch, sink)
+
+
+def _alias_calls(alloc: Allocation, first_of: dict[str, str]) -> None:
+    """Every decision about a component's first call holds for its other calls."""
+    for field_name in ("buffer_offset", "port_offset", "mbar_offset", "barrier_id", "role_begin", "smem_stride"):
+        table = getattr(alloc, field_name)
+        for (comp, what), value in list(table.items()):
+            for call, first in first_of.items():
+                if first == comp:
+                    table[(call, what)] = value
+    for field_name in ("warp_begin", "copies", "steps"):
+        table = getattr(alloc, field_name)
+        for call, first in first_of.items():
+            if first in table:
+                table[call] = table[first]
+
+
+def _allocate(r: Resolved, arch: str, sink: DiagnosticSink) -> Allocation | None:
     target = TARGETS[arch]
     if r.dependent_launch and int(arch[3:5]) < 90:
         sink.error("PL165", f"the pipeline asks for programmatic dependent launch, which {arch} does not have",

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from .. import __version__
 from ..core.expr import Expr, parse
 from .allocate import Allocation
+from .calls import layered_events
 from .events import task_invariant
 from ..runtime.manifest import (IMPLICIT_PARAMS, STREAM_K_PARAMS, WORKSPACE, StreamKSpec, ComponentRecord, EventRecord, Manifest, ParamSpec, Resources,
                                 WireRecord, WorkspaceSpec)
@@ -35,14 +36,17 @@ def manifest(r: Resolved, a: Allocation, arch: str, cubin: bytes, kernel_info: K
     tasks, workspace = {}, None
     if persistent:  # every task of every component; the event tensors, sized at launch; the implicit parameters
         plan = r.events
-        tasks = {name: " * ".join(f"({substitute(e, r.geometry)})"
-                                  for e in r.component(name).contract.geometry.tile_sequence.grid)
+        layers = lambda name: f"({r.calls.layers_c()}) * " if r.calls and r.calls.layered(name) else ""  # noqa: E731
+        tasks = {name: layers(name) + " * ".join(f"({substitute(e, r.geometry)})"
+                                                 for e in r.component(name).contract.geometry.tile_sequence.grid)
                  for name in plan.order}
         tiles = (" + ".join(tasks.values()),)
         params += tuple(ParamSpec(p.name, p.dtype, p.pointer, False, p.kind) for p in IMPLICIT_PARAMS)
+        per_layer = layered_events(r.calls, r.events)  # one copy of the counters per layer: a leading extent
         workspace = WorkspaceSpec(
             WORKSPACE.header_words, WORKSPACE.task_counter_word, r.debug_events,
-            tuple(EventRecord(t.name, tuple(substitute(e, r.geometry) for e in t.shape),
+            tuple(EventRecord(t.name, ((str(r.calls.layers_c()),) if t.name in per_layer else ())
+                              + tuple(substitute(e, r.geometry) for e in t.shape),
                               tuple(f"{n.component} {n.map.text}" for n in t.notifiers),
                               tuple(f"{w.component} {w.map.text}" for w in t.waiters))
                   for t in plan.tensors.values()))

@@ -120,10 +120,17 @@ def ready_flag(comp_index: int, n: int) -> str:
 
 
 def ready_flags(r, plan) -> list[str]:
-    """Declarations, before the task loops, of the flags of every task-invariant wait."""
+    """Declarations, before the task loops, of the flags of every task-invariant wait: the layer it was
+    met in (-1: not yet; a layer loop's next layer waits on other counters)."""
     names = [c.name for c in r.components]
-    return [f"bool {ready_flag(names.index(comp), n)} = false;  // met once per CTA: the wait {side.map.text} of {comp}"
-            for comp in plan.order for n, (_, side) in enumerate(plan.waits_of(comp)) if task_invariant(side)]
+    return [f"int {ready_flag(names.index(comp), n)} = -1;  // met once per CTA and layer: the wait {side.map.text} "
+            f"of {comp}" for comp in plan.order for n, (_, side) in enumerate(plan.waits_of(comp)) if task_invariant(side)]
+
+
+def event_base(tensor_index: dict, bases: dict | None, name: str) -> str:
+    """C of the first counter of event `name` for the task: its layer's copy in a layer loop."""
+    j = tensor_index[name]
+    return (bases or {}).get(name, f"e{j}")
 
 
 def count_c(r, tensor, side) -> str:
@@ -135,8 +142,10 @@ def count_c(r, tensor, side) -> str:
     return side.count.to_c(geo) if side.count is not None else tensor.count_c(geo)
 
 
-def wait_block(r, waits, tensor_index: dict, comp_index: int, threads: int, bound: str, indent: str) -> list[str]:
-    """Every wait of a task, in contract order and phases; leaves the task if a debug wait timed out."""
+def wait_block(r, waits, tensor_index: dict, comp_index: int, threads: int, bound: str, indent: str,
+               bases: dict | None = None) -> list[str]:
+    """Every wait of a task, in contract order and phases; leaves the task if a debug wait timed out.
+    `bases`: event name -> C of its first counter, where not `e<j>` (a layer's copy)."""
     out = [f"{indent}{{", f"{indent}  bool pl_ok = true;"]
     slot, met = 0, []
     for n, (tensor, side) in enumerate(waits):
@@ -144,29 +153,30 @@ def wait_block(r, waits, tensor_index: dict, comp_index: int, threads: int, boun
             out.append(f"{indent}  pl_ok = __syncthreads_and(pl_ok);  // the waits above guard what this one reads")
         j = tensor_index[tensor.name]
         space = element_space(r, j, side)
-        call = (f"pl_ok = pl_ok && pl::events::wait_for(e{j} + {space.index}, (unsigned)({count_c(r, tensor, side)}), "
+        call = (f"pl_ok = pl_ok && pl::events::wait_for({event_base(tensor_index, bases, tensor.name)} + {space.index}, (unsigned)({count_c(r, tensor, side)}), "
                 f"pl_epoch, {bound}, pl_report, {comp_index}u, {j}u, {space.index}, (unsigned long long)t);")
         loop = shared_loop(space, call, threads, slot, indent + "  ")
         if task_invariant(side):  # met once in this CTA: met for the rest of the launch
             flag = ready_flag(comp_index, n)
-            loop = [f"{indent}  if (!{flag})"] + loop
+            loop = [f"{indent}  if ({flag} != pl_layer)"] + loop
             met.append(flag)
         out += loop
         slot += not space.loops
     out.append(f"{indent}  if (!__syncthreads_and(pl_ok)) return;  // a debug build's wait timed out somewhere")
-    out += [f"{indent}  {flag} = true;" for flag in met]
+    out += [f"{indent}  {flag} = pl_layer;" for flag in met]
     out.append(f"{indent}}}")
     return out
 
 
-def notify_block(r, notifies, tensor_index: dict, threads: int, indent: str) -> list[str]:
+def notify_block(r, notifies, tensor_index: dict, threads: int, indent: str, bases: dict | None = None) -> list[str]:
     """Every notification of a task, after its writes (the caller's barrier) are made visible."""
     out = [f"{indent}__threadfence();  // the task's writes are visible to every CTA before any count moves"]
     slot = 0
     for tensor, side in notifies:
         j = tensor_index[tensor.name]
         space = element_space(r, j, side)
-        body = f"pl::events::add_one(e{j} + {space.index});  // '{tensor.name}' {side.map.text}"
+        body = (f"pl::events::add_one({event_base(tensor_index, bases, tensor.name)} + {space.index});  "
+                f"// '{tensor.name}' {side.map.text}")
         out += shared_loop(space, body, threads, slot, indent)
         slot += not space.loops
     return out

@@ -11,10 +11,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..authoring.header import constant_symbols, entry_prototype, marker_symbol, symbol_prefix
+from ..core.expr import parse
 from ..core.model import DTYPE_C, dtype_includes
 from ..runtime.manifest import IMPLICIT_PARAMS, STREAM_K_PARAMS, WORKSPACE
 from . import event_glue
 from .allocate import ARENA_ALIGN, Allocation
+from .calls import layered_events
 from .resolve import Resolved, Wire
 
 if TYPE_CHECKING:
@@ -24,8 +26,8 @@ if TYPE_CHECKING:
 def constant_values(r: Resolved, a: Allocation) -> dict[str, int]:
     """The value of every link-time constant of every component."""
     values: dict[str, int] = {}
-    for comp in r.components:
-        c, p = comp.contract, symbol_prefix(comp.contract)
+    for comp in _coded(r):
+        c, p = comp.contract, symbol_prefix(comp.code)
         values[f"{p}warp_begin"] = a.warp_begin[c.name]
         for role in c.threads.roles:
             values[f"{p}role_begin__{role.name}"] = a.role_begin[(c.name, role.name)]
@@ -50,8 +52,18 @@ def constant_values(r: Resolved, a: Allocation) -> dict[str, int]:
                 values[f"{p}smem_stride__{b.name}"] = a.smem_stride[(c.name, b.name)]
             for m in c.barriers.mbarriers:
                 values[f"{p}mbar_stride__{m.name}"] = a.smem_stride[(c.name, m.name)]
-        assert set(constant_symbols(c)) <= values.keys()
+        assert set(constant_symbols(comp.code)) <= values.keys()
     return values
+
+
+def _coded(r: Resolved) -> list:
+    """One component per object: the calls of one component share its code, constants and resources."""
+    seen, out = set(), []
+    for comp in r.components:
+        if comp.code.name not in seen:
+            seen.add(comp.code.name)
+            out.append(comp)
+    return out
 
 
 def generate_glue(r: Resolved, a: Allocation) -> str:
@@ -62,9 +74,9 @@ def generate_glue(r: Resolved, a: Allocation) -> str:
                            + [w.out_port.dtype for w in r.wires]), ""]
     out += _constants(r, a)
     out += ["", "// Contract markers: each object compiled against its contract defines its marker as 1."]
-    out += [f'extern "C" __device__ const unsigned {marker_symbol(c.contract)};' for c in r.components]
+    out += [f'extern "C" __device__ const unsigned {marker_symbol(c.code)};' for c in _coded(r)]
     out += ["", "// The components' entries, as their contracts declare them."]
-    out += [entry_prototype(c.contract) + ";" for c in r.components]
+    out += [entry_prototype(c.code) + ";" for c in _coded(r)]
     out += [""] + _kernel(r, a)
     return "\n".join(out) + "\n"
 
@@ -73,8 +85,8 @@ def _constants(r: Resolved, a: Allocation) -> list[str]:
     out = ["// Link-time constants: every decision the linker made, folded into the components by LTO.",
            'extern "C" {']
     values = constant_values(r, a)
-    for comp in r.components:
-        types = constant_symbols(comp.contract)
+    for comp in _coded(r):
+        types = constant_symbols(comp.code)
         for sym, ctype in types.items():
             suffix = "u" if ctype == "unsigned" else ""
             out.append(f"__device__ extern const {ctype} {sym} = {values[sym]}{suffix};")
@@ -104,8 +116,8 @@ def _kernel(r: Resolved, a: Allocation) -> list[str]:
         bounds += f" __cluster_dims__({', '.join(map(str, r.cluster))})"
     out = [f'extern "C" __global__ void {bounds} {r.name}({params}) {{',
            "  // A stale component build leaves its marker undefined; the link reports it (PL049).",
-           "  if (" + " + ".join(marker_symbol(c.contract) for c in r.components) +
-           f" != {len(r.components)}u) __trap();"]
+           "  if (" + " + ".join(marker_symbol(c.code) for c in _coded(r)) +
+           f" != {len(_coded(r))}u) __trap();"]
     if r.dependent_launch:
         out += ["  // Programmatic dependent launch: the next kernel in the stream may start now; this one waits",
                 "  // until the kernel before it has finished and its writes are visible, before reading anything.",
@@ -293,10 +305,12 @@ def _role_structured(r: Resolved, a: Allocation) -> list[str]:
     return out
 
 
-def _call(comp, indent: str) -> str:
-    args = ["tile"] if comp.contract.entry.invocation == "per_tile" else []
-    args += [p.name for p in comp.contract.entry.params]
-    return f"{indent}{comp.contract.entry.symbol}({', '.join(args)});"
+def _call(comp, indent: str, replaced: dict[str, str] | None = None, bind: dict[str, str] | None = None) -> str:
+    """The entry called with the kernel's parameters: a call's bound ones (`bind`), some `replaced` by C."""
+    args = ["tile"] if comp.code.entry.invocation == "per_tile" else []
+    names = [(bind or {}).get(p.name, p.name) for p in comp.code.entry.params]
+    args += [(replaced or {}).get(n, n) for n in names]
+    return f"{indent}{comp.code.entry.symbol}({', '.join(args)});"
 
 
 def _sequential(r: Resolved, a: Allocation) -> list[str]:
@@ -468,40 +482,68 @@ def _persistent(r: Resolved, a: Allocation) -> list[str]:
             "       i += (unsigned long long)gridDim.x * blockDim.x)",
             "    pl_clear[i] = 0ull;"]
     base = "0ll"
+    layered = layered_events(r.calls, r.events)
     for j, t in enumerate(plan.tensors.values()):
         for d, e in enumerate(t.shape):
             out.append(f"  const long long e{j}_extent_{d} = {e.to_c(geo)};")
-        out.append(f"  unsigned long long* const e{j} = pl_events + {base};  // event '{t.name}'")
-        base = f"{base} + " + " * ".join(f"e{j}_extent_{d}" for d in range(len(t.shape)))
+        out.append(f"  const long long e{j}_size = " + " * ".join(f"e{j}_extent_{d}" for d in range(len(t.shape))) + ";")
+        copies = f" * (long long)({r.calls.layers_c()})" if t.name in layered else ""
+        out.append(f"  unsigned long long* const e{j} = pl_events + {base};  // event '{t.name}'"
+                   + (", one copy per layer" if copies else ""))
+        base = f"{base} + e{j}_size{copies}"
     out += [f"  const unsigned long long pl_words = (unsigned long long)({base});",
             "  if (pl_words > pl_region_words) __trap();  // the launcher sizes the regions for the shapes it is given",
             f"  if (blockIdx.x == 0 && threadIdx.x == 0) {ws_at(f'{ws.used_words} + (pl_launch & 1ull)')} = pl_words;"]
     out += ["  " + line for line in event_glue.ready_flags(r, plan)]
+    out += [f"  int {_previous_flag(r, name, p)} = 0;  // the last layer whose previous layer of {p} is done here"
+            for name, producers in (r.calls.previous.items() if r.calls else ()) for p in producers]
+    out.append("  const int pl_layer = 0;  // outside a layer loop")
+    segments = _segments(r)
     if r.dispatch == "static":
-        for k, name in enumerate(plan.order):
-            out.append(f"  for (int t = blockIdx.x; t < c{k}_tasks; t += gridDim.x) {{  // {name}")
-            out += _task_body(r, a, k, name, "    ")
-            out.append("  }")
+        for names, layered in segments:
+            inner = "    " if layered else "  "
+            if layered:
+                out.append(f"  for (int pl_layer = 0; pl_layer < (int)({r.calls.layers_c()}); ++pl_layer) {{")
+            for name in names:
+                k = plan.order.index(name)
+                out.append(f"{inner}for (int t = blockIdx.x; t < c{k}_tasks; t += gridDim.x) {{  // {name}")
+                out += _task_body(r, a, k, name, inner + "  ")
+                out.append(f"{inner}}}")
+            if layered:
+                out.append("  }")
     else:
-        ends = []
-        for k in range(len(plan.order)):
-            ends.append(f"c{k}_tasks" if k == 0 else f"{ends[-1]} + c{k}_tasks")
-        out.append(f"  const unsigned total_tasks = {ends[-1]};")
+        # One claim counter over every task: the calls before the layer loop, each layer's calls, the rest.
+        seg_tasks = []
+        for i, (names, layered) in enumerate(segments):
+            total = " + ".join(f"(long long)c{plan.order.index(n)}_tasks" for n in names)
+            out.append(f"  const long long pl_segment_{i} = {total};"
+                       + (f"  // one layer's tasks" if layered else ""))
+            seg_tasks.append(f"pl_segment_{i} * (long long)({r.calls.layers_c()})" if layered else f"pl_segment_{i}")
+        out.append("  const unsigned long long total_tasks = (unsigned long long)(" + " + ".join(seg_tasks) + ");")
         out += ["  while (true) {",
                 "    // The task counter is zero when a launch starts: the last CTA out of the launch before zeroed it.",
                 "    if (threadIdx.x == 0) pl_flags[1] = (unsigned)min(atomicAdd(pl_workspace + "
-                f"{WORKSPACE.task_counter_word}, 1ull), (unsigned long long)total_tasks);",
+                f"{WORKSPACE.task_counter_word}, 1ull), total_tasks);",
                 "    __syncthreads();",
-                "    const unsigned task = pl_flags[1];",
+                "    long long task = pl_flags[1];",
                 "    __syncthreads();  // every thread has read it before the next claim",
-                "    if (task >= total_tasks) break;"]
-        for k, name in enumerate(plan.order):
-            lo = "0u" if k == 0 else f"(unsigned)({ends[k - 1]})"
-            cond = f"task < (unsigned)({ends[k]})"
-            out.append(f"    {'if' if k == 0 else 'else if'} ({cond}) {{  // {name}")
-            out.append(f"      const int t = (int)(task - {lo});")
-            out += _task_body(r, a, k, name, "      ")
+                "    if ((unsigned long long)task >= total_tasks) break;"]
+        for i, (names, layered) in enumerate(segments):
+            span = seg_tasks[i]
+            out.append(f"    if (task < {span}) {{")
+            if layered:
+                out += [f"      const int pl_layer = (int)(task / pl_segment_{i});",
+                        f"      task -= (long long)pl_layer * pl_segment_{i};"]
+            for name in names:
+                k = plan.order.index(name)
+                out.append(f"      if (task < (long long)c{k}_tasks) {{  // {name}")
+                out.append("        const int t = (int)task;")
+                out += _task_body(r, a, k, name, "        ")
+                out.append("        continue;")
+                out.append("      }")
+                out.append(f"      task -= (long long)c{k}_tasks;")
             out.append("    }")
+            out.append(f"    task -= {span};")
         out.append("  }")
     return out + [
         "  // Leave the workspace as the next launch needs it: the last CTA out zeroes the task counter and",
@@ -520,6 +562,50 @@ def _persistent(r: Resolved, a: Allocation) -> list[str]:
         "  }"]
 
 
+def _segments(r: Resolved) -> list[tuple[tuple[str, ...], bool]]:
+    """The task walk: (calls, whether a layer loop runs them), in order. Without calls, one segment."""
+    if r.calls is None:
+        return [(tuple(r.events.order), False)]
+    c = r.calls
+    return [(names, layered) for names, layered in ((c.before, False), (c.per_layer, True), (c.after_loop, False))
+            if names]
+
+
+def _previous_flag(r: Resolved, call: str, producer: str) -> str:
+    names = [c.name for c in r.components]
+    return f"pl_previous_{names.index(call)}_{names.index(producer)}"
+
+
+def _event_bases(r: Resolved, name: str, tensor_index: dict) -> dict[str, str]:
+    """A layer's copy of each layered event the call touches: its own layer's, or, after the loop, the last."""
+    layered = layered_events(r.calls, r.events)
+    if not layered:
+        return {}
+    layer = "pl_layer" if r.calls.layered(name) else f"((int)({r.calls.layers_c()}) - 1)"
+    return {t: f"(e{tensor_index[t]} + (long long){layer} * e{tensor_index[t]}_size)" for t in layered}
+
+
+def _previous_layer_waits(r: Resolved, a: Allocation, name: str, tensor_index: dict, comp_index: int,
+                          indent: str) -> list[str]:
+    """`after_previous_layer`: from the second layer on, every task of each producer in the layer before;
+    met once per CTA and layer (counters only grow)."""
+    from .calls import AFTER_EVENT
+    out = []
+    bound = f"{DEBUG_SPIN_BOUND}ull" if r.debug_events else "0ull"
+    for p in (r.calls.previous.get(name, ()) if r.calls else ()):
+        j = tensor_index[AFTER_EVENT.format(p)]
+        flag = _previous_flag(r, name, p)
+        count = f"(unsigned)c{r.events.order.index(p)}_tasks"
+        out += [f"{indent}if (pl_layer > 0 && {flag} != pl_layer) {{  // every task of '{p}' in the layer before",
+                f"{indent}  bool pl_ok = true;",
+                f"{indent}  if (threadIdx.x == 0) pl_ok = pl::events::wait_for(e{j} + (long long)(pl_layer - 1) * e{j}_size, "
+                f"{count}, pl_epoch, {bound}, pl_report, {comp_index}u, {j}u, 0ll, (unsigned long long)t);",
+                f"{indent}  if (!__syncthreads_and(pl_ok)) return;",
+                f"{indent}  {flag} = pl_layer;",
+                f"{indent}}}"]
+    return out
+
+
 def _decode(r: Resolved, k: int, name: str, indent: str) -> list[str]:
     seq = r.component(name).contract.geometry.tile_sequence
     return _tile_from(seq.order, len(seq.grid), f"c{k}_tiles_", "0", "0", indent, seq.group)
@@ -531,17 +617,32 @@ def _task_body(r: Resolved, a: Allocation, k: int, name: str, indent: str) -> li
     tensor_index = {t.name: j for j, t in enumerate(plan.tensors.values())}
     comp_index = [c.name for c in r.components].index(name)
     out = _decode(r, k, name, indent)
+    bases = _event_bases(r, name, tensor_index)
+    out += _previous_layer_waits(r, a, name, tensor_index, comp_index, indent)
     waits = plan.waits_of(name)
     if waits:
         bound = f"{DEBUG_SPIN_BOUND}ull" if r.debug_events else "0ull"
-        out += event_glue.wait_block(r, waits, tensor_index, comp_index, a.block_threads, bound, indent)
+        out += event_glue.wait_block(r, waits, tensor_index, comp_index, a.block_threads, bound, indent, bases)
     threads = comp.contract.threads.count
     guard = f"if (threadIdx.x < {threads}) " if threads < a.block_threads else ""
-    out.append(_call(comp, indent + guard))
+    out.append(_call(comp, indent + guard, _stacked_args(r, name), r.calls.bind.get(name) if r.calls else None))
     out.append(f"{indent}__syncthreads();  // the task's writes are done")
     notifies = plan.notifies_of(name)
     if notifies:
-        out += event_glue.notify_block(r, notifies, tensor_index, a.block_threads, indent)
+        out += event_glue.notify_block(r, notifies, tensor_index, a.block_threads, indent, bases)
+    return out
+
+
+def _stacked_args(r: Resolved, name: str) -> dict[str, str]:
+    """A stacked tensor's argument: the copy of the task's layer (elements of one copy times the layer)."""
+    if r.calls is None:
+        return {}
+    geo = lambda n: str(r.geometry[n]) if n in r.geometry else n  # noqa: E731
+    out = {}
+    for (call, param), extents in r.calls.stacked.items():
+        if call == name:
+            size = " * ".join(f"(long long)({parse(e).to_c(geo)})" for e in extents)
+            out[param] = f"({param} + (long long)pl_layer * {size})"
     return out
 
 

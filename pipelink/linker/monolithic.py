@@ -48,7 +48,8 @@ def component_source(comp, sink: DiagnosticSink) -> tuple[str, str] | None:
 def generate_monolithic(r: Resolved, glue: str, sink: DiagnosticSink) -> str | None:
     hoisted: list[str] = ["#include <pipelink/glue.h>"]
     units: list[str] = []
-    for comp in r.components:
+    from .verify import objects_of
+    for comp in objects_of(r):  # a component called several times is compiled once
         found = component_source(comp, sink)
         if found is None:
             continue

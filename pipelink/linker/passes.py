@@ -140,7 +140,8 @@ def pass_link(ctx: LinkContext) -> None:
     # the whole kernel. nvcc's modules address shared memory with 32-bit pointers, NVRTC's with 64-bit
     # ones; with the components first, the kernel is compiled as nvcc compiles its components (and as
     # nvcc compiles the one-unit control: docs/architecture.md).
-    inputs = [c.obj.link_input() for c in ctx.resolved.components]
+    from .verify import objects_of
+    inputs = [c.obj.link_input() for c in objects_of(ctx.resolved)]  # an object called twice is linked once
     inputs.append(toolchain.LinkInput("ltoir", ctx.glue_ltoir, f"{ctx.resolved.name}_glue"))
     ctx.nvjitlink_options = jitlink_options(ctx)
     try:
@@ -149,7 +150,7 @@ def pass_link(ctx: LinkContext) -> None:
         # Say which object lacks what, where a probe can tell; else pass nvJitLink's words on.
         from .collect import probe_symbols
         before = len(ctx.sink.errors)
-        for comp in ctx.resolved.components:
+        for comp in objects_of(ctx.resolved):
             probe_symbols(comp, ctx.target, ctx.sink)
         if len(ctx.sink.errors) == before:
             ctx.sink.error("PL074", f"nvJitLink failed: {exc.message}\n{exc.log}")

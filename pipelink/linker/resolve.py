@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from ..core.diagnostics import DiagnosticSink, Location
-from ..core.expr import Expr, ExprError
+from ..core.expr import Expr, ExprError, parse
 from ..core.model import Component
 from ..core.model import INTEGER_DTYPES, Param, Port, TensorMapSpec, TileSequence, is_identifier
 from ..core.pipeline import PipelineSpec, WireSpec
@@ -73,6 +73,7 @@ class Resolved:
     # dimensions in an inner loop inside each of the kernel's tiles (component -> the extra extents).
     nested: dict = None
     dependent_launch: bool = False     # programmatic dependent launch (the glue waits on the grid before)
+    calls: object = None               # calls.CallPlan: a `calls` pipeline's layer loop and stacked tensors
 
     def inner_grid(self, name: str) -> tuple:
         return (self.nested or {}).get(name, ())
@@ -89,6 +90,20 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
         sink.error("PL001", f"the kernel name {spec.name!r} is not a C identifier",
                    Location(file=spec.source, pointer="/name") if spec.source else None)
         return None
+    calls = None
+    if spec.calls:
+        from .calls import expand_calls
+        if spec.schedule not in (None, "persistent") or spec.wires or spec.components:
+            what = "wires" if spec.wires else "components" if spec.components else f"the {spec.schedule} schedule"
+            sink.error("PL176", f"a pipeline with calls has no {what}: its calls are a persistent kernel's task "
+                       "groups, which meet through events", Location(file=spec.source, pointer="/calls"),
+                       hint="drop it; the calls list the components, `after` orders them")
+            return None
+        expanded = expand_calls(components, spec, sink)
+        if expanded is None:
+            return None
+        components, calls = expanded
+        spec = replace(spec, components=calls.order, schedule="persistent")
     comps = _order(components, spec, sink)
     if comps is None:
         return None
@@ -106,7 +121,8 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
     wires_spec = _explicit_wires(spec.wires, by_name, sink)
     if sink.has_errors:
         return None
-    wires_spec += _auto_wires(comps, wires_spec, sink)
+    if calls is None:  # calls meet through events only
+        wires_spec += _auto_wires(comps, wires_spec, sink)
     has_events = any(c.contract.events.notifies or c.contract.events.waits for c in comps)
     schedule = spec.schedule or ("persistent" if has_events else "warp_specialized" if role_structured
                                  else _infer_schedule(wires_spec, by_name, geometry))
@@ -134,11 +150,17 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
             from .events import plan_events
             events = plan_events(comps, geometry, sink)
             order = events.order if events else None
+            if events is not None and calls is not None:  # calls run in the order listed
+                from .calls import check_event_order
+                check_event_order(calls, events, {c.name: c for c in comps}, sink)
+                order = events.order = list(calls.order)
         nested = {}
     else:
         tiles, nested = _tile_sequence(comps, schedule, sink)
         _wires_within_levels(comps, wires, nested, sink)
     params = _params(comps, sink)
+    if calls is not None:
+        params = _layered_params(params, calls, sink, spec)
     for c in comps:
         if spec.name in c.contract.symbols:
             sink.error("PL077", f"the kernel name '{spec.name}' is an entry symbol of '{c.name}'",
@@ -186,7 +208,7 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
     return Resolved(spec.name, comps, order, wires, geometry, schedule, tiles[0], tiles[1], params, events,
                     spec.dispatch, spec.debug_events, dict(spec.specialize), roles,
                     tuple(list(cluster) + [1] * (3 - len(cluster))) if cluster else None, stream_k, nested,
-                    spec.dependent_launch)
+                    spec.dependent_launch, calls)
 
 
 def _roles_at(comps, name: str):
@@ -603,6 +625,25 @@ def _params(comps, sink) -> list[KernelParam]:
                 have = merged[port.param]
                 merged[port.param] = replace(have, align=max(have.align or 0, port.align))
     return list(merged.values())
+
+
+def _layered_params(params: list[KernelParam], calls, sink, spec: PipelineSpec) -> list[KernelParam]:
+    """A stacked tensor holds one copy per layer: its first extent times the layers. A named layer
+    count is an i32 parameter of the kernel."""
+    stacked = {kernel_name for (_, kernel_name) in calls.stacked}
+    out = []
+    for p in params:
+        if p.name in stacked:
+            p = replace(p, shapes=tuple((parse(f"({calls.layers}) * ({s[0].text})"),) + tuple(s[1:]) for s in p.shapes))
+        out.append(p)
+    if isinstance(calls.layers, str):
+        have = next((p for p in out if p.name == calls.layers), None)
+        if have is None:
+            out.append(KernelParam(calls.layers, "i32", False, True, ()))
+        elif have.pointer or have.dtype != "i32":
+            sink.error("PL176", f"the layer count '{calls.layers}' is {_kind(have.dtype, have.pointer)} of "
+                       f"'{have.users[0]}', not an i32", Location(file=spec.source, pointer="/layers"))
+    return out
 
 
 def _tmap_key(t: TensorMapSpec) -> tuple:

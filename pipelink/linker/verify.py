@@ -4,6 +4,8 @@ kernel uses what no contract declares, each component is linked alone (conforman
 then: a clean link runs none) to say whose code it is."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..authoring.header import marker_symbol
 from ..core.diagnostics import DiagnosticSink
 from ..core.targets import TARGETS
@@ -26,7 +28,7 @@ def verify_cubin(cubin: bytes, r: Resolved, a: Allocation, arch: str, sink: Diag
         sink.error("PL073", f"the linked cubin has no kernel '{r.name}' (it has: {', '.join(kernels) or 'none'})")
         return None
     # A marker left undefined is zero-filled by nvJitLink (NOBITS): a stale component build.
-    for comp in r.components:
+    for comp in objects_of(r):
         marker = marker_symbol(comp.contract)
         section = variables.get(marker, (None, 0))[0]
         if section is not None and section.startswith(".nv.global") and not section.endswith(".init"):
@@ -39,7 +41,7 @@ def verify_cubin(cubin: bytes, r: Resolved, a: Allocation, arch: str, sink: Diag
     if info.registers * a.block_threads > target.regs_per_sm:
         sink.error("PL073", f"{info.registers} registers x {a.block_threads} threads exceeds an SM's "
                    f"{target.regs_per_sm}")
-    probes = _Probes(r.components, arch)
+    probes = _Probes(objects_of(r), arch)
     if info.frame_bytes or info.max_stack_bytes:
         who = probes.blame(lambda c, u, _: u.local_bytes, lambda c, u, _: f"{u.local_bytes} bytes")
         sink.warning("PL073", f"the kernel spills or uses a stack: {info.frame_bytes} bytes of frame, "
@@ -57,7 +59,7 @@ def verify_cubin(cubin: bytes, r: Resolved, a: Allocation, arch: str, sink: Diag
     expected = expected_barrier_count(a)
     # A component with a copy per instance of its role picks its barrier id at run time (base +
     # copy), so ptxas reserves every id: expected, and harmless at one block per SM.
-    runtime_ids = any(a.copies.get(c.name, 1) > 1 and c.contract.barriers.named for c in r.components)
+    runtime_ids = any(a.copies.get(c.name, 1) > 1 and c.contract.barriers.named for c in objects_of(r))
     if info.num_barriers is not None and info.num_barriers > expected and not runtime_ids:
         who = probes.blame(lambda c, u, ids: u.computed_barrier_ids or stray_barrier_ids(c, u, ids),
                            lambda c, u, ids: "computes an id at run time" if u.computed_barrier_ids else
@@ -116,3 +118,13 @@ def expected_barrier_count(a: Allocation) -> int:
     """Highest barrier id the kernel may use, plus one (id 0 is __syncthreads)."""
     ids = [bid + a.copies.get(comp, 1) - 1 for (comp, _), bid in a.barrier_id.items()] + list(a.hardcoded_ids)
     return max(ids, default=0) + 1
+
+
+def objects_of(r: Resolved) -> list:
+    """Each object once, as compiled: a component called several times is one object with one contract."""
+    seen, out = set(), []
+    for comp in r.components:
+        if comp.code.name not in seen:
+            seen.add(comp.code.name)
+            out.append(replace(comp, contract=comp.code, base=None))
+    return out

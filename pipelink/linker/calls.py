@@ -1,0 +1,316 @@
+"""Calls: a persistent kernel's task groups, each one component run with its parameters bound.
+
+A pipeline with `calls` may run a component several times (a decoder layer's two norms, its two
+residual GEMVs) and repeat a block of calls once per layer. A call is its component's contract,
+renamed: its name, the kernel parameters bound to the component's parameters (in every expression
+that names them: shapes, grids, event maps and counts) and its events (resolve gives a `stacked`
+tensor its first extent times the layer count). The object code is the component's, unchanged; the
+glue passes each call its bound arguments (a stacked one at its layer's copy). So every later pass checks and
+plans a call as it would a component, and a call's mistakes are located in its component's contract.
+
+`after` becomes an event the linker adds: every task of the earlier call notifies it, every task of
+the later one waits until all have (in the same layer, for two per-layer calls). Events that no call
+waits for are dropped: nobody pays an atomic for them.
+
+Pure: components and the pipeline in, renamed components and the `CallPlan` out.
+"""
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import dataclass, field, replace
+
+from ..core.diagnostics import DiagnosticSink, Location
+from ..core.loader import load_contract_dict
+from ..core.model import Component
+from ..core.pipeline import CallSpec, PipelineSpec
+
+AFTER_EVENT = "pl_after_{}"
+_IDENT = re.compile(r"(?<![\w.])[A-Za-z_]\w*")
+_LETTERS = "ijklmnpqrs"
+
+
+@dataclass(frozen=True)
+class CallPlan:
+    """What the glue and the manifest need beyond the renamed components."""
+
+    layers: str | int | None                  # the layer count: an i32 parameter's name or a number
+    before: tuple[str, ...]                   # calls before the layer loop, in order
+    per_layer: tuple[str, ...]                # the loop's calls, in order
+    after_loop: tuple[str, ...]               # calls after it
+    # (call, kernel parameter) -> the extents of one layer's copy (C text over the kernel's names)
+    stacked: dict = field(default_factory=dict)
+    previous: dict = field(default_factory=dict)  # call -> calls whose previous layer it waits for
+    bind: dict = field(default_factory=dict)      # call -> {component parameter: kernel parameter}
+    components: dict = field(default_factory=dict)  # call -> the component it calls
+
+    @property
+    def order(self) -> tuple[str, ...]:
+        return self.before + self.per_layer + self.after_loop
+
+    def layered(self, call: str) -> bool:
+        return call in self.per_layer
+
+    def layers_c(self) -> str:
+        return str(self.layers)
+
+
+def layered_events(plan: CallPlan | None, events) -> set[str]:
+    """Events with one copy of their counters per layer: those a per-layer call notifies."""
+    if plan is None or events is None:
+        return set()
+    return {t.name for t in events.tensors.values() if any(plan.layered(n.component) for n in t.notifiers)}
+
+
+def check_event_order(plan: CallPlan, events, by_name: dict, sink: DiagnosticSink) -> None:
+    """Calls run in the order listed, a layer at a time: an event's notifier is one call, at or before its
+    waiters (at: a chain), both per-layer or neither (a call after the loop may wait for the last layer)."""
+    order = {name: i for i, name in enumerate(plan.order)}
+    for t in events.tensors.values():
+        notifiers = sorted({n.component for n in t.notifiers}, key=order.get)  # one: expand_calls checked
+        for w in t.waiters:
+            where = by_name[w.component].contract.at(w.pointer)
+            if notifiers and order[notifiers[0]] > order[w.component]:
+                sink.error("PL176", f"'{w.component}' waits for '{t.name}', which '{notifiers[0]}' notifies later: "
+                           "calls run in the order listed", where)
+            elif notifiers and plan.layered(w.component) and not plan.layered(notifiers[0]) and \
+                    notifiers[0] not in plan.before:
+                sink.error("PL176", f"per-layer '{w.component}' waits for '{t.name}' of '{notifiers[0]}', which runs "
+                           "after the layer loop", where)
+
+
+def rename_expr(text, names: dict[str, str], keep: frozenset = frozenset()):
+    """`text` with every identifier in `names` replaced, but function names (`ceil_div(`) and `keep`."""
+    if not isinstance(text, str):
+        return text
+
+    def sub(m: re.Match) -> str:
+        word = m.group(0)
+        if word in keep or text[m.end():].lstrip()[:1] == "(":
+            return word
+        return names.get(word, word)
+    return _IDENT.sub(sub, text)
+
+
+def rename_map(text: str, names: dict[str, str]) -> str:
+    """An index map `dims->terms` with the parameters its terms read renamed (task letters stay)."""
+    dims, sep, terms = text.partition("->")
+    return dims + sep + rename_expr(terms, names, frozenset(dims.strip()))
+
+
+def expand_calls(components: list[Component], spec: PipelineSpec,
+                 sink: DiagnosticSink) -> tuple[list[Component], CallPlan] | None:
+    """One renamed component per call, in call order, and the plan; None after any error."""
+    by_name = {c.name: c for c in components}
+    where = lambda call: call.where or Location(file=spec.source, pointer="/calls")  # noqa: E731
+    seen, used = set(), set()
+    for call in spec.calls:
+        if call.name in seen:
+            sink.error("PL176", f"two calls are named '{call.name}'", where(call), hint="name every call differently")
+        seen.add(call.name)
+        if call.component not in by_name:
+            sink.error("PL175", f"call '{call.name}' runs component '{call.component}', which is not an input",
+                       where(call), hint="inputs: " + ", ".join(sorted(by_name)))
+        used.add(call.component)
+    for name in by_name:
+        if name not in used:
+            sink.error("PL176", f"input '{name}' is not called by any of the pipeline's calls",
+                       Location(file=spec.source, pointer="/calls"), hint=f"add a call of '{name}' or leave the input out")
+    if sink.has_errors:
+        return None
+    plan = _plan(spec, sink)
+    if plan is None:
+        return None
+    waited = _waited_events(spec, by_name)
+    notifiers: dict[str, list[str]] = {}
+    for call in spec.calls:
+        rename = dict(call.events)
+        for n in by_name[call.component].contract.events.notifies:
+            notifiers.setdefault(rename.get(n.name, n.name), []).append(call.name)
+    for event, who in notifiers.items():
+        if event in waited and len(who) > 1:
+            sink.error("PL176", f"event '{event}' is waited for, and calls {', '.join(who)} all notify it: which "
+                       "one a wait means is ambiguous", Location(file=spec.source, pointer="/calls"),
+                       hint="give each call's event its own name (the call's `events`)")
+    if sink.has_errors:
+        return None
+    stacked_by: dict[str, tuple[str, bool]] = {}   # kernel parameter -> (first call passing it, stacked there)
+    out = []
+    for call in spec.calls:
+        comp = by_name[call.component]
+        raw = _renamed_raw(comp, call, plan, waited, stacked_by, spec, sink)
+        if raw is None:
+            continue
+        contract = load_contract_dict(raw, comp.contract.source, sink)
+        if contract is not None:
+            out.append(replace(comp, contract=contract, base=comp.code))
+    extents: dict[str, tuple[str, tuple]] = {}
+    for (call, kernel_name), ext in plan.stacked.items():  # the layers' copies lie one stride apart for all
+        first = extents.setdefault(kernel_name, (call, ext))
+        if first[1] != ext:
+            sink.error("PL175", f"calls '{first[0]}' and '{call}' stack '{kernel_name}' with different extents per "
+                       f"layer ({', '.join(first[1])} and {', '.join(ext)}), so they would find a layer's copy at "
+                       "different places", next(c.where for c in spec.calls if c.name == call),
+                       hint="declare the tensor with the same extents in both components (a capacity, not a length)")
+    return None if sink.has_errors else (out, plan)
+
+
+def _plan(spec: PipelineSpec, sink: DiagnosticSink) -> CallPlan | None:
+    calls = list(spec.calls)
+    index = {c.name: i for i, c in enumerate(calls)}
+    layered = [i for i, c in enumerate(calls) if c.per_layer]
+    top = Location(file=spec.source, pointer="/calls")
+    if layered and spec.layers is None:
+        sink.error("PL176", "calls are marked per_layer, but the pipeline does not say how many layers", top,
+                   hint='add "layers": the name of an i32 kernel parameter, or a number')
+    if layered and layered != list(range(layered[0], layered[-1] + 1)):
+        sink.error("PL176", "the per-layer calls are not consecutive: one loop runs them, layer after layer", top)
+    for call in calls:
+        at = call.where or top
+        for p in call.after:
+            if p not in index:
+                sink.error("PL176", f"call '{call.name}' runs after '{p}', which is no call", at)
+            elif index[p] >= index[call.name]:
+                sink.error("PL176", f"call '{call.name}' runs after '{p}', which comes later (or is itself): calls run "
+                           "in the order listed", at, hint="list the calls in the order their data flows")
+            elif calls[index[p]].per_layer and not call.per_layer and index[p] > index[call.name]:
+                sink.error("PL176", f"call '{call.name}' before the layer loop cannot wait for per-layer '{p}'", at)
+        for p in call.after_previous_layer:
+            if not call.per_layer:
+                sink.error("PL176", f"call '{call.name}' waits for a previous layer, but is not per_layer", at)
+            elif p not in index or not calls[index[p]].per_layer:
+                sink.error("PL176", f"call '{call.name}' waits for the previous layer of '{p}', which is no per-layer "
+                           "call", at)
+        if call.stacked and not call.per_layer:
+            sink.error("PL176", f"call '{call.name}' stacks {', '.join(call.stacked)} but is not per_layer: only a "
+                       "per-layer call has a layer to pick", at)
+    if sink.has_errors:
+        return None
+    first = layered[0] if layered else len(calls)
+    last = layered[-1] + 1 if layered else len(calls)
+    names = [c.name for c in calls]
+    return CallPlan(spec.layers if layered else None, tuple(names[:first]), tuple(names[first:last]),
+                    tuple(names[last:]), previous={c.name: c.after_previous_layer for c in calls
+                                                   if c.after_previous_layer},
+                    components={c.name: c.component for c in calls})
+
+
+def _waited_events(spec: PipelineSpec, by_name) -> set[str]:
+    """The pipeline names of every event some call waits for (its own, and the `after` ones)."""
+    waited = set()
+    for call in spec.calls:
+        rename = dict(call.events)
+        for w in by_name[call.component].contract.events.waits:
+            waited.add(rename.get(w.name, w.name))
+        waited |= {AFTER_EVENT.format(p) for p in call.after + call.after_previous_layer}
+    return waited
+
+
+def _renamed_raw(comp: Component, call: CallSpec, plan: CallPlan, waited: set[str], stacked_by: dict,
+                 spec: PipelineSpec, sink: DiagnosticSink) -> dict | None:
+    """The component's contract document as this call's: renamed, stacked, with its `after` events."""
+    c = comp.contract
+    at = call.where or Location(file=spec.source, pointer="/calls")
+    params = {p.name: p for p in c.entry.params}
+    names = dict(call.bind)
+    for key in names:
+        if key not in params:
+            sink.error("PL175", f"call '{call.name}' binds '{key}', which is no parameter of '{comp.name}'", at,
+                       hint="its parameters: " + ", ".join(params))
+    first_of: dict[str, str] = {}
+    for p in params:  # one kernel parameter passed twice (N and K both the hidden size) is one parameter
+        kept = first_of.setdefault(names.get(p, p), p)
+        a, b = params[kept], params[p]
+        if (a.dtype, a.pointer) != (b.dtype, b.pointer):
+            sink.error("PL175", f"call '{call.name}' passes '{names.get(p, p)}' to '{kept}' and '{p}' of "
+                       f"'{comp.name}', which differ in type", at)
+    event_names = {e.name for e in c.events.notifies} | {e.name for e in c.events.waits}
+    for key in dict(call.events):
+        if key not in event_names:
+            sink.error("PL175", f"call '{call.name}' renames event '{key}', which '{comp.name}' has not", at,
+                       hint="its events: " + (", ".join(sorted(event_names)) or "none"))
+    for p in call.stacked:
+        param = params.get(p)
+        if param is None or not param.pointer or not param.shape:
+            sink.error("PL175", f"call '{call.name}' stacks '{p}', which is no pointer parameter of '{comp.name}' "
+                       "with a declared shape", at, hint="a stacked tensor needs its extents: give the parameter a shape")
+    for p in params:
+        kernel_name, is_stacked = names.get(p, p), p in call.stacked
+        first = stacked_by.setdefault(kernel_name, (call.name, is_stacked))
+        if params[p].pointer and first[1] != is_stacked:
+            sink.error("PL175", f"kernel parameter '{kernel_name}' is stacked by one of '{call.name}' and "
+                       f"'{first[0]}' but not by the other", at,
+                       hint="a tensor holds one copy per layer for every call that passes it, or for none")
+    if sink.has_errors:
+        return None
+
+    raw = copy.deepcopy(c.raw)
+    raw["name"] = call.name
+    plan.bind[call.name] = {p: names.get(p, p) for p in params}
+    kept_params, seen_names = [], {}
+    for p in raw["entry"]["params"]:
+        bound = names.get(p["name"], p["name"])
+        if bound in seen_names:  # the glue passes it to both: the contract lists it once, writable if either is
+            if not p.get("const", False):
+                seen_names[bound].pop("const", None)
+            continue
+        seen_names[bound] = p
+        kept_params.append(p)
+    raw["entry"]["params"] = kept_params
+    for p in raw["entry"]["params"]:
+        old = p["name"]
+        p["name"] = names.get(old, old)
+        if "shape" in p:
+            p["shape"] = [rename_expr(e, names) for e in p["shape"]]
+            if old in call.stacked:  # the kernel's tensor is [layers * extent 0, ...] (resolve's parameters)
+                plan.stacked[(call.name, p["name"])] = tuple(str(e) for e in p["shape"])
+        if "tensor_map" in p:
+            t = p["tensor_map"]
+            for key in ("shape", "box"):
+                if key in t:
+                    t[key] = [rename_expr(e, names) for e in t[key]]
+    for b in raw.get("smem", {}).get("buffers", []):
+        b["bytes"] = rename_expr(b["bytes"], names)
+    for b in raw.get("barriers", {}).get("named", []):
+        if "threads" in b:
+            b["threads"] = rename_expr(b["threads"], names)
+    for port in raw.get("ports", []):
+        if "param" in port:
+            port["param"] = names.get(port["param"], port["param"])
+        if "tile" in port:
+            port["tile"] = [rename_expr(e, names) for e in port["tile"]]
+        if "stages" in port:
+            port["stages"] = rename_expr(port["stages"], names)
+    seq = raw.get("geometry", {}).get("tile_sequence")
+    if seq:
+        seq["grid"] = [rename_expr(e, names) for e in seq["grid"]]
+        if "reduction" in seq and "blocks" in seq["reduction"]:
+            seq["reduction"]["blocks"] = rename_expr(seq["reduction"]["blocks"], names)
+    rank = len(seq["grid"]) if seq else 1
+    events = raw.setdefault("events", {})
+    rename_event = dict(call.events)
+    notifies = []
+    for n in events.get("notifies", []):
+        n["name"] = rename_event.get(n["name"], n["name"])
+        n["map"] = rename_map(n["map"], names)
+        if "shape" in n:
+            n["shape"] = [rename_expr(e, names) for e in n["shape"]]
+        if n["name"] in waited:  # an event nobody waits for costs atomics and counters: dropped
+            notifies.append(n)
+    if AFTER_EVENT.format(call.name) in waited:
+        notifies.append({"name": AFTER_EVENT.format(call.name), "map": f"{_LETTERS[:rank]}->:", "shape": [1]})
+    waits = [{"name": AFTER_EVENT.format(p), "map": f"{_LETTERS[:rank]}->0"} for p in call.after]
+    for w in events.get("waits", []):
+        w["name"] = rename_event.get(w["name"], w["name"])
+        w["map"] = rename_map(w["map"], names)
+        if isinstance(w.get("count"), str):  # an expression, or a tensor read at the task's letters
+            w["count"] = rename_expr(w["count"], names, frozenset(w["map"].partition("->")[0].strip()))
+        waits.append(w)
+    events["notifies"], events["waits"] = notifies, waits
+    if not notifies:
+        del events["notifies"]
+    if not waits:
+        del events["waits"]
+    if not events:
+        del raw["events"]
+    return raw

@@ -1,0 +1,208 @@
+"""Calls: one component called several times with bound parameters, a block of calls repeated per layer.
+
+The components are the Llama decode team contracts, read bare (no objects): resolve, allocate and the
+glue run as for a link; one test compiles the glue with NVRTC.
+"""
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from pipelink.core.diagnostics import DiagnosticSink
+from pipelink.core.loader import load_contract_dict
+from pipelink.core.model import Component, Source
+from pipelink.core.pipeline import load_pipeline_dict
+from pipelink.linker.calls import rename_expr, rename_map
+from pipelink.linker.passes import LinkOptions, run_passes
+
+DECODE = Path(__file__).resolve().parents[1] / "case_studies" / "llama32_1b_decode"
+CONTRACTS = {"rmsnorm": "norm/rmsnorm.json", "gemv_residual": "linear/gemv_residual.json",
+             "gemv_swiglu": "linear/gemv_swiglu.json", "lm_head": "linear/lm_head.json",
+             "argmax_merge": "linear/argmax_merge.json"}
+
+# A decoder's MLP half, repeated per layer, then the greedy head.
+MLP_LAYERS = {
+    "pipeline": 1, "name": "mlp_layers", "layers": "NL",
+    "calls": [
+        {"name": "mlp_norm", "component": "rmsnorm", "per_layer": True, "stacked": ["weight"],
+         "bind": {"weight": "norm_w"}, "after_previous_layer": ["down"]},
+        {"name": "gate_up", "component": "gemv_swiglu", "per_layer": True, "stacked": ["w"],
+         "bind": {"w": "w_gu", "x": "xn", "K": "H"}, "after": ["mlp_norm"]},
+        {"name": "down", "component": "gemv_residual", "per_layer": True, "stacked": ["w"],
+         "bind": {"w": "w_down", "x": "h", "r": "x", "y": "x", "N": "H", "K": "I"}, "after": ["gate_up"]},
+        {"name": "final_norm", "component": "rmsnorm", "bind": {"weight": "final_w"}, "after": ["down"]},
+        {"name": "lm_head", "bind": {"w": "w_lm", "x": "xn", "part": "head_part", "K": "H"},
+         "after": ["final_norm"]},
+        {"name": "argmax_merge", "bind": {"part": "head_part"}},
+    ]}
+
+
+def components(names=tuple(CONTRACTS), edit=None):
+    out = []
+    for name in names:
+        raw = json.loads((DECODE / CONTRACTS[name]).read_text())
+        if edit:
+            edit(name, raw)
+        sink = DiagnosticSink()
+        c = load_contract_dict(raw, Source(str(DECODE / CONTRACTS[name])), sink)
+        assert c is not None, [d.render() for d in sink.items]
+        out.append(Component(c, None))
+    return out
+
+
+def run(doc, comps=None, until="generate", **spec_edits):
+    sink = DiagnosticSink()
+    spec = load_pipeline_dict(doc, sink, "p.json")
+    assert spec is not None, [d.render() for d in sink.items]
+    from dataclasses import replace
+    spec = replace(spec, **spec_edits)
+    return run_passes(options=LinkOptions(arch="sm_90", pipeline=spec, cache=False),
+                      components=comps if comps is not None else components(), until=until)
+
+
+def codes(ctx):
+    return sorted({d.code for d in ctx.sink.errors})
+
+
+def edited(**changes):
+    doc = copy.deepcopy(MLP_LAYERS)
+    for name, fields in changes.items():
+        call = next(c for c in doc["calls"] if c["name"] == name)
+        call.update(fields)
+        for k in [k for k, v in fields.items() if v is None]:
+            del call[k]
+    return doc
+
+
+def test_rename_expressions_and_maps():
+    assert rename_expr("ceil_div(N, GEMV_ROWS) * B", {"N": "H", "B": "BB"}) == "ceil_div(H, GEMV_ROWS) * BB"
+    assert rename_expr("ceil_div(N, 8)", {"ceil_div": "x"}) == "ceil_div(N, 8)"   # a function keeps its name
+    assert rename_expr("1e5 + K", {"e5": "no", "K": "H"}) == "1e5 + H"
+    assert rename_expr(64, {"K": "H"}) == 64
+    # task letters stay; the tensors a map reads are parameters
+    assert rename_map("ik->topk[i, :]", {"topk": "routes", "i": "no"}) == "ik->routes[i, :]"
+    assert rename_map("bhs->bh", {"b": "x"}) == "bhs->bh"
+
+
+def test_layers_plan_glue_and_manifest():
+    ctx = run(MLP_LAYERS, until="generate")
+    assert not ctx.sink.errors, [d.render() for d in ctx.sink.items]
+    r = ctx.resolved
+    assert [c.name for c in r.components] == ["mlp_norm", "gate_up", "down", "final_norm", "lm_head", "argmax_merge"]
+    assert r.calls.per_layer == ("mlp_norm", "gate_up", "down")
+    params = {p.name: p for p in r.params}
+    # one tensor per kernel parameter: stacked weights hold NL copies, the layer count is a parameter
+    assert [str(e) for e in params["w_gu"].shapes[0]] == ["(NL) * (2 * I)", "H"]
+    assert params["NL"].dtype == "i32" and not params["NL"].pointer
+    assert "N" not in params and "K" not in params   # bound to H and I
+    glue = ctx.glue
+    assert "for (int pl_layer = 0; pl_layer < (int)(NL); ++pl_layer) {" in glue
+    # the object's entry, called with the call's arguments; a stacked one at its layer's copy
+    assert "gemv_residual(tile, (w_down + (long long)pl_layer * (long long)(H) * (long long)(I)), h, x, x, B, H, I);" in glue
+    assert glue.count('extern "C" __device__ void rmsnorm(') == 1   # one object, called twice
+    # rmsnorm's own event `normed` is waited by nobody: dropped
+    assert "normed" not in {t for t in r.events.tensors}
+    assert set(r.events.tensors) == {"pl_after_mlp_norm", "pl_after_gate_up", "pl_after_down",
+                                      "pl_after_final_norm", "partials"}
+    assert "pl_layer > 0 && pl_previous_0_2 != pl_layer" in glue   # the next layer's norm waits for down
+    from pipelink.linker.emit import manifest
+    m = manifest(r, ctx.allocation, "sm_90", b"")   # what the launcher reads (the cubin aside)
+    assert m.tasks["gate_up"].startswith("(NL) * ") and not m.tasks["lm_head"].startswith("(NL)")
+    shapes = {e.name: e.shape for e in m.workspace.events}
+    assert shapes["pl_after_down"] == ("NL", "1")       # one copy of the counters per layer
+    assert shapes["pl_after_final_norm"] == ("1",) and shapes["partials"][0] != "NL"
+
+
+def test_calls_share_the_components_resources():
+    ctx = run(MLP_LAYERS, until="allocate")
+    assert not ctx.sink.errors, [d.render() for d in ctx.sink.items]
+    a = ctx.allocation
+    # the second call of a component has the first one's buffers and barrier ids: one code, one placement
+    assert a.buffer_offset[("down", "xs")] == a.buffer_offset[("down", "xs")]
+    for first, other in (("mlp_norm", "final_norm"),):
+        for (comp, what), value in a.barrier_id.items():
+            if comp == first:
+                assert a.barrier_id[(other, what)] == value
+        for (comp, what), value in a.buffer_offset.items():
+            if comp == first:
+                assert a.buffer_offset[(other, what)] == value
+    # and the glue defines each of the component's constants once
+    ctx = run(MLP_LAYERS)
+    assert ctx.glue.count("pl_rmsnorm__warp_begin = ") == 1
+    assert "pl_final_norm__" not in ctx.glue
+
+
+@pytest.mark.parametrize("dispatch", ["static", "dynamic"])
+def test_glue_compiles(dispatch):
+    ctx = run(MLP_LAYERS, until="compile", dispatch=dispatch)
+    assert not ctx.sink.errors, [d.render() for d in ctx.sink.items]
+    assert ctx.glue_ltoir
+
+
+def test_a_fixed_layer_count():
+    doc = dict(MLP_LAYERS, layers=3)
+    ctx = run(doc)
+    assert not ctx.sink.errors, [d.render() for d in ctx.sink.items]
+    assert "pl_layer < (int)(3)" in ctx.glue and "NL" not in {p.name for p in ctx.resolved.params}
+
+
+@pytest.mark.parametrize("doc, code, words", [
+    (edited(gate_up={"component": "gemv_bf16"}), "PL175", "not an input"),
+    (edited(gate_up={"bind": {"w": "w_gu", "x": "xn", "K": "H", "bogus": "z"}}), "PL175", "no parameter"),
+    (edited(gate_up={"stacked": ["K"]}), "PL175", "no pointer parameter"),
+    (edited(mlp_norm={"events": {"nope": "x"}}), "PL175", "renames event"),
+    (edited(final_norm={"bind": {"weight": "norm_w"}}), "PL175", "stacked by one of"),
+    (edited(gate_up={"after": ["down"]}), "PL176", "comes later"),
+    (edited(gate_up={"after": ["nobody"]}), "PL176", "no call"),
+    (edited(gate_up={"per_layer": None, "stacked": None}), "PL176", "not consecutive"),
+    (edited(final_norm={"after_previous_layer": ["down"]}), "PL176", "not per_layer"),
+    (edited(mlp_norm={"after_previous_layer": ["final_norm"]}), "PL176", "no per-layer call"),
+    (dict(MLP_LAYERS, layers=None), "PL176", "how many layers"),
+    (dict(MLP_LAYERS, wires=["a.b -> c.d"]), "PL176", "no wires"),
+    (dict(MLP_LAYERS, calls=MLP_LAYERS["calls"][:-1]), "PL176", "not called"),
+    (dict(MLP_LAYERS, calls=MLP_LAYERS["calls"] + [dict(MLP_LAYERS["calls"][-1])]), "PL176", "two calls"),
+])
+def test_bad_calls(doc, code, words):
+    doc = {k: v for k, v in doc.items() if v is not None}
+    ctx = run(doc)
+    assert code in codes(ctx), [d.render() for d in ctx.sink.items]
+    rendered = "\n".join(d.render() for d in ctx.sink.errors)
+    assert words in rendered
+    assert all(d.location is not None for d in ctx.sink.errors if d.code == code)
+
+
+def test_a_waited_event_notified_by_two_calls_is_ambiguous():
+    # gemv_normed-style wait on the norm's event: three rmsnorm calls notify `normed`
+    def waits_normed(name, raw):
+        if name == "gemv_swiglu":
+            raw["events"] = {"waits": [{"name": "normed", "map": "i->0"}]}
+    ctx = run(MLP_LAYERS, components(edit=waits_normed))
+    assert "PL176" in codes(ctx)
+    assert "ambiguous" in "\n".join(d.render() for d in ctx.sink.errors)
+    # renamed per call, the wait is on one call's event, per layer
+    doc = edited(mlp_norm={"events": {"normed": "normed_mlp"}}, gate_up={"events": {"normed": "normed_mlp"}})
+    ctx = run(doc, components(edit=waits_normed))
+    assert not ctx.sink.errors, [d.render() for d in ctx.sink.items]
+    assert "normed_mlp" in ctx.resolved.events.tensors
+
+
+def test_stacked_extents_must_agree():
+    doc = copy.deepcopy(MLP_LAYERS)
+    doc["calls"].insert(3, {"name": "down2", "component": "gemv_residual", "per_layer": True, "stacked": ["w"],
+                            "bind": {"w": "w_down", "x": "h", "r": "x", "y": "x"}, "after": ["down"]})
+    ctx = run(doc)
+    assert "PL175" in codes(ctx)
+    assert "different extents per layer" in "\n".join(d.render() for d in ctx.sink.errors)
+
+
+def test_cli_check_reports_a_bad_call(tmp_path, capsys):
+    from pipelink.cli import main
+    doc = edited(gate_up={"after": ["down"]})
+    p = tmp_path / "p.json"
+    p.write_text(json.dumps(doc))
+    rc = main(["check", *(str(DECODE / f) for f in CONTRACTS.values()), "--pipeline", str(p)])
+    err = capsys.readouterr().err
+    assert rc == 1 and "PL176" in err and "Traceback" not in err
