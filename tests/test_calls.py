@@ -206,3 +206,50 @@ def test_cli_check_reports_a_bad_call(tmp_path, capsys):
     rc = main(["check", *(str(DECODE / f) for f in CONTRACTS.values()), "--pipeline", str(p)])
     err = capsys.readouterr().err
     assert rc == 1 and "PL176" in err and "Traceback" not in err
+
+
+def with_prefetch(name, raw):
+    if name in ("gemv_residual", "gemv_swiglu"):
+        raw["entry"]["prefetch"] = name + "_prefetch"
+        raw.setdefault("barriers", {})["mbarriers"] = [{"name": "loaded", "count": 2}]
+
+
+@pytest.mark.parametrize("dispatch", ["static", "dynamic"])
+def test_prefetch_entries_start_loading_before_the_waits(dispatch):
+    ctx = run(MLP_LAYERS, components(edit=with_prefetch), until="compile", dispatch=dispatch)
+    assert not ctx.sink.errors, [d.render() for d in ctx.sink.items]
+    glue = ctx.glue
+    # one count per object: gemv_residual's calls share its slots
+    assert glue.count("int pl_iteration_") == 2
+    assert 'extern "C" __device__ void gemv_residual_prefetch(pl::Tile tile' in glue
+    body = glue[glue.index("{  // down"):]
+    prefetch, wait, main = (body.index("gemv_residual_prefetch(tile"), body.index("wait_for("),
+                            body.index("gemv_residual(tile"))
+    assert prefetch < wait < main          # loading starts before the task waits
+    assert "mbarrier_init" in glue          # the component's own mbarriers, before any task
+    if dispatch == "static":                 # and the next task of the call while this one waits and runs
+        assert "tile.iteration = pl_iteration_" in glue and "const int t = t_next;" in body[:main]
+    else:
+        assert "t_next" not in glue
+
+
+def test_prefetch_misuse():
+    def per_cta(name, raw):
+        if name == "gemv_residual":
+            raw["entry"]["prefetch"] = "gemv_residual"
+    sink = DiagnosticSink()
+    raw = json.loads((DECODE / CONTRACTS["gemv_residual"]).read_text())
+    raw["entry"]["prefetch"] = "gemv_residual"
+    assert load_contract_dict(raw, Source("c.json"), sink) is None or sink.errors
+    assert "PL177" in {d.code for d in sink.errors}
+    raw["entry"]["prefetch"], raw["entry"]["invocation"] = "p", "per_cta"
+    sink = DiagnosticSink()
+    load_contract_dict(raw, Source("c.json"), sink)
+    assert "PL177" in {d.code for d in sink.errors}
+    # a sequential pipeline has no task waits to load ahead of
+    from dataclasses import replace
+    sink = DiagnosticSink()
+    comps = components(("gemv_residual",), edit=with_prefetch)
+    ctx = run_passes(options=LinkOptions(arch="sm_90", pipeline=replace(load_pipeline_dict(
+        {"pipeline": 1, "schedule": "sequential"}, sink)), cache=False), components=comps, until="resolve")
+    assert "PL177" in codes(ctx)

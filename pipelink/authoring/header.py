@@ -53,7 +53,9 @@ def entry_prototype(c: Contract) -> str:
     params = [p.c_decl() for p in c.entry.params]
     if c.entry.invocation == "per_tile":
         params.insert(0, "pl::Tile tile")
-    return f'extern "C" __device__ void {c.entry.symbol}({", ".join(params) or "void"})'
+    protos = [f'extern "C" __device__ void {s}({", ".join(params) or "void"})'
+              for s in (c.entry.symbol, c.entry.prefetch) if s]
+    return ";\n".join(protos)
 
 
 def entry_point_prototype(c: Contract, e) -> str:

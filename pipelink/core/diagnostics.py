@@ -223,6 +223,9 @@ CODES = _codes(
     Code("PL176", "calls out of order", L,
          "a call waits (`after`) only on calls before it, in the same layer or before the layer loop; per-layer "
          "calls are consecutive and the pipeline says `layers`; `after_previous_layer` names per-layer calls"),
+    Code("PL177", "prefetch entry misused", L,
+         "a prefetch entry belongs to a per_tile `entry` and runs in persistent schedules only: it starts loading "
+         "a task's weights before the task waits"),
 )
 
 

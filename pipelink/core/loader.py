@@ -203,6 +203,12 @@ class _SemanticCheck:
         else:
             params, base = raw["entry"].get("params", []), "/entry/params"
             symbol, invocation = raw["entry"]["symbol"], raw["entry"].get("invocation", "per_tile")
+            prefetch = raw["entry"].get("prefetch")
+            if prefetch is not None and invocation != "per_tile":
+                self.error("PL177", f"the prefetch entry '{prefetch}' needs a per_tile entry: it loads a task's data",
+                           "/entry/prefetch")
+            elif prefetch == symbol:
+                self.error("PL177", f"the prefetch entry is the entry itself ('{symbol}')", "/entry/prefetch")
         self.unique(params, base, "parameter")
         shapes = {p["name"] for p in params if not p.get("pointer") and "tensor_map" not in p
                   and p["dtype"] in INTEGER_DTYPES}
@@ -226,7 +232,8 @@ class _SemanticCheck:
                 tmap = self.tensor_map(p, f"{base}/{i}", shapes | provided, provided)
             out.append(Param(p["name"], p["dtype"], p.get("pointer", False), p.get("const", False),
                              f"{base}/{i}", shape, tmap))
-        return Entry(symbol=symbol, invocation=invocation, params=tuple(out))
+        prefetch = raw_entry.get("prefetch") if isinstance(raw_entry := self.raw.get("entry"), dict) else None
+        return Entry(symbol=symbol, invocation=invocation, params=tuple(out), prefetch=prefetch)
 
     def tensor_map(self, p: dict, ptr: str, names: set[str], geometry: set[str]) -> TensorMapSpec | None:
         t = p["tensor_map"]

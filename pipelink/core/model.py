@@ -102,6 +102,7 @@ class Entry:
     symbol: str
     invocation: str
     params: tuple[Param, ...]
+    prefetch: str | None = None   # persistent: called before the task's waits with the same arguments
 
 
 ALL_THREADS = "*"  # an entry point every thread of the block runs, before the roles split
@@ -321,7 +322,8 @@ class Contract:
     @property
     def symbols(self) -> tuple[str, ...]:
         """Every entry symbol the object must define."""
-        return tuple(e.symbol for e in self.entries) or (self.entry.symbol,)
+        return tuple(e.symbol for e in self.entries) or (self.entry.symbol,) + (
+            (self.entry.prefetch,) if self.entry.prefetch else ())
 
     def param(self, name: str) -> Param | None:
         return next((p for p in self.entry.params if p.name == name), None)

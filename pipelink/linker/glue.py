@@ -305,12 +305,14 @@ def _role_structured(r: Resolved, a: Allocation) -> list[str]:
     return out
 
 
-def _call(comp, indent: str, replaced: dict[str, str] | None = None, bind: dict[str, str] | None = None) -> str:
-    """The entry called with the kernel's parameters: a call's bound ones (`bind`), some `replaced` by C."""
+def _call(comp, indent: str, replaced: dict[str, str] | None = None, bind: dict[str, str] | None = None,
+          symbol: str | None = None) -> str:
+    """The entry (or `symbol`, its prefetch) called with the kernel's parameters: a call's bound ones
+    (`bind`), some `replaced` by C."""
     args = ["tile"] if comp.code.entry.invocation == "per_tile" else []
     names = [(bind or {}).get(p.name, p.name) for p in comp.code.entry.params]
     args += [(replaced or {}).get(n, n) for n in names]
-    return f"{indent}{comp.code.entry.symbol}({', '.join(args)});"
+    return f"{indent}{symbol or comp.code.entry.symbol}({', '.join(args)});"
 
 
 def _sequential(r: Resolved, a: Allocation) -> list[str]:
@@ -393,7 +395,7 @@ def _relayout(w: Wire, a: Allocation, indent: str) -> list[str]:
 
 def _init_component_mbarriers(r: Resolved, a: Allocation, indent: str) -> list[str]:
     lines = []
-    for comp in r.components:
+    for comp in _coded(r):  # calls of one component share its mbarriers
         for m in comp.contract.barriers.mbarriers:
             arrivals = m.arrivals.to_c(lambda n: str(r.geometry[n]))
             for i in range(m.count):
@@ -498,6 +500,12 @@ def _persistent(r: Resolved, a: Allocation) -> list[str]:
     out += [f"  int {_previous_flag(r, name, p)} = 0;  // the last layer whose previous layer of {p} is done here"
             for name, producers in (r.calls.previous.items() if r.calls else ()) for p in producers]
     out.append("  const int pl_layer = 0;  // outside a layer loop")
+    counters = sorted({prefetch_counter(r, c.name) for c in r.components} - {None})
+    out += [f"  int {c} = 0;  // this CTA's tasks of a prefetching component so far (its slot: the count % 2)"
+            for c in counters]
+    init = _init_component_mbarriers(r, a, "  ")
+    if init:  # the components' own mbarriers (a prefetch's completion), ready before any task
+        out += init + ["  __syncthreads();"]
     segments = _segments(r)
     if r.dispatch == "static":
         for names, layered in segments:
@@ -606,9 +614,36 @@ def _previous_layer_waits(r: Resolved, a: Allocation, name: str, tensor_index: d
     return out
 
 
-def _decode(r: Resolved, k: int, name: str, indent: str) -> list[str]:
+def _decode(r: Resolved, k: int, name: str, indent: str, iteration: str = "0") -> list[str]:
     seq = r.component(name).contract.geometry.tile_sequence
-    return _tile_from(seq.order, len(seq.grid), f"c{k}_tiles_", "0", "0", indent, seq.group)
+    stage = "0" if iteration == "0" else f"({iteration}) & 1"
+    return _tile_from(seq.order, len(seq.grid), f"c{k}_tiles_", iteration, stage, indent, seq.group)
+
+
+def prefetch_counter(r: Resolved, name: str) -> str | None:
+    """The CTA's count of a prefetching component's tasks (one per object: its calls share its buffers)."""
+    comp = r.component(name)
+    if not comp.code.entry.prefetch:
+        return None
+    return f"pl_iteration_{[c.code.name for c in _coded(r)].index(comp.code.name)}"
+
+
+def _prefetches(r: Resolved, a: Allocation, k: int, name: str, indent: str, guard: str, call_args) -> list[str]:
+    """Start loading the task's weights before it waits; under static dispatch also the CTA's next task of
+    the call, into the other slot (its last user, the task before this one, is done: a barrier ended it)."""
+    counter, symbol = prefetch_counter(r, name), r.component(name).code.entry.prefetch
+    call = call_args(indent + guard, symbol)
+    if r.dispatch != "static":
+        return [f"{indent}// what no task of the launch writes starts loading before the waits", call]
+    nested = indent + "  "
+    return ([f"{indent}// the call's first task on this CTA starts loading before its waits; each task starts the next's",
+             f"{indent}if (t == (int)blockIdx.x)", "  " + call,
+             f"{indent}if (t + (int)gridDim.x < c{k}_tasks) {{",
+             f"{nested}const int t_next = t + (int)gridDim.x;",
+             f"{nested}{{",
+             f"{nested}  const int t = t_next;"]
+            + _decode(r, k, name, nested + "  ", f"{counter} + 1")
+            + [call_args(nested + "  " + guard, symbol), f"{nested}}}", f"{indent}}}"])
 
 
 def _task_body(r: Resolved, a: Allocation, k: int, name: str, indent: str) -> list[str]:
@@ -616,20 +651,27 @@ def _task_body(r: Resolved, a: Allocation, k: int, name: str, indent: str) -> li
     plan = r.events
     tensor_index = {t.name: j for j, t in enumerate(plan.tensors.values())}
     comp_index = [c.name for c in r.components].index(name)
-    out = _decode(r, k, name, indent)
+    counter = prefetch_counter(r, name)
+    out = _decode(r, k, name, indent, counter or "0")
+    stacked, bind = _stacked_args(r, name), (r.calls.bind.get(name) if r.calls else None)
+    threads = comp.contract.threads.count
+    guard = f"if (threadIdx.x < {threads}) " if threads < a.block_threads else ""
+    if counter:
+        out += _prefetches(r, a, k, name, indent, guard,
+                           lambda ind, symbol: _call(comp, ind, stacked, bind, symbol))
     bases = _event_bases(r, name, tensor_index)
     out += _previous_layer_waits(r, a, name, tensor_index, comp_index, indent)
     waits = plan.waits_of(name)
     if waits:
         bound = f"{DEBUG_SPIN_BOUND}ull" if r.debug_events else "0ull"
         out += event_glue.wait_block(r, waits, tensor_index, comp_index, a.block_threads, bound, indent, bases)
-    threads = comp.contract.threads.count
-    guard = f"if (threadIdx.x < {threads}) " if threads < a.block_threads else ""
-    out.append(_call(comp, indent + guard, _stacked_args(r, name), r.calls.bind.get(name) if r.calls else None))
+    out.append(_call(comp, indent + guard, stacked, bind))
     out.append(f"{indent}__syncthreads();  // the task's writes are done")
     notifies = plan.notifies_of(name)
     if notifies:
         out += event_glue.notify_block(r, notifies, tensor_index, a.block_threads, indent, bases)
+    if counter:
+        out.append(f"{indent}++{counter};")
     return out
 
 
