@@ -47,7 +47,7 @@ def test_tile_chain_plan_and_glue():
     ctx = linked([comp("tile_silu_store"), comp("tile_axpby")], dispatch="dynamic")
     r, a, sink, glue = ctx.resolved, ctx.allocation, ctx.sink, ctx.glue
     assert not sink.items
-    assert "atomicAdd(pl_workspace + 8, 1ull), total_tasks)" in glue
+    assert "atomicAdd(pl_workspace + 8, 1ull), (unsigned long long)total_tasks)" in glue
     assert "pl::events::wait_for" in glue and "pl_task_base" not in glue
     assert "add_one" in glue
     assert a.block_warps == 4  # tasks of both components run one at a time on the same warps

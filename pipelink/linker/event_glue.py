@@ -119,12 +119,20 @@ def ready_flag(comp_index: int, n: int) -> str:
     return f"pl_ready_{comp_index}_{n}"
 
 
+def has_layers(r) -> bool:
+    return r.calls is not None and bool(r.calls.per_layer)
+
+
 def ready_flags(r, plan) -> list[str]:
-    """Declarations, before the task loops, of the flags of every task-invariant wait: the layer it was
-    met in (-1: not yet; a layer loop's next layer waits on other counters)."""
+    """Declarations, before the task loops, of the flags of every task-invariant wait. In a layer loop a
+    flag holds the layer it was met in (-1: not yet): the next layer waits on other counters."""
     names = [c.name for c in r.components]
-    return [f"int {ready_flag(names.index(comp), n)} = -1;  // met once per CTA and layer: the wait {side.map.text} "
-            f"of {comp}" for comp in plan.order for n, (_, side) in enumerate(plan.waits_of(comp)) if task_invariant(side)]
+    if has_layers(r):
+        return [f"int {ready_flag(names.index(comp), n)} = -1;  // met once per CTA and layer: the wait "
+                f"{side.map.text} of {comp}" for comp in plan.order
+                for n, (_, side) in enumerate(plan.waits_of(comp)) if task_invariant(side)]
+    return [f"bool {ready_flag(names.index(comp), n)} = false;  // met once per CTA: the wait {side.map.text} of {comp}"
+            for comp in plan.order for n, (_, side) in enumerate(plan.waits_of(comp)) if task_invariant(side)]
 
 
 def event_base(tensor_index: dict, bases: dict | None, name: str) -> str:
@@ -158,12 +166,12 @@ def wait_block(r, waits, tensor_index: dict, comp_index: int, threads: int, boun
         loop = shared_loop(space, call, threads, slot, indent + "  ")
         if task_invariant(side):  # met once in this CTA: met for the rest of the launch
             flag = ready_flag(comp_index, n)
-            loop = [f"{indent}  if ({flag} != pl_layer)"] + loop
+            loop = [f"{indent}  if ({flag} != pl_layer)" if has_layers(r) else f"{indent}  if (!{flag})"] + loop
             met.append(flag)
         out += loop
         slot += not space.loops
     out.append(f"{indent}  if (!__syncthreads_and(pl_ok)) return;  // a debug build's wait timed out somewhere")
-    out += [f"{indent}  {flag} = pl_layer;" for flag in met]
+    out += [f"{indent}  {flag} = {'pl_layer' if has_layers(r) else 'true'};" for flag in met]
     out.append(f"{indent}}}")
     return out
 

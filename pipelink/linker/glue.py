@@ -488,18 +488,22 @@ def _persistent(r: Resolved, a: Allocation) -> list[str]:
     for j, t in enumerate(plan.tensors.values()):
         for d, e in enumerate(t.shape):
             out.append(f"  const long long e{j}_extent_{d} = {e.to_c(geo)};")
-        out.append(f"  const long long e{j}_size = " + " * ".join(f"e{j}_extent_{d}" for d in range(len(t.shape))) + ";")
+        size = " * ".join(f"e{j}_extent_{d}" for d in range(len(t.shape)))
+        if event_glue.has_layers(r):
+            out.append(f"  const long long e{j}_size = {size};")
+            size = f"e{j}_size"
         copies = f" * (long long)({r.calls.layers_c()})" if t.name in layered else ""
         out.append(f"  unsigned long long* const e{j} = pl_events + {base};  // event '{t.name}'"
                    + (", one copy per layer" if copies else ""))
-        base = f"{base} + e{j}_size{copies}"
+        base = f"{base} + {size}{copies}"
     out += [f"  const unsigned long long pl_words = (unsigned long long)({base});",
             "  if (pl_words > pl_region_words) __trap();  // the launcher sizes the regions for the shapes it is given",
             f"  if (blockIdx.x == 0 && threadIdx.x == 0) {ws_at(f'{ws.used_words} + (pl_launch & 1ull)')} = pl_words;"]
     out += ["  " + line for line in event_glue.ready_flags(r, plan)]
     out += [f"  int {_previous_flag(r, name, p)} = 0;  // the last layer whose previous layer of {p} is done here"
             for name, producers in (r.calls.previous.items() if r.calls else ()) for p in producers]
-    out.append("  const int pl_layer = 0;  // outside a layer loop")
+    if event_glue.has_layers(r):
+        out.append("  const int pl_layer = 0;  // outside the layer loop")
     counters = sorted({prefetch_counter(r, c.name) for c in r.components} - {None})
     out += [f"  int {c} = 0;  // this CTA's tasks of a prefetching component so far (its slot: the count % 2)"
             for c in counters]
@@ -519,6 +523,27 @@ def _persistent(r: Resolved, a: Allocation) -> list[str]:
                 out.append(f"{inner}}}")
             if layered:
                 out.append("  }")
+    elif not event_glue.has_layers(r):
+        ends = []
+        for k in range(len(plan.order)):
+            ends.append(f"c{k}_tasks" if k == 0 else f"{ends[-1]} + c{k}_tasks")
+        out.append(f"  const unsigned total_tasks = {ends[-1]};")
+        out += ["  while (true) {",
+                "    // The task counter is zero when a launch starts: the last CTA out of the launch before zeroed it.",
+                "    if (threadIdx.x == 0) pl_flags[1] = (unsigned)min(atomicAdd(pl_workspace + "
+                f"{WORKSPACE.task_counter_word}, 1ull), (unsigned long long)total_tasks);",
+                "    __syncthreads();",
+                "    const unsigned task = pl_flags[1];",
+                "    __syncthreads();  // every thread has read it before the next claim",
+                "    if (task >= total_tasks) break;"]
+        for k, name in enumerate(plan.order):
+            lo = "0u" if k == 0 else f"(unsigned)({ends[k - 1]})"
+            cond = f"task < (unsigned)({ends[k]})"
+            out.append(f"    {'if' if k == 0 else 'else if'} ({cond}) {{  // {name}")
+            out.append(f"      const int t = (int)(task - {lo});")
+            out += _task_body(r, a, k, name, "      ")
+            out.append("    }")
+        out.append("  }")
     else:
         # One claim counter over every task: the calls before the layer loop, each layer's calls, the rest.
         seg_tasks = []
