@@ -63,7 +63,7 @@ def test_each_component_links_alone(objects, name):
     assert [c.name for c in m.components] == [name]
     params = [p.name for p in m.user_params]
     if name == "qkv_rope":
-        assert params == ["w", "x", "pos", "theta", "q", "k_cache", "v_cache", "B", "K", "Lmax"]
+        assert params == ["w", "x", "pos", "inv_freq", "q", "k_cache", "v_cache", "B", "K", "Lmax"]
         assert m.geometry == GEMV_GEOMETRY
         assert "grid [48, 8]" in linked.link_map
         assert "buffer qkv_rope.xs" in linked.link_map and "buffer qkv_rope.res" in linked.link_map
