@@ -53,7 +53,7 @@ def test_attn_head_links_alone(objects):
     m = linked.manifest
     _no_spills(m)
     assert [c.name for c in m.components] == ["attn_head"]
-    assert [p.name for p in m.user_params] == ["q", "k", "v", "o", "B", "L"]
+    assert [p.name for p in m.user_params] == ["q", "k", "v", "o", "B", "L", "Lmax"]
     assert m.geometry == {"ATTN_UNROLL": 2}
     assert m.dynamic_smem >= 32 * 264 * 4  # the 32 position groups' softmax states
     assert "buffer attn_head.red" in linked.link_map and "attn_head.merge" in linked.link_map
@@ -67,7 +67,7 @@ def test_split_then_merge_links_into_one_persistent_kernel(objects):
     m = linked.manifest
     assert m.kernel == "attn_split_merge" and m.schedule == "persistent" and m.dispatch == "static"
     assert list(m.tasks) == ["attn_split", "attn_merge"]  # the splits first in every CTA's order
-    assert [p.name for p in m.user_params] == ["q", "k", "v", "part", "B", "L", "o"]
+    assert [p.name for p in m.user_params] == ["q", "k", "v", "part", "B", "L", "Lmax", "o"]
     part = next(p for p in m.params if p.name == "part")
     assert part.pointer and not part.const  # written by attn_split in the launch
     assert m.geometry == {"SPLIT_L": 256, "ATTN_UNROLL": 2, "PART_RECORD": 264}

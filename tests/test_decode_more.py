@@ -63,7 +63,7 @@ def test_each_component_links_alone(objects, name):
     assert [c.name for c in m.components] == [name]
     params = [p.name for p in m.user_params]
     if name == "qkv_rope":
-        assert params == ["w", "x", "pos", "theta", "q", "k_cache", "v_cache", "B", "K", "Lmax"]
+        assert params == ["w", "x", "pos", "inv_freq", "q", "k_cache", "v_cache", "B", "K", "Lmax"]
         assert m.geometry == GEMV_GEOMETRY
         assert "grid [48, 8]" in linked.link_map
         assert "buffer qkv_rope.xs" in linked.link_map and "buffer qkv_rope.res" in linked.link_map
@@ -125,3 +125,76 @@ def test_the_team_build_script_builds(tmp_path):
                           capture_output=True, text=True, env=env)
     assert proc.returncode == 0, proc.stderr
     assert sorted(p.name for p in tmp_path.glob("*.o")) == ["argmax_merge.o", "qkv_rope.o"]
+
+
+# --- the rotary frequencies -----------------------------------------------------------------------------
+
+def _f32(v):
+    import struct
+    return struct.unpack("<f", struct.pack("<f", v))[0]
+
+
+def test_llama3_inv_freq_by_hand():
+    """Against the formula in float64 (Llama-3's scaling: wavelengths below 8192 / 4 kept, above 8192 divided by
+    32, in between interpolated), to float32 precision, and the bands where the Llama-3.2 frequencies fall."""
+    import math
+    got = decode_parts.llama3_inv_freq()
+    assert len(got) == 32 and all(_f32(v) == v for v in got)  # float32 values
+    for d in range(32):
+        base = 500000.0 ** (-d / 32)
+        wavelen = 2 * math.pi / base
+        if wavelen < 2048:
+            want = base
+        elif wavelen > 8192:
+            want = base / 32
+        else:
+            smooth = (8192 / wavelen - 1) / 3
+            want = (1 - smooth) * base / 32 + smooth * base
+        assert math.isclose(got[d], want, rel_tol=1e-6), (d, got[d], want)
+    # pairs 0..14 are kept, 15..17 interpolated, 18..31 divided by 32
+    assert got[0] == 1.0 and got[14] == _f32(1 / _f32(500000.0 ** (14 / 32)))
+    assert math.isclose(got[15], 0.0012905480, rel_tol=1e-7) and math.isclose(got[17], 9.708286e-05, rel_tol=1e-6)
+    assert math.isclose(got[18], 500000.0 ** (-18 / 32) / 32, rel_tol=1e-6)
+    assert math.isclose(got[31], 500000.0 ** (-31 / 32) / 32, rel_tol=1e-6)
+    # no scaling (factor 1): the plain frequencies theta^(-2d/64)
+    plain = decode_parts.llama3_inv_freq(factor=1.0)
+    assert all(math.isclose(plain[d], 500000.0 ** (-d / 32), rel_tol=1e-6) for d in range(32))
+
+
+def test_llama3_inv_freq_matches_a_float32_emulation():
+    """The same steps in numpy float32 (each operation rounded to float32, `scalar / tensor` as reciprocal then
+    product, as torch does): bit for bit. The power is taken in float64 and rounded (numpy's float32 power
+    differs by an ulp or two between builds)."""
+    np = pytest.importorskip("numpy")
+    f = np.float32
+    i = np.arange(0, 64, 2).astype(np.float32) / f(64)
+    inv = np.reciprocal(np.power(np.float64(500000.0), i.astype(np.float64)).astype(np.float32)) * f(1.0)
+    wavelen = np.reciprocal(inv) * f(2 * np.pi)
+    scaled = np.where(wavelen > f(8192), inv / f(32), inv)
+    smooth = (np.reciprocal(wavelen) * f(8192) - f(1)) / f(3)
+    smoothed = (f(1) - smooth) * scaled / f(32) + smooth * scaled
+    medium = ~(wavelen < f(2048)) & ~(wavelen > f(8192))
+    want = np.where(medium, smoothed, scaled).astype(np.float32)
+    got = np.array(decode_parts.llama3_inv_freq(), dtype=np.float32)
+    assert (got.view(np.int32) == want.view(np.int32)).all(), (got, want)
+
+
+def test_llama3_inv_freq_matches_transformers():
+    """Against transformers' own ROPE_INIT_FUNCTIONS["llama3"] where transformers is installed."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    import torch
+    from transformers import LlamaConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+    rope = {"rope_type": "llama3", **decode_parts.ROPE_SCALING}
+    kwargs = dict(hidden_size=2048, num_attention_heads=32, num_key_value_heads=8, head_dim=64,
+                  max_position_embeddings=131072)
+    try:  # transformers 5: rope_parameters carries rope_theta
+        config = LlamaConfig(**kwargs, rope_parameters={**rope, "rope_theta": decode_parts.ROPE_THETA})
+    except TypeError:
+        config = LlamaConfig(**kwargs, rope_theta=decode_parts.ROPE_THETA, rope_scaling=rope)
+    inv_freq, _ = ROPE_INIT_FUNCTIONS["llama3"](config, "cpu")
+    assert inv_freq.dtype == torch.float32 and inv_freq.shape == (32,)
+    got = torch.tensor(decode_parts.llama3_inv_freq(), dtype=torch.float32)
+    ulps = (got.view(torch.int32) - inv_freq.view(torch.int32)).abs()
+    assert int(ulps.max()) <= 1, (got, inv_freq)

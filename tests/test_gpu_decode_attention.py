@@ -2,7 +2,8 @@
 float64: attn_head linked alone, and attn_split -> attn_merge (flash-decoding) as one persistent kernel.
 
 GQA with 32 query heads over 8 KV heads of 64 (query head 4h + g reads KV head h), q [B, 32, 64], k and v
-[B, 8, L, 64], o [B, 32, 64], all bf16. Fresh random inputs every run (the seed is in the failure message),
+[B, 8, Lmax, 64] (a cache of capacity Lmax, positions 0..L-1 attended; the positions past L are NaN, so a
+read of one fails), o [B, 32, 64], all bf16. Fresh random inputs every run (the seed is in the failure message),
 the output and the split workspace poisoned with NaN so an unwritten element fails, batches 1, 3 and 8,
 context lengths from one position to a ragged 17th split (4097 = 16 * 256 + 1), every kernel launched twice
 (the persistent one keeps its place in its event counters between launches)."""
@@ -45,19 +46,26 @@ def kernels(tmp_path_factory):
         k.unload()
 
 
-def _inputs(seed, B, L, q_scale=1.0):
+def _inputs(seed, B, L, q_scale=1.0, Lmax=None):
+    """q, and the caches k, v [B, 8, Lmax, 64] (Lmax: L unless given) with positions L.. set to NaN."""
     import torch
+    Lmax = L if Lmax is None else Lmax
     g = torch.Generator(device="cuda").manual_seed(seed)
     H, KV, D = decode_parts.Q_HEADS, decode_parts.KV_HEADS, decode_parts.HEAD_DIM
     q = (q_scale * torch.randn(B, H, D, generator=g, device="cuda")).to(torch.bfloat16)
-    k = torch.randn(B, KV, L, D, generator=g, device="cuda").to(torch.bfloat16)
-    v = torch.randn(B, KV, L, D, generator=g, device="cuda").to(torch.bfloat16)
+    k = torch.randn(B, KV, Lmax, D, generator=g, device="cuda").to(torch.bfloat16)
+    v = torch.randn(B, KV, Lmax, D, generator=g, device="cuda").to(torch.bfloat16)
+    k[:, :, L:] = float("nan")
+    v[:, :, L:] = float("nan")
     return q, k, v
 
 
-def _reference(q, k, v):
-    """softmax(q k^T / sqrt(64)) v in float64, each KV head repeated for its 4 query heads."""
+def _reference(q, k, v, L=None):
+    """softmax(q k^T / sqrt(64)) v in float64 over positions 0..L-1, each KV head repeated for its 4 query
+    heads."""
     import torch
+    if L is not None:
+        k, v = k[:, :, :L], v[:, :, :L]
     group = decode_parts.Q_HEADS // decode_parts.KV_HEADS
     k64 = k.double().repeat_interleave(group, dim=1)  # [B, 32, L, 64]
     v64 = v.double().repeat_interleave(group, dim=1)
@@ -81,12 +89,13 @@ def _judge(got, ref, what):
 
 def _run(kernels, variant, q, k, v, B, L):
     import torch
+    Lmax = k.shape[2]
     o = _poisoned(B, decode_parts.Q_HEADS, decode_parts.HEAD_DIM)
     if variant == "attn_head":
-        kernels["attn_head"].launch(q=q, k=k, v=v, o=o, B=B, L=L)
+        kernels["attn_head"].launch(q=q, k=k, v=v, o=o, B=B, L=L, Lmax=Lmax)
     else:
         part = _poisoned(*decode_parts.attn_workspace_shape(B, L), dtype=torch.float32)
-        kernels["attn_split"].launch(q=q, k=k, v=v, part=part, B=B, L=L, o=o)
+        kernels["attn_split"].launch(q=q, k=k, v=v, part=part, B=B, L=L, Lmax=Lmax, o=o)
     torch.cuda.synchronize()
     return o
 
@@ -113,6 +122,19 @@ def test_decode_attention_with_peaked_scores(kernels, variant, L):
     q, k, v = _inputs(seed, B, L, q_scale=8.0)
     o = _run(kernels, variant, q, k, v, B, L)
     _judge(o, _reference(q, k, v), f"{variant} peaked B={B} L={L} seed={seed}")
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("B", [1, 3])
+@pytest.mark.parametrize("L,Lmax", [(1, 2), (7, 4096), (256, 259), (1000, 1300), (4097, 4600)], ids=lambda v: str(v))
+def test_decode_attention_in_a_larger_cache(kernels, variant, B, L, Lmax):
+    # the cache's capacity is its stride: positions L..Lmax-1 (NaN here) are never read
+    seed = fresh_seed()
+    q, k, v = _inputs(seed, B, L, Lmax=Lmax)
+    ref = _reference(q, k, v, L)
+    for launch in range(2):
+        o = _run(kernels, variant, q, k, v, B, L)
+        _judge(o, ref, f"{variant} B={B} L={L} Lmax={Lmax} seed={seed} launch {launch}")
 
 
 def test_the_variants_agree(kernels):

@@ -76,12 +76,43 @@ def _judge(got, ref, what):
 
 # --- qkv_rope -------------------------------------------------------------------------------------------
 
-def _rope_ref(t, pos, theta):
-    """Half-split rotary embedding in float64: t [B, heads, 64], pos [B]."""
+def hf_llama3_inv_freq(device="cuda"):
+    """The rotary frequencies as transformers computes them for Llama-3.2-1B (rope_type "llama3":
+    _compute_default_rope_parameters, then _compute_llama3_parameters), float32, on the CPU as at model init."""
+    import math
     import torch
-    d = torch.arange(D // 2, dtype=torch.float64, device=t.device)
-    inv_freq = torch.pow(torch.tensor(float(theta), dtype=torch.float64), -2.0 * d / D)
-    ang = pos.double()[:, None, None] * inv_freq[None, None, :]
+    base, dim = decode_parts.ROPE_THETA, D
+    sc = decode_parts.ROPE_SCALING
+    inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).to(dtype=torch.float) / dim))
+    factor, low_freq_factor = sc["factor"], sc["low_freq_factor"]
+    high_freq_factor, old_context_len = sc["high_freq_factor"], sc["original_max_position_embeddings"]
+    low_freq_wavelen = old_context_len / low_freq_factor
+    high_freq_wavelen = old_context_len / high_freq_factor
+    wavelen = 2 * math.pi / inv_freq
+    inv_freq_llama = torch.where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq)
+    smooth_factor = (old_context_len / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
+    smoothed_inv_freq = (1 - smooth_factor) * inv_freq_llama / factor + smooth_factor * inv_freq_llama
+    is_medium_freq = ~(wavelen < high_freq_wavelen) * ~(wavelen > low_freq_wavelen)
+    inv_freq_llama = torch.where(is_medium_freq, smoothed_inv_freq, inv_freq_llama)
+    assert inv_freq_llama.dtype == torch.float32
+    return inv_freq_llama.to(device)
+
+
+@pytest.fixture(scope="module")
+def inv_freq():
+    import torch
+    f = hf_llama3_inv_freq()
+    # the host helper the decode step uses: the same float32 values up to an ulp of the power
+    ours = torch.tensor(decode_parts.llama3_inv_freq(), dtype=torch.float32, device="cuda")
+    assert torch.allclose(ours, f, rtol=3e-7, atol=0), (ours - f).abs().max()
+    return f
+
+
+def _rope_ref(t, pos, inv_freq):
+    """Half-split rotary embedding in float64: t [B, heads, 64], pos [B], inv_freq the f32 frequencies [32]
+    (each read exactly, the angle pos * inv_freq and its cos and sin in float64)."""
+    import torch
+    ang = pos.double()[:, None, None] * inv_freq.double()[None, None, :]
     c, s = ang.cos(), ang.sin()
     x1, x2 = t[..., : D // 2], t[..., D // 2:]
     return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1)
@@ -89,7 +120,7 @@ def _rope_ref(t, pos, theta):
 
 @pytest.mark.parametrize("B", BATCHES)
 @pytest.mark.parametrize("K,Lmax", [(decode_parts.HIDDEN, 4100), (40, 1), (2056, 37)], ids=lambda v: str(v))
-def test_qkv_rope(kernels, B, K, Lmax):
+def test_qkv_rope(kernels, inv_freq, B, K, Lmax):
     import torch
     seed = fresh_seed()
     g = _gen(seed)
@@ -97,16 +128,15 @@ def test_qkv_rope(kernels, B, K, Lmax):
     pos = torch.randint(0, Lmax, (B,), generator=g, device="cuda", dtype=torch.int32)
     if B > 1:
         pos[-1] = Lmax - 1  # the last slot of the cache
-    theta = decode_parts.ROPE_THETA
     y = (x.double() @ w.double().T).view(B, Q + 2 * KV, D)
-    q_ref = _rope_ref(y[:, :Q], pos, theta)
-    k_ref = _rope_ref(y[:, Q:Q + KV], pos, theta)
+    q_ref = _rope_ref(y[:, :Q], pos, inv_freq)
+    k_ref = _rope_ref(y[:, Q:Q + KV], pos, inv_freq)
     v_ref = y[:, Q + KV:]
     rows = torch.arange(B, device="cuda")
     for launch in range(2):
         q = _poisoned(B, Q, D)
         k_cache, v_cache = _poisoned(B * KV, Lmax, D), _poisoned(B * KV, Lmax, D)
-        kernels["qkv_rope"].launch(w=w, x=x, pos=pos, theta=theta, q=q, k_cache=k_cache, v_cache=v_cache,
+        kernels["qkv_rope"].launch(w=w, x=x, pos=pos, inv_freq=inv_freq, q=q, k_cache=k_cache, v_cache=v_cache,
                                    B=B, K=K, Lmax=Lmax)
         torch.cuda.synchronize()
         what = f"qkv_rope B={B} K={K} Lmax={Lmax} seed={seed} launch {launch}"
@@ -120,24 +150,23 @@ def test_qkv_rope(kernels, B, K, Lmax):
             assert not stray.any(), f"{what}: {int(stray.sum())} {name} cache rows written outside pos"
 
 
-def test_qkv_rope_large_positions_and_out_of_range(kernels):
+def test_qkv_rope_large_positions_and_out_of_range(kernels, inv_freq):
     import torch
     seed = fresh_seed()
     g = _gen(seed)
     B, K, Lmax = 3, decode_parts.HIDDEN, 131072
     w, x = _weights(g, decode_parts.QKV, K), _activations(g, B, K)
     pos = torch.tensor([Lmax - 1, 100000, Lmax], dtype=torch.int32, device="cuda")  # the last is outside
-    theta = decode_parts.ROPE_THETA
     y = (x.double() @ w.double().T).view(B, Q + 2 * KV, D)
     q = _poisoned(B, Q, D)
     k_cache, v_cache = _poisoned(B * KV, Lmax, D), _poisoned(B * KV, Lmax, D)
-    kernels["qkv_rope"].launch(w=w, x=x, pos=pos, theta=theta, q=q, k_cache=k_cache, v_cache=v_cache,
+    kernels["qkv_rope"].launch(w=w, x=x, pos=pos, inv_freq=inv_freq, q=q, k_cache=k_cache, v_cache=v_cache,
                                B=B, K=K, Lmax=Lmax)
     torch.cuda.synchronize()
     what = f"qkv_rope large positions seed={seed}"
-    _judge(q, _rope_ref(y[:, :Q], pos, theta), what + " (q, rotated also for the position outside the cache)")
+    _judge(q, _rope_ref(y[:, :Q], pos, inv_freq), what + " (q, rotated also for the position outside the cache)")
     k = k_cache.view(B, KV, Lmax, D)
-    _judge(k[[0, 1], :, pos[:2].long()], _rope_ref(y[:2, Q:Q + KV], pos[:2], theta), what + " (k)")
+    _judge(k[[0, 1], :, pos[:2].long()], _rope_ref(y[:2, Q:Q + KV], pos[:2], inv_freq), what + " (k)")
     assert torch.isnan(k_cache.view(B, KV, Lmax, D)[2].double()).all(), what + ": row 2 (pos = Lmax) wrote k"
     assert torch.isnan(v_cache.view(B, KV, Lmax, D)[2].double()).all(), what + ": row 2 (pos = Lmax) wrote v"
 

@@ -8,12 +8,17 @@
 - linear/ qkv_rope (fused q/k/v GEMV, RoPE, KV-cache append) and gemv_swiglu (each linked alone), lm_head
   and argmax_merge (greedy decoding head)
 - pipelines/lm_head_argmax.json: lm_head -> argmax_merge in one persistent kernel
+- linear/ qkv_rope_normed and gemv_swiglu_normed: the two with the RMSNorm as their prologue (each linked alone)
+- embedding/ embed: the token embedding lookup (linked alone)
+- llama3_inv_freq: the rotary frequencies qkv_rope takes, Llama-3 frequency scaling included
 
 The team folders' `build.sh` run `pipelink build` on the same sources and contracts; this module builds
 with `pipelink.authoring.builder.build_component` in-process, for the tests.
 """
 from __future__ import annotations
 
+import math
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,7 +31,36 @@ HEAD_PIPELINE = HERE / "pipelines" / "lm_head_argmax.json"
 HIDDEN, INTERMEDIATE, HEAD_DIM, Q_HEADS, KV_HEADS = 2048, 8192, 64, 32, 8
 QKV = (Q_HEADS + 2 * KV_HEADS) * HEAD_DIM  # 3072: the fused q/k/v projection's rows
 VOCAB = 128256
-ROPE_THETA = 500000.0  # plain RoPE; Llama-3's frequency scaling (factor 32, original 8192) is not applied
+ROPE_THETA = 500000.0
+# config.rope_scaling of Llama-3.2-1B (rope_type "llama3")
+ROPE_SCALING = {"factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 8192}
+RMS_EPS = 1e-5
+
+
+def _f32(v: float) -> float:
+    """v rounded to the nearest float32 (as a Python float)."""
+    return struct.unpack("<f", struct.pack("<f", v))[0]
+
+
+def llama3_inv_freq(theta: float = 500000.0, factor: float = 32.0, low: float = 1.0, high: float = 4.0,
+                    original: int = 8192, head_dim: int = 64) -> list[float]:
+    """The head_dim / 2 rotary frequencies (radians per position) of Llama-3's scaled RoPE, as transformers'
+    ROPE_INIT_FUNCTIONS["llama3"] computes them in float32: every step rounded to float32 in torch's order
+    (`scalar / tensor` is `tensor.reciprocal() * scalar` there). The one power is rounded from float64, so an
+    entry may differ from torch's powf by an ulp."""
+    low_wavelen, high_wavelen = original / low, original / high
+    two_pi = _f32(2 * math.pi)
+    out = []
+    for i in range(0, head_dim, 2):
+        inv = _f32(1.0 / _f32(theta ** _f32(i / head_dim)))           # 1 / base^(2i/d)
+        wavelen = _f32(_f32(1.0 / inv) * two_pi)                       # 2 pi / inv_freq
+        scaled = _f32(inv / factor) if wavelen > low_wavelen else inv  # long wavelengths: divided by factor
+        if not wavelen < high_wavelen and not wavelen > low_wavelen:   # in between: interpolated
+            smooth = _f32(_f32(_f32(_f32(1.0 / wavelen) * original) - low) / _f32(high - low))
+            scaled = _f32(_f32(_f32(_f32(1.0 - smooth) * scaled) / factor) + _f32(smooth * scaled))
+        out.append(scaled)
+    return out
 
 
 @dataclass(frozen=True)
@@ -109,6 +143,13 @@ LM_ROWS = 8                                         # lm_head's vocabulary rows 
 SWIGLU_COLS = 4                                     # gemv_swiglu's outputs per task
 
 
+NORMED_PARTS = (Part("linear", "qkv_rope_normed"), Part("linear", "gemv_swiglu_normed"))
+NORMED_ALONE = ("qkv_rope_normed", "gemv_swiglu_normed")  # each linked alone
+
+EMBED_PARTS = (Part("embedding", "embed"),)
+EMBED_COLS = 2048                                   # embed's columns per task: 256 threads, 16 bytes each
+
+
 def argmax_workspace_shape(B: int, V: int) -> tuple[int, int]:
     """The extents lm_head's contract declares for its u64 workspace `part`: [B, ceil_div(V, 8)]."""
     return (B, -(-V // LM_ROWS))
@@ -123,3 +164,13 @@ def link_lm_head_argmax(objects: dict[str, Path]):
     """lm_head -> argmax_merge (greedy decoding head) as one persistent kernel (pipelines/lm_head_argmax.json)."""
     import pipelink
     return pipelink.link([str(objects[n]) for n in HEAD_PIPELINED], pipeline=str(HEAD_PIPELINE))
+
+
+def build_normed(out_dir: Path) -> dict[str, Path]:
+    """Build qkv_rope_normed and gemv_swiglu_normed into out_dir/<name>.o."""
+    return build_all(out_dir, NORMED_PARTS)
+
+
+def build_embedding(out_dir: Path) -> dict[str, Path]:
+    """Build the embedding team's component (embed) into out_dir/embed.o."""
+    return build_all(out_dir, EMBED_PARTS)

@@ -1,9 +1,12 @@
 // The body the decode-attention components share: for one batch row b and one KV head h, the 4 query heads
-// of the group (q heads 4h .. 4h+3) attend over the cache positions [l0, l1) of k and v [B, 8, L, 64].
+// of the group (q heads 4h .. 4h+3) attend over the cache positions [l0, l1) of k and v [B, 8, Lmax, 64]
+// (a cache of capacity Lmax; positions at or past Lmax are never read).
 //
 // The block's 256 threads form 32 groups of 8 lanes; a group walks positions grp, grp + 32, ... of the
 // range, each lane holding 8 of the 64 dimensions: one 16-byte load of the K row and one of the V row per
-// position (streamed past L1: the cache is read once), UNROLL positions in flight. The 4 partial dot
+// position (streamed past L1: the cache is read once), UNROLL positions in flight. q, k and v are loaded
+// coherently (ld.global, never the read-only path): in one kernel with qkv_rope, q and the cache's newest
+// position are written by other CTAs of the same launch. The 4 partial dot
 // products of a position meet in a shuffle reduction inside the group; every group keeps its own online
 // softmax state (running max m, sum l, unnormalized acc) per query head, in fp32, with the scores in the
 // log2 domain (q is scaled by log2(e) / sqrt(64) once, exp2f thereafter). The 32 groups' states then meet
@@ -29,9 +32,9 @@ constexpr int SMEM_BYTES = GROUPS * RECORD * 4;
 // log2(e) / sqrt(HEAD_DIM): the softmax scale folded into q, scores in the log2 domain
 constexpr float Q_SCALE = 1.4426950408889634f * 0.125f;
 
-__device__ __forceinline__ uint4 load_stream(const bf16* p) {
+__device__ __forceinline__ uint4 load_cache(const bf16* p) {
   uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+  asm volatile("ld.global.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                : "l"(p));
   return v;
@@ -54,14 +57,15 @@ struct State {
 };
 
 // Sync: a callable that synchronizes the component's 256 threads (its named barrier).
-// red: SMEM_BYTES of shared memory. Requires l0 < l1 for a finite m.
+// red: SMEM_BYTES of shared memory. Requires l0 < min(l1, Lmax) for a finite m.
 template <int UNROLL, class Sync>
 __device__ __forceinline__ State attend(const bf16* __restrict__ q, const bf16* __restrict__ k,
-                                        const bf16* __restrict__ v, int b, int h, int l0, int l1, int L,
+                                        const bf16* __restrict__ v, int b, int h, int l0, int l1, int Lmax,
                                         float* __restrict__ red, Sync sync) {
+  l1 = min(l1, Lmax);  // L > Lmax is the caller's error: it never reads past the cache
   const int t = threadIdx.x % THREADS;
   const int grp = t / LANES, sub = t % LANES;
-  const long long head_base = ((long long)b * KV_HEADS + h) * (long long)L * HEAD_DIM + sub * 8;
+  const long long head_base = ((long long)b * KV_HEADS + h) * (long long)Lmax * HEAD_DIM + sub * 8;
   const bf16* kp = k + head_base;
   const bf16* vp = v + head_base;
 
@@ -69,7 +73,7 @@ __device__ __forceinline__ State attend(const bf16* __restrict__ q, const bf16* 
 #pragma unroll
   for (int g = 0; g < GROUP; ++g) {
     const bf16* qrow = q + ((long long)b * Q_HEADS + h * GROUP + g) * HEAD_DIM + sub * 8;
-    unpack8(__ldg(reinterpret_cast<const uint4*>(qrow)), qf[g]);
+    unpack8(__ldcg(reinterpret_cast<const uint4*>(qrow)), qf[g]);
 #pragma unroll
     for (int e = 0; e < 8; ++e) qf[g][e] *= Q_SCALE;
   }
@@ -90,8 +94,8 @@ __device__ __forceinline__ State attend(const bf16* __restrict__ q, const bf16* 
     for (int u = 0; u < UNROLL; ++u) {
       const int p = base + u * GROUPS + grp;
       if (p < l1) {
-        kv[u] = load_stream(kp + (long long)p * HEAD_DIM);
-        vv[u] = load_stream(vp + (long long)p * HEAD_DIM);
+        kv[u] = load_cache(kp + (long long)p * HEAD_DIM);
+        vv[u] = load_cache(vp + (long long)p * HEAD_DIM);
       } else {
         kv[u] = make_uint4(0u, 0u, 0u, 0u);
         vv[u] = make_uint4(0u, 0u, 0u, 0u);

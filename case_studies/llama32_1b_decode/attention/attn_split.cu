@@ -12,12 +12,12 @@ static_assert(PART_RECORD == attn_body::RECORD, "contract attn_split: a workspac
 
 extern "C" __device__ void attn_split(pl::Tile tile, const __nv_bfloat16* __restrict__ q,
                                       const __nv_bfloat16* __restrict__ k, const __nv_bfloat16* __restrict__ v,
-                                      float* __restrict__ part, int B, int L) {
+                                      float* __restrict__ part, int B, int L, int Lmax) {
   const int b = tile.coord[0], h = tile.coord[1], s = tile.coord[2];
   const int splits = (L + SPLIT_L - 1) / SPLIT_L;
   const int l0 = s * SPLIT_L, l1 = min(L, l0 + SPLIT_L);
   const attn_body::State st =
-      attn_body::attend<ATTN_UNROLL>(q, k, v, b, h, l0, l1, L, smem_red<float>(), [] { sync_merge(); });
+      attn_body::attend<ATTN_UNROLL>(q, k, v, b, h, l0, l1, Lmax, smem_red<float>(), [] { sync_merge(); });
   const int t = thread_rank();
   const int head = t / attn_body::HEAD_DIM, d = t % attn_body::HEAD_DIM;
   float* rec = part + (((long long)b * attn_body::KV_HEADS + h) * splits + s) * PART_RECORD;

@@ -1,6 +1,8 @@
 // rmsnorm: one row of x per task. Each thread owns 8 consecutive columns per pass (one 16-byte load);
 // the warps' sums of squares meet in shared memory behind a named barrier; the row is then read again
-// (it is in L1) and written as bf16(x * rsqrt(mean(x^2) + eps) * weight), rounded once.
+// and written as bf16(x * rsqrt(mean(x^2) + eps) * weight), rounded once. x (the residual stream) is
+// written by other CTAs of the same launch in a fused decode step: its loads go through L2 (ld.global.cg),
+// never the read-only path; the weight is constant and may use it.
 #include <cuda_bf16.h>
 #include "rmsnorm.pipelink.h"
 
@@ -42,7 +44,7 @@ extern "C" __device__ void rmsnorm(pl::Tile tile, const bf16* __restrict__ x, co
   float ss = 0.0f;
   for (int v = t; v < vecs; v += THREADS) {
     float f[8];
-    unpack8(__ldg(row + v), f);
+    unpack8(__ldcg(row + v), f);
 #pragma unroll
     for (int i = 0; i < 8; ++i) ss = fmaf(f[i], f[i], ss);
   }
@@ -59,7 +61,7 @@ extern "C" __device__ void rmsnorm(pl::Tile tile, const bf16* __restrict__ x, co
 
   for (int v = t; v < vecs; v += THREADS) {
     float f[8], g[8];
-    unpack8(__ldg(row + v), f);
+    unpack8(__ldcg(row + v), f);
     unpack8(__ldg(w + v), g);
 #pragma unroll
     for (int i = 0; i < 8; ++i) f[i] = f[i] * scale * g[i];

@@ -1,0 +1,37 @@
+// The task body gemv_swiglu and gemv_swiglu_normed share (see gemv_swiglu.cu): gemv.cuh's walk over the
+// gate rows n0 .. n0 + C - 1 and the up rows I + n0 .. of one task with x staged by `stage`, then
+// h = silu(gate) * up in fp32, rounded once.
+#pragma once
+#include "gemv.cuh"
+
+namespace swiglu_body {
+
+// res: BATCH * ROWS floats of shared memory; sync: the component's named barrier.
+template <int WARPS, int ROWS, int KCHUNK, int BATCH, int COLS, class Stage, class Sync>
+__device__ __forceinline__ void task(int n0, const __nv_bfloat16* __restrict__ w, const Stage& stage,
+                                     __nv_bfloat16* __restrict__ h, int B, int I, int K, uint4* __restrict__ xs,
+                                     float* __restrict__ res, Sync sync) {
+  static_assert(ROWS == 2 * COLS && WARPS == ROWS, "gemv_swiglu: a task is COLS gate rows and as many up rows, one per warp");
+  const int t = threadIdx.x % (WARPS * 32);
+  gemv_body::rows_staged<WARPS, ROWS, KCHUNK, BATCH>(
+      w, stage, B, K, xs,
+      [=](int i) {
+        const int n = n0 + (i < COLS ? i : i - COLS);
+        return n < I ? (i < COLS ? n : I + n) : -1;
+      },
+      [=](int i, int, int b, float s) { res[b * ROWS + i] = s; },
+      [=](int bg, int nb) {
+        sync();  // every warp's sums are in res
+        if (t < nb * COLS) {
+          const int b = t / COLS, c = t % COLS, n = n0 + c;
+          if (n < I) {
+            const float g = res[b * ROWS + c], u = res[b * ROWS + COLS + c];
+            h[(long long)(bg + b) * I + n] = __float2bfloat16_rn(g / (1.0f + expf(-g)) * u);
+          }
+        }
+        sync();  // every thread has read res before the next batch group (or task) writes it
+      },
+      sync);
+}
+
+}  // namespace swiglu_body

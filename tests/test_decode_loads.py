@@ -1,0 +1,79 @@
+"""Which global loads of the Llama-3.2-1B decode parts may take the read-only (non-coherent) path, read from
+the linked kernels' SASS. In the fused decode step every activation (x, xn, q, o, h, r), the KV cache, the
+positions and the tokens are written by other CTAs of the same launch, so only constants may be loaded with
+ld.global.nc (SASS `LDG...CONSTANT`): the weights, streamed past L1 by gemv.cuh and embed
+(`LDG.E.NA.128.CONSTANT`), the norms' weights (`LDG.E.128.CONSTANT`) and qkv_rope's inv_freq (`LDG.E.CONSTANT`).
+Everything else must be a coherent load (`LDG...STRONG.GPU`: ld.global.cg, or a plain `LDG.E.NA.128`:
+ld.global.L1::no_allocate)."""
+import re
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+CASE = Path(__file__).resolve().parent.parent / "case_studies" / "llama32_1b_decode"
+sys.path.insert(0, str(CASE))
+
+import decode_parts  # noqa: E402
+
+W_STREAM, NORM_W, SCALAR = "LDG.E.NA.128.CONSTANT", "LDG.E.128.CONSTANT", "LDG.E.CONSTANT"
+# the read-only loads each kernel may have; attention reads only tensors written in the launch
+ALLOWED = {
+    "rmsnorm": {NORM_W},
+    "gemv_bf16": {W_STREAM},
+    "gemv_residual": {W_STREAM},
+    "norm_gemv": {NORM_W, W_STREAM},
+    "qkv_rope": {W_STREAM, SCALAR},
+    "gemv_swiglu": {W_STREAM},
+    "lm_head_argmax": {W_STREAM},
+    "qkv_rope_normed": {W_STREAM, NORM_W, SCALAR},
+    "gemv_swiglu_normed": {W_STREAM, NORM_W},
+    "attn_head": set(),
+    "attn_split_merge": set(),
+    "embed": {W_STREAM},
+}
+
+
+@pytest.fixture(scope="module")
+def kernels(tmp_path_factory):
+    out = tmp_path_factory.mktemp("loads")
+    objects = decode_parts.build_all(out, decode_parts.PARTS + decode_parts.ATTENTION_PARTS + decode_parts.MORE_PARTS
+                                     + decode_parts.NORMED_PARTS + decode_parts.EMBED_PARTS)
+    linked = {name: decode_parts.link_alone(objects[name])
+              for name in ("rmsnorm", "gemv_bf16", "gemv_residual", "qkv_rope", "gemv_swiglu", "qkv_rope_normed",
+                           "gemv_swiglu_normed", "attn_head", "embed")}
+    linked["norm_gemv"] = decode_parts.link_norm_gemv(objects)
+    linked["attn_split_merge"] = decode_parts.link_attn_split(objects)
+    linked["lm_head_argmax"] = decode_parts.link_lm_head_argmax(objects)
+    for name, result in linked.items():
+        assert result.ok, (name, [d.render() for d in result.diagnostics])
+    return linked
+
+
+def _loads(result) -> Counter:
+    from pipelink import toolchain
+    sass = toolchain.disassemble(result.cubin)
+    return Counter(m.group(1) for m in re.finditer(r"\b(LDG\.[A-Z0-9_.]+)", sass))
+
+
+@pytest.mark.parametrize("name", sorted(ALLOWED))
+def test_only_constants_take_the_read_only_path(kernels, name):
+    loads = _loads(kernels[name])
+    read_only = {op for op in loads if op.endswith(".CONSTANT")}
+    assert read_only <= ALLOWED[name], f"{name}: read-only loads {sorted(read_only - ALLOWED[name])} in {dict(loads)}"
+    coherent = [op for op in loads if ".STRONG.GPU" in op or op == "LDG.E.NA.128"]
+    assert coherent, f"{name}: no coherent load of its inputs in {dict(loads)}"
+
+
+def test_qkv_rope_reads_only_inv_freq_as_a_read_only_scalar(kernels):
+    for name in ("qkv_rope", "qkv_rope_normed"):
+        loads = _loads(kernels[name])
+        assert loads[SCALAR] == 1, (name, dict(loads))  # inv_freq[d]; pos[b] is coherent
+        assert loads["LDG.E.STRONG.GPU"] >= 1, (name, dict(loads))
+
+
+def test_attention_streams_the_cache_coherently(kernels):
+    for name in ("attn_head", "attn_split_merge"):
+        loads = _loads(kernels[name])
+        assert loads["LDG.E.NA.128"] >= 2, (name, dict(loads))  # k and v: ld.global.L1::no_allocate
