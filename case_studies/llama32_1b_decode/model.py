@@ -163,7 +163,14 @@ def build_reference(seed: int = 0, checkpoint: str | None = None, device: str = 
     torch.cuda.manual_seed_all(seed)
     with torch.device(device):
         model = LlamaForCausalLM(config)
+    # The rotary frequencies stay float32, as a bf16 checkpoint loaded with from_pretrained keeps them
+    # (`.to(bfloat16)` would round the buffers too).
+    rotary = model.model.rotary_emb
+    fp32_buffers = {name: buf.detach().clone() for name, buf in rotary.named_buffers(recurse=False)
+                    if buf.is_floating_point()}
     model = model.to(torch.bfloat16).eval()
+    for name, buf in fp32_buffers.items():
+        setattr(rotary, name, buf)
     if checkpoint:
         state = load_safetensors(checkpoint)
         missing, unexpected = model.load_state_dict(state, strict=False)
