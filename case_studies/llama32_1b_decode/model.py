@@ -177,7 +177,8 @@ def build_reference(seed: int = 0, checkpoint: str | None = None, device: str = 
         missing = [m for m in missing if m != "lm_head.weight" and "rotary_emb" not in m]
         if missing or unexpected:
             raise ValueError(f"checkpoint {checkpoint}: missing {missing[:5]}, unexpected {unexpected[:5]}")
-        model.tie_weights()
+        if getattr(config, "tie_word_embeddings", False) and hasattr(model, "tie_weights"):
+            model.tie_weights()
     return model
 
 

@@ -122,6 +122,8 @@ def _correctness(results: dict) -> list[str]:
     for name, s in c["variants"].items():
         mism = "; ".join(f"step {m['step']}: reference {m['ref']}, got {m['got']}, reference top-2 margin "
                          f"{m['ref_top2_margin']:.3g}" for m in s["mismatches"][:5]) or "none"
+        if s.get("failed"):
+            mism = f"failed after {s['steps']} steps: {s['failed'].splitlines()[0]}"
         rows.append([name, s["steps"], f"{s['max_abs_err']:.4g}", f"{s['ref_absmax']:.4g}",
                      "yes" if s.get("within_tolerance") else "no", f"{s['argmax_match']}/{c['steps']}", mism])
     out += _table(["variant", "steps compared", "max abs error", "max abs reference logit", "within tolerance",

@@ -113,7 +113,7 @@ def correctness(model, dm, variants, steps, B, atol, rtol, errors):
     import torch
     from baselines import HFStep
     P = len(PROMPT)
-    total = P + steps
+    total = P + steps - 1  # the logits at the last prompt position give the first generated token
     Lmax = -(-total // 256) * 256
     ref = HFStep(model, B, Lmax)
     states, launchers = {}, {}
@@ -131,7 +131,7 @@ def correctness(model, dm, variants, steps, B, atol, rtol, errors):
         ref_next = int(ref_logits[0].argmax())
         top2 = torch.topk(ref_logits[0], 2).values
         margin = float(top2[0] - top2[1])
-        generated = i >= P - 1  # the logits at the last prompt position give the first generated token
+        generated = i >= P - 1
         for name, v in list(variants.items()):
             st, s = states[name], stats[name]
             try:
@@ -141,7 +141,7 @@ def correctness(model, dm, variants, steps, B, atol, rtol, errors):
                 launch(stream)
                 torch.cuda.synchronize()
             except Exception as exc:
-                errors[f"{name} (correctness)"] = f"{type(exc).__name__}: {exc}"
+                errors[f"{name} (correctness)"] = s["failed"] = f"{type(exc).__name__}: {exc}"
                 log(f"{name}: correctness run failed at step {i}: {exc}")
                 traceback.print_exc()
                 del variants[name]
@@ -167,7 +167,7 @@ def correctness(model, dm, variants, steps, B, atol, rtol, errors):
             ref_tokens.append(ref_next)
         tok = PROMPT[i + 1] if i + 1 < P else ref_next
     for name, s in stats.items():
-        s["within_tolerance"] = s["max_abs_err"] <= atol + rtol * s["ref_absmax"]
+        s["within_tolerance"] = "failed" not in s and s["max_abs_err"] <= atol + rtol * s["ref_absmax"]
         log(f"{name}: {s['steps']} steps, max abs error {s['max_abs_err']:.4g} (reference |logit| max "
             f"{s['ref_absmax']:.4g}), tokens match {s['argmax_match']}/{s['generated']}")
     return dict(batch=B, prompt=PROMPT, steps=steps, atol=atol, rtol=rtol, reference_tokens=ref_tokens,
