@@ -84,7 +84,7 @@ def test_parts_schedule_per_layer_order():
 
 
 class Fake:
-    """Stands for a tensor: indexing and view keep a name."""
+    """Stands for a tensor: indexing and reshape keep a name."""
 
     def __init__(self, name, shape=(1,)):
         self.name, self.shape = name, shape
@@ -92,8 +92,8 @@ class Fake:
     def __getitem__(self, i):
         return Fake(f"{self.name}[{i}]", self.shape[1:])
 
-    def view(self, *shape):
-        return Fake(f"{self.name}.view", shape)
+    def reshape(self, *shape):
+        return Fake(f"{self.name}.reshape", shape)
 
 
 def _common(B=2, L=5, Lmax=256):

@@ -140,7 +140,8 @@ def call_args(call: str, layer: int | None, t: dict) -> dict:
         return dict(q=t["q"], k=t["k_cache"][l], v=t["v_cache"][l], k_cache=t["k_cache"][l],
                     v_cache=t["v_cache"][l], o=t["o"], part=t["attn_part"])
     if call == "o_proj":
-        return dict(w=t["w_o"][l], x=t["o"].view(t["B"], -1), r=t["x"], y=t["x1"], N=H, K=t["o"].shape[1] * t["o"].shape[2])
+        return dict(w=t["w_o"][l], x=t["o"].reshape(t["B"], -1), r=t["x"], y=t["x1"], N=H,
+                    K=t["o"].shape[1] * t["o"].shape[2])
     if call == "mlp_norm":
         return dict(x=t["x1"], weight=t["mlp_norm_w"][l], xn=t["xn"])
     if call == "gate_up":

@@ -54,6 +54,13 @@ def layer_sources(name: str, layer: int) -> list[str]:
     return [s.format(l=layer) for s in LAYER_PLAN[name]]
 
 
+def stack_layers(state: dict, NL: int, cat, stack) -> dict:
+    """The per-layer tensors of LAYER_PLAN from a Hugging Face state dict: each layer's sources concatenated
+    along rows (`cat(list, 0)`), the layers stacked (`stack(list)`): torch.cat/torch.stack or NumPy's."""
+    return {name: stack([cat([state[s] for s in layer_sources(name, l)], 0) for l in range(NL)])
+            for name in LAYER_PLAN}
+
+
 def weight_shapes(H: int = HIDDEN, I: int = INTERMEDIATE, V: int = VOCAB, NL: int = LAYERS) -> dict[str, tuple]:
     """The extents of every weight tensor the kernels take (all bf16 but inv_freq, f32)."""
     qkv = (Q_HEADS + 2 * KV_HEADS) * HEAD_DIM
@@ -218,10 +225,8 @@ class DecodeModel:
         state = dict(model.named_parameters())
         state.update({k: v for k, v in model.named_buffers()})
         NL = cfg.num_hidden_layers
-        t = {}
-        for name in LAYER_PLAN:
-            t[name] = torch.stack([torch.cat([state[s].detach() for s in layer_sources(name, l)], 0)
-                                   for l in range(NL)]).to(torch.bfloat16).contiguous()
+        stacked = stack_layers({k: v.detach() for k, v in state.items()}, NL, torch.cat, torch.stack)
+        t = {name: v.to(torch.bfloat16).contiguous() for name, v in stacked.items()}
         t["embed_w"] = state[GLOBAL_PLAN["embed_w"]].detach().to(torch.bfloat16).contiguous()
         lm = model.get_output_embeddings().weight.detach()
         t["w_lm"] = t["embed_w"] if lm.data_ptr() == state[GLOBAL_PLAN["embed_w"]].data_ptr() \
