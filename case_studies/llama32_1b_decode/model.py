@@ -265,7 +265,10 @@ class DecodeState:
         dtypes = {"bf16": torch.bfloat16, "f32": torch.float32, "u64": torch.int64}
         t = {}
         for name, shape in scratch_shapes(B, Lmax, dm.H, dm.I, dm.V).items():
-            t[name] = torch.zeros(shape, dtype=dtypes[scratch_dtypes()[name]], device=device)
+            dtype = scratch_dtypes()[name]
+            t[name] = torch.zeros(shape, dtype=dtypes[dtype], device=device)
+            if dtype == "u64":  # the launcher takes torch.uint64 for a u64 parameter (a view of int64 storage)
+                t[name] = t[name].view(torch.uint64)
         for name in ("k_cache", "v_cache"):
             t[name] = torch.zeros(cache_shape(B, Lmax, dm.NL), dtype=torch.bfloat16, device=device)
         t["token"] = torch.zeros(B, dtype=torch.int32, device=device)

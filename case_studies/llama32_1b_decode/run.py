@@ -116,7 +116,7 @@ def correctness(model, dm, variants, steps, B, atol, rtol, errors):
     total = P + steps - 1  # the logits at the last prompt position give the first generated token
     Lmax = -(-total // 256) * 256
     ref = HFStep(model, B, Lmax)
-    states, launchers = {}, {}
+    states = {}
     for name, v in variants.items():
         states[name] = DecodeState.allocate(dm, B, Lmax)
     stats = {name: dict(max_abs_err=0.0, ref_absmax=0.0, argmax_match=0, generated=0, mismatches=[],
