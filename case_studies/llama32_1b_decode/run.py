@@ -77,6 +77,23 @@ def load_variants(objects, wanted, errors):
     return made
 
 
+def describe(variants) -> dict:
+    """What each pipelink variant launches: kernel names, blocks, dynamic shared memory, dependent launch."""
+    from kernels import MegaStep
+
+    def one(k):
+        m = k.manifest
+        return dict(kernel=m.kernel, block=list(m.block), dynamic_smem=m.dynamic_smem, persistent=m.persistent,
+                    dependent_launch=m.dependent_launch)
+    out = {}
+    for name, v in variants.items():
+        try:
+            out[name] = one(v.kernel) if isinstance(v, MegaStep) else {u: one(k) for u, k in v.kernels.items()}
+        except Exception as exc:  # a manifest field this pipelink does not have
+            out[name] = f"{type(exc).__name__}: {exc}"
+    return out
+
+
 def pipelink_launcher(variant, dm, state, L):
     """A function launching one step of a pipelink variant on a stream."""
     from kernels import MegaStep
@@ -295,6 +312,7 @@ def main(argv=None) -> int:
     objects = build_objects(build)
     variants = load_variants(objects, [v for v in args.variants if v in PIPELINK_VARIANTS], errors)
     torch_variants = [v for v in args.variants if v.startswith("torch_")]
+    results["kernels"] = describe(variants)
 
     def save():
         path = out_dir / f"{args.name}.json"
