@@ -1,0 +1,83 @@
+"""The reference decode step (Hugging Face transformers, StaticCache): eager, and one step captured into a CUDA
+graph. torch and transformers are imported inside functions."""
+from __future__ import annotations
+
+import inspect
+
+
+def make_static_cache(model, B: int, Lmax: int):
+    """A StaticCache of batch B and capacity Lmax, whatever the transformers version calls its arguments."""
+    import torch
+    from transformers import StaticCache
+    params = inspect.signature(StaticCache.__init__).parameters
+    kw = {"config": model.config, "max_cache_len": Lmax}
+    for name, value in (("max_batch_size", B), ("batch_size", B), ("device", model.device),
+                        ("dtype", torch.bfloat16)):
+        if name in params:
+            kw[name] = value
+    return StaticCache(**kw)
+
+
+def cache_tensors(cache) -> list:
+    """[(keys, values)] per layer of a StaticCache ([B, kv heads, Lmax, head dim] each), either API."""
+    if hasattr(cache, "layers"):
+        return [(layer.keys, layer.values) for layer in cache.layers]
+    return list(zip(cache.key_cache, cache.value_cache))
+
+
+class HFStep:
+    """One decode step of the reference: `step()` runs the model on `ids` [B, 1] at `cache_pos` [1] and leaves
+    the last logits in `self.logits` [B, V]. The inputs are static tensors, so a CUDA graph may capture it."""
+
+    def __init__(self, model, B: int, Lmax: int):
+        import torch
+        self.model, self.B, self.Lmax = model, B, Lmax
+        dev = model.device
+        self.cache = make_static_cache(model, B, Lmax)
+        self.ids = torch.zeros(B, 1, dtype=torch.long, device=dev)
+        self.cache_pos = torch.zeros(1, dtype=torch.long, device=dev)
+        self.position_ids = torch.zeros(B, 1, dtype=torch.long, device=dev)
+        self.logits = None
+        self.graph = None
+
+    def set(self, tokens, pos: int) -> None:
+        """The next input tokens (a list or a tensor of B) at position pos."""
+        import torch
+        self.ids.copy_(torch.as_tensor(tokens, device=self.ids.device).view(self.B, 1))
+        self.cache_pos.fill_(pos)
+        self.position_ids.fill_(pos)
+
+    def step(self):
+        import torch
+        with torch.no_grad():
+            out = self.model(input_ids=self.ids, position_ids=self.position_ids, cache_position=self.cache_pos,
+                             past_key_values=self.cache, use_cache=True)
+        self.logits = out.logits[:, -1, :]
+        return self.logits
+
+    def fill_cache_random(self, seed: int = 1) -> None:
+        """Random keys and values in every slot (the cache's tensors exist after a first step)."""
+        import torch
+        g = torch.Generator(device=self.ids.device).manual_seed(seed)
+        for k, v in cache_tensors(self.cache):
+            k.normal_(generator=g)
+            v.normal_(generator=g)
+
+    def capture(self, warmup: int = 3) -> None:
+        """Capture one step into a CUDA graph (after eager warm-up steps on a side stream)."""
+        import torch
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(warmup):
+                self.step()
+        torch.cuda.current_stream().wait_stream(side)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.no_grad(), torch.cuda.graph(self.graph):
+            out = self.model(input_ids=self.ids, position_ids=self.position_ids, cache_position=self.cache_pos,
+                             past_key_values=self.cache, use_cache=True)
+            self.graph_logits = out.logits[:, -1, :]
+
+    def replay(self):
+        self.graph.replay()
+        return self.graph_logits

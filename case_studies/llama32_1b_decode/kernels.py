@@ -1,0 +1,215 @@
+"""The pipelink variants of a decode step over one `DecodeModel`:
+
+- `MegaStep`: the whole step as one linked kernel (pipelines/decode_step.json: split-KV attention,
+  attn_split -> attn_merge; pipelines/decode_step_head.json: attn_head over the whole context).
+- `PartsStep`: the same components linked as separate kernels (each alone; attn_split -> attn_merge and
+  lm_head -> argmax_merge as their two-component pipelines, since the second half waits on the first's event),
+  launched in order per layer, meant to be captured into one CUDA graph; linked with dependent_launch where the
+  link allows it.
+
+Building and linking run on the CPU; loading and launching need the GPU (torch is imported inside functions).
+The launch order of `PartsStep` is the pure `parts_schedule`, tested on the CPU.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+
+import decode_parts  # noqa: E402
+from model import ceil_div  # noqa: E402
+
+MEGA_PIPELINES = {"split": HERE / "pipelines" / "decode_step.json",
+                  "head": HERE / "pipelines" / "decode_step_head.json"}
+EMBED_PART = decode_parts.Part("embedding", "embed")
+
+
+def all_parts() -> tuple:
+    """Every component of the case study: decode_parts' list where it has one, else the known parts."""
+    for name in ("ALL_PARTS", "DECODE_PARTS", "STEP_PARTS"):
+        parts = getattr(decode_parts, name, None)
+        if parts:
+            return tuple(parts)
+    parts = list(decode_parts.PARTS) + list(decode_parts.ATTENTION_PARTS) + list(decode_parts.MORE_PARTS)
+    if EMBED_PART.source.exists() and EMBED_PART.contract.exists():
+        parts.insert(0, EMBED_PART)
+    return tuple(parts)
+
+
+def build_objects(out_dir: Path) -> dict[str, Path]:
+    """Build every component into out_dir/<name>.o."""
+    return decode_parts.build_all(Path(out_dir), all_parts())
+
+
+def pipeline_components(path: Path) -> list[str]:
+    """The component names a pipeline file lists, each once, in the order of their first appearance."""
+    doc = json.loads(Path(path).read_text())
+    names = []
+    for c in doc.get("components", []):
+        name = c if isinstance(c, str) else c.get("component", c.get("name"))
+        if name not in names:
+            names.append(name)
+    return names
+
+
+def _checked(result, what: str):
+    if not result.ok:
+        raise RuntimeError(f"linking {what} failed:\n" + "\n".join(d.render() for d in result.diagnostics))
+    return result
+
+
+def link_mega(objects: dict[str, Path], variant: str):
+    """The whole decode step as one kernel (variant 'split' or 'head')."""
+    import pipelink
+    path = MEGA_PIPELINES[variant]
+    names = pipeline_components(path)
+    missing = [n for n in names if n not in objects]
+    if missing:
+        raise RuntimeError(f"{path.name} lists {missing}, which were not built")
+    return _checked(pipelink.link([str(objects[n]) for n in names], pipeline=str(path)), path.name)
+
+
+def link_part(objects: dict[str, Path], names, pipeline: Path | None, dependent: bool):
+    """One unit of PartsStep: a component alone, or a two-component pipeline; with dependent_launch when
+    `dependent` and the link allows it. Returns (LinkResult, dependent_launch used)."""
+    import pipelink
+    from pipelink.core.diagnostics import DiagnosticSink
+    from pipelink.core.pipeline import PipelineSpec, load_pipeline
+    if pipeline is not None:
+        spec = load_pipeline(pipeline, DiagnosticSink())
+        if spec is None:
+            raise RuntimeError(f"cannot read {pipeline}")
+    else:
+        spec = PipelineSpec(name=f"{names[0]}_alone")
+    inputs = [str(objects[n]) for n in names]
+    if dependent:
+        result = pipelink.link(inputs, pipeline=dataclasses.replace(spec, dependent_launch=True))
+        if result.ok:
+            return result, True
+    if pipeline is None:
+        return _checked(pipelink.link(inputs), names[0]), False
+    return _checked(pipelink.link(inputs, pipeline=spec), "+".join(names)), False
+
+
+# The units PartsStep launches: key -> (components, pipeline file or None).
+PART_UNITS = {
+    "embed": (("embed",), None),
+    "rmsnorm": (("rmsnorm",), None),
+    "qkv_rope": (("qkv_rope",), None),
+    "attn_split": (decode_parts.ATTN_PIPELINED, decode_parts.ATTN_PIPELINE),
+    "attn_head": (("attn_head",), None),
+    "gemv_residual": (("gemv_residual",), None),
+    "gemv_swiglu": (("gemv_swiglu",), None),
+    "lm_head": (decode_parts.HEAD_PIPELINED, decode_parts.HEAD_PIPELINE),
+}
+
+
+def parts_schedule(NL: int, attention: str = "split", embed: bool = True) -> list[tuple[str, int | None, str]]:
+    """The launches of one step, in order: (unit, layer or None, which call). `attention` is 'split' or 'head'.
+    Per layer: norm, q/k/v + RoPE + cache append, attention, o-projection + residual (x -> x1), norm,
+    gate/up + SwiGLU, down-projection + residual (x1 -> x); then the final norm and the greedy head."""
+    attn = {"split": "attn_split", "head": "attn_head"}[attention]
+    out = [("embed", None, "embed")] if embed else []
+    for l in range(NL):
+        out += [("rmsnorm", l, "attn_norm"), ("qkv_rope", l, "qkv"), (attn, l, "attn"),
+                ("gemv_residual", l, "o_proj"), ("rmsnorm", l, "mlp_norm"), ("gemv_swiglu", l, "gate_up"),
+                ("gemv_residual", l, "down")]
+    out += [("rmsnorm", None, "final_norm"), ("lm_head", None, "head")]
+    return out
+
+
+def call_args(call: str, layer: int | None, t: dict) -> dict:
+    """The per-launch tensors of one call by the component's parameter names; `t` holds the step's tensors by
+    the megakernel's names (DecodeState.common_args). Scalars come from the step (`pick_args`' common)."""
+    l = layer
+    H, I = t["H"], t["I"]
+    if call == "embed":
+        return dict(token=t["token"], w=t["embed_w"], embed_w=t["embed_w"], table=t["embed_w"], x=t["x"],
+                    y=t["x"], out=t["x"], K=H)
+    if call == "attn_norm":
+        return dict(x=t["x"], weight=t["attn_norm_w"][l], xn=t["xn"])
+    if call == "qkv":
+        return dict(w=t["w_qkv"][l], x=t["xn"], q=t["q"], k_cache=t["k_cache"][l], v_cache=t["v_cache"][l],
+                    K=H)
+    if call == "attn":
+        return dict(q=t["q"], k=t["k_cache"][l], v=t["v_cache"][l], k_cache=t["k_cache"][l],
+                    v_cache=t["v_cache"][l], o=t["o"], part=t["attn_part"])
+    if call == "o_proj":
+        return dict(w=t["w_o"][l], x=t["o"].reshape(t["B"], -1), r=t["x"], y=t["x1"], N=H,
+                    K=t["o"].shape[1] * t["o"].shape[2])
+    if call == "mlp_norm":
+        return dict(x=t["x1"], weight=t["mlp_norm_w"][l], xn=t["xn"])
+    if call == "gate_up":
+        return dict(w=t["w_gu"][l], x=t["xn"], h=t["h"], K=H)
+    if call == "down":
+        return dict(w=t["w_down"][l], x=t["h"], r=t["x1"], y=t["x"], N=H, K=I)
+    if call == "final_norm":
+        return dict(x=t["x"], weight=t["final_norm_w"], xn=t["xn"])
+    if call == "head":
+        return dict(w=t["w_lm"], x=t["xn"], logits=t["logits"], part=t["head_part"], token=t["token"], K=H)
+    raise KeyError(call)
+
+
+def launch_units(kernels: dict, NL: int, attention: str, t: dict) -> list:
+    """The PreparedLaunch of every launch of one step (kernels: unit -> loaded Kernel)."""
+    from model import pick_args
+    launches = []
+    for unit, layer, call in parts_schedule(NL, attention, embed="embed" in kernels):
+        k = kernels[unit]
+        args = pick_args([p.name for p in k.user_params], call_args(call, layer, t), t, f"{unit} ({call})")
+        launches.append(k.prepare(**args))
+    return launches
+
+
+class MegaStep:
+    """The linked megakernel of one attention variant, prepared for one DecodeState."""
+
+    def __init__(self, objects: dict, variant: str):
+        self.variant = variant
+        self.linked = link_mega(objects, variant)
+        self.kernel = self.linked.kernel()
+        self.names = [p.name for p in self.kernel.user_params]
+
+    def prepare(self, dm, state, L: int):
+        from model import pick_args
+        args = pick_args(self.names, {}, state.common_args(dm, L), f"megakernel ({self.variant})")
+        return self.kernel.prepare(**args)
+
+    def unload(self):
+        self.kernel.unload()
+
+
+class PartsStep:
+    """The components as separate kernels, in order; `prepare` returns a callable launching one step."""
+
+    def __init__(self, objects: dict, attention: str = "split", dependent: bool = True):
+        self.attention = attention
+        units = {u for u, _, _ in parts_schedule(1, attention, embed="embed" in objects)}
+        self.kernels, self.dependent = {}, {}
+        for unit in sorted(units):
+            names, pipe = PART_UNITS[unit]
+            result, dep = link_part(objects, names, pipe, dependent)
+            self.kernels[unit] = result.kernel()
+            self.dependent[unit] = dep
+
+    def prepare(self, dm, state, L: int):
+        t = state.common_args(dm, L)
+        launches = launch_units(self.kernels, dm.NL, self.attention, t)
+        embed = "embed" in self.kernels
+
+        def step(stream):
+            if not embed:  # no embedding component: the row lookup in torch
+                t["x"].copy_(t["embed_w"].index_select(0, t["token"].long()))
+            for launch in launches:
+                launch.launch(stream)
+        step.keep = (launches, t)
+        return step
+
+    def unload(self):
+        for k in self.kernels.values():
+            k.unload()

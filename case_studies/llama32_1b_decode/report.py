@@ -1,0 +1,213 @@
+"""Render the decode case study's results (results/*.json, written by run.py) as results/RESULTS.md.
+
+    python case_studies/llama32_1b_decode/report.py [results/decode.json]
+
+Pure: the JSON in, Markdown out (tests/test_llama_decode_driver.py checks it on the CPU).
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from model import HBM_PEAK, floor_us, kv_bytes_per_step, weight_bytes_per_step  # noqa: E402
+
+# Published, not re-run here: msaroufim/megakernels-vs-cuda-graphs, Llama-3.2-1B decode on an H200, B = 1.
+PUBLISHED_SOURCE = "msaroufim/megakernels-vs-cuda-graphs"
+HAND_WRITTEN_US = 759.83
+GRAPHS_PDL_US = 794.74
+
+HEADLINE = dict(B=1, ctx=1024)
+SWAP_CTX = 16384
+
+LABELS = {
+    "pipelink_split": "pipelink megakernel, split-KV attention (decode_step.json)",
+    "pipelink_head": "pipelink megakernel, whole-context attention (decode_step_head.json)",
+    "parts_graph": "the same pipelink parts as separate kernels in a CUDA graph (dependent launch)",
+    "torch_graph": "transformers, StaticCache, one step in a CUDA graph",
+    "torch_eager": "transformers, StaticCache, eager",
+}
+ORDER = ["pipelink_split", "pipelink_head", "parts_graph", "torch_graph", "torch_eager"]
+
+
+def weight_bytes(B: int) -> int:
+    return weight_bytes_per_step(B)
+
+
+def latency(results: dict, variant: str, B: int, ctx: int) -> float | None:
+    """The median microseconds of `variant` at (B, ctx), or None where it was not measured."""
+    for r in results.get("latency", []):
+        if r["variant"] == variant and r["B"] == B and r["ctx"] == ctx:
+            return r["median_us"]
+    return None
+
+
+def _row(r) -> str:
+    return "| " + " | ".join(str(c) for c in r) + " |"
+
+
+def _table(header, rows) -> list[str]:
+    return [_row(header), _row(["---"] * len(header)), *(_row(r) for r in rows)]
+
+
+def _us(x) -> str:
+    return "n/a" if x is None else f"{x:.2f}"
+
+
+def _variants(results: dict) -> list[str]:
+    seen = {r["variant"] for r in results.get("latency", [])}
+    return [v for v in ORDER if v in seen] + sorted(seen - set(ORDER))
+
+
+def _configs(results: dict) -> list[tuple[int, int]]:
+    return sorted({(r["B"], r["ctx"]) for r in results.get("latency", [])})
+
+
+def tokens_match(results: dict, variant: str = "pipelink_split") -> tuple[int, int] | None:
+    c = results.get("correctness", {}).get("variants", {}).get(variant)
+    if not c:
+        return None
+    return c["argmax_match"], results["correctness"]["steps"]
+
+
+def swap_ratio(results: dict, B: int = 1, ctx: int = SWAP_CTX) -> float | None:
+    """Whole-context over split-KV attention latency (above 1: split-KV is faster)."""
+    split, head = latency(results, "pipelink_split", B, ctx), latency(results, "pipelink_head", B, ctx)
+    return None if not split or head is None else head / split
+
+
+def summary_line(results: dict) -> str:
+    B, ctx = HEADLINE["B"], HEADLINE["ctx"]
+    tm = tokens_match(results)
+    ratio = swap_ratio(results)
+    return (f"summary: step B={B} ctx={ctx} {_us(latency(results, 'pipelink_split', B, ctx))} us "
+            f"(hand-written {HAND_WRITTEN_US:.2f}, graphs+PDL of the same parts "
+            f"{_us(latency(results, 'parts_graph', B, ctx))} us, torch graph "
+            f"{_us(latency(results, 'torch_graph', B, ctx))} us); "
+            f"tokens match {'n/a' if tm is None else f'{tm[0]}/{tm[1]}'}; "
+            f"split-KV vs whole-context attention at ctx {SWAP_CTX} {'n/a' if ratio is None else f'{ratio:.2f}'}x")
+
+
+def render(results: dict) -> str:
+    out = ["# Llama-3.2-1B decode: results", "",
+           f"Written by `report.py` from the JSON `run.py` writes. Date {results.get('date', '?')}; "
+           f"machine: {results.get('machine', '?')}; torch {results.get('torch', '?')}, transformers "
+           f"{results.get('transformers', '?')}; weights: "
+           f"{results.get('checkpoint') or 'random (seed %s)' % results.get('seed', '?')}.", "",
+           f"Command: `{results.get('command', '?')}`", ""]
+    out += _correctness(results)
+    out += _headline(results)
+    out += _swap(results)
+    out += _bandwidth(results)
+    out += _all_latency(results)
+    errors = results.get("errors") or {}
+    if errors:
+        out += ["## Errors", ""] + [f"- {k}: `{v.splitlines()[0] if v else ''}`" for k, v in sorted(errors.items())] + [""]
+    out += [summary_line(results), ""]
+    return "\n".join(out)
+
+
+def _correctness(results: dict) -> list[str]:
+    c = results.get("correctness")
+    if not c:
+        return ["## Correctness", "", "Not run.", ""]
+    out = ["## Correctness", "",
+           f"Batch {c['batch']}, a prompt of {len(c['prompt'])} tokens fed one per step, then {c['steps']} greedy "
+           f"steps; every variant is fed the reference's token. Logits against transformers' (bf16) at every "
+           f"step; tolerance {c['atol']} + {c['rtol']} x max |reference logit|.", ""]
+    rows = []
+    for name, s in c["variants"].items():
+        mism = "; ".join(f"step {m['step']}: reference {m['ref']}, got {m['got']}, reference top-2 margin "
+                         f"{m['ref_top2_margin']:.3g}" for m in s["mismatches"][:5]) or "none"
+        if s.get("failed"):
+            mism = f"failed after {s['steps']} steps: {s['failed'].splitlines()[0]}"
+        rows.append([name, s["steps"], f"{s['max_abs_err']:.4g}", f"{s['ref_absmax']:.4g}",
+                     "yes" if s.get("within_tolerance") else "no", f"{s['argmax_match']}/{c['steps']}", mism])
+    out += _table(["variant", "steps compared", "max abs error", "max abs reference logit", "within tolerance",
+                   "tokens match", "mismatches"], rows)
+    return out + [""]
+
+
+def _headline(results: dict) -> list[str]:
+    B, ctx = HEADLINE["B"], HEADLINE["ctx"]
+    wb = weight_bytes(B)
+    out = [f"## Latency per step at B={B}, ctx={ctx}", "",
+           f"Median of CUDA-event timings, variants alternating round-robin. Weight bandwidth: {wb / 1e9:.3f} GB of "
+           f"weights read per step over the time (H200 HBM peak {HBM_PEAK / 1e12:.1f} TB/s: weight-read floor "
+           f"{floor_us(wb):.1f} us). The two published figures are cited from {PUBLISHED_SOURCE} (H200), not "
+           "re-run here.", ""]
+    rows = []
+    for v in _variants(results):
+        t = latency(results, v, B, ctx)
+        if t is None:
+            continue
+        rows.append([LABELS.get(v, v), _us(t), f"{t / HAND_WRITTEN_US:.3f}", f"{wb / t / 1e6:.2f}",
+                     f"{100 * wb / t / 1e6 / (HBM_PEAK / 1e12):.1f}%"])
+    for label, t in ((f"hand-written megakernel (published, {PUBLISHED_SOURCE})", HAND_WRITTEN_US),
+                     (f"CUDA Graphs + PDL (published, {PUBLISHED_SOURCE})", GRAPHS_PDL_US),
+                     ("weight-read floor at HBM peak", floor_us(wb))):
+        rows.append([label, _us(t), f"{t / HAND_WRITTEN_US:.3f}", f"{wb / t / 1e6:.2f}",
+                     f"{100 * wb / t / 1e6 / (HBM_PEAK / 1e12):.1f}%"])
+    out += _table(["variant", "us per step", "x hand-written", "weight TB/s", "of HBM peak"], rows)
+    return out + [""]
+
+
+def _swap(results: dict) -> list[str]:
+    configs = _configs(results)
+    if not configs:
+        return []
+    out = ["## Attention swap", "",
+           "The megakernel linked with each attention component: per-step latency (us) at each batch and context "
+           "(the cache length attended). Ratio: whole-context over split-KV.", ""]
+    rows = []
+    for B, ctx in configs:
+        s, h = latency(results, "pipelink_split", B, ctx), latency(results, "pipelink_head", B, ctx)
+        rows.append([B, ctx, _us(s), _us(h), "n/a" if not s or h is None else f"{h / s:.2f}"])
+    out += _table(["B", "ctx", "split-KV (attn_split -> attn_merge)", "whole context (attn_head)", "ratio"], rows)
+    return out + [""]
+
+
+def _bandwidth(results: dict) -> list[str]:
+    configs = _configs(results)
+    if not configs:
+        return []
+    out = ["## Achieved bandwidth", "",
+           "Weights: bytes of weights read per step / time. Weights + KV: adding the K and V cache the step's "
+           "attention reads (16 layers x B x 8 heads x ctx x 64 x 2 x 2 bytes). TB/s.", ""]
+    variants = [v for v in _variants(results) if v.startswith("pipelink") or v == "parts_graph"]
+    header = ["B", "ctx"] + [f"{v} weights" for v in variants] + [f"{v} weights + KV" for v in variants]
+    rows = []
+    for B, ctx in configs:
+        wb, kb = weight_bytes(B), kv_bytes_per_step(B, ctx)
+        ts = [latency(results, v, B, ctx) for v in variants]
+        rows.append([B, ctx] + [("n/a" if t is None else f"{wb / t / 1e6:.2f}") for t in ts]
+                    + [("n/a" if t is None else f"{(wb + kb) / t / 1e6:.2f}") for t in ts])
+    out += _table(header, rows)
+    return out + [""]
+
+
+def _all_latency(results: dict) -> list[str]:
+    configs, variants = _configs(results), _variants(results)
+    if not configs:
+        return ["## Latency", "", "Not run.", ""]
+    out = ["## Latency, every variant (median us per step)", ""]
+    rows = [[B, ctx] + [_us(latency(results, v, B, ctx)) for v in variants] for B, ctx in configs]
+    out += _table(["B", "ctx"] + variants, rows)
+    return out + [""]
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    path = Path(argv[0]) if argv else HERE / "results" / "decode.json"
+    results = json.loads(path.read_text())
+    md = render(results)
+    (path.parent / "RESULTS.md").write_text(md)
+    print(summary_line(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,345 @@
+"""Llama-3.2-1B decode as one linked megakernel: correctness against Hugging Face transformers and per-step
+latency against the baselines, on one GPU.
+
+    python case_studies/llama32_1b_decode/run.py [--checkpoint PATH] [--quick]
+
+1. Builds Llama-3.2-1B with random weights (seeded; or loads a safetensors checkpoint) in bf16 on cuda.
+2. Lays its weights out for the pipelink kernels (model.DecodeModel), shared by every variant.
+3. Correctness: feeds a fixed prompt token by token (positions 0..P-1), then decodes greedily for --steps
+   steps. At every step each pipelink variant's logits are compared with the reference's (max abs error), and
+   its greedy token with the reference's argmax; every variant is fed the reference's token (so the logits
+   stay comparable after a near-tie flips), a mismatch is printed with the reference's top-2 margin.
+4. Latency: at every batch size and context (the cache length attended, filled with random values), every
+   variant's step is timed with CUDA events, the variants alternating round-robin, median over --iters.
+5. Writes results/<name>.json and renders results/RESULTS.md (report.py).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import traceback
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent.parent))
+
+import report  # noqa: E402
+from model import DecodeModel, DecodeState, build_reference  # noqa: E402
+
+# Fixed prompt: token ids (the Llama-3 tokenizer's "<|begin_of_text|>The quick brown fox jumps over the lazy
+# dog."; with random weights any ids do).
+PROMPT = [128000, 791, 4062, 14198, 39935, 35308, 927, 279, 16053, 5679, 13]
+BATCHES = [1, 8]
+CONTEXTS = [16, 256, 1024, 4096, 16384]
+
+PIPELINK_VARIANTS = ("pipelink_split", "pipelink_head", "parts_graph")
+
+
+def log(*a):
+    print(*a, flush=True)
+
+
+def machine() -> str:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version,clocks.max.sm",
+                              "--format=csv,noheader"], capture_output=True, text=True, timeout=30)
+        return out.stdout.strip() or out.stderr.strip()
+    except Exception as exc:  # no nvidia-smi
+        return f"unknown ({exc})"
+
+
+# --- the variants -----------------------------------------------------------------------------------------
+
+def load_variants(objects, wanted, errors):
+    """{name: MegaStep or PartsStep} for the pipelink variants that link and load; failures into `errors`."""
+    from kernels import MegaStep, PartsStep
+    made = {}
+    for name in wanted:
+        try:
+            if name == "pipelink_split":
+                made[name] = MegaStep(objects, "split")
+            elif name == "pipelink_head":
+                made[name] = MegaStep(objects, "head")
+            elif name == "parts_graph":
+                made[name] = PartsStep(objects, "split", dependent=True)
+                log(f"parts_graph: dependent launch {made[name].dependent}")
+        except Exception as exc:
+            errors[name] = f"{type(exc).__name__}: {exc}"
+            log(f"{name}: not available: {errors[name]}")
+            traceback.print_exc()
+    return made
+
+
+def describe(variants) -> dict:
+    """What each pipelink variant launches: kernel names, blocks, dynamic shared memory, dependent launch."""
+    from kernels import MegaStep
+
+    def one(k):
+        m = k.manifest
+        return dict(kernel=m.kernel, block=list(m.block), dynamic_smem=m.dynamic_smem, persistent=m.persistent,
+                    dependent_launch=m.dependent_launch)
+    out = {}
+    for name, v in variants.items():
+        try:
+            out[name] = one(v.kernel) if isinstance(v, MegaStep) else {u: one(k) for u, k in v.kernels.items()}
+        except Exception as exc:  # a manifest field this pipelink does not have
+            out[name] = f"{type(exc).__name__}: {exc}"
+    return out
+
+
+def pipelink_launcher(variant, dm, state, L):
+    """A function launching one step of a pipelink variant on a stream."""
+    from kernels import MegaStep
+    if isinstance(variant, MegaStep):
+        prepared = variant.prepare(dm, state, L)
+        fn = lambda stream: prepared.launch(stream)  # noqa: E731
+        fn.keep = prepared
+        return fn
+    return variant.prepare(dm, state, L)
+
+
+def as_graph(fn):
+    """`fn(stream)` captured into a torch CUDA graph (after a warm-up on a side stream): a replay function."""
+    import torch
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn(side)
+        fn(side)
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn(torch.cuda.current_stream())
+    replay = graph.replay
+    replay.keep = (graph, fn)
+    return replay
+
+
+# --- correctness ------------------------------------------------------------------------------------------
+
+def correctness(model, dm, variants, steps, B, atol, rtol, errors):
+    """Teacher-forced greedy decoding: the reference's tokens go into every variant."""
+    import torch
+    from baselines import HFStep
+    P = len(PROMPT)
+    total = P + steps - 1  # the logits at the last prompt position give the first generated token
+    Lmax = -(-total // 256) * 256
+    ref = HFStep(model, B, Lmax)
+    states = {}
+    for name, v in variants.items():
+        states[name] = DecodeState.allocate(dm, B, Lmax)
+    stats = {name: dict(max_abs_err=0.0, ref_absmax=0.0, argmax_match=0, generated=0, mismatches=[],
+                        tokens=[], token_is_logit_argmax=0, steps=0) for name in variants}
+    ref_tokens = []
+    stream = torch.cuda.current_stream()
+    tok = PROMPT[0]
+    for i in range(total):
+        pos = i
+        ref.set([tok] * B, pos)
+        ref_logits = ref.step().float()
+        ref_next = int(ref_logits[0].argmax())
+        top2 = torch.topk(ref_logits[0], 2).values
+        margin = float(top2[0] - top2[1])
+        generated = i >= P - 1
+        for name, v in list(variants.items()):
+            st, s = states[name], stats[name]
+            try:
+                st["token"].fill_(tok)
+                st["pos"].fill_(pos)
+                launch = pipelink_launcher(v, dm, st, pos + 1)
+                launch(stream)
+                torch.cuda.synchronize()
+            except Exception as exc:
+                errors[f"{name} (correctness)"] = s["failed"] = f"{type(exc).__name__}: {exc}"
+                log(f"{name}: correctness run failed at step {i}: {exc}")
+                traceback.print_exc()
+                del variants[name]
+                continue
+            got = st["logits"].float()
+            err = float((got - ref_logits).abs().max())
+            s["max_abs_err"] = max(s["max_abs_err"], err)
+            s["ref_absmax"] = max(s["ref_absmax"], float(ref_logits.abs().max()))
+            s["steps"] += 1
+            got_tok = [int(t) for t in st["token"].tolist()]
+            s["token_is_logit_argmax"] += int(got_tok[0] == int(got[0].argmax()))
+            if generated and len(s["tokens"]) < steps:
+                s["generated"] += 1
+                s["tokens"].append(got_tok[0])
+                same = all(t == ref_next for t in got_tok)
+                s["argmax_match"] += int(same)
+                if not same:
+                    m = dict(step=i, position=pos, ref=ref_next, got=got_tok, ref_top2_margin=margin, max_abs_err=err)
+                    s["mismatches"].append(m)
+                    log(f"{name}: argmax mismatch at step {i}: reference {ref_next}, got {got_tok}, "
+                        f"reference top-2 margin {margin:.4g}, max abs error {err:.4g}")
+        if generated and len(ref_tokens) < steps:
+            ref_tokens.append(ref_next)
+        tok = PROMPT[i + 1] if i + 1 < P else ref_next
+    for name, s in stats.items():
+        s["within_tolerance"] = "failed" not in s and s["max_abs_err"] <= atol + rtol * s["ref_absmax"]
+        log(f"{name}: {s['steps']} steps, max abs error {s['max_abs_err']:.4g} (reference |logit| max "
+            f"{s['ref_absmax']:.4g}), tokens match {s['argmax_match']}/{s['generated']}")
+    return dict(batch=B, prompt=PROMPT, steps=steps, atol=atol, rtol=rtol, reference_tokens=ref_tokens,
+                variants=stats)
+
+
+# --- latency ----------------------------------------------------------------------------------------------
+
+def time_round_robin(fns: dict, warmup: int, iters: int) -> dict:
+    """Median, min and mean microseconds per call of each fn(stream), the fns alternating in every round."""
+    import torch
+    stream = torch.cuda.current_stream()
+    sleep = getattr(torch.cuda, "_sleep", None)
+    for _ in range(warmup):
+        for fn in fns.values():
+            fn(stream)
+    torch.cuda.synchronize()
+    events = {name: [] for name in fns}
+    for _ in range(iters):
+        for name, fn in fns.items():
+            if sleep is not None:
+                sleep(20000)  # keep the GPU busy while the host enqueues the step
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record(stream)
+            fn(stream)
+            end.record(stream)
+            events[name].append((start, end))
+    torch.cuda.synchronize()
+    out = {}
+    for name, pairs in events.items():
+        us = [1000.0 * s.elapsed_time(e) for s, e in pairs]
+        out[name] = dict(median_us=statistics.median(us), min_us=min(us), mean_us=statistics.fmean(us), n=len(us))
+    return out
+
+
+def bench_config(model, dm, variants, B, ctx, warmup, iters, torch_variants, errors):
+    """Every variant at batch B, context ctx (the cache holds ctx positions, the step attends all of them)."""
+    import torch
+    from baselines import HFStep
+    pos = ctx - 1
+    fns, keep = {}, []
+    g = torch.Generator(device="cuda").manual_seed(1000 + ctx + B)
+    tokens = torch.randint(0, dm.V, (B,), generator=g, device="cuda", dtype=torch.int32)
+    for name, v in variants.items():
+        try:
+            st = DecodeState.allocate(dm, B, ctx)
+            st.fill_cache_random(seed=ctx)
+            st["token"].copy_(tokens)
+            st["pos"].fill_(pos)
+            fns[name] = as_graph(pipelink_launcher(v, dm, st, ctx))
+            keep.append(st)
+        except Exception as exc:
+            errors[f"{name} B={B} ctx={ctx}"] = f"{type(exc).__name__}: {exc}"
+            log(f"{name} at B={B} ctx={ctx}: {exc}")
+    if torch_variants:
+        hf = HFStep(model, B, ctx)
+        hf.set(tokens.long(), pos)
+        hf.step()  # the cache's tensors exist after a first step
+        hf.fill_cache_random(seed=ctx)
+        if "torch_eager" in torch_variants:
+            fns["torch_eager"] = lambda stream: hf.step()
+        if "torch_graph" in torch_variants:
+            try:
+                hf.capture()
+                fns["torch_graph"] = lambda stream: hf.replay()
+            except Exception as exc:
+                errors[f"torch_graph B={B} ctx={ctx}"] = f"{type(exc).__name__}: {exc}"
+                log(f"torch_graph at B={B} ctx={ctx}: {exc}")
+        keep.append(hf)
+    res = time_round_robin(fns, warmup, iters)
+    rows = [dict(B=B, ctx=ctx, variant=name, **r) for name, r in res.items()]
+    for r in rows:
+        log(f"B={B} ctx={ctx:6d} {r['variant']:16s} median {r['median_us']:9.2f} us  min {r['min_us']:9.2f} us")
+    del fns, keep
+    torch.cuda.empty_cache()
+    return rows
+
+
+# --- main -------------------------------------------------------------------------------------------------
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--checkpoint", help="a safetensors file or directory to load instead of random weights")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--steps", type=int, default=64, help="generated steps of the correctness run")
+    ap.add_argument("--correct-batch", type=int, default=1, help="batch of the correctness run (rows alike)")
+    ap.add_argument("--batches", type=int, nargs="+", default=BATCHES)
+    ap.add_argument("--contexts", type=int, nargs="+", default=CONTEXTS)
+    ap.add_argument("--iters", type=int, default=100, help="timed steps per variant and configuration (>= 50)")
+    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--atol", type=float, default=0.1)
+    ap.add_argument("--rtol", type=float, default=0.02)
+    ap.add_argument("--variants", nargs="+", default=list(PIPELINK_VARIANTS) + ["torch_eager", "torch_graph"])
+    ap.add_argument("--skip-correctness", action="store_true")
+    ap.add_argument("--skip-bench", action="store_true")
+    ap.add_argument("--quick", action="store_true", help="B=1 only, contexts 16 and 1024, 50 iterations")
+    ap.add_argument("--out", default=str(HERE / "results"), help="results folder")
+    ap.add_argument("--name", default="decode", help="results/<name>.json")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.batches, args.contexts, args.iters = [1], [16, 1024], 50
+
+    import torch
+    assert torch.cuda.is_available(), "this needs a CUDA GPU"
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    errors: dict = {}
+    results = dict(command=" ".join(shlex.quote(a) for a in [sys.executable, *sys.argv]), machine=machine(),
+                   date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                   torch=torch.__version__, seed=args.seed, checkpoint=args.checkpoint, errors=errors)
+    try:
+        import transformers
+        results["transformers"] = transformers.__version__
+    except ImportError:
+        pass
+
+    log("building the reference model")
+    model = build_reference(args.seed, args.checkpoint)
+    dm = DecodeModel.from_hf(model)
+    results["weight_bytes_per_step"] = {str(B): report.weight_bytes(B) for B in args.batches}
+
+    log("building and linking the pipelink components")
+    from kernels import build_objects
+    build = Path(tempfile.mkdtemp(prefix="llama_decode_build_"))
+    objects = build_objects(build)
+    variants = load_variants(objects, [v for v in args.variants if v in PIPELINK_VARIANTS], errors)
+    torch_variants = [v for v in args.variants if v.startswith("torch_")]
+    results["kernels"] = describe(variants)
+
+    def save():
+        path = out_dir / f"{args.name}.json"
+        path.write_text(json.dumps(results, indent=1) + "\n")
+        (out_dir / "RESULTS.md").write_text(report.render(results))
+        return path
+
+    if not args.skip_correctness:
+        log(f"correctness: prompt of {len(PROMPT)} tokens, {args.steps} generated steps")
+        results["correctness"] = correctness(model, dm, dict(variants), args.steps, args.correct_batch,
+                                             args.atol, args.rtol, errors)
+        save()
+    if not args.skip_bench:
+        rows = []
+        for B in args.batches:
+            for ctx in args.contexts:
+                log(f"latency: B={B} ctx={ctx}")
+                rows += bench_config(model, dm, variants, B, ctx, args.warmup, args.iters, torch_variants, errors)
+                results["latency"] = rows
+                save()
+    path = save()
+    log(f"wrote {path} and {out_dir / 'RESULTS.md'}")
+    log(report.summary_line(results))
+    for v in variants.values():
+        v.unload()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

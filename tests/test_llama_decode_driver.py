@@ -1,0 +1,196 @@
+"""The Llama-3.2-1B decode driver's pure parts on the CPU (case_studies/llama32_1b_decode: model.py, kernels.py,
+report.py): the weight layout plan, shapes, bytes per step, the separate-kernels launch order and arguments,
+the report and its summary line. No torch."""
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+CASE = Path(__file__).resolve().parent.parent / "case_studies" / "llama32_1b_decode"
+sys.path.insert(0, str(CASE))
+
+import kernels  # noqa: E402
+import model  # noqa: E402
+import report  # noqa: E402
+
+
+# --- layout -----------------------------------------------------------------------------------------------
+
+def test_weight_shapes_match_the_megakernel_interface():
+    s = model.weight_shapes()
+    assert s["w_qkv"] == (16, 3072, 2048)
+    assert s["w_o"] == (16, 2048, 2048)
+    assert s["w_gu"] == (16, 16384, 2048)
+    assert s["w_down"] == (16, 2048, 8192)
+    assert s["attn_norm_w"] == s["mlp_norm_w"] == (16, 2048)
+    assert s["embed_w"] == s["w_lm"] == (128256, 2048)
+    assert s["inv_freq"] == (32,)
+    assert model.cache_shape(8, 4096) == (16, 64, 4096, 64)
+
+
+def test_layer_plan_concatenates_q_k_v_and_gate_up_in_order():
+    assert model.layer_sources("w_qkv", 3) == ["model.layers.3.self_attn.q_proj.weight",
+                                               "model.layers.3.self_attn.k_proj.weight",
+                                               "model.layers.3.self_attn.v_proj.weight"]
+    assert model.layer_sources("w_gu", 0) == ["model.layers.0.mlp.gate_proj.weight", "model.layers.0.mlp.up_proj.weight"]
+    assert set(model.LAYER_PLAN) | {"embed_w", "w_lm", "final_norm_w", "inv_freq"} == set(model.weight_shapes())
+
+
+def test_config_is_llama32_1b():
+    c = model.LLAMA32_1B
+    assert (c["hidden_size"], c["intermediate_size"], c["num_hidden_layers"]) == (2048, 8192, 16)
+    assert (c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"], c["vocab_size"]) == (32, 8, 64, 128256)
+    assert c["rope_scaling"]["rope_type"] == "llama3" and c["rope_scaling"]["factor"] == 32.0
+    assert c["tie_word_embeddings"] and c["rope_theta"] == 500000.0
+
+
+def test_scratch_shapes_and_workspaces():
+    s = model.scratch_shapes(8, 1000)
+    assert s["attn_part"] == (64, 4, 264)
+    assert s["head_part"] == (8, 16032)
+    assert s["q"] == s["o"] == (8, 32, 64) and s["h"] == (8, 8192) and s["logits"] == (8, 128256)
+    assert set(s) == set(model.scratch_dtypes())
+    import decode_parts
+    assert model.attn_workspace_shape(3, 4097) == decode_parts.attn_workspace_shape(3, 4097)
+    assert s["head_part"] == decode_parts.argmax_workspace_shape(8, 128256)
+
+
+def test_weight_bytes_per_step_is_the_515_us_floor():
+    per_layer = 2048 + 3072 * 2048 + 2048 * 2048 + 2048 + 2 * 8192 * 2048 + 2048 * 8192
+    want = 2 * (16 * per_layer + 128256 * 2048 + 2048 + 2048)
+    assert model.weight_bytes_per_step(1) == want
+    assert 514 < model.floor_us(want) < 516
+    assert model.kv_bytes_per_step(1, 1024) == 16 * 8 * 1024 * 64 * 2 * 2
+
+
+def test_pick_args_takes_the_call_first_and_names_what_is_missing():
+    assert model.pick_args(["x", "B"], {"x": 1, "unused": 2}, {"x": 0, "B": 8}) == {"x": 1, "B": 8}
+    with pytest.raises(KeyError, match="'theta'"):
+        model.pick_args(["theta"], {}, {"B": 1}, "qkv_rope")
+
+
+# --- the separate-kernels step ----------------------------------------------------------------------------
+
+def test_parts_schedule_per_layer_order():
+    s = kernels.parts_schedule(2, "split")
+    assert s[0] == ("embed", None, "embed")
+    assert [c for _, _, c in s[1:8]] == ["attn_norm", "qkv", "attn", "o_proj", "mlp_norm", "gate_up", "down"]
+    assert all(layer == 1 for _, layer, _ in s[8:15])
+    assert s[-2:] == [("rmsnorm", None, "final_norm"), ("lm_head", None, "head")]
+    assert len(kernels.parts_schedule(16, "head", embed=False)) == 16 * 7 + 2
+    assert ("attn_head", 0, "attn") in kernels.parts_schedule(1, "head")
+    assert {u for u, _, _ in kernels.parts_schedule(1, "split")} <= set(kernels.PART_UNITS)
+
+
+class Fake:
+    """Stands for a tensor: indexing and reshape keep a name."""
+
+    def __init__(self, name, shape=(1,)):
+        self.name, self.shape = name, shape
+
+    def __getitem__(self, i):
+        return Fake(f"{self.name}[{i}]", self.shape[1:])
+
+    def reshape(self, *shape):
+        return Fake(f"{self.name}.reshape", shape)
+
+
+def _common(B=2, L=5, Lmax=256):
+    t = {n: Fake(n, s) for n, s in model.weight_shapes().items()}
+    t.update({n: Fake(n, s) for n, s in model.scratch_shapes(B, Lmax).items()})
+    t.update(k_cache=Fake("k_cache", model.cache_shape(B, Lmax)), v_cache=Fake("v_cache", model.cache_shape(B, Lmax)),
+             token=Fake("token", (B,)), pos=Fake("pos", (B,)))
+    t.update(B=B, H=2048, I=8192, V=128256, NL=16, eps=1e-5, L=L, Lmax=Lmax, theta=500000.0)
+    return t
+
+
+def _contract_params(part):
+    return [p["name"] for p in json.loads(part.contract.read_text())["entry"]["params"]]
+
+
+@pytest.mark.parametrize("attention", ["split", "head"])
+def test_every_component_parameter_gets_a_value(attention):
+    parts = {p.name: p for p in kernels.all_parts()}
+    t = _common()
+    for unit, layer, call in kernels.parts_schedule(16, attention, embed="embed" in parts):
+        names, _ = kernels.PART_UNITS[unit]
+        for n in names:
+            args = model.pick_args(_contract_params(parts[n]), kernels.call_args(call, layer, t), t, n)
+            assert set(args) == set(_contract_params(parts[n]))
+
+
+def test_call_args_slice_the_layer_and_chain_the_residual():
+    t = _common()
+    assert kernels.call_args("qkv", 3, t)["w"].name == "w_qkv[3]"
+    assert kernels.call_args("qkv", 3, t)["k_cache"].name == "k_cache[3]"
+    assert kernels.call_args("attn", 5, t)["k"].name == "k_cache[5]"
+    o = kernels.call_args("o_proj", 0, t)
+    assert (o["r"].name, o["y"].name, o["N"], o["K"]) == ("x", "x1", 2048, 2048)
+    d = kernels.call_args("down", 0, t)
+    assert (d["x"].name, d["r"].name, d["y"].name, d["K"]) == ("h", "x1", "x", 8192)
+    assert kernels.call_args("mlp_norm", 2, t)["x"].name == "x1"
+    assert kernels.call_args("head", None, t)["part"].name == "head_part"
+
+
+def test_pipeline_components_each_once(tmp_path):
+    p = tmp_path / "p.json"
+    p.write_text(json.dumps({"pipeline": 1, "components": ["a", "b", "a", "c"]}))
+    assert kernels.pipeline_components(p) == ["a", "b", "c"]
+
+
+# --- report -----------------------------------------------------------------------------------------------
+
+def _results():
+    lat = []
+    for B in (1, 8):
+        for ctx in (16, 256, 1024, 4096, 16384):
+            for v, t in (("pipelink_split", 700.0), ("pipelink_head", 690.0 + ctx / 10), ("parts_graph", 800.0),
+                         ("torch_graph", 1500.0), ("torch_eager", 9000.0)):
+                lat.append(dict(B=B, ctx=ctx, variant=v, median_us=t + B, min_us=t, mean_us=t, n=50))
+    corr = dict(batch=1, prompt=[1, 2, 3], steps=64, atol=0.1, rtol=0.02, reference_tokens=[5] * 64, variants={
+        "pipelink_split": dict(max_abs_err=0.03, ref_absmax=4.0, argmax_match=63, generated=64, steps=67,
+                               mismatches=[dict(step=40, position=40, ref=5, got=[6], ref_top2_margin=0.01,
+                                                max_abs_err=0.02)], tokens=[5] * 64, token_is_logit_argmax=67,
+                               within_tolerance=True)})
+    return dict(command="python run.py", machine="NVIDIA H200, 143771 MiB", date="2026-01-01T00:00:00+00:00",
+                torch="2.x", transformers="4.x", seed=0, checkpoint=None, errors={"x": "boom"},
+                latency=lat, correctness=corr)
+
+
+def test_summary_line():
+    line = report.summary_line(_results())
+    assert line == ("summary: step B=1 ctx=1024 701.00 us (hand-written 759.83, graphs+PDL of the same parts "
+                    "801.00 us, torch graph 1501.00 us); tokens match 63/64; split-KV vs whole-context attention "
+                    "at ctx 16384 3.32x")
+
+
+def test_summary_line_without_results():
+    assert report.summary_line({}) == ("summary: step B=1 ctx=1024 n/a us (hand-written 759.83, graphs+PDL of the "
+                                       "same parts n/a us, torch graph n/a us); tokens match n/a; split-KV vs "
+                                       "whole-context attention at ctx 16384 n/ax")
+
+
+def test_render_has_every_table_and_ends_with_the_summary():
+    md = report.render(_results())
+    for heading in ("## Correctness", "## Latency per step at B=1, ctx=1024", "## Attention swap",
+                    "## Achieved bandwidth", "## Errors"):
+        assert heading in md
+    assert "759.83" in md and "794.74" in md and PUBLISHED in md
+    assert "63/64" in md and "top-2 margin 0.01" in md
+    assert md.rstrip().splitlines()[-1].startswith("summary: ")
+    # the swap table: 10 rows (2 batches x 5 contexts)
+    swap = md.split("## Attention swap")[1].split("##")[0]
+    assert sum(1 for line in swap.splitlines() if line.startswith("| 1 |") or line.startswith("| 8 |")) == 10
+    assert report.render({}).rstrip().splitlines()[-1].startswith("summary: ")
+
+
+PUBLISHED = "msaroufim/megakernels-vs-cuda-graphs"
+
+
+def test_report_main_writes_results_md(tmp_path, capsys):
+    path = tmp_path / "decode.json"
+    path.write_text(json.dumps(_results()))
+    assert report.main([str(path)]) == 0
+    assert (tmp_path / "RESULTS.md").read_text().rstrip().endswith("3.32x")
+    assert capsys.readouterr().out.startswith("summary: ")
