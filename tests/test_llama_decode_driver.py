@@ -75,10 +75,10 @@ def test_pick_args_takes_the_call_first_and_names_what_is_missing():
 def test_parts_schedule_per_layer_order():
     s = kernels.parts_schedule(2, "split")
     assert s[0] == ("embed", None, "embed")
-    assert [c for _, _, c in s[1:8]] == ["attn_norm", "qkv", "attn", "o_proj", "mlp_norm", "gate_up", "down"]
-    assert all(layer == 1 for _, layer, _ in s[8:15])
+    assert [c for _, _, c in s[1:6]] == ["qkv", "attn", "o_proj", "gate_up", "down"]  # the megakernel's calls
+    assert all(layer == 1 for _, layer, _ in s[6:11])
     assert s[-2:] == [("rmsnorm", None, "final_norm"), ("lm_head", None, "head")]
-    assert len(kernels.parts_schedule(16, "head", embed=False)) == 16 * 7 + 2
+    assert len(kernels.parts_schedule(16, "head", embed=False)) == 16 * 5 + 2
     assert ("attn_head", 0, "attn") in kernels.parts_schedule(1, "head")
     assert {u for u, _, _ in kernels.parts_schedule(1, "split")} <= set(kernels.PART_UNITS)
 

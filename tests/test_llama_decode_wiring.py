@@ -100,9 +100,9 @@ def _run_unit(unit, a):
         a["x"][:] = a["w"][a["token"]]
     elif unit == "rmsnorm":
         a["xn"][:] = _norm(a["x"], a["weight"])
-    elif unit == "qkv_rope":
+    elif unit == "qkv_rope_normed":
         B, Lmax = a["B"], a["Lmax"]
-        y = a["x"] @ a["w"].T
+        y = _norm(a["x"], a["norm_w"]) @ a["w"].T
         q = y[:, :QH * D].reshape(B, QH, D)
         k = y[:, QH * D:(QH + KVH) * D].reshape(B, KVH, D)
         v = y[:, (QH + KVH) * D:].reshape(B, KVH, D)
@@ -124,8 +124,9 @@ def _run_unit(unit, a):
                 a["o"][b, hq] = (w / w.sum()) @ v[b, h]
     elif unit == "gemv_residual":
         a["y"][:] = a["x"] @ a["w"].T + a["r"]
-    elif unit == "gemv_swiglu":
-        g, u = a["x"] @ a["w"][:a["I"]].T, a["x"] @ a["w"][a["I"]:].T
+    elif unit == "gemv_swiglu_normed":
+        xn = _norm(a["x"], a["norm_w"])
+        g, u = xn @ a["w"][:a["I"]].T, xn @ a["w"][a["I"]:].T
         a["h"][:] = _silu(g) * u
     elif unit == "lm_head":
         a["logits"][:] = a["x"] @ a["w"].T

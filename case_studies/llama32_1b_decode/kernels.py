@@ -35,7 +35,8 @@ def all_parts() -> tuple:
         parts = getattr(decode_parts, name, None)
         if parts:
             return tuple(parts)
-    parts = list(decode_parts.PARTS) + list(decode_parts.ATTENTION_PARTS) + list(decode_parts.MORE_PARTS)
+    parts = (list(decode_parts.PARTS) + list(decode_parts.ATTENTION_PARTS) + list(decode_parts.MORE_PARTS)
+             + list(decode_parts.NORMED_PARTS))
     if EMBED_PART.source.exists() and EMBED_PART.contract.exists():
         parts.insert(0, EMBED_PART)
     return tuple(parts)
@@ -50,7 +51,7 @@ def pipeline_components(path: Path) -> list[str]:
     """The component names a pipeline file lists, each once, in the order of their first appearance."""
     doc = json.loads(Path(path).read_text())
     names = []
-    for c in doc.get("components", []):
+    for c in doc.get("components", []) + doc.get("calls", []):
         name = c if isinstance(c, str) else c.get("component", c.get("name"))
         if name not in names:
             names.append(name)
@@ -100,25 +101,25 @@ def link_part(objects: dict[str, Path], names, pipeline: Path | None, dependent:
 PART_UNITS = {
     "embed": (("embed",), None),
     "rmsnorm": (("rmsnorm",), None),
-    "qkv_rope": (("qkv_rope",), None),
+    "qkv_rope_normed": (("qkv_rope_normed",), None),
+    "gemv_swiglu_normed": (("gemv_swiglu_normed",), None),
     "attn_split": (decode_parts.ATTN_PIPELINED, decode_parts.ATTN_PIPELINE),
     "attn_head": (("attn_head",), None),
     "gemv_residual": (("gemv_residual",), None),
-    "gemv_swiglu": (("gemv_swiglu",), None),
     "lm_head": (decode_parts.HEAD_PIPELINED, decode_parts.HEAD_PIPELINE),
 }
 
 
 def parts_schedule(NL: int, attention: str = "split", embed: bool = True) -> list[tuple[str, int | None, str]]:
-    """The launches of one step, in order: (unit, layer or None, which call). `attention` is 'split' or 'head'.
-    Per layer: norm, q/k/v + RoPE + cache append, attention, o-projection + residual (x -> x1), norm,
-    gate/up + SwiGLU, down-projection + residual (x1 -> x); then the final norm and the greedy head."""
+    """The launches of one step, in order: (unit, layer or None, which call), the megakernel's calls
+    (pipelines/decode_step.json) one kernel each. `attention` is 'split' or 'head'. Per layer: norm + q/k/v
+    + RoPE + cache append, attention, o-projection + residual (x -> x1), norm + gate/up + SwiGLU,
+    down-projection + residual (x1 -> x); then the final norm and the greedy head."""
     attn = {"split": "attn_split", "head": "attn_head"}[attention]
     out = [("embed", None, "embed")] if embed else []
     for l in range(NL):
-        out += [("rmsnorm", l, "attn_norm"), ("qkv_rope", l, "qkv"), (attn, l, "attn"),
-                ("gemv_residual", l, "o_proj"), ("rmsnorm", l, "mlp_norm"), ("gemv_swiglu", l, "gate_up"),
-                ("gemv_residual", l, "down")]
+        out += [("qkv_rope_normed", l, "qkv"), (attn, l, "attn"), ("gemv_residual", l, "o_proj"),
+                ("gemv_swiglu_normed", l, "gate_up"), ("gemv_residual", l, "down")]
     out += [("rmsnorm", None, "final_norm"), ("lm_head", None, "head")]
     return out
 
@@ -133,9 +134,9 @@ def call_args(call: str, layer: int | None, t: dict) -> dict:
                     y=t["x"], out=t["x"], K=H)
     if call == "attn_norm":
         return dict(x=t["x"], weight=t["attn_norm_w"][l], xn=t["xn"])
-    if call == "qkv":
-        return dict(w=t["w_qkv"][l], x=t["xn"], q=t["q"], k_cache=t["k_cache"][l], v_cache=t["v_cache"][l],
-                    K=H)
+    if call == "qkv":  # the norm is the GEMV's prologue
+        return dict(w=t["w_qkv"][l], x=t["x"], norm_w=t["attn_norm_w"][l], q=t["q"], k_cache=t["k_cache"][l],
+                    v_cache=t["v_cache"][l], K=H)
     if call == "attn":
         return dict(q=t["q"], k=t["k_cache"][l], v=t["v_cache"][l], k_cache=t["k_cache"][l],
                     v_cache=t["v_cache"][l], o=t["o"], part=t["attn_part"])
@@ -145,7 +146,7 @@ def call_args(call: str, layer: int | None, t: dict) -> dict:
     if call == "mlp_norm":
         return dict(x=t["x1"], weight=t["mlp_norm_w"][l], xn=t["xn"])
     if call == "gate_up":
-        return dict(w=t["w_gu"][l], x=t["xn"], h=t["h"], K=H)
+        return dict(w=t["w_gu"][l], x=t["x1"], norm_w=t["mlp_norm_w"][l], h=t["h"], K=H)
     if call == "down":
         return dict(w=t["w_down"][l], x=t["h"], r=t["x1"], y=t["x"], N=H, K=I)
     if call == "final_norm":
