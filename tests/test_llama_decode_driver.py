@@ -160,15 +160,13 @@ def _results():
 
 def test_summary_line():
     line = report.summary_line(_results())
-    assert line == ("summary: step B=1 ctx=1024 701.00 us (hand-written 759.83, graphs+PDL of the same parts "
-                    "801.00 us, torch graph 1501.00 us); tokens match 63/64; split-KV vs whole-context attention "
-                    "at ctx 16384 3.32x")
+    assert line == ("summary: bs1 ctx1024 701 us/step; vs reference graph 2.14x; vs separate-kernel graph 1.14x; "
+                    "greedy tokens identical 63/64")
 
 
 def test_summary_line_without_results():
-    assert report.summary_line({}) == ("summary: step B=1 ctx=1024 n/a us (hand-written 759.83, graphs+PDL of the "
-                                       "same parts n/a us, torch graph n/a us); tokens match n/a; split-KV vs "
-                                       "whole-context attention at ctx 16384 n/ax")
+    assert report.summary_line({}) == ("summary: bs1 ctx1024 n/a us/step; vs reference graph n/a; vs separate-kernel "
+                                       "graph n/a; greedy tokens identical n/a")
 
 
 def test_render_has_every_table_and_ends_with_the_summary():

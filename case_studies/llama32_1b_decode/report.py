@@ -80,15 +80,18 @@ def swap_ratio(results: dict, B: int = 1, ctx: int = SWAP_CTX) -> float | None:
 
 
 def summary_line(results: dict) -> str:
+    """The issue's line: `summary: bs1 ctx1024 NNN us/step; vs reference graph A.AAx; vs separate-kernel graph
+    B.BBx; greedy tokens identical K/64` (ratios > 1: the megakernel is faster)."""
     B, ctx = HEADLINE["B"], HEADLINE["ctx"]
+    mega = latency(results, "pipelink_split", B, ctx)
     tm = tokens_match(results)
-    ratio = swap_ratio(results)
-    return (f"summary: step B={B} ctx={ctx} {_us(latency(results, 'pipelink_split', B, ctx))} us "
-            f"(hand-written {HAND_WRITTEN_US:.2f}, graphs+PDL of the same parts "
-            f"{_us(latency(results, 'parts_graph', B, ctx))} us, torch graph "
-            f"{_us(latency(results, 'torch_graph', B, ctx))} us); "
-            f"tokens match {'n/a' if tm is None else f'{tm[0]}/{tm[1]}'}; "
-            f"split-KV vs whole-context attention at ctx {SWAP_CTX} {'n/a' if ratio is None else f'{ratio:.2f}'}x")
+
+    def vs(other):
+        t = latency(results, other, B, ctx)
+        return "n/a" if mega is None or t is None else f"{t / mega:.2f}x"
+    return (f"summary: bs{B} ctx{ctx} {'n/a' if mega is None else f'{mega:.0f}'} us/step; "
+            f"vs reference graph {vs('torch_graph')}; vs separate-kernel graph {vs('parts_graph')}; "
+            f"greedy tokens identical {'n/a' if tm is None else f'{tm[0]}/{tm[1]}'}")
 
 
 def render(results: dict) -> str:
@@ -199,10 +202,23 @@ def _all_latency(results: dict) -> list[str]:
     return out + [""]
 
 
+def merged(results: dict, more: dict) -> dict:
+    """`results` with the latency rows and errors of another run of the same model (a variant run in a process
+    of its own: a CUDA graph of the reference that faults must not take the others down)."""
+    out = dict(results)
+    out["latency"] = list(results.get("latency", [])) + list(more.get("latency", []))
+    out["errors"] = {**results.get("errors", {}), **more.get("errors", {})}
+    out["command"] = f"{results.get('command', '?')}; {more.get('command', '?')}"
+    return out
+
+
 def main(argv=None) -> int:
+    """report.py [RESULTS.json [MORE.json ...]]: RESULTS.md next to the first, the others' latency merged in."""
     argv = sys.argv[1:] if argv is None else argv
     path = Path(argv[0]) if argv else HERE / "results" / "decode.json"
     results = json.loads(path.read_text())
+    for other in argv[1:]:
+        results = merged(results, json.loads(Path(other).read_text()))
     md = render(results)
     (path.parent / "RESULTS.md").write_text(md)
     print(summary_line(results))

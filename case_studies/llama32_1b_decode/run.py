@@ -118,8 +118,9 @@ def as_graph(fn):
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         fn(torch.cuda.current_stream())
-    replay = graph.replay
-    replay.keep = (graph, fn)
+    def replay(stream=None):
+        graph.replay()
+    replay.keep = (graph, fn)  # the graph's tensors live as long as the replay function
     return replay
 
 
@@ -198,10 +199,13 @@ def time_round_robin(fns: dict, warmup: int, iters: int) -> dict:
     import torch
     stream = torch.cuda.current_stream()
     sleep = getattr(torch.cuda, "_sleep", None)
-    for _ in range(warmup):
-        for fn in fns.values():
+    for name, fn in fns.items():  # one variant at a time first: a fault names its variant
+        for _ in range(warmup):
             fn(stream)
-    torch.cuda.synchronize()
+        try:
+            torch.cuda.synchronize()
+        except RuntimeError as exc:
+            raise RuntimeError(f"{name} failed in its warm-up: {exc}") from exc
     events = {name: [] for name in fns}
     for _ in range(iters):
         for name, fn in fns.items():
