@@ -190,5 +190,5 @@ def test_report_main_writes_results_md(tmp_path, capsys):
     path = tmp_path / "decode.json"
     path.write_text(json.dumps(_results()))
     assert report.main([str(path)]) == 0
-    assert (tmp_path / "RESULTS.md").read_text().rstrip().endswith("3.32x")
+    assert (tmp_path / "RESULTS.md").read_text().rstrip().endswith("greedy tokens identical 63/64")
     assert capsys.readouterr().out.startswith("summary: ")
