@@ -210,7 +210,7 @@ def test_cli_check_reports_a_bad_call(tmp_path, capsys):
 
 def with_prefetch(name, raw):
     if name in ("gemv_residual", "gemv_swiglu"):
-        raw["entry"]["prefetch"] = name + "_prefetch"
+        raw["entry"]["prefetch"] = name + "_prefetch"   # gemv_residual's contract has it already
         raw.setdefault("barriers", {})["mbarriers"] = [{"name": "loaded", "count": 2}]
 
 
@@ -219,8 +219,8 @@ def test_prefetch_entries_start_loading_before_the_waits(dispatch):
     ctx = run(MLP_LAYERS, components(edit=with_prefetch), until="compile", dispatch=dispatch)
     assert not ctx.sink.errors, [d.render() for d in ctx.sink.items]
     glue = ctx.glue
-    # one count per object: gemv_residual's calls share its slots
-    assert glue.count("int pl_iteration_") == 2
+    # one count per object (gemv_residual, gemv_swiglu, lm_head): gemv_residual's two calls share its slots
+    assert glue.count("int pl_iteration_") == 3
     assert 'extern "C" __device__ void gemv_residual_prefetch(pl::Tile tile' in glue
     body = glue[glue.index("{  // down"):]
     prefetch, wait, main = (body.index("gemv_residual_prefetch(tile"), body.index("wait_for("),
@@ -246,10 +246,12 @@ def test_prefetch_misuse():
     sink = DiagnosticSink()
     load_contract_dict(raw, Source("c.json"), sink)
     assert "PL177" in {d.code for d in sink.errors}
-    # a sequential pipeline has no task waits to load ahead of
-    from dataclasses import replace
-    sink = DiagnosticSink()
+    # a sequential kernel calls it right before the entry; a warp-specialized one cannot
     comps = components(("gemv_residual",), edit=with_prefetch)
-    ctx = run_passes(options=LinkOptions(arch="sm_90", pipeline=replace(load_pipeline_dict(
-        {"pipeline": 1, "schedule": "sequential"}, sink)), cache=False), components=comps, until="resolve")
+    ctx = run_passes(options=LinkOptions(arch="sm_90", pipeline=load_pipeline_dict(
+        {"pipeline": 1, "schedule": "sequential"}, DiagnosticSink()), cache=False), components=comps, until="generate")
+    assert not ctx.sink.errors and ctx.glue.index("gemv_residual_prefetch(tile") < ctx.glue.index("gemv_residual(tile")
+    ctx = run_passes(options=LinkOptions(arch="sm_90", pipeline=load_pipeline_dict(
+        {"pipeline": 1, "schedule": "warp_specialized"}, DiagnosticSink()), cache=False), components=comps,
+        until="resolve")
     assert "PL177" in codes(ctx)

@@ -224,8 +224,8 @@ CODES = _codes(
          "a call waits (`after`) only on calls before it, in the same layer or before the layer loop; per-layer "
          "calls are consecutive and the pipeline says `layers`; `after_previous_layer` names per-layer calls"),
     Code("PL177", "prefetch entry misused", L,
-         "a prefetch entry belongs to a per_tile `entry` and runs in persistent schedules only: it starts loading "
-         "a task's weights before the task waits"),
+         "a prefetch entry belongs to a per_tile `entry`, in persistent or sequential schedules: it starts loading "
+         "what no task of the launch writes (weights) before the task waits"),
 )
 
 

@@ -344,6 +344,8 @@ def _step(r: Resolved, a: Allocation, name: str, indent: str) -> list[str]:
     threads = comp.contract.threads.count
     guard = f"if (threadIdx.x < {threads}) " if threads < a.block_threads else ""
     out.append(f"{indent}// step {a.steps[name]}: {name} ({comp.contract.threads.warps} warps)")
+    if comp.code.entry.prefetch:  # no task waits here to load ahead of: right before the entry, same tile
+        out.append(_call(comp, indent + guard, symbol=comp.code.entry.prefetch))
     out.append(_call(comp, indent + guard))
     out.append(f"{indent}__syncthreads();")
     return out

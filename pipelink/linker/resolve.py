@@ -166,9 +166,9 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
             sink.error("PL077", f"the kernel name '{spec.name}' is an entry symbol of '{c.name}'",
                        Location(file=spec.source, pointer="/name"), hint="name the pipeline differently")
     for c in comps:
-        if c.contract.entry.prefetch and schedule != "persistent":
-            sink.error("PL177", f"'{c.name}' has a prefetch entry, which only the persistent schedule calls (this "
-                       f"pipeline's is {schedule})", c.contract.at("/entry/prefetch"))
+        if c.contract.entry.prefetch and schedule == "warp_specialized":
+            sink.error("PL177", f"'{c.name}' has a prefetch entry, which the warp-specialized schedule does not call "
+                       "(its components run at once, each on its own warps)", c.contract.at("/entry/prefetch"))
         if (c.contract.events.notifies or c.contract.events.waits) and schedule != "persistent":
             sink.error("PL078", f"'{c.name}' declares events, which only the persistent schedule wires (this "
                        f"pipeline's is {schedule})", c.contract.at("/events"))

@@ -7,6 +7,14 @@ namespace qkv_body {
 
 constexpr int HEAD_DIM = 64, HALF = 32, Q_HEADS = 32, KV_HEADS = 8;
 
+// Row of W_qkv of task (hd, j)'s local row i: i < 4 the pair's first halves row0 + i, then their partners + 32.
+template <int ROWS>
+__device__ __forceinline__ int row_of(int hd, int j, int i) {
+  constexpr int PAIRS = ROWS / 2;
+  const int row0 = hd * HEAD_DIM + j * PAIRS;
+  return row0 + (i < PAIRS ? i : HALF + i - PAIRS);
+}
+
 // res: BATCH * ROWS floats of shared memory; sync: the component's named barrier.
 template <int WARPS, int ROWS, int KCHUNK, int BATCH, class Stage, class Sync>
 __device__ __forceinline__ void task(int hd, int j, const __nv_bfloat16* __restrict__ w, const Stage& stage,
@@ -16,10 +24,9 @@ __device__ __forceinline__ void task(int hd, int j, const __nv_bfloat16* __restr
                                      uint4* __restrict__ xs, float* __restrict__ res, Sync sync) {
   static_assert(ROWS == 8 && WARPS == 8, "qkv_rope: a task is 4 rotary pairs, one row per warp");
   constexpr int PAIRS = ROWS / 2;
-  const int row0 = hd * HEAD_DIM + j * PAIRS;  // local row i < 4: row0 + i; i >= 4: row0 + 32 + i - 4
   const int t = threadIdx.x % (WARPS * 32);
   gemv_body::rows_staged<WARPS, ROWS, KCHUNK, BATCH>(
-      w, stage, B, K, xs, [=](int i) { return row0 + (i < PAIRS ? i : HALF + i - PAIRS); },
+      w, stage, B, K, xs, [=](int i) { return row_of<ROWS>(hd, j, i); },
       [=](int i, int, int b, float s) { res[b * ROWS + i] = s; },
       [=](int bg, int nb) {
         sync();  // every warp's sums are in res

@@ -6,6 +6,13 @@
 
 namespace swiglu_body {
 
+// Row of the stacked W of local row i of the task at n0: gate rows n0 + i, then up rows I + n0 + i - COLS.
+template <int COLS>
+__device__ __forceinline__ int row_of(int n0, int I, int i) {
+  const int n = n0 + (i < COLS ? i : i - COLS);
+  return n < I ? (i < COLS ? n : I + n) : -1;
+}
+
 // res: BATCH * ROWS floats of shared memory; sync: the component's named barrier.
 template <int WARPS, int ROWS, int KCHUNK, int BATCH, int COLS, class Stage, class Sync>
 __device__ __forceinline__ void task(int n0, const __nv_bfloat16* __restrict__ w, const Stage& stage,
@@ -15,10 +22,7 @@ __device__ __forceinline__ void task(int n0, const __nv_bfloat16* __restrict__ w
   const int t = threadIdx.x % (WARPS * 32);
   gemv_body::rows_staged<WARPS, ROWS, KCHUNK, BATCH>(
       w, stage, B, K, xs,
-      [=](int i) {
-        const int n = n0 + (i < COLS ? i : i - COLS);
-        return n < I ? (i < COLS ? n : I + n) : -1;
-      },
+      [=](int i) { return row_of<COLS>(n0, I, i); },
       [=](int i, int, int b, float s) { res[b * ROWS + i] = s; },
       [=](int bg, int nb) {
         sync();  // every warp's sums are in res
