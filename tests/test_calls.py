@@ -255,15 +255,3 @@ def test_prefetch_misuse():
         {"pipeline": 1, "schedule": "warp_specialized"}, DiagnosticSink()), cache=False), components=comps,
         until="resolve")
     assert "PL177" in codes(ctx)
-
-
-@pytest.mark.parametrize("dispatch", ["static", "dynamic"])
-def test_after_events_are_counted_once_per_cta_under_static_dispatch(dispatch):
-    glue = run(MLP_LAYERS, dispatch=dispatch).glue
-    per_task = "pl::events::add_one((e1 + (long long)pl_layer * e1_size)"   # pl_after_gate_up, per task
-    once = "pl::events::add_n((e1 + (long long)pl_layer * e1_size)"
-    if dispatch == "static":   # a CTA knows its tasks of the call: one atomic with their count
-        assert once in glue and per_task not in glue
-        assert "'partials'" in glue   # a component's own event stays per task
-    else:                      # claimed tasks: each counts itself
-        assert per_task in glue and once not in glue

@@ -523,7 +523,6 @@ def _persistent(r: Resolved, a: Allocation) -> list[str]:
                 out.append(f"{inner}for (int t = blockIdx.x; t < c{k}_tasks; t += gridDim.x) {{  // {name}")
                 out += _task_body(r, a, k, name, inner + "  ")
                 out.append(f"{inner}}}")
-                out += _after_notify(r, k, name, inner)
             if layered:
                 out.append("  }")
     elif not event_glue.has_layers(r):
@@ -695,36 +694,12 @@ def _task_body(r: Resolved, a: Allocation, k: int, name: str, indent: str) -> li
         out += event_glue.wait_block(r, waits, tensor_index, comp_index, a.block_threads, bound, indent, bases)
     out.append(_call(comp, indent + guard, stacked, bind))
     out.append(f"{indent}__syncthreads();  // the task's writes are done")
-    notifies = [(t, n) for t, n in plan.notifies_of(name) if t.name not in _batched_events(r)]
+    notifies = plan.notifies_of(name)
     if notifies:
         out += event_glue.notify_block(r, notifies, tensor_index, a.block_threads, indent, bases)
     if counter:
         out.append(f"{indent}++{counter};")
     return out
-
-
-def _batched_events(r: Resolved) -> set[str]:
-    """`after` events under static dispatch: a CTA adds its count of the call's tasks once, after its last
-    one (a waiter needs them all anyway), instead of one atomic per task on one hot counter."""
-    if r.calls is None or r.dispatch != "static":
-        return set()
-    from .calls import AFTER_EVENT
-    return {AFTER_EVENT.format(n) for n in r.calls.order} & set(r.events.tensors)
-
-
-def _after_notify(r: Resolved, k: int, name: str, indent: str) -> list[str]:
-    from .calls import AFTER_EVENT
-    event = AFTER_EVENT.format(name)
-    if event not in _batched_events(r):
-        return []
-    tensor_index = {t.name: j for j, t in enumerate(r.events.tensors.values())}
-    base = _event_bases(r, name, tensor_index).get(event, f"e{tensor_index[event]}")
-    return [f"{indent}if ((int)blockIdx.x < c{k}_tasks) {{  // this CTA's tasks of '{name}' are done: count them at once",
-            f"{indent}  __syncthreads();",
-            f"{indent}  __threadfence();",
-            f"{indent}  if (threadIdx.x == 0) pl::events::add_n({base}, "
-            f"(unsigned long long)((c{k}_tasks - 1 - (int)blockIdx.x) / (int)gridDim.x + 1));",
-            f"{indent}}}"]
 
 
 def _stacked_args(r: Resolved, name: str) -> dict[str, str]:

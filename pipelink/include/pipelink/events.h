@@ -18,10 +18,6 @@ __device__ __forceinline__ unsigned long long load_acquire(const unsigned long l
 // Add one to the counter; returns the count before. The caller has made its writes visible first
 // (__threadfence after the block's barrier).
 __device__ __forceinline__ unsigned long long add_one(unsigned long long* p) { return atomicAdd(p, 1ull); }
-// A CTA's tasks of one call at once (static dispatch, an `after` event): one atomic, not one per task.
-__device__ __forceinline__ unsigned long long add_n(unsigned long long* p, unsigned long long n) {
-  return atomicAdd(p, n);
-}
 
 // Wait until the counter reaches `count`. With `bound` > 0 (a debug build) a wait that spins
 // `bound` times records itself, under this launch's epoch, and makes every CTA leave instead of
