@@ -228,19 +228,4 @@ __device__ __forceinline__ void rows(int n0, const bf16* __restrict__ w, const b
       [](int, int) {}, sync);
 }
 
-// A prefetch entry's body: thread i < ROWS starts moving local row i's first columns of W (up to two K
-// chunks) from HBM into L2 with one bulk prefetch (the TMA unit: no registers, no shared memory, nothing to
-// wait for). The glue calls it before a task waits and for the CTA's next task while this one runs, so the
-// task's own loads find W in L2. Only W: it is the one input no task of the launch writes.
-template <int ROWS, int KCHUNK, class RowOf>
-__device__ __forceinline__ void prefetch_rows(const bf16* __restrict__ w, int K, RowOf row_of) {
-  const int i = threadIdx.x;
-  if (i < ROWS) {
-    const int n = row_of(i);
-    const unsigned bytes = (unsigned)min(K, 2 * KCHUNK) * 2u;  // K is a multiple of 8: 16-byte multiples
-    if (n >= 0 && bytes)
-      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(w + (long long)n * K), "r"(bytes) : "memory");
-  }
-}
-
 }  // namespace gemv_body

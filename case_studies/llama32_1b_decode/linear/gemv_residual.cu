@@ -12,11 +12,3 @@ extern "C" __device__ void gemv_residual(pl::Tile tile, const __nv_bfloat16* __r
   gemv_body::rows<WARPS, GEMV_ROWS, GEMV_KCHUNK, GEMV_BATCH, true>(
       tile.coord[0] * GEMV_ROWS, w, x, r, y, B, N, K, smem_xs<uint4>(), [] { sync_stage(); });
 }
-
-// Before the task waits (and for the CTA's next task while this one runs): its rows of W into L2.
-extern "C" __device__ void gemv_residual_prefetch(pl::Tile tile, const __nv_bfloat16* __restrict__ w,
-                                                  const __nv_bfloat16* __restrict__, const __nv_bfloat16* __restrict__,
-                                                  __nv_bfloat16* __restrict__, int, int N, int K) {
-  const int n0 = tile.coord[0] * GEMV_ROWS;
-  gemv_body::prefetch_rows<GEMV_ROWS, GEMV_KCHUNK>(w, K, [=](int i) { return n0 + i < N ? n0 + i : -1; });
-}

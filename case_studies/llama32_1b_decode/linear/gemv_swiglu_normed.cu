@@ -20,12 +20,3 @@ extern "C" __device__ void gemv_swiglu_normed(pl::Tile tile, const __nv_bfloat16
   swiglu_body::task<WARPS, GEMV_ROWS, GEMV_KCHUNK, GEMV_BATCH, SWIGLU_COLS>(
       tile.coord[0] * SWIGLU_COLS, w, stage, h, B, I, K, smem_xs<uint4>(), smem_res<float>(), sync);
 }
-
-// Before the task waits (and for the CTA's next task while this one runs): its gate and up rows into L2.
-extern "C" __device__ void gemv_swiglu_normed_prefetch(pl::Tile tile, const __nv_bfloat16* __restrict__ w,
-                                                       const __nv_bfloat16* __restrict__,
-                                                       const __nv_bfloat16* __restrict__, float,
-                                                       __nv_bfloat16* __restrict__, int, int I, int K) {
-  const int n0 = tile.coord[0] * SWIGLU_COLS;
-  gemv_body::prefetch_rows<GEMV_ROWS, GEMV_KCHUNK>(w, K, [=](int i) { return swiglu_body::row_of<SWIGLU_COLS>(n0, I, i); });
-}

@@ -42,11 +42,3 @@ extern "C" __device__ void lm_head(pl::Tile tile, const __nv_bfloat16* __restric
       },
       [] { sync_stage(); });
 }
-
-// Before the task waits (and for the CTA's next task while this one runs): its vocabulary rows into L2.
-extern "C" __device__ void lm_head_prefetch(pl::Tile tile, const __nv_bfloat16* __restrict__ w,
-                                            const __nv_bfloat16* __restrict__, __nv_bfloat16* __restrict__,
-                                            unsigned long long* __restrict__, int, int V, int K) {
-  const int n0 = tile.coord[0] * GEMV_ROWS;
-  gemv_body::prefetch_rows<GEMV_ROWS, GEMV_KCHUNK>(w, K, [=](int i) { return n0 + i < V ? n0 + i : -1; });
-}

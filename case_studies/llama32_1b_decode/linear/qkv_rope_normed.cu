@@ -23,13 +23,3 @@ extern "C" __device__ void qkv_rope_normed(pl::Tile tile, const __nv_bfloat16* _
                                                             q, k_cache, v_cache, B, K, Lmax, smem_xs<uint4>(),
                                                             smem_res<float>(), sync);
 }
-
-// Before the task waits (and for the CTA's next task while this one runs): its 8 rows of W_qkv into L2.
-extern "C" __device__ void qkv_rope_normed_prefetch(pl::Tile tile, const __nv_bfloat16* __restrict__ w,
-                                                    const __nv_bfloat16* __restrict__, const __nv_bfloat16* __restrict__,
-                                                    float, const int* __restrict__, const float* __restrict__,
-                                                    __nv_bfloat16* __restrict__, __nv_bfloat16* __restrict__,
-                                                    __nv_bfloat16* __restrict__, int, int K, int) {
-  const int hd = tile.coord[0], j = tile.coord[1];
-  gemv_body::prefetch_rows<GEMV_ROWS, GEMV_KCHUNK>(w, K, [=](int i) { return qkv_body::row_of<GEMV_ROWS>(hd, j, i); });
-}
