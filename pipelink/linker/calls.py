@@ -42,6 +42,7 @@ class CallPlan:
     stacked: dict = field(default_factory=dict)
     previous: dict = field(default_factory=dict)  # call -> calls whose previous layer it waits for
     bind: dict = field(default_factory=dict)      # call -> {component parameter: kernel parameter}
+    where: dict = field(default_factory=dict)     # call -> its place in the pipeline file (diagnostics)
     components: dict = field(default_factory=dict)  # call -> the component it calls
 
     @property
@@ -77,6 +78,75 @@ def check_event_order(plan: CallPlan, events, by_name: dict, sink: DiagnosticSin
                     notifiers[0] not in plan.before:
                 sink.error("PL176", f"per-layer '{w.component}' waits for '{t.name}' of '{notifiers[0]}', which runs "
                            "after the layer loop", where)
+
+
+def check_hazards(plan: CallPlan, events, by_name: dict, sink: DiagnosticSink) -> None:
+    """Every two calls that touch one kernel tensor, one of them writing it (a pointer parameter not declared
+    const), must be ordered by the events between them: else their tasks run at once on different CTAs and
+    race. Checked on two consecutive layers (a later layer's calls against an earlier one's, where a tensor is
+    not stacked), the calls before the loop and after it; an event orders calls as a whole (the link's sampled
+    checks make every producer task reach some waiter)."""
+    layers = (0, 1) if plan.per_layer else (0,)
+    nodes = [(n, 0) for n in plan.before] + [(n, l) for l in layers for n in plan.per_layer] + \
+            [(n, 0) for n in plan.after_loop]
+    index = {node: i for i, node in enumerate(nodes)}
+
+    def copies(name):
+        return [(name, l) for l in layers] if plan.layered(name) else [(name, 0)]
+    succ = {node: set() for node in nodes}
+    for t in events.tensors.values():
+        for n in {x.component for x in t.notifiers}:
+            for w in {x.component for x in t.waiters}:
+                for a in copies(n):
+                    for b in copies(w):
+                        same = a[1] == b[1] or not (plan.layered(n) and plan.layered(w))
+                        if same and index[a] < index[b]:
+                            succ[a].add(b)
+    for consumer, producers in plan.previous.items():
+        for p in producers:
+            for l in layers[1:]:
+                succ[(p, l - 1)].add((consumer, l))
+    reach = {}
+    for node in reversed(nodes):  # edges go forward in the walk: one pass from the back
+        reach[node] = set(succ[node])
+        for nxt in succ[node]:
+            reach[node] |= reach[nxt]
+    stacked = {kernel_name for (_, kernel_name) in plan.stacked}
+    access = {}
+    for name in plan.order:
+        c = by_name[name].contract
+        access[name] = {p.name: (not p.const) for p in c.entry.params if p.pointer}
+    races: dict[tuple[str, str, bool], list[str]] = {}   # (earlier, later, next layer) -> tensors
+    for i, a in enumerate(nodes):
+        for b in nodes[i + 1:]:
+            if a[0] == b[0] or b in reach[a]:
+                continue  # one call's own tasks are its contract's business (chains); or ordered
+            next_layer = b[1] > a[1] and plan.layered(a[0]) and plan.layered(b[0])
+            for tensor in sorted(access[a[0]].keys() & access[b[0]].keys()):
+                if not (access[a[0]][tensor] or access[b[0]][tensor]):
+                    continue  # both only read it
+                if tensor in stacked and next_layer:
+                    continue  # different layers' copies
+                verb = lambda n: "writes" if access[n][tensor] else "reads"  # noqa: E731
+                said = f"'{b[0]}' {verb(b[0])} '{tensor}', which '{a[0]}' {verb(a[0])}"
+                found = races.setdefault((a[0], b[0], next_layer), [])
+                if said not in found:
+                    found.append(said)
+    if any(next_layer for (_, _, next_layer) in races) and not plan.previous:
+        (a, b, _), said = next((k, v) for k, v in races.items() if k[2])
+        sink.error("PL178", f"nothing orders a layer after the one before it, so their tasks may run at once on "
+                   f"different CTAs, e.g. '{b}' of the next layer after '{a}': {said[0]}",
+                   plan.where.get(plan.per_layer[0]),
+                   hint=f"add \"after_previous_layer\": [\"{plan.per_layer[-1]}\"] to '{plan.per_layer[0]}'")
+        races = {k: v for k, v in races.items() if not k[2]}
+    for (a, b, next_layer), said in races.items():
+        if (a, b, False) in races and next_layer:
+            continue  # the same two calls race within a layer already
+        where = " in the next layer" if next_layer else ""
+        sink.error("PL178", f"nothing orders '{b}'{where} after '{a}', so their tasks may run at once on different "
+                   f"CTAs: {'; '.join(said)}", plan.where.get(b),
+                   hint=(f"add \"after_previous_layer\": [\"{a}\"] to '{b}' (or order a call between them)" if next_layer
+                         else f"add \"after\": [\"{a}\"] to '{b}' (or to a call between them)"))
 
 
 def rename_expr(text, names: dict[str, str], keep: frozenset = frozenset()):
@@ -192,7 +262,7 @@ def _plan(spec: PipelineSpec, sink: DiagnosticSink) -> CallPlan | None:
     return CallPlan(spec.layers if layered else None, tuple(names[:first]), tuple(names[first:last]),
                     tuple(names[last:]), previous={c.name: c.after_previous_layer for c in calls
                                                    if c.after_previous_layer},
-                    components={c.name: c.component for c in calls})
+                    components={c.name: c.component for c in calls}, where={c.name: c.where for c in calls})
 
 
 def _waited_events(spec: PipelineSpec, by_name) -> set[str]:

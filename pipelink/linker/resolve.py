@@ -151,8 +151,10 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
             events = plan_events(comps, geometry, sink)
             order = events.order if events else None
             if events is not None and calls is not None:  # calls run in the order listed
-                from .calls import check_event_order
+                from .calls import check_event_order, check_hazards
                 check_event_order(calls, events, {c.name: c for c in comps}, sink)
+                if not sink.has_errors:
+                    check_hazards(calls, events, {c.name: c for c in comps}, sink)
                 order = events.order = list(calls.order)
         nested = {}
     else:
