@@ -12,7 +12,9 @@ from pipelink.cli import main
 CASE = Path(__file__).resolve().parent.parent / "case_studies" / "moe_four_owners"
 sys.path.insert(0, str(CASE))
 
-import builds  # noqa: E402
+from casestudy import case_module  # noqa: E402
+
+builds = case_module(CASE, 'builds')
 import variants  # noqa: E402
 
 
@@ -75,8 +77,8 @@ def test_a_variant_rebuilds_only_its_team(baseline):
 @pytest.mark.parametrize("shape,T", [("small", 16), ("small", 1000), ("qwen3-30b-a3b", 16), ("qwen3-30b-a3b", 300)])
 def test_fused_kernels_match_torch(baseline, shape, T):
     import torch
-    import launchers
-    import layer
+    launchers = case_module(CASE, 'launchers')
+    layer = case_module(CASE, 'layer')
     base, _ = baseline
     impls = [launchers.PipelinkLayer.from_link(builds.link_pipelink(base.pipelink_objects)),
              launchers.ClassicFused(builds.link_classic(base.classic_objects))]
@@ -95,7 +97,7 @@ def test_fused_kernels_match_torch(baseline, shape, T):
 def test_report_renders_the_committed_results_unchanged():
     """Older result files (no graph or grouped_mm columns) render as they did."""
     import json
-    import report
+    report = case_module(CASE, 'report')
     doc = json.loads((CASE / "results" / "all.json").read_text())
     assert report.render(doc) == (CASE / "results" / "RESULTS.md").read_text()
 
@@ -107,7 +109,7 @@ def _bench_row(shape, T, names, gpu_names):
 
 
 def test_report_renders_the_graph_and_grouped_mm_columns():
-    import report
+    report = case_module(CASE, 'report')
     names = ["pipelink fused", "classic fused", "separate kernels", "torch", "torch grouped_mm",
              "pipelink fused graph", "separate kernels graph", "torch grouped_mm graph"]
     gpu = [n for n in names if n != "torch"]
@@ -132,7 +134,7 @@ def test_report_renders_the_graph_and_grouped_mm_columns():
 
 
 def test_report_says_what_was_skipped():
-    import report
+    report = case_module(CASE, 'report')
     names = ["pipelink fused", "torch"]
     doc = {"command": "c", "device": "GPU", "date": "d", "seed": 1,
            "skipped": {"torch grouped_mm": "torch 2.4 has no torch._grouped_mm"},
@@ -144,8 +146,8 @@ def test_report_says_what_was_skipped():
 
 def test_grouped_mm_missing_is_a_reason_not_a_fallback(monkeypatch):
     import types
-    import launchers
-    import layer
+    launchers = case_module(CASE, 'launchers')
+    layer = case_module(CASE, 'layer')
     fake = types.ModuleType("torch")
     fake.__version__ = "0.0-test"
     monkeypatch.setitem(sys.modules, "torch", fake)
@@ -154,8 +156,8 @@ def test_grouped_mm_missing_is_a_reason_not_a_fallback(monkeypatch):
 
 @pytest.mark.parametrize("why", [None, "torch 0.0 has no torch._grouped_mm"])
 def test_run_plumbing_names_the_graphs_of_existing_implementations(monkeypatch, why):
-    import launchers
-    import run
+    launchers = case_module(CASE, 'launchers')
+    run = case_module(CASE, 'run')
     assert set(run.GRAPHED.values()) == {"pipelink fused", "separate kernels", "torch grouped_mm"}
     assert all(g == f"{e} graph" for g, e in run.GRAPHED.items())
     made = []
@@ -185,9 +187,9 @@ def test_graphs_and_grouped_mm_match_torch(baseline, shape, T):
     """Each graph is captured on one token set and replayed on another (input copied in, outputs
     poisoned again); torch's _grouped_mm path, eager and captured, where torch has it."""
     import torch
-    import launchers
-    import layer
-    import run
+    launchers = case_module(CASE, 'launchers')
+    layer = case_module(CASE, 'layer')
+    run = case_module(CASE, 'run')
     base, _ = baseline
     skipped = {}
     impls = run.implementations(builds.link_pipelink(base.pipelink_objects), builds.link_classic(base.classic_objects),
@@ -291,8 +293,8 @@ class _FakeImpl:
 
 
 def test_captured_layer_copies_inputs_and_restores_the_poisoned_outputs(monkeypatch):
-    import launchers
-    import layer
+    launchers = case_module(CASE, 'launchers')
+    layer = case_module(CASE, 'layer')
     state = _fake_torch(monkeypatch)
     impl = _FakeImpl(state)
     g = launchers.CapturedLayer(impl)

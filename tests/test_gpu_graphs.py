@@ -8,7 +8,6 @@ tensors), so the captured arguments never go stale and no host work runs per rep
 import dataclasses
 import math
 import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -220,8 +219,8 @@ CASE = Path(__file__).resolve().parent.parent / "case_studies" / "moe_four_owner
 
 @pytest.fixture(scope="module")
 def moe_kernel(tmp_path_factory):
-    sys.path.insert(0, str(CASE))
-    import builds
+    from casestudy import case_module
+    builds = case_module(CASE, "builds")
     base = builds.build_all(tmp_path_factory.mktemp("moe"))
     result = builds.link_pipelink(base.pipelink_objects)
     assert result.ok, [d.render() for d in result.diagnostics]
@@ -239,8 +238,8 @@ def moe_replays(kernel, shape: str, T: int, replays: int = REPLAYS) -> None:
     """The case study's kernel captured once; each replay routes other tokens (the router runs on the
     device), every 50th replay judged against the torch reference with every buffer poisoned."""
     import torch
-    sys.path.insert(0, str(CASE))
-    import layer
+    from casestudy import case_module
+    layer = case_module(CASE, "layer")
     s = layer.SHAPES[shape]
     geometry = kernel.manifest.geometry
     seed = int.from_bytes(os.urandom(2), "little")

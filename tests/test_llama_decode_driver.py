@@ -1,5 +1,5 @@
-"""The Llama-3.2-1B decode driver's pure parts on the CPU (case_studies/llama32_1b_decode: model.py, kernels.py,
-report.py): the weight layout plan, shapes, bytes per step, the separate-kernels launch order and arguments,
+"""The Llama-3.2-1B decode driver's pure parts on the CPU (case_studies/llama32_1b_decode: decode_model.py, decode_kernels.py,
+decode_report.py): the weight layout plan, shapes, bytes per step, the separate-kernels launch order and arguments,
 the report and its summary line. No torch."""
 import json
 import sys
@@ -10,9 +10,9 @@ import pytest
 CASE = Path(__file__).resolve().parent.parent / "case_studies" / "llama32_1b_decode"
 sys.path.insert(0, str(CASE))
 
-import kernels  # noqa: E402
-import model  # noqa: E402
-import report  # noqa: E402
+import decode_kernels as kernels  # noqa: E402
+import decode_model as model  # noqa: E402
+import decode_report as report  # noqa: E402
 
 
 # --- layout -----------------------------------------------------------------------------------------------

@@ -14,8 +14,8 @@ np = pytest.importorskip("numpy")
 CASE = Path(__file__).resolve().parent.parent / "case_studies" / "llama32_1b_decode"
 sys.path.insert(0, str(CASE))
 
-import kernels  # noqa: E402
-import model  # noqa: E402
+import decode_kernels as kernels  # noqa: E402
+import decode_model as model  # noqa: E402
 
 H, I, V, NL = 32, 24, 40, 2
 QH, KVH, D = model.Q_HEADS, model.KV_HEADS, model.HEAD_DIM

@@ -11,7 +11,7 @@ latency against the baselines, on one GPU.
    stay comparable after a near-tie flips), a mismatch is printed with the reference's top-2 margin.
 4. Latency: at every batch size and context (the cache length attended, filled with random values), every
    variant's step is timed with CUDA events, the variants alternating round-robin, median over --iters.
-5. Writes results/<name>.json and renders results/RESULTS.md (report.py).
+5. Writes results/<name>.json and renders results/RESULTS.md (decode_report.py).
 """
 from __future__ import annotations
 
@@ -30,8 +30,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent.parent))
 
-import report  # noqa: E402
-from model import DecodeModel, DecodeState, build_reference  # noqa: E402
+import decode_report as report  # noqa: E402
+from decode_model import DecodeModel, DecodeState, build_reference  # noqa: E402
 
 # Fixed prompt: token ids (the Llama-3 tokenizer's "<|begin_of_text|>The quick brown fox jumps over the lazy
 # dog."; with random weights any ids do).
@@ -59,7 +59,7 @@ def machine() -> str:
 
 def load_variants(objects, wanted, errors):
     """{name: MegaStep or PartsStep} for the pipelink variants that link and load; failures into `errors`."""
-    from kernels import MegaStep, PartsStep
+    from decode_kernels import MegaStep, PartsStep
     made = {}
     for name in wanted:
         try:
@@ -79,7 +79,7 @@ def load_variants(objects, wanted, errors):
 
 def describe(variants) -> dict:
     """What each pipelink variant launches: kernel names, blocks, dynamic shared memory, dependent launch."""
-    from kernels import MegaStep
+    from decode_kernels import MegaStep
 
     def one(k):
         m = k.manifest
@@ -96,7 +96,7 @@ def describe(variants) -> dict:
 
 def pipelink_launcher(variant, dm, state, L):
     """A function launching one step of a pipelink variant on a stream."""
-    from kernels import MegaStep
+    from decode_kernels import MegaStep
     if isinstance(variant, MegaStep):
         prepared = variant.prepare(dm, state, L)
         fn = lambda stream: prepared.launch(stream)  # noqa: E731
@@ -129,7 +129,7 @@ def as_graph(fn):
 def correctness(model, dm, variants, steps, B, atol, rtol, errors):
     """Teacher-forced greedy decoding: the reference's tokens go into every variant."""
     import torch
-    from baselines import HFStep
+    from decode_baselines import HFStep
     P = len(PROMPT)
     total = P + steps - 1  # the logits at the last prompt position give the first generated token
     Lmax = -(-total // 256) * 256
@@ -227,7 +227,7 @@ def time_round_robin(fns: dict, warmup: int, iters: int) -> dict:
 def bench_config(model, dm, variants, B, ctx, warmup, iters, torch_variants, errors):
     """Every variant at batch B, context ctx (the cache holds ctx positions, the step attends all of them)."""
     import torch
-    from baselines import HFStep
+    from decode_baselines import HFStep
     pos = ctx - 1
     fns, keep = {}, []
     g = torch.Generator(device="cuda").manual_seed(1000 + ctx + B)
@@ -311,7 +311,7 @@ def main(argv=None) -> int:
     results["weight_bytes_per_step"] = {str(B): report.weight_bytes(B) for B in args.batches}
 
     log("building and linking the pipelink components")
-    from kernels import build_objects
+    from decode_kernels import build_objects
     build = Path(tempfile.mkdtemp(prefix="llama_decode_build_"))
     objects = build_objects(build)
     variants = load_variants(objects, [v for v in args.variants if v in PIPELINK_VARIANTS], errors)

@@ -1,6 +1,6 @@
 """Render the decode case study's results (results/*.json, written by run.py) as results/RESULTS.md.
 
-    python case_studies/llama32_1b_decode/report.py [results/decode.json]
+    python case_studies/llama32_1b_decode/decode_report.py [results/decode.json]
 
 Pure: the JSON in, Markdown out (tests/test_llama_decode_driver.py checks it on the CPU).
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from model import HBM_PEAK, floor_us, kv_bytes_per_step, weight_bytes_per_step  # noqa: E402
+from decode_model import HBM_PEAK, floor_us, kv_bytes_per_step, weight_bytes_per_step  # noqa: E402
 
 # Published, not re-run here: msaroufim/megakernels-vs-cuda-graphs, Llama-3.2-1B decode on an H200, B = 1.
 PUBLISHED_SOURCE = "msaroufim/megakernels-vs-cuda-graphs"
@@ -96,7 +96,7 @@ def summary_line(results: dict) -> str:
 
 def render(results: dict) -> str:
     out = ["# Llama-3.2-1B decode: results", "",
-           f"Written by `report.py` from the JSON `run.py` writes. Date {results.get('date', '?')}; "
+           f"Written by `decode_report.py` from the JSON `run.py` writes. Date {results.get('date', '?')}; "
            f"machine: {results.get('machine', '?')}; torch {results.get('torch', '?')}, transformers "
            f"{results.get('transformers', '?')}; weights: "
            f"{results.get('checkpoint') or 'random (seed %s)' % results.get('seed', '?')}.", "",
@@ -213,7 +213,7 @@ def merged(results: dict, more: dict) -> dict:
 
 
 def main(argv=None) -> int:
-    """report.py [RESULTS.json [MORE.json ...]]: RESULTS.md next to the first, the others' latency merged in."""
+    """decode_report.py [RESULTS.json [MORE.json ...]]: RESULTS.md next to the first, the others' latency merged in."""
     argv = sys.argv[1:] if argv is None else argv
     path = Path(argv[0]) if argv else HERE / "results" / "decode.json"
     results = json.loads(path.read_text())

@@ -22,7 +22,7 @@ if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
 import decode_parts  # noqa: E402
-from model import ceil_div  # noqa: E402
+from decode_model import ceil_div  # noqa: E402
 
 MEGA_PIPELINES = {"split": HERE / "pipelines" / "decode_step.json",
                   "head": HERE / "pipelines" / "decode_step_head.json"}
@@ -158,7 +158,7 @@ def call_args(call: str, layer: int | None, t: dict) -> dict:
 
 def launch_units(kernels: dict, NL: int, attention: str, t: dict) -> list:
     """The PreparedLaunch of every launch of one step (kernels: unit -> loaded Kernel)."""
-    from model import pick_args
+    from decode_model import pick_args
     launches = []
     for unit, layer, call in parts_schedule(NL, attention, embed="embed" in kernels):
         k = kernels[unit]
@@ -177,7 +177,7 @@ class MegaStep:
         self.names = [p.name for p in self.kernel.user_params]
 
     def prepare(self, dm, state, L: int):
-        from model import pick_args
+        from decode_model import pick_args
         args = pick_args(self.names, {}, state.common_args(dm, L), f"megakernel ({self.variant})")
         return self.kernel.prepare(**args)
 
