@@ -116,6 +116,15 @@ def test_layers_plan_glue_and_manifest():
     assert shapes["pl_after_final_norm"] == ("1",) and shapes["partials"][0] != "NL"
 
 
+def test_link_map_shows_the_layer_loop():
+    ctx = run(MLP_LAYERS, until="map")
+    m = ctx.link_map
+    assert "  layer loop, NL times:\n    mlp_norm: grid [B] row_major (calls rmsnorm; per layer: norm_w; after down of " \
+           "the layer before)" in m
+    assert "  final_norm: grid [B] row_major (calls rmsnorm)" in m
+    assert "pl_after_down[1], one copy per layer (NL): down notifies" in m
+
+
 def test_calls_share_the_components_resources():
     ctx = run(MLP_LAYERS, until="allocate")
     assert not ctx.sink.errors, [d.render() for d in ctx.sink.items]

@@ -144,15 +144,29 @@ def link_map(r: Resolved, a: Allocation, arch: str, kernel_info: KernelInfo | No
         out.append(f"  {i}  {p.c_decl()}  ({', '.join(p.users)})")
     if r.schedule == "persistent":
         out += ["", f"## tasks (dispatch {r.dispatch}, in this order)"]
+        calls = r.calls
         for name in r.events.order:
             seq = r.component(name).contract.geometry.tile_sequence
-            out.append(f"  {name}: grid [{', '.join(substitute(e, r.geometry) for e in seq.grid)}] {seq.order}")
+            inner = "  "
+            if calls is not None and calls.per_layer and name == calls.per_layer[0]:
+                out.append(f"  layer loop, {calls.layers_c()} times:")
+            if calls is not None and calls.layered(name):
+                inner = "    "
+            line = f"{inner}{name}: grid [{', '.join(substitute(e, r.geometry) for e in seq.grid)}] {seq.order}"
+            if calls is not None:
+                code = r.component(name).code.name
+                stacked = [p for (c, p) in calls.stacked if c == name]
+                line += (f" (calls {code}" + (f"; per layer: {', '.join(stacked)}" if stacked else "")
+                         + "".join(f"; after {p} of the layer before" for p in calls.previous.get(name, ())) + ")")
+            out.append(line)
         out += ["", "## events (64-bit counters, zero at launch)"]
+        per_layer = layered_events(r.calls, r.events)
         for t in r.events.tensors.values():
             edges = [e for e in event_edges(r) if e.tensor == t.name]
             notes = "; ".join(f"{e.component} notifies {e.map}" for e in edges if e.kind == "notify")
             waits = "; ".join(f"{e.component} waits {e.map} for {e.count}" for e in edges if e.kind == "wait")
-            out.append(f"  {t.name}[{event_shape(r, t)}]: {notes}; {waits}")
+            copies = f", one copy per layer ({r.calls.layers_c()})" if t.name in per_layer else ""
+            out.append(f"  {t.name}[{event_shape(r, t)}]{copies}: {notes}; {waits}")
             out += [f"    {w.component} waits {w.map.text} for {w.count_term.text}: {DEVICE_COUNT_NOTE}"
                     for w in t.waiters if w.count_term is not None]
     else:
