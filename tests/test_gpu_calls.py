@@ -2,7 +2,9 @@
 NL layers of stacked weights (two MLP halves a layer, the residual stream ping-ponging between x and x1),
 then the final norm and the greedy head, all in one persistent kernel; against torch in float64 that
 rounds to bf16 where the kernel does. Fresh random inputs every run (the seed is in the failure
-message), every output poisoned, both dispatches, each kernel launched twice."""
+message), every output poisoned, both dispatches, each kernel launched twice. The `_ring` kernels run the down
+projections as gemv_residual_ring: W through a shared-memory ring its prefetch entry fills by bulk copies, before a
+task waits and (static dispatch) for the CTA's next task."""
 import json
 import os
 import sys
@@ -16,11 +18,12 @@ import decode_parts  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 EPS = 1e-5
-PARTS = tuple(p for p in decode_parts.PARTS + decode_parts.MORE_PARTS
-              if p.name in ("rmsnorm", "gemv_swiglu", "gemv_residual", "lm_head", "argmax_merge"))
+PARTS = tuple(p for p in decode_parts.PARTS + decode_parts.MORE_PARTS + decode_parts.RING_PARTS
+              if p.name in ("rmsnorm", "gemv_swiglu", "gemv_residual", "lm_head", "argmax_merge", "gemv_residual_ring"))
+KERNELS = ("static", "dynamic", "static_ring", "dynamic_ring")
 
 
-def half(tag: str, src: str, dst: str, first: bool) -> list[dict]:
+def half(tag: str, src: str, dst: str, first: bool, down: str = "gemv_residual") -> list[dict]:
     """One MLP half of a layer: dst = src + W_down(silu(W_gate xn) * W_up xn), xn = rmsnorm(src)."""
     norm = {"name": f"norm_{tag}", "component": "rmsnorm", "per_layer": True, "stacked": ["weight"],
             "bind": {"x": src, "weight": f"norm_w_{tag}"}}
@@ -31,14 +34,16 @@ def half(tag: str, src: str, dst: str, first: bool) -> list[dict]:
     return [norm,
             {"name": f"gate_up_{tag}", "component": "gemv_swiglu", "per_layer": True, "stacked": ["w"],
              "bind": {"w": f"w_gu_{tag}", "x": "xn", "K": "H"}, "after": [f"norm_{tag}"]},
-            {"name": f"down_{tag}", "component": "gemv_residual", "per_layer": True, "stacked": ["w"],
+            {"name": f"down_{tag}", "component": down, "per_layer": True, "stacked": ["w"],
              "bind": {"w": f"w_down_{tag}", "x": "h", "r": src, "y": dst, "N": "H", "K": "I"},
              "after": [f"gate_up_{tag}"]}]
 
 
-def pipeline(dispatch: str) -> dict:
-    return {"pipeline": 1, "name": f"mlp_stack_{dispatch}", "layers": "NL", "dispatch": dispatch,
-            "calls": half("a", "x", "x1", True) + half("b", "x1", "x", False) + [
+def pipeline(kind: str) -> dict:
+    dispatch, _, ring = kind.partition("_")
+    down = "gemv_residual_ring" if ring else "gemv_residual"
+    return {"pipeline": 1, "name": f"mlp_stack_{kind}", "layers": "NL", "dispatch": dispatch,
+            "calls": half("a", "x", "x1", True, down) + half("b", "x1", "x", False, down) + [
                 {"name": "final_norm", "component": "rmsnorm", "bind": {"weight": "final_w"}, "after": ["down_b"]},
                 {"name": "lm_head", "bind": {"w": "w_lm", "x": "xn", "part": "head_part", "K": "H"},
                  "after": ["final_norm"]},
@@ -51,13 +56,14 @@ def kernels(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("calls")
     objects = decode_parts.build_all(tmp, PARTS)
     out = {}
-    for dispatch in ("static", "dynamic"):
-        p = tmp / f"{dispatch}.json"
-        p.write_text(json.dumps(pipeline(dispatch)))
-        linked = pipelink.link([str(objects[n]) for n in ("rmsnorm", "gemv_swiglu", "gemv_residual", "lm_head",
-                                                            "argmax_merge")], pipeline=str(p))
+    for kind in KERNELS:
+        p = tmp / f"{kind}.json"
+        p.write_text(json.dumps(pipeline(kind)))
+        down = "gemv_residual_ring" if kind.endswith("_ring") else "gemv_residual"
+        linked = pipelink.link([str(objects[n]) for n in ("rmsnorm", "gemv_swiglu", down, "lm_head", "argmax_merge")],
+                               pipeline=str(p))
         assert linked.ok, [d.render() for d in linked.diagnostics]
-        out[dispatch] = linked.kernel()
+        out[kind] = linked.kernel()
     yield out
     for k in out.values():
         k.unload()
@@ -84,7 +90,7 @@ def reference(x, w, NL):
     return x, xn @ w["w_lm"].double().T
 
 
-@pytest.mark.parametrize("dispatch", ["static", "dynamic"])
+@pytest.mark.parametrize("dispatch", KERNELS)
 @pytest.mark.parametrize("B,NL,H,I,V", [(1, 3, 1024, 2048, 4099), (3, 2, 2056, 1000, 1001), (8, 4, 512, 1536, 8192)])
 def test_layers_of_calls_match_torch(kernels, dispatch, B, NL, H, I, V):
     import torch
@@ -106,7 +112,10 @@ def test_layers_of_calls_match_torch(kernels, dispatch, B, NL, H, I, V):
         x, x1, xn, h, logits = x0.clone(), nan(B, H), nan(B, H), nan(B, I), nan(B, V)
         token = torch.full((B,), -1, dtype=torch.int32, device="cuda")
         part = torch.full(decode_parts.argmax_workspace_shape(B, V), -1, dtype=torch.int64, device="cuda")
+        # a ring kernel's first launch on 16 CTAs: many tasks a CTA, the next one's W copied while this one runs
+        grid = 16 if dispatch.endswith("_ring") and launch == 0 else None
         kernels[dispatch].launch(x=x, x1=x1, xn=xn, h=h, logits=logits, token=token, head_part=part.view(torch.uint64),
+                                 grid=grid,
                                  w_lm=w["w_lm"], final_w=w["final_w"], eps=EPS, B=B, H=H, I=I, V=V, NL=NL,
                                  **{k: v for k, v in w.items() if k not in ("w_lm", "final_w")})
         torch.cuda.synchronize()

@@ -25,7 +25,8 @@ import decode_parts  # noqa: E402
 from decode_model import ceil_div  # noqa: E402
 
 MEGA_PIPELINES = {"split": HERE / "pipelines" / "decode_step.json",
-                  "head": HERE / "pipelines" / "decode_step_head.json"}
+                  "head": HERE / "pipelines" / "decode_step_head.json",
+                  "ring": HERE / "pipelines" / "decode_step_ring.json"}
 EMBED_PART = decode_parts.Part("embedding", "embed")
 
 
@@ -36,7 +37,7 @@ def all_parts() -> tuple:
         if parts:
             return tuple(parts)
     parts = (list(decode_parts.PARTS) + list(decode_parts.ATTENTION_PARTS) + list(decode_parts.MORE_PARTS)
-             + list(decode_parts.NORMED_PARTS))
+             + list(decode_parts.NORMED_PARTS) + list(decode_parts.RING_PARTS))
     if EMBED_PART.source.exists() and EMBED_PART.contract.exists():
         parts.insert(0, EMBED_PART)
     return tuple(parts)

@@ -147,6 +147,9 @@ NORMED_PARTS = (Part("linear", "qkv_rope_normed"), Part("linear", "gemv_swiglu_n
 NORMED_ALONE = ("qkv_rope_normed", "gemv_swiglu_normed")  # each linked alone
 
 EMBED_PARTS = (Part("embedding", "embed"),)
+# W through a two-slot shared-memory ring filled by bulk copies from a prefetch entry (linear/ring.cuh):
+# pipelines/decode_step_ring.json. Same arithmetic as gemv_residual and gemv_swiglu_normed.
+RING_PARTS = (Part("linear", "gemv_residual_ring"), Part("linear", "gemv_swiglu_normed_ring"))
 EMBED_COLS = 2048                                   # embed's columns per task: 256 threads, 16 bytes each
 
 

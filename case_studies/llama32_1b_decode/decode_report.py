@@ -26,11 +26,12 @@ SWAP_CTX = 16384
 LABELS = {
     "pipelink_split": "pipelink megakernel, split-KV attention (decode_step.json)",
     "pipelink_head": "pipelink megakernel, whole-context attention (decode_step_head.json)",
+    "pipelink_ring": "pipelink megakernel, split-KV, W through shared-memory rings (decode_step_ring.json)",
     "parts_graph": "the same pipelink parts as separate kernels in a CUDA graph (dependent launch)",
     "torch_graph": "transformers, StaticCache, one step in a CUDA graph",
     "torch_eager": "transformers, StaticCache, eager",
 }
-ORDER = ["pipelink_split", "pipelink_head", "parts_graph", "torch_graph", "torch_eager"]
+ORDER = ["pipelink_split", "pipelink_head", "pipelink_ring", "parts_graph", "torch_graph", "torch_eager"]
 
 
 def weight_bytes(B: int) -> int:

@@ -147,7 +147,7 @@ class SmemLowerBound:
 
 def smem_lower_bound(contracts: list[Contract], env: dict[str, int]) -> SmemLowerBound:
     persistent = ports = mbars = 0
-    phases: dict[str, int] = defaultdict(int)
+    phases: dict[tuple[str, str], int] = defaultdict(int)
     unknown = []
 
     def size(c, what, e):
@@ -162,8 +162,8 @@ def smem_lower_bound(contracts: list[Contract], env: dict[str, int]) -> SmemLowe
             n = size(c, b.name, b.bytes)
             if b.lifetime == "persistent":
                 persistent += n
-            else:
-                phases[b.phase] += n
+            else:  # a phase is one component's: two components' scratch may share bytes (tasks run apart)
+                phases[(c.name, b.phase)] += n
         for p in c.ports:
             if p.space == "smem" and p.direction == "out":
                 elems = 1

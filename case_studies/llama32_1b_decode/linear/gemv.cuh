@@ -124,10 +124,22 @@ struct StageNormed {
 // valid or not; then flush(bg, nb) runs on every thread (an epilogue that may meet at sync()).
 // Sync: a callable that synchronizes the component's THREADS threads (its named barrier).
 // stage: StageRaw, StageNormed or any type with their begin and load.
-template <int WARPS, int ROWS, int KCHUNK, int BATCH, class Stage, class RowOf, class Store, class Flush, class Sync>
-__device__ __forceinline__ void rows_staged(const bf16* __restrict__ w, const Stage& stage, int B, int K,
-                                            uint4* __restrict__ xs, RowOf row_of, Store store, Flush flush,
-                                            Sync sync) {
+// W straight from global memory (each element read once: streamed past L1).
+struct WGlobal {
+  const bf16* w;
+  int K;
+  __device__ __forceinline__ void begin() const {}
+  __device__ __forceinline__ uint4 load(int, int n, int v0, int v) const {
+    return load_stream(w + (long long)n * K + (long long)(v0 + v) * 8);
+  }
+};
+
+// wsrc: where W comes from (WGlobal; ring.cuh's WRing takes the first K chunk from shared memory).
+template <int WARPS, int ROWS, int KCHUNK, int BATCH, class WSrc, class Stage, class RowOf, class Store, class Flush,
+          class Sync>
+__device__ __forceinline__ void rows_from(const WSrc& wsrc, const Stage& stage, int B, int K,
+                                          uint4* __restrict__ xs, RowOf row_of, Store store, Flush flush,
+                                          Sync sync) {
   static_assert(ROWS % WARPS == 0, "gemv: the rows of a task must split evenly over the warps");
   static_assert(KCHUNK % 256 == 0, "gemv: a K chunk is a whole number of warp-wide 16-byte sweeps");
   static_assert(BATCH >= 1 && BATCH <= 32, "gemv: lane b writes batch row b");
@@ -137,6 +149,7 @@ __device__ __forceinline__ void rows_staged(const bf16* __restrict__ w, const St
   constexpr int CHUNK_VECS = KCHUNK / 8;   // 16-byte vectors of one staged x row
   const int t = threadIdx.x % THREADS, warp = t / 32, lane = t % 32;
   const int kvecs = K / 8;
+  wsrc.begin();
 
   for (int bg = 0; bg < B; bg += BATCH) {
     const int nb = min(BATCH, B - bg);
@@ -156,8 +169,7 @@ __device__ __forceinline__ void rows_staged(const bf16* __restrict__ w, const St
 #pragma unroll
         for (int u = 0; u < VPL; ++u) {
           const int v = u * 32 + lane;
-          wv[i][u] = (n >= 0 && v < cv) ? load_stream(w + (long long)n * K + (long long)(v0 + v) * 8)
-                                        : make_uint4(0u, 0u, 0u, 0u);
+          wv[i][u] = (n >= 0 && v < cv) ? wsrc.load(warp * RPW + i, n, v0, v) : make_uint4(0u, 0u, 0u, 0u);
         }
       }
       for (int idx = t; idx < nb * cv; idx += THREADS) {
@@ -202,6 +214,14 @@ __device__ __forceinline__ void rows_staged(const bf16* __restrict__ w, const St
   }
 }
 
+// rows_from with W from global memory.
+template <int WARPS, int ROWS, int KCHUNK, int BATCH, class Stage, class RowOf, class Store, class Flush, class Sync>
+__device__ __forceinline__ void rows_staged(const bf16* __restrict__ w, const Stage& stage, int B, int K,
+                                            uint4* __restrict__ xs, RowOf row_of, Store store, Flush flush,
+                                            Sync sync) {
+  rows_from<WARPS, ROWS, KCHUNK, BATCH>(WGlobal{w, K}, stage, B, K, xs, row_of, store, flush, sync);
+}
+
 // rows_staged with x staged as it is.
 template <int WARPS, int ROWS, int KCHUNK, int BATCH, class RowOf, class Store, class Flush, class Sync>
 __device__ __forceinline__ void rows_with(const bf16* __restrict__ w, const bf16* __restrict__ x, int B, int K,
@@ -210,13 +230,14 @@ __device__ __forceinline__ void rows_with(const bf16* __restrict__ w, const bf16
   rows_staged<WARPS, ROWS, KCHUNK, BATCH>(w, StageRaw{x, K}, B, K, xs, row_of, store, flush, sync);
 }
 
-// The plain form: rows n0 .. n0 + ROWS - 1 of W (those below N), y[b, n] = s (+ r[b, n]), rounded once.
-template <int WARPS, int ROWS, int KCHUNK, int BATCH, bool kResidual, class Sync>
-__device__ __forceinline__ void rows(int n0, const bf16* __restrict__ w, const bf16* __restrict__ x,
-                                     const bf16* __restrict__ r, bf16* __restrict__ y, int B, int N, int K,
-                                     uint4* __restrict__ xs, Sync sync) {
-  rows_with<WARPS, ROWS, KCHUNK, BATCH>(
-      w, x, B, K, xs, [=](int i) { return n0 + i < N ? n0 + i : -1; },
+// The plain form: rows n0 .. n0 + ROWS - 1 of W (those below N), y[b, n] = s (+ r[b, n]), rounded once; W from
+// `wsrc` (rows: from global memory).
+template <int WARPS, int ROWS, int KCHUNK, int BATCH, bool kResidual, class WSrc, class Sync>
+__device__ __forceinline__ void rows_src(int n0, const WSrc& wsrc, const bf16* __restrict__ x,
+                                         const bf16* __restrict__ r, bf16* __restrict__ y, int B, int N, int K,
+                                         uint4* __restrict__ xs, Sync sync) {
+  rows_from<WARPS, ROWS, KCHUNK, BATCH>(
+      wsrc, StageRaw{x, K}, B, K, xs, [=](int i) { return n0 + i < N ? n0 + i : -1; },
       [=](int i, int bg, int b, float s) {
         const int n = n0 + i;
         if (n < N) {
@@ -226,6 +247,13 @@ __device__ __forceinline__ void rows(int n0, const bf16* __restrict__ w, const b
         }
       },
       [](int, int) {}, sync);
+}
+
+template <int WARPS, int ROWS, int KCHUNK, int BATCH, bool kResidual, class Sync>
+__device__ __forceinline__ void rows(int n0, const bf16* __restrict__ w, const bf16* __restrict__ x,
+                                     const bf16* __restrict__ r, bf16* __restrict__ y, int B, int N, int K,
+                                     uint4* __restrict__ xs, Sync sync) {
+  rows_src<WARPS, ROWS, KCHUNK, BATCH, kResidual>(n0, WGlobal{w, K}, x, r, y, B, N, K, xs, sync);
 }
 
 }  // namespace gemv_body

@@ -13,15 +13,16 @@ __device__ __forceinline__ int row_of(int n0, int I, int i) {
   return n < I ? (i < COLS ? n : I + n) : -1;
 }
 
-// res: BATCH * ROWS floats of shared memory; sync: the component's named barrier.
-template <int WARPS, int ROWS, int KCHUNK, int BATCH, int COLS, class Stage, class Sync>
-__device__ __forceinline__ void task(int n0, const __nv_bfloat16* __restrict__ w, const Stage& stage,
-                                     __nv_bfloat16* __restrict__ h, int B, int I, int K, uint4* __restrict__ xs,
-                                     float* __restrict__ res, Sync sync) {
+// res: BATCH * ROWS floats of shared memory; sync: the component's named barrier; W from `wsrc` (gemv.cuh's
+// WGlobal, ring.cuh's WRing).
+template <int WARPS, int ROWS, int KCHUNK, int BATCH, int COLS, class WSrc, class Stage, class Sync>
+__device__ __forceinline__ void task_from(int n0, const WSrc& wsrc, const Stage& stage,
+                                          __nv_bfloat16* __restrict__ h, int B, int I, int K,
+                                          uint4* __restrict__ xs, float* __restrict__ res, Sync sync) {
   static_assert(ROWS == 2 * COLS && WARPS == ROWS, "gemv_swiglu: a task is COLS gate rows and as many up rows, one per warp");
   const int t = threadIdx.x % (WARPS * 32);
-  gemv_body::rows_staged<WARPS, ROWS, KCHUNK, BATCH>(
-      w, stage, B, K, xs,
+  gemv_body::rows_from<WARPS, ROWS, KCHUNK, BATCH>(
+      wsrc, stage, B, K, xs,
       [=](int i) { return row_of<COLS>(n0, I, i); },
       [=](int i, int, int b, float s) { res[b * ROWS + i] = s; },
       [=](int bg, int nb) {
@@ -36,6 +37,14 @@ __device__ __forceinline__ void task(int n0, const __nv_bfloat16* __restrict__ w
         sync();  // every thread has read res before the next batch group (or task) writes it
       },
       sync);
+}
+
+// task with W from global memory.
+template <int WARPS, int ROWS, int KCHUNK, int BATCH, int COLS, class Stage, class Sync>
+__device__ __forceinline__ void task(int n0, const __nv_bfloat16* __restrict__ w, const Stage& stage,
+                                     __nv_bfloat16* __restrict__ h, int B, int I, int K, uint4* __restrict__ xs,
+                                     float* __restrict__ res, Sync sync) {
+  task_from<WARPS, ROWS, KCHUNK, BATCH, COLS>(n0, gemv_body::WGlobal{w, K}, stage, h, B, I, K, xs, res, sync);
 }
 
 }  // namespace swiglu_body

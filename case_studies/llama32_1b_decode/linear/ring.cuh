@@ -1,0 +1,64 @@
+// A task's W through a two-slot shared-memory ring that the TMA unit fills (the `_ring` GEMVs). The prefetch
+// entry runs before the task waits on its inputs and, under static dispatch, for the CTA's next task while
+// this one runs: thread 0 starts one bulk copy per row of the task's first K chunk (ROWS x KCHUNK bf16, 32 KB)
+// into slot iteration % 2 and arms the slot's mbarrier with the bytes; the entry waits on that mbarrier
+// (phase (iteration / 2) % 2: a slot's fills alternate) and reads the chunk from shared memory. Further K
+// chunks (down: K = 8192) stream from global memory as in the plain walk. The slot's last reader is the
+// task two before, which the glue's barrier ended before this prefetch.
+#pragma once
+#include "gemv.cuh"
+
+namespace ring_body {
+
+using bf16 = __nv_bfloat16;
+
+__device__ __forceinline__ unsigned smem_u32(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+// Thread 0: every row's first chunk of W into `slot` ([ROWS][KCHUNK] bf16), completing on `bar`.
+template <int ROWS, int KCHUNK, class RowOf>
+__device__ __forceinline__ void fill(const bf16* __restrict__ w, int K, RowOf row_of, bf16* slot,
+                                     unsigned long long* bar) {
+  if (threadIdx.x != 0) return;
+  const unsigned row_bytes = (unsigned)min(K, KCHUNK) * 2u;  // K is a multiple of 8: 16-byte multiples
+  unsigned total = 0;
+#pragma unroll
+  for (int i = 0; i < ROWS; ++i) total += row_of(i) >= 0 ? row_bytes : 0u;
+  // The slot's bytes were last written and read by ordinary loads and stores (this component's or, between
+  // calls, another's scratch): order them before the bulk copies write.
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(total) : "memory");
+#pragma unroll
+  for (int i = 0; i < ROWS; ++i) {
+    const int n = row_of(i);
+    if (n >= 0)
+      asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                   ::"r"(smem_u32(slot + (long long)i * KCHUNK)), "l"(w + (long long)n * K), "r"(row_bytes),
+                   "r"(smem_u32(bar))
+                   : "memory");
+  }
+}
+
+__device__ __forceinline__ void wait(unsigned long long* bar, unsigned parity) {
+  unsigned done = 0;
+  while (!done)
+    asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
+                 : "=r"(done) : "r"(smem_u32(bar)), "r"(parity) : "memory");
+}
+
+// gemv.cuh's W source with the first K chunk from the slot (after the fill landed).
+template <int KCHUNK>
+struct WRing {
+  const bf16* w;
+  int K;
+  const uint4* slot;  // [ROWS][KCHUNK / 8]
+  unsigned long long* bar;
+  unsigned parity;
+  __device__ __forceinline__ void begin() const { wait(bar, parity); }
+  __device__ __forceinline__ uint4 load(int local, int n, int v0, int v) const {
+    return v0 == 0 ? slot[local * (KCHUNK / 8) + v] : gemv_body::load_stream(w + (long long)n * K + (long long)(v0 + v) * 8);
+  }
+};
+
+}  // namespace ring_body

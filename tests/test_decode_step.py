@@ -1,0 +1,77 @@
+"""The whole Llama-3.2-1B decode step as one kernel, on the CPU: every team's component built, the three step
+pipelines linked (split-KV attention, whole-context attention, GEMVs through shared-memory rings), and what the
+case study's driver passes is what each linked kernel takes, with the extents the launcher will check."""
+import sys
+from pathlib import Path
+
+import pytest
+
+CASE = Path(__file__).resolve().parent.parent / "case_studies" / "llama32_1b_decode"
+sys.path.insert(0, str(CASE))
+
+import decode_kernels  # noqa: E402
+import decode_model  # noqa: E402
+import decode_parts  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def objects(tmp_path_factory):
+    return decode_kernels.build_objects(tmp_path_factory.mktemp("step"))
+
+
+@pytest.fixture(scope="module")
+def linked(objects):
+    return {variant: decode_kernels.link_mega(objects, variant) for variant in decode_kernels.MEGA_PIPELINES}
+
+
+@pytest.mark.parametrize("variant", sorted(decode_kernels.MEGA_PIPELINES))
+def test_step_links_into_one_kernel(linked, variant):
+    result = linked[variant]
+    assert result.ok, [d.render() for d in result.diagnostics]
+    m = result.manifest
+    assert m.schedule == "persistent" and m.block == (256, 1, 1)
+    # two CTAs an SM: every buffer is per-task scratch, shared across the calls' components
+    assert m.dynamic_smem <= (100 * 1024 if variant == "ring" else 34 * 1024)
+    assert m.tasks["down"].startswith("(NL) * ") and not m.tasks["lm_head"].startswith("(NL)")
+
+
+@pytest.mark.parametrize("variant", sorted(decode_kernels.MEGA_PIPELINES))
+def test_the_driver_passes_every_parameter_with_its_extents(linked, variant):
+    """The driver's tensors (by the megakernel's names) against the manifest: every parameter has a value, and
+    every tensor's element count covers every extent a component declares (B = 8, Lmax = 4096)."""
+    from pipelink.core.expr import parse
+    m = linked[variant].manifest
+    B, Lmax = 8, 4096
+    shapes = dict(decode_model.weight_shapes())
+    shapes.update(decode_model.scratch_shapes(B, Lmax))
+    shapes.update(k_cache=decode_model.cache_shape(B, Lmax), v_cache=decode_model.cache_shape(B, Lmax),
+                  token=(B,), pos=(B,), inv_freq=(32,))
+    scalars = dict(B=B, H=decode_model.HIDDEN, I=decode_model.INTERMEDIATE, V=decode_model.VOCAB,
+                   NL=decode_model.LAYERS, L=Lmax, Lmax=Lmax)
+    env = dict(scalars, **m.geometry)
+    for p in m.user_params:
+        if not p.pointer:
+            assert p.name in scalars or p.dtype == "f32", p.name
+            continue
+        assert p.name in shapes, f"{variant}: the driver has no tensor '{p.name}'"
+        have = 1
+        for e in shapes[p.name]:
+            have *= e
+        for shape in p.shapes:
+            need = 1
+            for e in shape:
+                need *= parse(e).evaluate(env)
+            assert have >= need, f"{variant}: '{p.name}' holds {have} elements, a component declares {shape} = {need}"
+
+
+def test_the_ring_step_differs_from_the_plain_one_only_in_its_gemvs():
+    import json
+    plain = json.loads((CASE / "pipelines" / "decode_step.json").read_text())
+    ring = json.loads((CASE / "pipelines" / "decode_step_ring.json").read_text())
+    swap = {"gemv_residual": "gemv_residual_ring", "gemv_swiglu_normed": "gemv_swiglu_normed_ring"}
+    assert len(plain["calls"]) == len(ring["calls"])
+    for a, b in zip(plain["calls"], ring["calls"]):
+        if a.get("component") in swap:
+            a = dict(a, component=swap[a["component"]])
+        assert a == b
+    assert {p.name for p in decode_parts.RING_PARTS} == set(swap.values())
