@@ -9,7 +9,9 @@
   and argmax_merge (greedy decoding head)
 - pipelines/lm_head_argmax.json: lm_head -> argmax_merge in one persistent kernel
 - linear/ qkv_rope_normed and gemv_swiglu_normed: the two with the RMSNorm as their prologue (each linked alone)
+- linear/ gemv_residual_ring and gemv_swiglu_normed_ring: W through a shared-memory ring their prefetch entries fill
 - embedding/ embed: the token embedding lookup (linked alone)
+- pipelines/decode_step*.json: the whole step (embedding, NL layers, final norm, greedy head) in one kernel
 - llama3_inv_freq: the rotary frequencies qkv_rope takes, Llama-3 frequency scaling included
 
 The team folders' `build.sh` run `pipelink build` on the same sources and contracts; this module builds
