@@ -267,3 +267,18 @@ def test_prefetch_misuse():
         {"pipeline": 1, "schedule": "warp_specialized"}, DiagnosticSink()), cache=False), components=comps,
         until="resolve")
     assert "PL177" in codes(ctx)
+
+
+@pytest.mark.parametrize("calls", [
+    [{"name": "a", "bogus": 1}],                       # an unknown key is an error, not a silent default
+    [{"name": "a", "bind": {"x": 3}}],                 # a kernel parameter is a name
+    [{"name": "1a"}],                                  # not an identifier
+    [],                                                # calls, if given, are some
+])
+def test_malformed_calls_are_schema_errors(tmp_path, capsys, calls):
+    from pipelink.cli import main
+    p = tmp_path / "p.json"
+    p.write_text(json.dumps({"pipeline": 1, "layers": "NL", "calls": calls}))
+    rc = main(["check", *(str(DECODE / f) for f in CONTRACTS.values()), "--pipeline", str(p)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "PL133" in err and "/calls" in err and "Traceback" not in err

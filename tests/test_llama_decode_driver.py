@@ -192,3 +192,12 @@ def test_report_main_writes_results_md(tmp_path, capsys):
     assert report.main([str(path)]) == 0
     assert (tmp_path / "RESULTS.md").read_text().rstrip().endswith("greedy tokens identical 63/64")
     assert capsys.readouterr().out.startswith("summary: ")
+
+
+def test_the_ring_control_swaps_the_same_gemvs_as_the_ring_step():
+    import json
+    ring = json.loads((CASE / "pipelines" / "decode_step_ring.json").read_text())
+    swapped = {c["component"] for c in ring["calls"] if c.get("component", "").endswith("_ring")}
+    assert set(kernels.RING_UNITS.values()) == swapped
+    assert set(kernels.RING_UNITS) <= set(kernels.PART_UNITS)
+

@@ -111,6 +111,10 @@ PART_UNITS = {
 }
 
 
+# The separate-kernel units decode_step_ring.json's GEMVs replace (same parameters, same arithmetic).
+RING_UNITS = {"gemv_residual": "gemv_residual_ring", "gemv_swiglu_normed": "gemv_swiglu_normed_ring"}
+
+
 def parts_schedule(NL: int, attention: str = "split", embed: bool = True) -> list[tuple[str, int | None, str]]:
     """The launches of one step, in order: (unit, layer or None, which call), the megakernel's calls
     (pipelines/decode_step.json) one kernel each. `attention` is 'split' or 'head'. Per layer: norm + q/k/v
@@ -189,12 +193,15 @@ class MegaStep:
 class PartsStep:
     """The components as separate kernels, in order; `prepare` returns a callable launching one step."""
 
-    def __init__(self, objects: dict, attention: str = "split", dependent: bool = True):
+    def __init__(self, objects: dict, attention: str = "split", dependent: bool = True, ring: bool = False):
+        """`ring`: the GEMVs that decode_step_ring.json swaps in (RING_UNITS), the fair control of that step."""
         self.attention = attention
         units = {u for u, _, _ in parts_schedule(1, attention, embed="embed" in objects)}
         self.kernels, self.dependent = {}, {}
         for unit in sorted(units):
             names, pipe = PART_UNITS[unit]
+            if ring and unit in RING_UNITS:
+                names = (RING_UNITS[unit],)
             result, dep = link_part(objects, names, pipe, dependent)
             self.kernels[unit] = result.kernel()
             self.dependent[unit] = dep

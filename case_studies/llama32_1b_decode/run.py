@@ -39,7 +39,7 @@ PROMPT = [128000, 791, 4062, 14198, 39935, 35308, 927, 279, 16053, 5679, 13]
 BATCHES = [1, 8]
 CONTEXTS = [16, 256, 1024, 4096, 16384]
 
-PIPELINK_VARIANTS = ("pipelink_split", "pipelink_head", "pipelink_ring", "parts_graph")
+PIPELINK_VARIANTS = ("pipelink_split", "pipelink_head", "pipelink_ring", "parts_graph", "parts_ring_graph")
 
 
 def log(*a):
@@ -72,6 +72,8 @@ def load_variants(objects, wanted, errors):
             elif name == "parts_graph":
                 made[name] = PartsStep(objects, "split", dependent=True)
                 log(f"parts_graph: dependent launch {made[name].dependent}")
+            elif name == "parts_ring_graph":  # the ring step's components as separate kernels
+                made[name] = PartsStep(objects, "split", dependent=True, ring=True)
         except Exception as exc:
             errors[name] = f"{type(exc).__name__}: {exc}"
             log(f"{name}: not available: {errors[name]}")
