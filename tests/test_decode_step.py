@@ -68,10 +68,11 @@ def test_the_ring_step_differs_from_the_plain_one_only_in_its_gemvs():
     import json
     plain = json.loads((CASE / "pipelines" / "decode_step.json").read_text())
     ring = json.loads((CASE / "pipelines" / "decode_step_ring.json").read_text())
-    swap = {"gemv_residual": "gemv_residual_ring", "gemv_swiglu_normed": "gemv_swiglu_normed_ring"}
+    swap = {n: n + "_ring" for n in ("gemv_residual", "gemv_swiglu_normed", "qkv_rope_normed", "lm_head")}
     assert len(plain["calls"]) == len(ring["calls"])
     for a, b in zip(plain["calls"], ring["calls"]):
-        if a.get("component") in swap:
-            a = dict(a, component=swap[a["component"]])
+        comp = a.get("component", a["name"])
+        if comp in swap:
+            a = dict(a, component=swap[comp])
         assert a == b
     assert {p.name for p in decode_parts.RING_PARTS} == set(swap.values())

@@ -1,5 +1,5 @@
-"""The ring GEMVs (case_studies/llama32_1b_decode/linear: gemv_residual_ring, gemv_swiglu_normed_ring) on a GPU,
-bit for bit against gemv_residual and gemv_swiglu_normed: the same arithmetic, W's first K chunk read from a
+"""The ring GEMVs (case_studies/llama32_1b_decode/linear: gemv_residual_ring, gemv_swiglu_normed_ring,
+qkv_rope_normed_ring, lm_head_ring) on a GPU, bit for bit against the plain ones: the same arithmetic, W's first K chunk read from a
 shared-memory slot that the prefetch entry's bulk copies filled (linked alone, the entry runs right before the
 task; the first launch runs on 8 CTAs, so each walks many tiles through both slots and both mbarrier phases).
 
@@ -19,13 +19,14 @@ import decode_parts  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 EPS = decode_parts.RMS_EPS
-PAIRS = {"gemv_residual_ring": "gemv_residual", "gemv_swiglu_normed_ring": "gemv_swiglu_normed"}
+PAIRS = {"gemv_residual_ring": "gemv_residual", "gemv_swiglu_normed_ring": "gemv_swiglu_normed",
+         "qkv_rope_normed_ring": "qkv_rope_normed", "lm_head_ring": "lm_head"}
 
 
 @pytest.fixture(scope="module")
 def kernels(tmp_path_factory):
     parts = decode_parts.RING_PARTS + tuple(p for p in decode_parts.PARTS + decode_parts.NORMED_PARTS
-                                            if p.name in PAIRS.values())
+                                            + decode_parts.MORE_PARTS if p.name in PAIRS.values())
     objects = decode_parts.build_all(tmp_path_factory.mktemp("ring"), parts)
     out = {}
     for name in list(PAIRS) + list(PAIRS.values()):
@@ -84,3 +85,53 @@ def test_gemv_swiglu_normed_ring_is_gemv_swiglu_normed(kernels, B, I, K):
         torch.cuda.synchronize()
         assert torch.equal(got.view(torch.int16), want.view(torch.int16)), \
             f"B={B} I={I} K={K} seed={seed} launch {launch}: {(got.float() - want.float()).abs().nan_to_num(1e9).max()}"
+
+
+def _same(got, want, what):
+    import torch
+    assert torch.equal(got.view(torch.int16), want.view(torch.int16)), \
+        f"{what}: {(got.float() - want.float()).abs().nan_to_num(1e9).max()}"
+
+
+@pytest.mark.parametrize("B", [1, 3, 8])
+@pytest.mark.parametrize("K", [2048, 40])
+def test_qkv_rope_normed_ring_is_qkv_rope_normed(kernels, B, K):
+    import torch
+    seed = int.from_bytes(os.urandom(4), "little")
+    g = _gen(seed)
+    Lmax = 64
+    w = (torch.randn(decode_parts.QKV, K, generator=g, device="cuda") / K ** 0.5).to(torch.bfloat16)
+    x = (3 * torch.randn(B, K, generator=g, device="cuda")).to(torch.bfloat16)
+    norm_w = (1 + 0.1 * torch.randn(K, generator=g, device="cuda")).to(torch.bfloat16)
+    pos = torch.randint(0, Lmax, (B,), generator=g, device="cuda", dtype=torch.int32)
+    inv_freq = torch.tensor(decode_parts.llama3_inv_freq(), dtype=torch.float32, device="cuda")
+    outs = {}
+    for name in ("qkv_rope_normed", "qkv_rope_normed_ring"):
+        q, kc, vc = _nan(B, 32, 64), _nan(B * 8, Lmax, 64), _nan(B * 8, Lmax, 64)
+        kernels[name].launch(w=w, x=x, norm_w=norm_w, eps=EPS, pos=pos, inv_freq=inv_freq, q=q, k_cache=kc,
+                             v_cache=vc, B=B, K=K, Lmax=Lmax, grid=8 if name.endswith("_ring") else None)
+        torch.cuda.synchronize()
+        outs[name] = (q, kc, vc)
+    for got, want, what in zip(outs["qkv_rope_normed_ring"], outs["qkv_rope_normed"], ("q", "k_cache", "v_cache")):
+        _same(got, want, f"{what} B={B} K={K} seed={seed}")
+
+
+@pytest.mark.parametrize("B", [1, 3, 8])
+@pytest.mark.parametrize("V,K", [(decode_parts.VOCAB, 2048), (1001, 40)], ids=str)
+def test_lm_head_ring_is_lm_head(kernels, B, V, K):
+    import torch
+    seed = int.from_bytes(os.urandom(4), "little")
+    g = _gen(seed)
+    w = (torch.randn(V, K, generator=g, device="cuda") / K ** 0.5).to(torch.bfloat16)
+    x = torch.randn(B, K, generator=g, device="cuda").to(torch.bfloat16)
+    outs = {}
+    for name in ("lm_head", "lm_head_ring"):
+        logits = _nan(B, V)
+        part = torch.full(decode_parts.argmax_workspace_shape(B, V), -1, dtype=torch.int64, device="cuda")
+        kernels[name].launch(w=w, x=x, logits=logits, part=part.view(torch.uint64), B=B, V=V, K=K,
+                             grid=16 if name.endswith("_ring") else None)
+        torch.cuda.synchronize()
+        outs[name] = (logits, part)
+    _same(outs["lm_head_ring"][0], outs["lm_head"][0], f"logits B={B} V={V} K={K} seed={seed}")
+    assert torch.equal(outs["lm_head_ring"][1], outs["lm_head"][1]), f"argmax keys B={B} V={V} K={K} seed={seed}"
+

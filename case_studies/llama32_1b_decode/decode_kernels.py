@@ -112,7 +112,8 @@ PART_UNITS = {
 
 
 # The separate-kernel units decode_step_ring.json's GEMVs replace (same parameters, same arithmetic).
-RING_UNITS = {"gemv_residual": "gemv_residual_ring", "gemv_swiglu_normed": "gemv_swiglu_normed_ring"}
+RING_UNITS = {"gemv_residual": ("gemv_residual_ring",), "gemv_swiglu_normed": ("gemv_swiglu_normed_ring",),
+              "qkv_rope_normed": ("qkv_rope_normed_ring",), "lm_head": ("lm_head_ring", "argmax_merge")}
 
 
 def parts_schedule(NL: int, attention: str = "split", embed: bool = True) -> list[tuple[str, int | None, str]]:
@@ -200,8 +201,8 @@ class PartsStep:
         self.kernels, self.dependent = {}, {}
         for unit in sorted(units):
             names, pipe = PART_UNITS[unit]
-            if ring and unit in RING_UNITS:
-                names = (RING_UNITS[unit],)
+            if ring and unit in RING_UNITS:  # (the head's two components meet through their event: persistent)
+                names, pipe = RING_UNITS[unit], None
             result, dep = link_part(objects, names, pipe, dependent)
             self.kernels[unit] = result.kernel()
             self.dependent[unit] = dep

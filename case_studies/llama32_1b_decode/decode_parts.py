@@ -9,7 +9,8 @@
   and argmax_merge (greedy decoding head)
 - pipelines/lm_head_argmax.json: lm_head -> argmax_merge in one persistent kernel
 - linear/ qkv_rope_normed and gemv_swiglu_normed: the two with the RMSNorm as their prologue (each linked alone)
-- linear/ gemv_residual_ring and gemv_swiglu_normed_ring: W through a shared-memory ring their prefetch entries fill
+- linear/ *_ring (gemv_residual, gemv_swiglu_normed, qkv_rope_normed, lm_head): W through a shared-memory ring
+  their prefetch entries fill
 - embedding/ embed: the token embedding lookup (linked alone)
 - pipelines/decode_step*.json: the whole step (embedding, NL layers, final norm, greedy head) in one kernel
 - llama3_inv_freq: the rotary frequencies qkv_rope takes, Llama-3 frequency scaling included
@@ -150,8 +151,9 @@ NORMED_ALONE = ("qkv_rope_normed", "gemv_swiglu_normed")  # each linked alone
 
 EMBED_PARTS = (Part("embedding", "embed"),)
 # W through a two-slot shared-memory ring filled by bulk copies from a prefetch entry (linear/ring.cuh):
-# pipelines/decode_step_ring.json. Same arithmetic as gemv_residual and gemv_swiglu_normed.
-RING_PARTS = (Part("linear", "gemv_residual_ring"), Part("linear", "gemv_swiglu_normed_ring"))
+# pipelines/decode_step_ring.json. Same arithmetic as the plain GEMVs.
+RING_PARTS = (Part("linear", "gemv_residual_ring"), Part("linear", "gemv_swiglu_normed_ring"),
+              Part("linear", "qkv_rope_normed_ring"), Part("linear", "lm_head_ring"))
 EMBED_COLS = 2048                                   # embed's columns per task: 256 threads, 16 bytes each
 
 

@@ -16,8 +16,9 @@ __device__ __forceinline__ int row_of(int hd, int j, int i) {
 }
 
 // res: BATCH * ROWS floats of shared memory; sync: the component's named barrier.
-template <int WARPS, int ROWS, int KCHUNK, int BATCH, class Stage, class Sync>
-__device__ __forceinline__ void task(int hd, int j, const __nv_bfloat16* __restrict__ w, const Stage& stage,
+// W from `wsrc` (gemv.cuh's WGlobal, ring.cuh's WRing).
+template <int WARPS, int ROWS, int KCHUNK, int BATCH, class WSrc, class Stage, class Sync>
+__device__ __forceinline__ void task_from(int hd, int j, const WSrc& wsrc, const Stage& stage,
                                      const int* __restrict__ pos, const float* __restrict__ inv_freq,
                                      __nv_bfloat16* __restrict__ q, __nv_bfloat16* __restrict__ k_cache,
                                      __nv_bfloat16* __restrict__ v_cache, int B, int K, int Lmax,
@@ -25,8 +26,8 @@ __device__ __forceinline__ void task(int hd, int j, const __nv_bfloat16* __restr
   static_assert(ROWS == 8 && WARPS == 8, "qkv_rope: a task is 4 rotary pairs, one row per warp");
   constexpr int PAIRS = ROWS / 2;
   const int t = threadIdx.x % (WARPS * 32);
-  gemv_body::rows_staged<WARPS, ROWS, KCHUNK, BATCH>(
-      w, stage, B, K, xs, [=](int i) { return row_of<ROWS>(hd, j, i); },
+  gemv_body::rows_from<WARPS, ROWS, KCHUNK, BATCH>(
+      wsrc, stage, B, K, xs, [=](int i) { return row_of<ROWS>(hd, j, i); },
       [=](int i, int, int b, float s) { res[b * ROWS + i] = s; },
       [=](int bg, int nb) {
         sync();  // every warp's sums are in res
@@ -58,6 +59,17 @@ __device__ __forceinline__ void task(int hd, int j, const __nv_bfloat16* __restr
         sync();  // every thread has read res before the next batch group (or task) writes it
       },
       sync);
+}
+
+// task with W from global memory.
+template <int WARPS, int ROWS, int KCHUNK, int BATCH, class Stage, class Sync>
+__device__ __forceinline__ void task(int hd, int j, const __nv_bfloat16* __restrict__ w, const Stage& stage,
+                                     const int* __restrict__ pos, const float* __restrict__ inv_freq,
+                                     __nv_bfloat16* __restrict__ q, __nv_bfloat16* __restrict__ k_cache,
+                                     __nv_bfloat16* __restrict__ v_cache, int B, int K, int Lmax,
+                                     uint4* __restrict__ xs, float* __restrict__ res, Sync sync) {
+  task_from<WARPS, ROWS, KCHUNK, BATCH>(hd, j, gemv_body::WGlobal{w, K}, stage, pos, inv_freq, q, k_cache, v_cache, B,
+                                        K, Lmax, xs, res, sync);
 }
 
 }  // namespace qkv_body
