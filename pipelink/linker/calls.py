@@ -262,7 +262,7 @@ def _plan(spec: PipelineSpec, sink: DiagnosticSink) -> CallPlan | None:
     return CallPlan(spec.layers if layered else None, tuple(names[:first]), tuple(names[first:last]),
                     tuple(names[last:]), previous={c.name: c.after_previous_layer for c in calls
                                                    if c.after_previous_layer},
-                    components={c.name: c.component for c in calls}, where={c.name: c.where for c in calls})
+                    where={c.name: c.where for c in calls})
 
 
 def _waited_events(spec: PipelineSpec, by_name) -> set[str]:

@@ -526,6 +526,8 @@ def _persistent(r: Resolved, a: Allocation) -> list[str]:
             if layered:
                 out.append("  }")
     elif not event_glue.has_layers(r):
+        # Without a layer loop the claim stays 32-bit and the chain flat, so kernels that were linked before
+        # layers existed keep their code byte for byte (the segment walk below costs a few registers).
         ends = []
         for k in range(len(plan.order)):
             ends.append(f"c{k}_tasks" if k == 0 else f"{ends[-1]} + c{k}_tasks")

@@ -13,11 +13,6 @@ static_assert(smem_norm_bytes >= (WARPS + 1) * GEMV_BATCH * 4,
 static_assert(smem_ring_bytes >= 2 * GEMV_ROWS * GEMV_KCHUNK * 2,
               "contract gemv_swiglu_normed_ring: smem.buffers.ring is too small");
 
-namespace {
-__device__ __forceinline__ __nv_bfloat16* slot_of(const pl::Tile& tile) {
-  return smem_ring<__nv_bfloat16>() + (long long)(tile.iteration & 1) * GEMV_ROWS * GEMV_KCHUNK;
-}
-}  // namespace
 
 extern "C" __device__ void gemv_swiglu_normed_ring_prefetch(pl::Tile tile, const __nv_bfloat16* __restrict__ w,
                                                             const __nv_bfloat16* __restrict__,
@@ -25,7 +20,8 @@ extern "C" __device__ void gemv_swiglu_normed_ring_prefetch(pl::Tile tile, const
                                                             __nv_bfloat16* __restrict__, int, int I, int K) {
   const int n0 = tile.coord[0] * SWIGLU_COLS;
   ring_body::fill<GEMV_ROWS, GEMV_KCHUNK>(w, K, [=](int i) { return swiglu_body::row_of<SWIGLU_COLS>(n0, I, i); },
-                                          slot_of(tile), mbar_loaded(tile.iteration & 1));
+                                          smem_ring<__nv_bfloat16>(), mbar_loaded(),
+                                          tile.iteration);
 }
 
 extern "C" __device__ void gemv_swiglu_normed_ring(pl::Tile tile, const __nv_bfloat16* __restrict__ w,
@@ -34,8 +30,8 @@ extern "C" __device__ void gemv_swiglu_normed_ring(pl::Tile tile, const __nv_bfl
                                                    __nv_bfloat16* __restrict__ h, int B, int I, int K) {
   const auto sync = [] { sync_stage(); };
   const gemv_body::StageNormed<WARPS, GEMV_BATCH, decltype(sync)> stage{x, norm_w, eps, K, smem_norm<float>(), sync};
-  const ring_body::WRing<GEMV_KCHUNK> wsrc{w, K, reinterpret_cast<const uint4*>(slot_of(tile)),
-                                           mbar_loaded(tile.iteration & 1), (unsigned)(tile.iteration >> 1) & 1u};
+  const auto wsrc = ring_body::source<GEMV_ROWS, GEMV_KCHUNK>(w, K, smem_ring<__nv_bfloat16>(), mbar_loaded(),
+                                                               tile.iteration);
   swiglu_body::task_from<WARPS, GEMV_ROWS, GEMV_KCHUNK, GEMV_BATCH, SWIGLU_COLS>(
       tile.coord[0] * SWIGLU_COLS, wsrc, stage, h, B, I, K, smem_xs<uint4>(), smem_res<float>(), sync);
 }

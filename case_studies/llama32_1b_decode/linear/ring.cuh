@@ -16,11 +16,20 @@ __device__ __forceinline__ unsigned smem_u32(const void* p) {
   return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
 
-// Thread 0: every row's first chunk of W into `slot` ([ROWS][KCHUNK] bf16), completing on `bar`.
+// The task of the component's `iteration`-th tile on this CTA uses slot iteration % 2 of `ring`
+// ([2][ROWS][KCHUNK] bf16) and mbarrier iteration % 2 of `bars` (two in a row).
+template <int ROWS, int KCHUNK>
+__device__ __forceinline__ bf16* slot(bf16* ring, int iteration) {
+  return ring + (long long)(iteration & 1) * ROWS * KCHUNK;
+}
+
+// The prefetch entry (thread 0): every row's first chunk of W into the task's slot, completing on its mbarrier.
 template <int ROWS, int KCHUNK, class RowOf>
-__device__ __forceinline__ void fill(const bf16* __restrict__ w, int K, RowOf row_of, bf16* slot,
-                                     unsigned long long* bar) {
+__device__ __forceinline__ void fill(const bf16* __restrict__ w, int K, RowOf row_of, bf16* ring,
+                                     unsigned long long* bars, int iteration) {
   if (threadIdx.x != 0) return;
+  bf16* const dst = slot<ROWS, KCHUNK>(ring, iteration);
+  unsigned long long* const bar = bars + (iteration & 1);
   const unsigned row_bytes = (unsigned)min(K, KCHUNK) * 2u;  // K is a multiple of 8: 16-byte multiples
   unsigned total = 0;
 #pragma unroll
@@ -34,7 +43,7 @@ __device__ __forceinline__ void fill(const bf16* __restrict__ w, int K, RowOf ro
     const int n = row_of(i);
     if (n >= 0)
       asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-                   ::"r"(smem_u32(slot + (long long)i * KCHUNK)), "l"(w + (long long)n * K), "r"(row_bytes),
+                   ::"r"(smem_u32(dst + (long long)i * KCHUNK)), "l"(w + (long long)n * K), "r"(row_bytes),
                    "r"(smem_u32(bar))
                    : "memory");
   }
@@ -60,5 +69,13 @@ struct WRing {
     return v0 == 0 ? slot[local * (KCHUNK / 8) + v] : gemv_body::load_stream(w + (long long)n * K + (long long)(v0 + v) * 8);
   }
 };
+
+// The entry's W source for the task: its slot, once its mbarrier completed this slot's (iteration / 2)-th fill.
+template <int ROWS, int KCHUNK>
+__device__ __forceinline__ WRing<KCHUNK> source(const bf16* w, int K, bf16* ring, unsigned long long* bars,
+                                                int iteration) {
+  return WRing<KCHUNK>{w, K, reinterpret_cast<const uint4*>(slot<ROWS, KCHUNK>(ring, iteration)),
+                       bars + (iteration & 1), (unsigned)(iteration >> 1) & 1u};
+}
 
 }  // namespace ring_body
