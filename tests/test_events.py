@@ -312,3 +312,32 @@ def test_debug_events_bound_every_wait():
     assert len(calls) == sum(len(c.contract.events.waits) for c in comps) == 5
     assert {bound for _, bound in calls} == {f"{DEBUG_SPIN_BOUND}ull"}
     assert any("tile_rows[" in count for count, _ in calls)  # the count read from the device
+
+
+def test_only_the_notifying_threads_fence():
+    """After a task's barrier, the threads that move a count fence before their adds; no block-wide fence
+    (it stalled every warp after every task). One element: the thread that takes it; a loop: the threads
+    the loop deals elements to."""
+    import re
+    for comps in (splitk(), [comp("moe_scatter"), comp("moe_expert"), comp("moe_combine")]):
+        glue = linked(comps, dispatch="dynamic").glue
+        lines = glue.splitlines()
+        adds = [i for i, line in enumerate(lines) if "pl::events::add_one(" in line]
+        assert adds
+        assert not [ln for ln in lines if ln.strip() == "__threadfence();  // the task's writes are visible to every CTA before any count moves"]
+        fences = [i for i, ln in enumerate(lines) if re.search(r"^\s*if \(.*threadIdx\.x.*\) __threadfence\(\);", ln)]
+        assert fences
+        for i in adds:  # every add has a conditional fence before it, after the task's barrier
+            f = max(j for j in fences if j < i)
+            b = max(j for j, ln in enumerate(lines[:f]) if "__syncthreads();  // the task's writes are done" in ln)
+            assert b < f < i
+
+
+def test_notifier_condition_matches_the_dealing():
+    from pipelink.linker.event_glue import ElementSpace, Loop, notifier_condition
+    one = ElementSpace((), (), "0")
+    assert notifier_condition(one, 256, 3) == "threadIdx.x == 3u"
+    assert notifier_condition(one, 256, 259) == "threadIdx.x == 3u"
+    two = ElementSpace((Loop("a", "0", "(long long)(B)"), Loop("b", "lo", "hi")), (), "a")
+    assert notifier_condition(two, 256, 0) == \
+        "(long long)threadIdx.x < (long long)((long long)(B)) * max((long long)(hi) - (long long)(lo), 0ll)"

@@ -64,6 +64,15 @@ def test_weight_bytes_per_step_is_the_515_us_floor():
     assert model.kv_bytes_per_step(1, 1024) == 16 * 8 * 1024 * 64 * 2 * 2
 
 
+def test_profile_weight_bytes_of_the_calls_add_up_to_a_step():
+    """decode_profile's bytes per call, over one step's launches (parts_schedule), are the step's weight bytes."""
+    import decode_profile as profile
+    for B in (1, 8):
+        calls = [call for _, _, call in kernels.parts_schedule(16)]
+        assert sum(profile.call_weight_bytes(c, B) for c in calls) == model.weight_bytes_per_step(B)
+    assert profile.call_weight_bytes("attn", 1) == 0
+
+
 def test_pick_args_takes_the_call_first_and_names_what_is_missing():
     assert model.pick_args(["x", "B"], {"x": 1, "unused": 2}, {"x": 0, "B": 8}) == {"x": 1, "B": 8}
     with pytest.raises(KeyError, match="'theta'"):

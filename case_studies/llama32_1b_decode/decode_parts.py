@@ -21,7 +21,9 @@ with `pipelink.authoring.builder.build_component` in-process, for the tests.
 from __future__ import annotations
 
 import math
+import os
 import struct
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -103,16 +105,19 @@ def build_all(out_dir: Path, parts=PARTS) -> dict[str, Path]:
     from pipelink.core.loader import load_contract_file
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    objects = {}
-    for part in parts:
+
+    def one(part):
         sink = DiagnosticSink()
         contract = load_contract_file(part.contract, sink)
         out = out_dir / f"{part.name}.o"
         ok = contract is not None and build_component(contract, part.contract.read_bytes(), part.source, out, sink)
         if not ok or sink.errors:
             raise RuntimeError(f"building {part.name} failed:\n" + "\n".join(d.render() for d in sink.items))
-        objects[part.name] = out
-    return objects
+        return part.name, out
+
+    # Each build is an nvcc process: as many at once as there are cores.
+    with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
+        return dict(pool.map(one, parts))
 
 
 def link_alone(obj: Path):

@@ -178,16 +178,30 @@ def wait_block(r, waits, tensor_index: dict, comp_index: int, threads: int, boun
 
 def notify_block(r, notifies, tensor_index: dict, threads: int, indent: str, bases: dict | None = None) -> list[str]:
     """Every notification of a task, after its writes (the caller's barrier) are made visible."""
-    out = [f"{indent}__threadfence();  // the task's writes are visible to every CTA before any count moves"]
-    slot = 0
+    spaces, slot = [], 0
     for tensor, side in notifies:
-        j = tensor_index[tensor.name]
-        space = element_space(r, j, side)
+        space = element_space(r, tensor_index[tensor.name], side)
+        spaces.append((tensor, side, space, slot))
+        slot += not space.loops
+    # The caller's barrier orders every thread's writes before the notifying threads' fences, and a fence
+    # is cumulative over that order (the pattern of a grid barrier): only the threads that move a count
+    # fence, the others go on (a fence waits for the thread's own outstanding memory operations).
+    who = " || ".join(f"({notifier_condition(space, threads, sl)})" for _, _, space, sl in spaces)
+    out = [f"{indent}if ({who}) __threadfence();  // the task's writes are visible to every CTA before any count moves"]
+    for tensor, side, space, sl in spaces:
         body = (f"pl::events::add_one({event_base(tensor_index, bases, tensor.name)} + {space.index});  "
                 f"// '{tensor.name}' {side.map.text}")
-        out += shared_loop(space, body, threads, slot, indent)
-        slot += not space.loops
+        out += shared_loop(space, body, threads, sl, indent)
     return out
+
+
+def notifier_condition(space: ElementSpace, threads: int, slot: int) -> str:
+    """C: whether this thread takes an element of `space` in shared_loop (same dealing)."""
+    if not space.loops:
+        return f"threadIdx.x == {slot % threads}u"
+    sizes = [f"(long long)({loop.hi})" if loop.lo == "0" else f"max((long long)({loop.hi}) - (long long)({loop.lo}), 0ll)"
+             for loop in space.loops]
+    return f"(long long)threadIdx.x < {' * '.join(sizes)}"
 
 
 def affine_c(text: str, letters: dict[str, str], r=None) -> str:

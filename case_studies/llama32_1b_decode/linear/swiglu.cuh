@@ -19,7 +19,7 @@ template <int WARPS, int ROWS, int KCHUNK, int BATCH, int COLS, class WSrc, clas
 __device__ __forceinline__ void task_from(int n0, const WSrc& wsrc, const Stage& stage,
                                           __nv_bfloat16* __restrict__ h, int B, int I, int K,
                                           uint4* __restrict__ xs, float* __restrict__ res, Sync sync) {
-  static_assert(ROWS == 2 * COLS && WARPS == ROWS, "gemv_swiglu: a task is COLS gate rows and as many up rows, one per warp");
+  static_assert(ROWS == 2 * COLS && ROWS % WARPS == 0, "gemv_swiglu: a task is COLS gate rows and as many up rows, split evenly over the warps");
   const int t = threadIdx.x % (WARPS * 32);
   gemv_body::rows_from<WARPS, ROWS, KCHUNK, BATCH>(
       wsrc, stage, B, K, xs,

@@ -1,0 +1,127 @@
+"""Where a decode step's time goes: each separate-kernel launch of the step timed by the profiler (CUPTI), per
+call and layer summed, with the weight bytes it reads and the bandwidth that makes; and (--launch) steps of a
+chosen variant, the last one between cudaProfilerStart/Stop: a target for Nsight Compute and compute-sanitizer.
+
+    python case_studies/llama32_1b_decode/decode_profile.py [--B 1] [--ctx 1024] [--ring] [--out FILE]
+    ncu --profile-from-start off --section SpeedOfLight ... python .../decode_profile.py --launch pipelink_split
+    compute-sanitizer --tool racecheck python .../decode_profile.py --launch pipelink_split --times 1
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent.parent))
+
+from decode_model import HBM_PEAK, DecodeModel, DecodeState, build_reference, weight_shapes  # noqa: E402
+
+
+def call_weight_bytes(call: str, B: int) -> int:
+    """Bytes of weights (bf16) one call of the step reads."""
+    s = weight_shapes()
+    n = {"qkv": ["w_qkv", "attn_norm_w"], "o_proj": ["w_o"], "gate_up": ["w_gu", "mlp_norm_w"], "down": ["w_down"],
+         "head": ["w_lm"], "final_norm": ["final_norm_w"], "embed": []}.get(call, [])
+    total = 0
+    for name in n:
+        shape = s[name][1:] if name not in ("w_lm", "final_norm_w") else s[name]
+        p = 1
+        for e in shape:
+            p *= e
+        total += 2 * p
+    return total + (2 * B * s["w_lm"][1] if call == "embed" else 0)
+
+
+def profile_parts(step, schedule, stream, steps: int = 5) -> dict:
+    """{call: dict(us, bytes, launches)} over `steps` eager steps (kernels in launch order = `schedule`)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    step(stream)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step(stream)
+        torch.cuda.synchronize()
+    kernels = [e for e in prof.events() if e.device_type.name == "CUDA" and "memcpy" not in e.name.lower()
+               and "memset" not in e.name.lower()]
+    kernels.sort(key=lambda e: e.time_range.start)
+    if len(kernels) != steps * len(schedule):
+        raise RuntimeError(f"expected {steps * len(schedule)} kernels, the profiler saw {len(kernels)}")
+    per = defaultdict(lambda: dict(us=0.0, launches=0))
+    for i, e in enumerate(kernels):
+        unit, layer, call = schedule[i % len(schedule)]
+        per[call]["us"] += (e.time_range.end - e.time_range.start) / steps
+        per[call]["launches"] += 1
+    for c in per:
+        per[c]["launches"] //= steps
+    return dict(per)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--B", type=int, default=1)
+    ap.add_argument("--ctx", type=int, default=1024)
+    ap.add_argument("--ring", action="store_true", help="the ring GEMVs' separate kernels")
+    ap.add_argument("--launch", help="run steps of this variant (pipelink_split|pipelink_head|pipelink_ring|"
+                                     "parts_graph|parts_ring_graph), for ncu or compute-sanitizer")
+    ap.add_argument("--times", type=int, default=4, help="--launch: steps run (the last one profiled)")
+    ap.add_argument("--out", help="write the profile as JSON here")
+    args = ap.parse_args(argv)
+    import torch
+    from decode_kernels import MegaStep, PartsStep, build_objects, parts_schedule
+    model = build_reference(0)
+    dm = DecodeModel.from_hf(model)
+    objects = build_objects(Path(tempfile.mkdtemp(prefix="llama_profile_")))
+    st = DecodeState.allocate(dm, args.B, args.ctx)
+    st.fill_cache_random(seed=args.ctx)
+    st["token"].fill_(791)
+    st["pos"].fill_(args.ctx - 1)
+    stream = torch.cuda.current_stream()
+    if args.launch:
+        v = args.launch
+        step = (MegaStep(objects, v.removeprefix("pipelink_")) if v.startswith("pipelink_")
+                else PartsStep(objects, "split", ring=(v == "parts_ring_graph")))
+        if isinstance(step, MegaStep):
+            prepared = step.prepare(dm, st, args.ctx)
+            launch = prepared.launch
+        else:
+            launch = step.prepare(dm, st, args.ctx)
+        for _ in range(args.times - 1):
+            launch(stream)
+        torch.cuda.synchronize()
+        torch.cuda.cudart().cudaProfilerStart()
+        launch(stream)
+        torch.cuda.synchronize()
+        torch.cuda.cudart().cudaProfilerStop()
+        print(f"{v}: {args.times} steps at B={args.B} ctx={args.ctx}, next token {st['token'].tolist()}")
+        return 0
+    parts = PartsStep(objects, "split", dependent=False, ring=args.ring)
+    step = parts.prepare(dm, st, args.ctx)
+    per = profile_parts(step, parts_schedule(dm.NL, "split", embed="embed" in parts.kernels), stream)
+    total = sum(p["us"] for p in per.values())
+    rows = []
+    print(f"separate kernels{' (ring GEMVs)' if args.ring else ''}, B={args.B} ctx={args.ctx}: "
+          f"{total:.1f} us of kernel time per step")
+    print(f"{'call':12s} {'launches':>8s} {'us/step':>9s} {'us/launch':>9s} {'MB/launch':>9s} {'TB/s':>6s} {'%peak':>6s}")
+    for call, p in per.items():
+        nbytes = call_weight_bytes(call, args.B)
+        per_launch = p["us"] / p["launches"]
+        tbs = nbytes / (per_launch * 1e-6) / 1e12 if nbytes else 0.0
+        rows.append(dict(call=call, launches=p["launches"], us_per_step=p["us"], us_per_launch=per_launch,
+                         weight_bytes_per_launch=nbytes, tb_per_s=tbs))
+        print(f"{call:12s} {p['launches']:8d} {p['us']:9.1f} {per_launch:9.2f} {nbytes / 1e6:9.2f} {tbs:6.2f} "
+              f"{100 * tbs * 1e12 / HBM_PEAK:5.1f}%")
+    if args.out:
+        Path(args.out).write_text(json.dumps(dict(B=args.B, ctx=args.ctx, ring=args.ring, total_us=total,
+                                                  calls=rows), indent=1) + "\n")
+    parts.unload()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
