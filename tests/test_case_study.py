@@ -73,6 +73,71 @@ def test_a_variant_rebuilds_only_its_team(baseline):
     assert "consumed by moe_dispatch" in linked.link_map  # the dispatch pads to the new tile
 
 
+@pytest.fixture(scope="module")
+def split_layer(baseline):
+    base, out = baseline
+    return builds.link_split(builds.build_split(out / "split", base))
+
+
+def test_the_split_expert_links_in_place_of_the_expert(split_layer):
+    """The expert team's split expert and its merge take moe_expert's place; the other three teams'
+    objects are the baseline's, unchanged."""
+    linked = split_layer
+    assert linked.ok, [d.render() for d in linked.diagnostics]
+    m = linked.manifest
+    assert list(m.tasks) == ["moe_router", "moe_dispatch", "moe_expert_split", "moe_expert_merge", "moe_combine"]
+    assert "shares[ceil_div(T * TOPK, 32) + E]: moe_expert_split notifies ij->i; moe_expert_merge waits i->i for splits" \
+        in linked.link_map
+    assert "done[ceil_div(T * TOPK, 32) + E]: moe_expert_merge notifies i->i; moe_combine waits" in linked.link_map
+    names = [p.name for p in m.user_params]
+    assert "splits" in names and "part" in names
+
+
+def test_expert_splits_fill_the_gpu_for_few_tokens_only():
+    layer = case_module(CASE, 'layer')
+    q, small = layer.SHAPES["qwen3-30b-a3b"], layer.SHAPES["small"]
+    got = {T: layer.expert_splits(q, T) for T in layer.TOKEN_COUNTS}
+    assert got == {16: 4, 128: 4, 1024: 2, 4096: 1}
+    assert all(1 <= layer.expert_splits(s, T, sms=sms) <= s.I // 64
+               for s in (q, small) for T in (1, 7, 16, 300, 100000) for sms in (1, 132, 1000))
+    assert layer.expert_splits(q, 1, sms=1000) == q.I // 64  # never more shares than 64-column blocks
+    lay = layer.Layout(q, 16, dict(layer.AGREED_GEOMETRY), splits=4)
+    assert lay.sizes()["part"] == 4 * lay.sizes()["ys"]
+    assert "part" not in layer.Layout(q, 16, dict(layer.AGREED_GEOMETRY)).sizes()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape,T", [("small", 16), ("small", 1000), ("qwen3-30b-a3b", 16), ("qwen3-30b-a3b", 128),
+                                     ("qwen3-30b-a3b", 1024)])
+def test_split_layer_matches_torch(split_layer, shape, T):
+    """Fresh inputs, poisoned outputs (and shares), twice in a row without a reset, then captured in a graph
+    on one token set and replayed on another."""
+    import torch
+    launchers = case_module(CASE, 'launchers')
+    layer = case_module(CASE, 'layer')
+    s = layer.SHAPES[shape]
+    seed = int.from_bytes(os.urandom(2), "little")
+    weights = layer.make_weights(s, seed)
+    impl = launchers.PipelinkLayer.from_link(split_layer)
+    assert impl.split and impl.layout(s, T).splits >= 1
+    for launch in range(2):
+        x = layer.make_tokens(s, T, seed + 1 + launch)
+        buffers = layer.poisoned_buffers(impl.layout(s, T))
+        impl.run(s, x, weights, buffers)
+        torch.cuda.synchronize()
+        v = layer.judge(s, x, weights, buffers)
+        assert v.ok, (launch, v)
+    graph = launchers.CapturedLayer(launchers.PipelinkLayer.from_link(split_layer))
+    buffers = layer.poisoned_buffers(graph.layout(s, T))
+    for k in (3, 4):
+        x = layer.make_tokens(s, T, seed + k)
+        layer.poison(buffers)
+        graph.run(s, x, weights, buffers)
+        torch.cuda.synchronize()
+        v = layer.judge(s, x, weights, buffers)
+        assert v.ok, ("graph", k, v)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape,T", [("small", 16), ("small", 1000), ("qwen3-30b-a3b", 16), ("qwen3-30b-a3b", 300)])
 def test_fused_kernels_match_torch(baseline, shape, T):
@@ -154,31 +219,32 @@ def test_grouped_mm_missing_is_a_reason_not_a_fallback(monkeypatch):
     assert launchers.grouped_mm_unavailable(layer.SHAPES.values()) == "torch 0.0-test has no torch._grouped_mm"
 
 
+@pytest.mark.parametrize("split", [None, "split"])
 @pytest.mark.parametrize("why", [None, "torch 0.0 has no torch._grouped_mm"])
-def test_run_plumbing_names_the_graphs_of_existing_implementations(monkeypatch, why):
+def test_run_plumbing_names_the_graphs_of_existing_implementations(monkeypatch, why, split):
     launchers = case_module(CASE, 'launchers')
     run = case_module(CASE, 'run')
-    assert set(run.GRAPHED.values()) == {"pipelink fused", "separate kernels", "torch grouped_mm"}
+    assert set(run.GRAPHED.values()) == {"pipelink fused", "pipelink split", "separate kernels", "torch grouped_mm"}
     assert all(g == f"{e} graph" for g, e in run.GRAPHED.items())
     made = []
     stub = lambda kind: lambda *a: made.append(kind) or kind  # noqa: E731
-    monkeypatch.setattr(launchers.PipelinkLayer, "from_link", stub("pipelink"))
+    monkeypatch.setattr(launchers.PipelinkLayer, "from_link", lambda linked: made.append(linked) or linked)
     for cls in ("ClassicFused", "ClassicSeparate", "TorchLayer", "GroupedMmLayer"):
         monkeypatch.setattr(launchers, cls, stub(cls))
     monkeypatch.setattr(launchers, "grouped_mm_unavailable", lambda shapes: why)
     skipped = {}
-    impls = run.implementations("linked", b"cubin", skipped)
+    impls = run.implementations("linked", b"cubin", skipped, split=split)
     graphs = {n: i.impl for n, i in impls.items() if isinstance(i, launchers.CapturedLayer)}
-    if why is None:
-        assert list(impls) == ["pipelink fused", "classic fused", "separate kernels", "torch", "torch grouped_mm",
-                               *run.GRAPHED] and skipped == {}
-        assert graphs == {"pipelink fused graph": "pipelink", "separate kernels graph": "ClassicSeparate",
-                          "torch grouped_mm graph": "GroupedMmLayer"}
-        assert made.count("pipelink") == 2  # the graph's kernel is a second instance, with its own workspace
-    else:
-        assert "torch grouped_mm" not in impls and "torch grouped_mm graph" not in impls
-        assert skipped == {"torch grouped_mm": why, "torch grouped_mm graph": why}
-        assert set(graphs) == {"pipelink fused graph", "separate kernels graph"}
+    eager = ["pipelink fused", *(["pipelink split"] if split else []), "classic fused", "separate kernels", "torch"]
+    eager += ["torch grouped_mm"] if why is None else []
+    assert list(impls) == eager + [g for g, e in run.GRAPHED.items() if e in eager]
+    # every graph wraps an instance of its own (pipelink's: its own loaded kernel and workspace)
+    assert made.count("linked") == 2 and made.count("split") == (2 if split else 0)
+    want = {"pipelink fused graph": "linked", "separate kernels graph": "ClassicSeparate",
+            **({"pipelink split graph": "split"} if split else {}),
+            **({"torch grouped_mm graph": "GroupedMmLayer"} if why is None else {})}
+    assert graphs == want
+    assert skipped == ({} if why is None else {"torch grouped_mm": why, "torch grouped_mm graph": why})
 
 
 @pytest.mark.gpu
@@ -199,7 +265,7 @@ def test_graphs_and_grouped_mm_match_torch(baseline, shape, T):
     weights = layer.make_weights(s, seed)
     xs = [layer.make_tokens(s, T, seed + 1), layer.make_tokens(s, T, seed + 2)]
     names = [n for n in impls if n in run.GRAPHED or n == "torch grouped_mm"]
-    expected = {"pipelink fused graph", "separate kernels graph"}
+    expected = {"pipelink fused graph", "separate kernels graph"}  # (no split layer passed)
     if not skipped:  # torch has _grouped_mm and takes the shapes
         expected |= {"torch grouped_mm", "torch grouped_mm graph"}
     assert set(names) == expected, skipped

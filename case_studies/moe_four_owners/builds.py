@@ -40,6 +40,8 @@ class Team:
 TEAMS = (Team("router", "moe_router"), Team("dispatch", "moe_dispatch"), Team("expert", "moe_expert"),
          Team("combine", "moe_combine"))
 PIPELINE = HERE / "integration" / "moe.pipeline.json"
+# The expert team's split expert (expert/expert_split.cu, expert_merge.cu) in place of moe_expert.
+SPLIT_PIPELINE = HERE / "integration" / "moe_split.pipeline.json"
 CLASSIC_GLUE = HERE / "integration" / "classic_glue.cu"
 
 
@@ -105,17 +107,31 @@ def build_classic(team: Team | None, out_dir: Path, change: Change | None = None
     return out
 
 
-def link_pipelink(objects: list[Path], debug_events: bool = False):
+def link_pipelink(objects: list[Path], debug_events: bool = False, pipeline: Path = PIPELINE):
     from pipelink.core.diagnostics import DiagnosticSink
     from pipelink.core.pipeline import load_pipeline
     from pipelink.linker.passes import LinkOptions, link
     sink = DiagnosticSink()
-    spec = load_pipeline(str(PIPELINE), sink)
+    spec = load_pipeline(str(pipeline), sink)
     assert spec is not None, [d.render() for d in sink.items]
     if debug_events:
         import dataclasses
         spec = dataclasses.replace(spec, debug_events=True)
     return link([str(o) for o in objects], LinkOptions(pipeline=spec))
+
+
+def build_split(out_dir: Path, base: "Builds") -> list[Path]:
+    """The split layer's objects: the expert team's `build.sh split`, the other teams' from `base`."""
+    proc = _team_build(TEAMS[2], "split", out_dir, {})
+    if proc.returncode != 0:
+        raise RuntimeError(f"building the split expert failed:\n{proc.stdout}{proc.stderr}")
+    router, dispatch, _, combine = base.pipelink_objects
+    return [router, dispatch, out_dir / "moe_expert_split.o", out_dir / "moe_expert_merge.o", combine]
+
+
+def link_split(objects: list[Path]):
+    """router -> dispatch -> moe_expert_split -> moe_expert_merge -> combine as one kernel."""
+    return link_pipelink(objects, pipeline=SPLIT_PIPELINE)
 
 
 def link_classic(objects: list[Path]) -> bytes:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import ctypes
 import math
 
-from layer import AGREED_GEOMETRY, Layout, ModelShape, kernel_args
+from layer import AGREED_GEOMETRY, Layout, ModelShape, expert_splits, kernel_args
 
 CLASSIC_THREADS = 128
 # What the integrator computed at assembly time: the largest component's shared memory (the expert:
@@ -20,19 +20,27 @@ CLASSIC_SMEM = {"router": 32 * 132 * 4 + 32 * 136 * 2, "dispatch": 4 * 129 * 4, 
 class PipelinkLayer:
     def __init__(self, kernel, geometry: dict):
         self.kernel, self.geometry = kernel, geometry  # a loaded pipelink Kernel, the manifest's geometry
+        self.split = "splits" in [p.name for p in kernel.user_params]  # the split expert's layer
         self._prepared = {}
+
+    def splits(self, shape: ModelShape, T: int) -> int:
+        import torch
+        sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+        return expert_splits(shape, T, self.geometry["EXPERT_TILE_M"], sms)
 
     @classmethod
     def from_link(cls, link_result) -> "PipelinkLayer":
         return cls(link_result.kernel(), link_result.manifest.geometry)
 
     def layout(self, shape: ModelShape, T: int) -> Layout:
-        return Layout(shape, T, self.geometry)
+        return Layout(shape, T, self.geometry, self.splits(shape, T) if self.split else 0)
 
     def run(self, shape: ModelShape, x, weights: dict, buffers: dict) -> None:
         # Arguments are checked and packed once per set of arrays (Kernel.prepare); a repeated call
         # costs the driver call (and the refill of the launcher's own arguments).
         args = kernel_args(shape, x.shape[0], x, weights, buffers)
+        if self.split:
+            args["splits"] = self.splits(shape, x.shape[0])
         key = tuple(v.data_ptr() if hasattr(v, "data_ptr") else v for v in args.values())
         prepared = self._prepared.get(key)
         if prepared is None:

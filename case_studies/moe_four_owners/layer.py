@@ -24,12 +24,23 @@ TOKEN_COUNTS = (16, 128, 1024, 4096)
 AGREED_GEOMETRY = {"ROUTER_TOKENS": 32, "DISPATCH_TOKENS": 64, "EXPERT_TILE_M": 32, "COMBINE_TILE_N": 2048}
 
 
+def expert_splits(shape: ModelShape, T: int, tile_m: int = 32, sms: int = 132) -> int:
+    """Tasks per expert tile for moe_expert_split: enough that the tiles of few tokens keep every SM
+    streaming weights (about 4 tasks an SM over the tiles T tokens can use), one when the tiles alone do;
+    at most one 64-column block of the intermediate size per task."""
+    pairs = T * shape.TOPK
+    tiles = min(shape.E, pairs) + math.ceil(pairs / tile_m)  # tiles with routed rows, at most
+    return max(1, min(shape.I // 64, math.ceil(4 * sms / tiles)))
+
+
 @dataclass(frozen=True)
 class Layout:
-    """Element counts of every buffer of one launch, from the geometry the kernel was built with."""
+    """Element counts of every buffer of one launch, from the geometry the kernel was built with;
+    `splits` > 0 for the split expert (its fp32 shares, `part`)."""
     shape: ModelShape
     T: int
     geometry: dict
+    splits: int = 0
 
     @property
     def tiles(self) -> int:  # expert tiles: every expert's segment padded to whole tiles
@@ -41,7 +52,8 @@ class Layout:
         m, dt = g["EXPERT_TILE_M"], g["DISPATCH_TOKENS"]
         return {"topk_ids": T * s.TOPK, "topk_w": T * s.TOPK, "slot": T * s.TOPK,
                 "pair_tile": math.ceil(T / dt) * dt * s.TOPK, "row_token": self.tiles * m,
-                "tile_expert": self.tiles, "tile_rows": self.tiles, "ys": self.tiles * m * s.H, "y": T * s.H}
+                "tile_expert": self.tiles, "tile_rows": self.tiles, "ys": self.tiles * m * s.H, "y": T * s.H,
+                **({"part": self.splits * self.tiles * m * s.H} if self.splits else {})}
 
 
 def make_weights(shape: ModelShape, seed: int) -> dict:
@@ -70,7 +82,7 @@ def poisoned_buffers(layout: Layout) -> dict:
     for name, n in layout.sizes().items():
         if name in ("ys", "y"):
             out[name] = torch.empty((n,), dtype=torch.bfloat16, device="cuda")
-        elif name == "topk_w":
+        elif name in ("topk_w", "part"):
             out[name] = torch.empty((n,), dtype=torch.float32, device="cuda")
         else:
             out[name] = torch.empty((n,), dtype=torch.int32, device="cuda")

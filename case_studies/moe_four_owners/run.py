@@ -63,19 +63,36 @@ def build_baseline(out: Path) -> tuple[builds.Builds, object, bytes]:
     return base, linked, classic
 
 
+def build_split_layer(out: Path, base: builds.Builds):
+    """The layer with the expert team's split expert (the other teams' objects from `base`), linked."""
+    start = time.perf_counter()
+    linked = builds.link_split(builds.build_split(out / "split", base))
+    for d in linked.diagnostics:
+        log(d.render())
+    if not linked.ok:
+        sys.exit("pipelink could not link the split layer")
+    (out / "split" / "moe_layer_split.map").write_text(linked.link_map)
+    log(f"built the split expert and linked its layer in {time.perf_counter() - start:.1f} s; "
+        f"link map: {out / 'split' / 'moe_layer_split.map'}")
+    return linked
+
+
 # The implementations, in the order of the benchmark's columns. "... graph": captured once per problem
 # into a CUDA graph and replayed (launchers.CapturedLayer); the torch _grouped_mm ones only where
 # torch has it and takes the shapes (grouped_mm_unavailable), never replaced by another path.
-GRAPHED = {"pipelink fused graph": "pipelink fused", "separate kernels graph": "separate kernels",
-           "torch grouped_mm graph": "torch grouped_mm"}
+GRAPHED = {"pipelink fused graph": "pipelink fused", "pipelink split graph": "pipelink split",
+           "separate kernels graph": "separate kernels", "torch grouped_mm graph": "torch grouped_mm"}
 NOT_JUDGED = ("torch",)  # the per-expert loop writes y only: no routing buffers to check
 
 
-def implementations(linked, classic_cubin: bytes, skipped: dict | None = None, controls: bool = True) -> dict:
+def implementations(linked, classic_cubin: bytes, skipped: dict | None = None, controls: bool = True,
+                    split=None) -> dict:
     """Every implementation; `skipped` (if given) receives {name: why} for those that cannot run here.
-    controls=False: the kernels and the torch loop only (no graphs, no _grouped_mm probe)."""
+    controls=False: the kernels and the torch loop only (no graphs, no _grouped_mm probe). `split`: the
+    layer linked with the expert team's split expert ("pipelink split")."""
     import launchers
     impls = {"pipelink fused": launchers.PipelinkLayer.from_link(linked),
+             **({"pipelink split": launchers.PipelinkLayer.from_link(split)} if split is not None else {}),
              "classic fused": launchers.ClassicFused(classic_cubin),
              "separate kernels": launchers.ClassicSeparate(classic_cubin),
              "torch": launchers.TorchLayer()}
@@ -90,6 +107,7 @@ def implementations(linked, classic_cubin: bytes, skipped: dict | None = None, c
             skipped["torch grouped_mm"] = skipped["torch grouped_mm graph"] = why
     # The graphs wrap instances of their own (the pipelink one: its own loaded kernel and workspace).
     own = {"pipelink fused": lambda: launchers.PipelinkLayer.from_link(linked),
+           "pipelink split": lambda: launchers.PipelinkLayer.from_link(split),
            "separate kernels": lambda: launchers.ClassicSeparate(classic_cubin),
            "torch grouped_mm": launchers.GroupedMmLayer}
     for name, eager in GRAPHED.items():
@@ -113,7 +131,7 @@ def run_tests(impls: dict, seed: int) -> list[dict]:
                 if name in NOT_JUDGED:
                     continue
                 graphed = name in GRAPHED
-                launches = ((1, x_other), (2, x)) if graphed else ((1, x), (2, x)) if name == "pipelink fused" \
+                launches = ((1, x_other), (2, x)) if graphed else ((1, x), (2, x)) if name.startswith("pipelink") \
                     else ((1, x),)
                 buffers = None
                 for launch, xi in launches:
@@ -271,20 +289,21 @@ def main(argv=None) -> int:
         os._exit(0)  # a hung kernel may still run: leave without waiting for it
     out = Path(args.out)
     base, linked, classic = build_baseline(out)
+    split = build_split_layer(out, base)
     if not gpu_present():
         log("no GPU here: built and linked; the tests, the benchmark and the modified-geometry test need one")
         return 0
     if args.what == "smoke":  # each baseline kernel once, in a child under the watchdog
         return run_smoke(out, base, linked, classic, seed)
     if args.what == "once":
-        return run_once(implementations(linked, classic, controls=False), seed, args.shape)
+        return run_once(implementations(linked, classic, controls=False, split=split), seed, args.shape)
     import torch
     RESULTS.mkdir(exist_ok=True)
     doc = {"date": datetime.date.today().isoformat(), "device": torch.cuda.get_device_name(0), "seed": seed,
            "command": "python case_studies/moe_four_owners/run.py " + " ".join(sys.argv[1:] if argv is None else argv)}
     failed = False
     skipped = {}
-    impls = implementations(linked, classic, skipped)
+    impls = implementations(linked, classic, skipped, split=split)
     if skipped:
         doc["skipped"] = skipped
     if args.what in ("all", "test"):

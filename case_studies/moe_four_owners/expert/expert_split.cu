@@ -1,0 +1,44 @@
+// moe_expert_split: task (i, j) is share j of expert tile i: expert_body.cuh's two phases over the share's
+// columns [c0, c1) of I (ceil_div(I / 64, splits) blocks of 64 per share, the last shares possibly empty),
+// the share's fp32 contribution to every output column of the tile's routed rows stored to part[j].
+// moe_expert_merge adds the shares up. Few tokens route a few rows to each expert: split this way, every
+// touched expert's weights stream through `splits` CTAs at once rather than one.
+#include "moe_expert_split.pipelink.h"
+
+using namespace pl::moe_expert_split;
+#include "expert_body.cuh"
+
+using namespace expert_body;
+static_assert(kStageElems * 2 * EXPERT_STAGES <= smem_stages_bytes, "contract: smem.buffers.stages too small");
+static_assert(BM * kLdh * 2 <= smem_h_bytes, "contract: smem.buffers.h too small");
+static_assert(BM * 4 <= smem_tokens_bytes, "contract: smem.buffers.tokens too small");
+static_assert(2 * BM * kLdc * 4 <= smem_stages_bytes, "the epilogue reuses the stages");
+static_assert(kN % 4 == 0 && (kLdc * 4) % 16 == 0, "16-byte rows of the fp32 epilogue");
+
+extern "C" __device__ void moe_expert_split(pl::Tile tile, const bf16* __restrict__ x, const bf16* __restrict__ w_gate,
+                                            const bf16* __restrict__ w_up, const bf16* __restrict__ w_down,
+                                            const int* __restrict__ row_token, const int* __restrict__ tile_expert,
+                                            const int* __restrict__ tile_rows, float* __restrict__ part, int T, int H,
+                                            int I, int E, int TOPK, int splits) {
+  const int i = tile.coord[0], j = tile.coord[1];
+  const int e = __ldcg(tile_expert + i);  // written by moe_dispatch in this launch: through L2
+  if (e < 0) return;                      // past the last used tile
+  const int per = (I / kN + splits - 1) / splits;  // blocks of 64 columns per share
+  const int c0 = min(I, j * per * kN), c1 = min(I, c0 + per * kN);
+  if (c0 >= c1) return;  // an empty share: moe_expert_merge adds only the shares with columns
+  const int rows = __ldcg(tile_rows + i);
+  const long long row0 = (long long)i * BM;
+  const long long total = ((long long)(T * TOPK + BM - 1) / BM + E) * BM;  // rows of one share's part
+  float* const out = part + ((long long)j * total + row0) * H;
+  float* const cg = smem_stages<float>();  // epilogue, after the ring is drained
+  const Smem sm{smem_stages<bf16>(), smem_h<bf16>(), smem_tokens<int>(), cg, cg + BM * kLdc};
+  load_tokens(sm, row_token, row0, rows);
+  gate_up(sm, x, w_gate + (long long)e * I * H, w_up + (long long)e * I * H, H, c0, c1);
+  down(sm, w_down + (long long)e * H * I, H, I, c0, c1, x, [=](int n0, const float* c) {
+    for (int v = thread_rank(); v < rows * (kN / 4); v += THREADS) {
+      const int r = v / (kN / 4), col = 4 * (v % (kN / 4));
+      __stcg(reinterpret_cast<float4*>(out + (long long)r * H + n0 + col),
+             *reinterpret_cast<const float4*>(c + r * kLdc + col));  // read by another CTA: past L1
+    }
+  });
+}
