@@ -103,7 +103,8 @@ CODES = _codes(
     Code("PL049", "object compiled against another contract", L,
          "the object is stale: rebuild it (`pipelink build`) against the contract it ships with"),
     Code("PL050", "geometry provided twice with different values", L,
-         "one component provides a parameter; the others consume it"),
+         "a geometry name means one value in the whole link: one component provides it, the others consume it; "
+         "a value only one component uses (its own tile rows, say) needs a name of its own"),
     Code("PL051", "geometry outside a consumer's range", L,
          "change the provider's value or widen the consumer's accepted range (and rebuild it)"),
     Code("PL052", "no value for consumed geometry", L,
