@@ -114,6 +114,9 @@ def _parser() -> argparse.ArgumentParser:
     lnk.add_argument("--dependent-launch", action="store_true",
                      help="programmatic dependent launch (sm_90+): the kernel may start while the one before it "
                           "in the stream finishes, and waits for it before reading its inputs")
+    lnk.add_argument("--profile-tasks", type=int, metavar="N",
+                     help="persistent schedule: record every task (component, SM, when it starts, when its waits "
+                          "are met, when it is done) in a ring of N records; Kernel.task_profile() reads them")
     lnk.add_argument("--name", help="the kernel's name (default: the pipeline's, or pipelink_fused)")
     lnk.add_argument("--arch", help="the link target (default: the first target every component supports)")
     lnk.add_argument("--map", metavar="FILE", help="write the link map (- for stdout)")
@@ -411,13 +414,17 @@ def _link_options(args, sink: DiagnosticSink):
             specialize[name.strip()] = number
     if sink.has_errors:
         return None
+    if args.profile_tasks is not None and not 0 <= args.profile_tasks <= 1 << 24:
+        sink.error("PL001", f"--profile-tasks {args.profile_tasks}: give a number of task records, 0 to {1 << 24}")
+        return None
     if args.name is not None and not is_identifier(args.name):
         sink.error("PL001", f"--name {args.name!r} is not a C identifier", hint="the kernel's name is a C identifier")
         return None
     spec = replace(spec, name=args.name or spec.name, wires=tuple(spec.wires) + tuple(wires),
                    schedule=args.schedule or spec.schedule, dispatch=args.dispatch or spec.dispatch,
                    debug_events=args.debug_events or spec.debug_events, specialize=specialize,
-                   dependent_launch=args.dependent_launch or spec.dependent_launch)
+                   dependent_launch=args.dependent_launch or spec.dependent_launch,
+                   profile_tasks=args.profile_tasks if args.profile_tasks is not None else spec.profile_tasks)
     return LinkOptions(arch=args.arch, pipeline=spec, monolithic=bool(args.emit_monolithic), cache=not args.no_cache)
 
 

@@ -65,15 +65,21 @@ def _checked(result, what: str):
     return result
 
 
-def link_mega(objects: dict[str, Path], variant: str):
-    """The whole decode step as one kernel (variant 'split' or 'head')."""
+def link_mega(objects: dict[str, Path], variant: str, profile_tasks: int = 0):
+    """The whole decode step as one kernel (variant 'split', 'head' or 'ring'); `profile_tasks`: with a task
+    profile of that many records (Kernel.task_profile)."""
     import pipelink
+    from pipelink.core.diagnostics import DiagnosticSink
+    from pipelink.core.pipeline import load_pipeline
     path = MEGA_PIPELINES[variant]
     names = pipeline_components(path)
     missing = [n for n in names if n not in objects]
     if missing:
         raise RuntimeError(f"{path.name} lists {missing}, which were not built")
-    return _checked(pipelink.link([str(objects[n]) for n in names], pipeline=str(path)), path.name)
+    pipeline = str(path)
+    if profile_tasks:
+        pipeline = dataclasses.replace(load_pipeline(path, DiagnosticSink()), profile_tasks=profile_tasks)
+    return _checked(pipelink.link([str(objects[n]) for n in names], pipeline=pipeline), path.name)
 
 
 def link_part(objects: dict[str, Path], names, pipeline: Path | None, dependent: bool):
@@ -176,9 +182,9 @@ def launch_units(kernels: dict, NL: int, attention: str, t: dict) -> list:
 class MegaStep:
     """The linked megakernel of one attention variant, prepared for one DecodeState."""
 
-    def __init__(self, objects: dict, variant: str):
+    def __init__(self, objects: dict, variant: str, profile_tasks: int = 0):
         self.variant = variant
-        self.linked = link_mega(objects, variant)
+        self.linked = link_mega(objects, variant, profile_tasks)
         self.kernel = self.linked.kernel()
         self.names = [p.name for p in self.kernel.user_params]
 

@@ -70,6 +70,8 @@ def main(argv=None) -> int:
     ap.add_argument("--launch", help="run steps of this variant (pipelink_split|pipelink_head|pipelink_ring|"
                                      "parts_graph|parts_ring_graph), for ncu or compute-sanitizer")
     ap.add_argument("--times", type=int, default=4, help="--launch: steps run (the last one profiled)")
+    ap.add_argument("--tasks", metavar="VARIANT", help="link this megakernel (split|head|ring) with a task profile, "
+                                                       "run a few steps and print where the last one's time went")
     ap.add_argument("--out", help="write the profile as JSON here")
     args = ap.parse_args(argv)
     import torch
@@ -82,6 +84,22 @@ def main(argv=None) -> int:
     st["token"].fill_(791)
     st["pos"].fill_(args.ctx - 1)
     stream = torch.cuda.current_stream()
+    if args.tasks:
+        from pipelink.runtime import profile
+        step = MegaStep(objects, args.tasks, profile_tasks=1 << 18)
+        prepared = step.prepare(dm, st, args.ctx)
+        for _ in range(args.times):
+            prepared.launch(stream)
+        torch.cuda.synchronize()
+        records = step.kernel.task_profile()
+        print(f"megakernel {args.tasks}, B={args.B} ctx={args.ctx}, step {args.times}:")
+        print(profile.render(records))
+        if args.out:
+            span, sms, per = profile.summarize(records)
+            Path(args.out).write_text(json.dumps(dict(B=args.B, ctx=args.ctx, variant=args.tasks, span_us=span, sms=sms,
+                                                      components=[c.__dict__ for c in per]), indent=1) + "\n")
+        step.unload()
+        return 0
     if args.launch:
         v = args.launch
         step = (MegaStep(objects, v.removeprefix("pipelink_")) if v.startswith("pipelink_")

@@ -107,16 +107,16 @@ def build_classic(team: Team | None, out_dir: Path, change: Change | None = None
     return out
 
 
-def link_pipelink(objects: list[Path], debug_events: bool = False, pipeline: Path = PIPELINE):
+def link_pipelink(objects: list[Path], debug_events: bool = False, pipeline: Path = PIPELINE, profile_tasks: int = 0):
     from pipelink.core.diagnostics import DiagnosticSink
     from pipelink.core.pipeline import load_pipeline
     from pipelink.linker.passes import LinkOptions, link
     sink = DiagnosticSink()
     spec = load_pipeline(str(pipeline), sink)
     assert spec is not None, [d.render() for d in sink.items]
-    if debug_events:
+    if debug_events or profile_tasks:
         import dataclasses
-        spec = dataclasses.replace(spec, debug_events=True)
+        spec = dataclasses.replace(spec, debug_events=debug_events, profile_tasks=profile_tasks)
     return link([str(o) for o in objects], LinkOptions(pipeline=spec))
 
 
@@ -129,9 +129,9 @@ def build_split(out_dir: Path, base: "Builds") -> list[Path]:
     return [router, dispatch, out_dir / "moe_expert_split.o", out_dir / "moe_expert_merge.o", combine]
 
 
-def link_split(objects: list[Path]):
+def link_split(objects: list[Path], profile_tasks: int = 0):
     """router -> dispatch -> moe_expert_split -> moe_expert_merge -> combine as one kernel."""
-    return link_pipelink(objects, pipeline=SPLIT_PIPELINE)
+    return link_pipelink(objects, pipeline=SPLIT_PIPELINE, profile_tasks=profile_tasks)
 
 
 def link_classic(objects: list[Path]) -> bytes:

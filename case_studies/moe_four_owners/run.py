@@ -2,13 +2,14 @@
 and classically, then (on a GPU) check every kernel against torch, benchmark, and run the
 modified-geometry test. Results go to results/ (all.json with every raw time, RESULTS.md).
 
-    python case_studies/moe_four_owners/run.py [all|test|bench|variants|smoke|once] [--out DIR]
+    python case_studies/moe_four_owners/run.py [all|test|bench|variants|smoke|once|profile] [--out DIR]
 
 `smoke` runs pipelink's kernel (plain and --debug-events) and the classic one once each in child
 processes under the watchdog: the first thing to try after a change that might hang. `once` runs
 each kernel once on two small problems in this process: the target for
 `compute-sanitizer --tool memcheck|racecheck|synccheck python .../run.py once [--shape small]`
-(racecheck did not finish the qwen shape within a minute).
+(racecheck did not finish the qwen shape within a minute). `profile` links pipelink's layers with a task
+profile and prints, per T, where each component's time goes (waiting for its events, running, notifying).
 """
 from __future__ import annotations
 
@@ -251,6 +252,41 @@ def run_once(impls: dict, seed: int, only: str | None = None) -> int:
     return 1 if failed else 0
 
 
+def run_profile(out: Path, base: builds.Builds, seed: int) -> int:
+    """pipelink's layers (the four components; the split expert's) linked with a task profile, each run at every
+    T of the qwen shape: where each launch's time goes, component by component (results/profile.json)."""
+    import launchers
+    from pipelink.runtime import profile
+    kernels = {"pipelink fused": builds.link_pipelink(base.pipelink_objects, profile_tasks=1 << 18),
+               "pipelink split": builds.link_split(builds.build_split(out / "split", base), profile_tasks=1 << 18)}
+    shape = layer.SHAPES[VARIANT_SHAPE]
+    weights = layer.make_weights(shape, seed)
+    doc = {"date": datetime.date.today().isoformat(), "seed": seed, "shape": shape.name,
+           "command": "python case_studies/moe_four_owners/run.py profile", "runs": []}
+    import torch
+    doc["device"] = torch.cuda.get_device_name(0)
+    for name, linked in kernels.items():
+        if not linked.ok:
+            sys.exit("\n".join(d.render() for d in linked.diagnostics))
+        impl = launchers.PipelinkLayer.from_link(linked)
+        for T in layer.TOKEN_COUNTS:
+            x = layer.make_tokens(shape, T, seed + T)
+            buffers = layer.poisoned_buffers(impl.layout(shape, T))
+            for _ in range(3):
+                impl.run(shape, x, weights, buffers)
+            records = impl.kernel.task_profile()
+            log(f"{name}, T={T}:")
+            log(profile.render(records))
+            span, sms, per = profile.summarize(records)
+            doc["runs"].append({"kernel": name, "T": T, "span_us": span, "sms": sms,
+                                "components": [c.__dict__ for c in per]})
+        impl.kernel.unload()
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "profile.json").write_text(json.dumps(doc, indent=1))
+    log(f"results: {RESULTS / 'profile.json'}")
+    return 0
+
+
 def run_smoke(out: Path, base: builds.Builds, linked, classic: bytes, seed: int) -> int:
     debug = builds.link_pipelink(base.pipelink_objects, debug_events=True)  # the same objects, relinked
     worlds = {"pipelink": linked, "pipelink --debug-events": debug}
@@ -273,7 +309,8 @@ def run_smoke(out: Path, base: builds.Builds, linked, classic: bytes, seed: int)
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("what", nargs="?", default="all", choices=["all", "smoke", "once", "test", "bench", "variants", "child"])
+    ap.add_argument("what", nargs="?", default="all",
+                    choices=["all", "smoke", "once", "test", "bench", "variants", "child", "profile"])
     ap.add_argument("--out", default=str(Path(os.environ.get("MOE_BUILD_DIR", "build/moe_four_owners"))))
     ap.add_argument("--seed", type=int, default=None, help="default: fresh every run")
     ap.add_argument("--world"), ap.add_argument("--cubin"), ap.add_argument("--manifest")
@@ -295,6 +332,8 @@ def main(argv=None) -> int:
         return 0
     if args.what == "smoke":  # each baseline kernel once, in a child under the watchdog
         return run_smoke(out, base, linked, classic, seed)
+    if args.what == "profile":
+        return run_profile(out, base, seed)
     if args.what == "once":
         return run_once(implementations(linked, classic, controls=False, split=split), seed, args.shape)
     import torch

@@ -230,6 +230,8 @@ CODES = _codes(
     Code("PL178", "calls race on a tensor", L,
          "two calls touching one kernel tensor, one writing it, must be ordered by events (`after`, "
          "`after_previous_layer`, or the components' own): else their tasks run at once"),
+    Code("PL179", "task profile outside a persistent kernel", L,
+         "profile_tasks records a persistent kernel's tasks: profile a persistent pipeline, or time the kernel whole"),
 )
 
 

@@ -66,6 +66,7 @@ class PipelineSpec:
     dispatch: str = "static"            # persistent schedule: static per-CTA order, or a global task counter
     debug_events: bool = False          # a wait that spins too long stops the kernel and is reported
     dependent_launch: bool = False      # programmatic dependent launch: overlap with the kernel before
+    profile_tasks: int = 0              # persistent: a ring of this many task records (timestamps), 0: none
     specialize: dict = field(default_factory=dict)  # shape parameter -> value baked into this link
     calls: tuple[CallSpec, ...] = ()    # persistent: task groups, a component possibly called several times
     layers: str | int | None = None     # how often the per-layer calls run: an i32 parameter's name, or a number
@@ -128,4 +129,5 @@ def read_pipeline(raw, file: str, sink: DiagnosticSink) -> PipelineSpec | None:
                         wires=tuple(wires), schedule=raw.get("schedule"), dispatch=raw.get("dispatch", default.dispatch),
                         debug_events=raw.get("debug_events", default.debug_events),
                         dependent_launch=raw.get("dependent_launch", default.dependent_launch),
+                        profile_tasks=raw.get("profile_tasks", default.profile_tasks),
                         specialize=dict(raw.get("specialize", {})), source=file, extra=raw)

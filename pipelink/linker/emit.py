@@ -70,7 +70,8 @@ def manifest(r: Resolved, a: Allocation, arch: str, cubin: bytes, kernel_info: K
         # A split reduction instead: the launcher plans the split per shape (streamk.py).
         grid_policy="stream_k" if r.stream_k is not None else "balanced" if r.roles is not None else None,
         stream_k=stream_k, dependent_launch=r.dependent_launch,
-        tasks=tasks, dispatch=r.dispatch if persistent else None, workspace=workspace, resources=resources)
+        tasks=tasks, dispatch=r.dispatch if persistent else None, workspace=workspace, resources=resources,
+        profile_tasks=r.profile_tasks)
 
 
 def _param_spec(p, geometry: dict[str, int]) -> ParamSpec:

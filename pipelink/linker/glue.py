@@ -14,6 +14,7 @@ from ..authoring.header import constant_symbols, entry_prototype, marker_symbol,
 from ..core.expr import parse
 from ..core.model import DTYPE_C, dtype_includes
 from ..runtime.manifest import IMPLICIT_PARAMS, STREAM_K_PARAMS, WORKSPACE
+from ..runtime.profile import NEXT_SYMBOL as PROFILE_NEXT, RING_SYMBOL as PROFILE_RING
 from . import event_glue
 from .allocate import ARENA_ALIGN, Allocation
 from .calls import layered_events
@@ -77,8 +78,13 @@ def generate_glue(r: Resolved, a: Allocation) -> str:
     out += [f'extern "C" __device__ const unsigned {marker_symbol(c.code)};' for c in _coded(r)]
     out += ["", "// The components' entries, as their contracts declare them."]
     out += [entry_prototype(c.code) + ";" for c in _coded(r)]
+    if r.profile_tasks:
+        out += ["", f"// The task profile: a ring of {r.profile_tasks} records of pl::profile::kWords words, and the next slot.",
+                f'extern "C" __device__ unsigned long long {PROFILE_RING}[{r.profile_tasks} * pl::profile::kWords];',
+                f'extern "C" __device__ unsigned long long {PROFILE_NEXT};']
     out += [""] + _kernel(r, a)
     return "\n".join(out) + "\n"
+
 
 
 def _constants(r: Resolved, a: Allocation) -> list[str]:
@@ -682,6 +688,10 @@ def _task_body(r: Resolved, a: Allocation, k: int, name: str, indent: str) -> li
     comp_index = [c.name for c in r.components].index(name)
     counter = prefetch_counter(r, name)
     out = _decode(r, k, name, indent, counter or "0")
+    if r.profile_tasks:  # thread 0 records the task (its slot, then a stamp at each step)
+        task = f"(long long)pl_layer * (long long)c{k}_tasks + t" if event_glue.has_layers(r) else "t"
+        out += [f"{indent}unsigned long long* const pl_record = threadIdx.x == 0 ? pl::profile::begin({PROFILE_RING}, "
+                f"&{PROFILE_NEXT}, {r.profile_tasks}ull, pl_launch, {comp_index}u, {task}) : nullptr;"]
     stacked, bind = _stacked_args(r, name), (r.calls.bind.get(name) if r.calls else None)
     threads = comp.contract.threads.count
     guard = f"if (threadIdx.x < {threads}) " if threads < a.block_threads else ""
@@ -694,11 +704,17 @@ def _task_body(r: Resolved, a: Allocation, k: int, name: str, indent: str) -> li
     if waits:
         bound = f"{DEBUG_SPIN_BOUND}ull" if r.debug_events else "0ull"
         out += event_glue.wait_block(r, waits, tensor_index, comp_index, a.block_threads, bound, indent, bases)
+    if r.profile_tasks:
+        out.append(f"{indent}if (pl_record) pl::profile::stamp(pl_record, 2);  // its waits are met")
     out.append(_call(comp, indent + guard, stacked, bind))
     out.append(f"{indent}__syncthreads();  // the task's writes are done")
+    if r.profile_tasks:
+        out.append(f"{indent}if (pl_record) pl::profile::stamp(pl_record, 3);  // it is done")
     notifies = plan.notifies_of(name)
     if notifies:
         out += event_glue.notify_block(r, notifies, tensor_index, a.block_threads, indent, bases)
+    if r.profile_tasks:
+        out.append(f"{indent}if (pl_record) pl::profile::stamp(pl_record, 4);  // its notifications are out")
     if counter:
         out.append(f"{indent}++{counter};")
     return out

@@ -74,6 +74,7 @@ class Resolved:
     nested: dict = None
     dependent_launch: bool = False     # programmatic dependent launch (the glue waits on the grid before)
     calls: object = None               # calls.CallPlan: a `calls` pipeline's layer loop and stacked tensors
+    profile_tasks: int = 0             # persistent: records in the task-profile ring (glue.task_profile)
 
     def inner_grid(self, name: str) -> tuple:
         return (self.nested or {}).get(name, ())
@@ -167,6 +168,11 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
         if spec.name in c.contract.symbols:
             sink.error("PL077", f"the kernel name '{spec.name}' is an entry symbol of '{c.name}'",
                        Location(file=spec.source, pointer="/name"), hint="name the pipeline differently")
+    if spec.profile_tasks and (schedule != "persistent" or role_structured):
+        sink.error("PL179", f"profile_tasks records the tasks of a persistent kernel; this pipeline's schedule is "
+                   f"{'role-structured' if role_structured else schedule}",
+                   Location(file=spec.source, pointer="/profile_tasks") if spec.source else None,
+                   hint="profile a persistent pipeline, or time the kernel as a whole")
     for c in comps:
         if c.contract.entry.prefetch and schedule == "warp_specialized":
             sink.error("PL177", f"'{c.name}' has a prefetch entry, which the warp-specialized schedule does not call "
@@ -213,7 +219,7 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
     return Resolved(spec.name, comps, order, wires, geometry, schedule, tiles[0], tiles[1], params, events,
                     spec.dispatch, spec.debug_events, dict(spec.specialize), roles,
                     tuple(list(cluster) + [1] * (3 - len(cluster))) if cluster else None, stream_k, nested,
-                    spec.dependent_launch, calls)
+                    spec.dependent_launch, calls, spec.profile_tasks)
 
 
 def _roles_at(comps, name: str):

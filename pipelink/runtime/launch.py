@@ -287,6 +287,31 @@ class Kernel:
                 _cu.call(f"cuDevicePrimaryCtxRelease on device {self.device}",
                       drv.cuDevicePrimaryCtxRelease, self._cu_device)
 
+    def task_profile(self) -> list:
+        """The task records (runtime/profile.py TaskRecord) of this kernel's latest launch, for a kernel linked
+        with `profile_tasks`; waits for the device first. Raises LaunchError for a kernel linked without."""
+        from . import profile
+        self._require_loaded("reading the task profile")
+        capacity = self.manifest.profile_tasks
+        if not capacity:
+            raise LaunchError(f"reading the task profile of kernel '{self.name}'", None,
+                              "it was linked without profile_tasks (pipeline field, `pipelink link --profile-tasks N`)")
+        drv = _cu.driver()
+        _cu.call("cuCtxSetCurrent", drv.cuCtxSetCurrent, self.context)
+        _cu.call("cuCtxSynchronize (before reading the task profile)", drv.cuCtxSynchronize)
+
+        def read(symbol: str, nbytes: int) -> bytes:
+            ptr, size = _cu.call(f"cuModuleGetGlobal({symbol})", drv.cuModuleGetGlobal, self.module, symbol.encode())
+            if size < nbytes:
+                raise LaunchError(f"reading {symbol}", None, f"it holds {size} bytes, the manifest says {nbytes}")
+            buf = (ctypes.c_uint8 * nbytes)()
+            _cu.call(f"cuMemcpyDtoH ({symbol})", drv.cuMemcpyDtoH, ctypes.addressof(buf), ptr, nbytes)
+            return bytes(buf)
+
+        next_slot = int.from_bytes(read(profile.NEXT_SYMBOL, 8), "little")
+        ring = read(profile.RING_SYMBOL, capacity * profile.WORDS * 8)
+        return profile.decode(ring, next_slot, capacity, [c.name for c in self.manifest.components])
+
     def __enter__(self) -> "Kernel":
         return self
 

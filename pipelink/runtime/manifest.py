@@ -276,6 +276,7 @@ class Manifest:
     dispatch: str | None = None                # persistent: static | dynamic
     workspace: WorkspaceSpec | None = None     # persistent: the event workspace
     resources: Resources | None = None
+    profile_tasks: int = 0                     # persistent: records of the task-profile ring (0: none)
     tile_exprs: tuple[_expr.Expr, ...] = field(default=(), compare=False, repr=False)  # `tiles`, parsed once
 
     def __post_init__(self):
@@ -327,6 +328,8 @@ class Manifest:
             doc["workspace"] = self.workspace.to_json()
         if self.resources is not None:
             doc["resources"] = self.resources.to_json()
+        if self.profile_tasks:
+            doc["profile_tasks"] = self.profile_tasks
         return doc
 
     @classmethod
@@ -344,7 +347,8 @@ class Manifest:
 
 _TOP_FIELDS = {"manifest", "pipelink", "kernel", "target", "schedule", "block", "dynamic_smem", "params", "tiles",
                "tile_order", "distribution", "geometry", "components", "wires", "cubin_sha256", "specialized",
-               "grid_policy", "stream_k", "dependent_launch", "tasks", "dispatch", "workspace", "resources"}
+               "grid_policy", "stream_k", "dependent_launch", "tasks", "dispatch", "workspace", "resources",
+               "profile_tasks"}
 _SCHEDULES = ("sequential", "warp_specialized", "persistent")
 _DISPATCHES = ("static", "dynamic")
 
@@ -402,7 +406,7 @@ class _Reader:
             dependent_launch=bool(self.optional("dependent_launch", bool, "a boolean")),
             tasks=self.str_map("tasks"),
             dispatch=self.optional("dispatch", str, f"one of {', '.join(_DISPATCHES)}", _DISPATCHES),
-            workspace=self.workspace(), resources=self.resources())
+            workspace=self.workspace(), resources=self.resources(), profile_tasks=self.profile_tasks())
 
     def block(self) -> tuple[int, int, int]:
         raw = self.doc.get("block")
@@ -555,6 +559,12 @@ class _Reader:
             except _expr.ExprError as exc:
                 raise self.error(f"event '{e['name']}' has a bad shape: {exc}") from None
         return WorkspaceSpec(header, counter, raw.get("debug", False), tuple(events))
+
+    def profile_tasks(self) -> int:
+        value = self.optional("profile_tasks", int, "a count of task records")
+        if value is not None and value < 1:
+            raise self.error(f"'profile_tasks' must be a positive count of task records, got {value!r}")
+        return value or 0
 
     def resources(self) -> Resources | None:
         raw = self.doc.get("resources")

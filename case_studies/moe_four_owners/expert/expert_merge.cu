@@ -17,7 +17,8 @@ extern "C" __device__ void moe_expert_merge(pl::Tile tile, const float* __restri
   const int blocks = I / 64, per = (blocks + splits - 1) / splits, shares = (blocks + per - 1) / per;
   const int rows = __ldcg(tile_rows + i);
   const long long row0 = (long long)i * bm;
-  const long long share = ((long long)(T * TOPK + bm - 1) / bm + E) * bm * H;  // elements of one share
+  const int tiles = (T * TOPK + bm - 1) / bm + E;  // (32-bit: no 64-bit division routine)
+  const long long share = (long long)tiles * bm * H;  // elements of one share
   const int vecs = H / 4;
   for (int v = thread_rank(); v < rows * vecs; v += THREADS) {
     const long long at = (row0 + v / vecs) * H + 4 * (v % vecs);

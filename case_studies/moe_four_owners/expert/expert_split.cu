@@ -28,7 +28,7 @@ extern "C" __device__ void moe_expert_split(pl::Tile tile, const bf16* __restric
   if (c0 >= c1) return;  // an empty share: moe_expert_merge adds only the shares with columns
   const int rows = __ldcg(tile_rows + i);
   const long long row0 = (long long)i * BM;
-  const long long total = ((long long)(T * TOPK + BM - 1) / BM + E) * BM;  // rows of one share's part
+  const long long total = (long long)((T * TOPK + BM - 1) / BM + E) * BM;  // rows of one share's part
   float* const out = part + ((long long)j * total + row0) * H;
   float* const cg = smem_stages<float>();  // epilogue, after the ring is drained
   const Smem sm{smem_stages<bf16>(), smem_h<bf16>(), smem_tokens<int>(), cg, cg + BM * kLdc};

@@ -51,4 +51,41 @@ __device__ __forceinline__ bool wait_for(const unsigned long long* p, unsigned c
 }
 
 }  // namespace events
+
+// The task profile (a pipeline's `profile_tasks`): thread 0 of a CTA writes one record per task into a
+// ring in global memory that the launcher reads back (runtime/profile.py decodes it).
+namespace profile {
+
+__device__ __forceinline__ unsigned long long now() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__device__ __forceinline__ unsigned sm_id() {
+  unsigned id;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
+  return id;
+}
+
+// Record: [launch (16 bits) | component (8) | SM (8) | task (32)], then the stamps (ns): the task starts,
+// its waits are met, its entry and the block's barrier are done, its notifications are out. `begin` takes
+// the task's slot and writes the first two words; `stamp` the others as the task gets there (so only the
+// slot's address stays live across the component's code).
+constexpr int kWords = 5;
+
+__device__ __forceinline__ unsigned long long* begin(unsigned long long* ring, unsigned long long* next,
+                                                     unsigned long long capacity, unsigned long long launch,
+                                                     unsigned component, long long task) {
+  const unsigned long long slot = atomicAdd(next, 1ull) % capacity;
+  unsigned long long* r = ring + slot * kWords;
+  r[0] = ((launch & 0xFFFFull) << 48) | ((unsigned long long)(component & 0xFFu) << 40) |
+         ((unsigned long long)(sm_id() & 0xFFu) << 32) | (unsigned long long)(unsigned)task;
+  r[1] = now();
+  return r;
+}
+
+__device__ __forceinline__ void stamp(unsigned long long* record, int word) { record[word] = now(); }
+
+}  // namespace profile
 }  // namespace pl

@@ -1,0 +1,110 @@
+"""The task profile of a persistent kernel linked with `profile_tasks`: one record per task, written by the
+glue into a ring in device memory (`pl_profile_ring`, next slot `pl_profile_next`; include/pipelink/events.h
+pl::profile), read back and summarized here.
+
+A record says which component's task ran on which SM, and four global-timer stamps (ns): the task starts
+(its CTA has it), its waits are met, its entry and the block's barrier after it are done, its
+notifications are out. So a component's time splits into waiting (for its inputs' events), running, and
+notifying; what no task covers is the claim between tasks and idle CTAs.
+"""
+from __future__ import annotations
+
+import statistics
+import struct
+from dataclasses import dataclass
+
+WORDS = 5  # pl::profile::kWords
+RING_SYMBOL, NEXT_SYMBOL = "pl_profile_ring", "pl_profile_next"  # the glue's globals, read by name
+
+
+@dataclass(frozen=True)
+class TaskRecord:
+    launch: int        # the launch's number, modulo 2^16
+    component: str
+    task: int
+    sm: int
+    start: int         # ns, global timer
+    ready: int         # waits met
+    done: int          # entry and barrier done
+    notified: int      # notifications out
+
+    @property
+    def wait_ns(self) -> int:
+        return self.ready - self.start
+
+    @property
+    def run_ns(self) -> int:
+        return self.done - self.ready
+
+    @property
+    def notify_ns(self) -> int:
+        return self.notified - self.done
+
+
+def decode(ring: bytes, next_slot: int, capacity: int, components: list[str]) -> list[TaskRecord]:
+    """The records of the latest launch in the ring, in the order they were written. `next_slot`: how many
+    records were ever written (the ring keeps the last `capacity`). Raises ValueError if the latest launch
+    wrote more records than the ring holds (its first ones are gone)."""
+    if len(ring) < capacity * WORDS * 8:
+        raise ValueError(f"the ring holds {len(ring)} bytes, {capacity} records need {capacity * WORDS * 8}")
+    written = min(next_slot, capacity)
+    first = next_slot - written
+    records = []
+    for n in range(first, next_slot):
+        slot = n % capacity
+        w = struct.unpack_from(f"<{WORDS}Q", ring, slot * WORDS * 8)
+        comp = (w[0] >> 40) & 0xFF
+        records.append(TaskRecord(launch=w[0] >> 48, component=components[comp] if comp < len(components) else
+                                  f"#{comp}", task=w[0] & 0xFFFFFFFF, sm=(w[0] >> 32) & 0xFF,
+                                  start=w[1], ready=w[2], done=w[3], notified=w[4]))
+    if not records:
+        return []
+    latest = records[-1].launch
+    mine = [r for r in records if r.launch == latest]
+    if next_slot > capacity and records[0].launch == latest:
+        raise ValueError(f"the last launch wrote more than the ring's {capacity} records: link with a larger "
+                         "profile_tasks")
+    return mine
+
+
+@dataclass(frozen=True)
+class ComponentTime:
+    component: str
+    tasks: int
+    first_start_us: float   # from the launch's first task start
+    last_end_us: float
+    wait_us: float          # summed over tasks
+    run_us: float
+    notify_us: float
+    median_run_us: float
+
+
+def summarize(records: list[TaskRecord]) -> tuple[float, int, list[ComponentTime]]:
+    """(span of the launch's tasks in us, SMs seen, per component in order of first start)."""
+    if not records:
+        return 0.0, 0, []
+    t0 = min(r.start for r in records)
+    span = (max(r.notified for r in records) - t0) / 1000.0
+    by = {}
+    for r in records:
+        by.setdefault(r.component, []).append(r)
+    out = []
+    for name, rs in by.items():
+        out.append(ComponentTime(
+            name, len(rs), (min(r.start for r in rs) - t0) / 1000.0, (max(r.notified for r in rs) - t0) / 1000.0,
+            sum(r.wait_ns for r in rs) / 1000.0, sum(r.run_ns for r in rs) / 1000.0,
+            sum(r.notify_ns for r in rs) / 1000.0, statistics.median(r.run_ns for r in rs) / 1000.0))
+    out.sort(key=lambda c: c.first_start_us)
+    return span, len({r.sm for r in records}), out
+
+
+def render(records: list[TaskRecord]) -> str:
+    """A table of summarize()'s figures."""
+    span, sms, comps = summarize(records)
+    lines = [f"{len(records)} tasks on {sms} SMs over {span:.1f} us (first task start to last notification)",
+             f"{'component':24s} {'tasks':>7s} {'from us':>9s} {'to us':>9s} {'wait us':>10s} {'run us':>10s} "
+             f"{'notify us':>10s} {'median run':>10s}"]
+    for c in comps:
+        lines.append(f"{c.component:24s} {c.tasks:7d} {c.first_start_us:9.1f} {c.last_end_us:9.1f} {c.wait_us:10.1f} "
+                     f"{c.run_us:10.1f} {c.notify_us:10.1f} {c.median_run_us:10.2f}")
+    return "\n".join(lines)

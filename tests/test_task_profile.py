@@ -1,0 +1,139 @@
+"""The task profile (`profile_tasks`): the glue's records, the manifest field, the decoding and summary of
+the ring (CPU), and the records of real launches (GPU)."""
+import dataclasses
+import struct
+
+import pytest
+
+from pipelink.core.diagnostics import DiagnosticSink
+from pipelink.core.pipeline import PipelineSpec, load_pipeline
+from pipelink.harness.shipped import shipped_pipelines
+from pipelink.linker.passes import LinkOptions, link, run_passes
+from pipelink.runtime import profile
+from pipelink.runtime.manifest import Manifest
+
+from contract_factory import shipped_component
+
+
+def _spec(name, **kw):
+    pipe = next(p for p in shipped_pipelines() if p.name == name)
+    return pipe, dataclasses.replace(load_pipeline(pipe.path, DiagnosticSink()), **kw)
+
+
+@pytest.mark.parametrize("dispatch", ["static", "dynamic"])
+def test_glue_stamps_every_task_only_when_asked(dispatch):
+    pipe, spec = _spec("splitk_gemv", dispatch=dispatch)
+    comps = [shipped_component(n) for n in pipe.components]
+    plain = run_passes(options=LinkOptions(arch="sm_90", pipeline=spec), components=comps, until="generate").glue
+    assert "pl::profile" not in plain and "pl_profile_ring" not in plain
+    spec = dataclasses.replace(spec, profile_tasks=4096)
+    glue = run_passes(options=LinkOptions(arch="sm_90", pipeline=spec), components=comps, until="generate").glue
+    assert 'extern "C" __device__ unsigned long long pl_profile_ring[4096 * pl::profile::kWords];' in glue
+    lines = glue.splitlines()
+    begins = [i for i, ln in enumerate(lines) if "pl::profile::begin(pl_profile_ring" in ln]
+    assert len(begins) == len(pipe.components)  # one per component's task body
+    for k, i in enumerate(begins):  # its stamps in order, the third after the task's barrier
+        assert f"pl_launch, {k}u, t) : nullptr;" in lines[i]  # the component's index in the manifest's list
+        nxt = begins[k + 1] if k + 1 < len(begins) else len(lines)
+        body = lines[i:nxt]
+        at = {w: next(j for j, ln in enumerate(body) if f"pl::profile::stamp(pl_record, {w});" in ln) for w in (2, 3, 4)}
+        done = next(j for j, ln in enumerate(body) if "__syncthreads();  // the task's writes are done" in ln)
+        assert at[2] < done < at[3] < at[4]
+
+
+def test_profile_outside_a_persistent_kernel_is_refused():
+    pipe, spec = _spec("rowsum", profile_tasks=64)
+    assert spec.schedule != "persistent"
+    ctx = run_passes(options=LinkOptions(arch="sm_90", pipeline=spec),
+                     components=[shipped_component(n) for n in pipe.components], until="resolve")
+    assert [d.code for d in ctx.sink.items if d.severity == "error"] == ["PL179"]
+
+
+def test_the_manifest_carries_the_ring_size(shipped_objects):
+    pipe, spec = _spec("tile_chain", profile_tasks=1000)
+    result = link([str(shipped_objects[n]) for n in pipe.components], LinkOptions(pipeline=spec))
+    assert result.ok, [d.render() for d in result.diagnostics]
+    m = result.manifest
+    assert m.profile_tasks == 1000 and m.to_json()["profile_tasks"] == 1000
+    assert Manifest.from_json(m.to_json()).profile_tasks == 1000
+    from pipelink.formats.cubin import global_variables
+    names = global_variables(result.cubin)
+    assert "pl_profile_ring" in names and "pl_profile_next" in names
+    plain = link([str(shipped_objects[n]) for n in pipe.components],
+                 LinkOptions(pipeline=dataclasses.replace(spec, profile_tasks=0)))
+    assert "profile_tasks" not in plain.manifest.to_json()
+    assert "pl_profile_ring" not in global_variables(plain.cubin)
+
+
+def test_pipeline_file_and_cli_take_the_ring_size(tmp_path, shipped_objects, capsys):
+    from pipelink.cli import main
+    pipe = next(p for p in shipped_pipelines() if p.name == "splitk_gemv")
+    objs = [str(shipped_objects[n]) for n in pipe.components]
+    out = tmp_path / "k.cubin"
+    assert main(["link", *objs, "--pipeline", str(pipe.path), "--profile-tasks", "512", "-o", str(out)]) == 0
+    import json
+    assert json.loads((tmp_path / "k.json").read_text())["profile_tasks"] == 512
+    assert main(["link", *objs, "--pipeline", str(pipe.path), "--profile-tasks", "-1", "-o", str(out)]) == 2
+    assert "PL001" in capsys.readouterr().err
+
+
+def _ring(records, capacity, comps):
+    data = bytearray(capacity * profile.WORDS * 8)
+    for n, (launch, comp, sm, task, stamps) in enumerate(records):
+        word0 = (launch << 48) | (comps.index(comp) << 40) | (sm << 32) | task
+        struct.pack_into("<5Q", data, (n % capacity) * profile.WORDS * 8, word0, *stamps)
+    return bytes(data)
+
+
+def test_decode_keeps_the_latest_launch_and_summarize_splits_the_time():
+    comps = ["producer", "consumer"]
+    recs = [(6, "producer", 0, 0, (0, 0, 0, 0))] * 2 + [
+        (7, "producer", 3, 0, (1000, 1000, 5000, 5500)),
+        (7, "producer", 4, 1, (1000, 1200, 4200, 4300)),
+        (7, "consumer", 3, 0, (5600, 9000, 10000, 10100))]
+    got = profile.decode(_ring(recs, 8, comps), len(recs), 8, comps)
+    assert [(r.component, r.task, r.sm) for r in got] == [("producer", 0, 3), ("producer", 1, 4), ("consumer", 0, 3)]
+    span, sms, per = profile.summarize(got)
+    assert span == pytest.approx(9.1) and sms == 2
+    assert [c.component for c in per] == ["producer", "consumer"]
+    assert per[0].wait_us == pytest.approx(0.2) and per[0].run_us == pytest.approx(7.0)
+    assert per[1].wait_us == pytest.approx(3.4) and per[1].notify_us == pytest.approx(0.1)
+    assert "3 tasks on 2 SMs over 9.1 us" in profile.render(got)
+
+
+def test_decode_refuses_a_ring_the_launch_overran():
+    comps = ["c"]
+    recs = [(1, "c", 0, t, (t, t, t, t)) for t in range(10)]
+    with pytest.raises(ValueError, match="larger profile_tasks"):
+        profile.decode(_ring(recs, 4, comps), len(recs), 4, comps)
+    assert len(profile.decode(_ring(recs[:3], 4, comps), 3, 4, comps)) == 3
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name,dispatch", [("splitk_gemv", "static"), ("splitk_gemv", "dynamic"),
+                                           ("tile_chain", "dynamic")])
+def test_a_launch_records_each_task_once_in_order(shipped_objects, name, dispatch):
+    """Run on the GPU: every task of the launch once, its stamps in order, consumers' waits met after
+    their producers' notifications began; the results still correct."""
+    import os
+    from pipelink.harness.problems import run_and_judge
+    pipe, spec = _spec(name, dispatch=dispatch, profile_tasks=1 << 16)
+    result = link([str(shipped_objects[n]) for n in pipe.components], LinkOptions(pipeline=spec))
+    assert result.ok, [d.render() for d in result.diagnostics]
+    kernel = result.kernel()
+    try:
+        for M, N in ((33, 129), (1000, 4099)):
+            seed = int.from_bytes(os.urandom(4), "little")
+            err, problem = run_and_judge(kernel, name, M, N, seed)
+            assert err <= problem.tolerance, (M, N, seed, err)
+            records = kernel.task_profile()
+            assert records
+            per = {}
+            for r in records:
+                assert r.start <= r.ready <= r.done <= r.notified, r
+                per.setdefault(r.component, []).append(r.task)
+            for comp, tasks in per.items():
+                assert sorted(tasks) == list(range(len(tasks))), comp  # each task once
+            assert set(per) == set(pipe.components)
+    finally:
+        kernel.unload()
