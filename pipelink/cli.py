@@ -114,6 +114,9 @@ def _parser() -> argparse.ArgumentParser:
     lnk.add_argument("--dependent-launch", action="store_true",
                      help="programmatic dependent launch (sm_90+): the kernel may start while the one before it "
                           "in the stream finishes, and waits for it before reading its inputs")
+    lnk.add_argument("--standalone", action="store_true",
+                     help="drop the components' events: the kernel runs after the kernels its waits are on (a "
+                          "component of an event-wired pipeline as a kernel of its own)")
     lnk.add_argument("--profile-tasks", type=int, metavar="N",
                      help="persistent schedule: record every task (component, SM, when it starts, when its waits "
                           "are met, when it is done) in a ring of N records; Kernel.task_profile() reads them")
@@ -424,7 +427,8 @@ def _link_options(args, sink: DiagnosticSink):
                    schedule=args.schedule or spec.schedule, dispatch=args.dispatch or spec.dispatch,
                    debug_events=args.debug_events or spec.debug_events, specialize=specialize,
                    dependent_launch=args.dependent_launch or spec.dependent_launch,
-                   profile_tasks=args.profile_tasks if args.profile_tasks is not None else spec.profile_tasks)
+                   profile_tasks=args.profile_tasks if args.profile_tasks is not None else spec.profile_tasks,
+                   standalone=args.standalone or spec.standalone)
     return LinkOptions(arch=args.arch, pipeline=spec, monolithic=bool(args.emit_monolithic), cache=not args.no_cache)
 
 

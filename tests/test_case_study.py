@@ -93,6 +93,20 @@ def test_the_split_expert_links_in_place_of_the_expert(split_layer):
     assert "splits" in names and "part" in names
 
 
+def test_the_four_objects_link_one_kernel_each_as_the_separate_control(baseline):
+    """Each team's object alone (`standalone`: its waits are met by the launch order), with dependent launch;
+    linked without `standalone`, a component that waits on another's events is refused (PL081)."""
+    base, _ = baseline
+    kernels = builds.link_separate(base.pipelink_objects)
+    assert [k.manifest.kernel for k in kernels] == [f"{t.component}_alone" for t in builds.TEAMS]
+    assert all(k.manifest.dependent_launch and k.manifest.workspace is None for k in kernels)
+    assert "pl::events" not in kernels[2].glue and "wait_for" not in kernels[2].glue
+    from pipelink.core.pipeline import PipelineSpec
+    from pipelink.linker.passes import LinkOptions, link
+    alone = link([str(base.pipelink_objects[2])], LinkOptions(pipeline=PipelineSpec(name="expert_alone")))
+    assert not alone.ok and "PL081" in [d.code for d in alone.diagnostics]
+
+
 def test_expert_splits_fill_the_gpu_for_few_tokens_only():
     layer = case_module(CASE, 'layer')
     q, small = layer.SHAPES["qwen3-30b-a3b"], layer.SHAPES["small"]
@@ -104,6 +118,27 @@ def test_expert_splits_fill_the_gpu_for_few_tokens_only():
     lay = layer.Layout(q, 16, dict(layer.AGREED_GEOMETRY), splits=4)
     assert lay.sizes()["part"] == 4 * lay.sizes()["ys"]
     assert "part" not in layer.Layout(q, 16, dict(layer.AGREED_GEOMETRY)).sizes()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape,T", [("small", 16), ("small", 1000), ("qwen3-30b-a3b", 16), ("qwen3-30b-a3b", 300)])
+def test_separate_pipelink_kernels_match_torch(baseline, shape, T):
+    """The separate control: four kernels in stream order with dependent launch, twice without a reset."""
+    import torch
+    launchers = case_module(CASE, 'launchers')
+    layer = case_module(CASE, 'layer')
+    base, _ = baseline
+    impl = launchers.PipelinkSeparate.from_links(builds.link_separate(base.pipelink_objects))
+    s = layer.SHAPES[shape]
+    seed = int.from_bytes(os.urandom(2), "little")
+    weights = layer.make_weights(s, seed)
+    for launch in range(2):
+        x = layer.make_tokens(s, T, seed + 1 + launch)
+        buffers = layer.poisoned_buffers(impl.layout(s, T))
+        impl.run(s, x, weights, buffers)
+        torch.cuda.synchronize()
+        v = layer.judge(s, x, weights, buffers)
+        assert v.ok, (launch, v)
 
 
 @pytest.mark.gpu
@@ -224,24 +259,27 @@ def test_grouped_mm_missing_is_a_reason_not_a_fallback(monkeypatch):
 def test_run_plumbing_names_the_graphs_of_existing_implementations(monkeypatch, why, split):
     launchers = case_module(CASE, 'launchers')
     run = case_module(CASE, 'run')
-    assert set(run.GRAPHED.values()) == {"pipelink fused", "pipelink split", "separate kernels", "torch grouped_mm"}
+    assert set(run.GRAPHED.values()) == {"pipelink fused", "pipelink split", "pipelink separate", "separate kernels",
+                                         "torch grouped_mm"}
     assert all(g == f"{e} graph" for g, e in run.GRAPHED.items())
     made = []
     stub = lambda kind: lambda *a: made.append(kind) or kind  # noqa: E731
     monkeypatch.setattr(launchers.PipelinkLayer, "from_link", lambda linked: made.append(linked) or linked)
+    monkeypatch.setattr(launchers.PipelinkSeparate, "from_links", lambda links: made.append("separate") or "separate")
     for cls in ("ClassicFused", "ClassicSeparate", "TorchLayer", "GroupedMmLayer"):
         monkeypatch.setattr(launchers, cls, stub(cls))
     monkeypatch.setattr(launchers, "grouped_mm_unavailable", lambda shapes: why)
     skipped = {}
-    impls = run.implementations("linked", b"cubin", skipped, split=split)
+    impls = run.implementations("linked", b"cubin", skipped, split=split, separate=["links"] if split else None)
     graphs = {n: i.impl for n, i in impls.items() if isinstance(i, launchers.CapturedLayer)}
-    eager = ["pipelink fused", *(["pipelink split"] if split else []), "classic fused", "separate kernels", "torch"]
+    eager = ["pipelink fused", *(["pipelink split", "pipelink separate"] if split else []), "classic fused",
+             "separate kernels", "torch"]
     eager += ["torch grouped_mm"] if why is None else []
     assert list(impls) == eager + [g for g, e in run.GRAPHED.items() if e in eager]
     # every graph wraps an instance of its own (pipelink's: its own loaded kernel and workspace)
-    assert made.count("linked") == 2 and made.count("split") == (2 if split else 0)
+    assert made.count("linked") == 2 and made.count("split") == made.count("separate") == (2 if split else 0)
     want = {"pipelink fused graph": "linked", "separate kernels graph": "ClassicSeparate",
-            **({"pipelink split graph": "split"} if split else {}),
+            **({"pipelink split graph": "split", "pipelink separate graph": "separate"} if split else {}),
             **({"torch grouped_mm graph": "GroupedMmLayer"} if why is None else {})}
     assert graphs == want
     assert skipped == ({} if why is None else {"torch grouped_mm": why, "torch grouped_mm graph": why})

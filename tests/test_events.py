@@ -341,3 +341,13 @@ def test_notifier_condition_matches_the_dealing():
     two = ElementSpace((Loop("a", "0", "(long long)(B)"), Loop("b", "lo", "hi")), (), "a")
     assert notifier_condition(two, 256, 0) == \
         "(long long)threadIdx.x < (long long)((long long)(B)) * max((long long)(hi) - (long long)(lo), 0ll)"
+
+
+def test_a_standalone_link_drops_the_events():
+    """splitk_reduce waits on splitk_partial's partials: alone it is refused, standalone it links with no waits."""
+    ctx = linked([comp("splitk_reduce")], until="resolve")
+    assert "PL081" in codes(ctx.sink)
+    ctx = linked([comp("splitk_reduce")], standalone=True)
+    assert not codes(ctx.sink), [d.render() for d in ctx.sink.items]
+    assert ctx.resolved.events is None or not ctx.resolved.events.tensors
+    assert "wait_for" not in ctx.glue and "add_one" not in ctx.glue

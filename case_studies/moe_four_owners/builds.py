@@ -134,6 +134,30 @@ def link_split(objects: list[Path], profile_tasks: int = 0):
     return link_pipelink(objects, pipeline=SPLIT_PIPELINE, profile_tasks=profile_tasks)
 
 
+def link_separate(objects: list[Path]) -> list:
+    """Each of the four objects linked as a kernel of its own (`standalone`: the launch order meets its
+    waits), with programmatic dependent launch: the fair separate-kernel control."""
+    from pipelink.core.pipeline import PipelineSpec
+    from pipelink.linker.passes import LinkOptions, link
+    out = []
+    for team, obj in zip(TEAMS, objects):
+        spec = PipelineSpec(name=f"{team.component}_alone", standalone=True, dependent_launch=True)
+        result = link([str(obj)], LinkOptions(pipeline=spec))
+        if not result.ok:
+            raise RuntimeError(f"linking {team.component} alone failed:\n" +
+                               "\n".join(d.render() for d in result.diagnostics))
+        out.append(result)
+    # Linked one at a time, a consumer takes its range's default for what another component provides:
+    # the control is only fair (and correct) where those agree.
+    seen = {}
+    for r in out:
+        for name, value in r.manifest.geometry.items():
+            if seen.setdefault(name, (value, r.manifest.kernel))[0] != value:
+                raise RuntimeError(f"linked alone, {r.manifest.kernel} has {name} = {value} but "
+                                   f"{seen[name][1]} has {seen[name][0]}")
+    return out
+
+
 def link_classic(objects: list[Path]) -> bytes:
     """Plain nvJitLink over the host objects' LTO-IR: what a build without contracts does."""
     from pipelink import toolchain

@@ -51,6 +51,40 @@ class PipelinkLayer:
         prepared.launch(torch.cuda.current_stream())  # the capture stream while a CUDA graph is captured
 
 
+class PipelinkSeparate:
+    """The fair unfused control: the same four pipelink objects, each linked as a kernel of its own
+    (`standalone`: its waits are met by the launch order), launched in order with programmatic dependent
+    launch; each kernel gets its own block resources (shared memory, registers) instead of the joint ones."""
+
+    def __init__(self, kernels: list):
+        self.kernels = kernels  # loaded pipelink Kernels, router -> dispatch -> expert -> combine
+        self.geometry = {}
+        for k in kernels:
+            self.geometry.update(k.manifest.geometry)
+        self._prepared = {}
+
+    @classmethod
+    def from_links(cls, link_results) -> "PipelinkSeparate":
+        return cls([r.kernel() for r in link_results])
+
+    def layout(self, shape: ModelShape, T: int) -> Layout:
+        return Layout(shape, T, self.geometry)
+
+    def run(self, shape: ModelShape, x, weights: dict, buffers: dict) -> None:
+        args = kernel_args(shape, x.shape[0], x, weights, buffers)
+        key = tuple(v.data_ptr() if hasattr(v, "data_ptr") else v for v in args.values())
+        launches = self._prepared.get(key)
+        if launches is None:
+            if len(self._prepared) >= 8:
+                self._prepared.pop(next(iter(self._prepared)))
+            launches = self._prepared[key] = [
+                k.prepare(**{p.name: args[p.name] for p in k.user_params}) for k in self.kernels]
+        import torch
+        stream = torch.cuda.current_stream()
+        for launch in launches:
+            launch.launch(stream)
+
+
 class _MoeArgs(ctypes.Structure):
     _fields_ = [(n, ctypes.c_void_p) for n in ("x", "w_router", "w_gate", "w_up", "w_down", "topk_ids", "pair_tile",
                                                "slot", "row_token", "tile_expert", "tile_rows", "topk_w", "ys", "y")]

@@ -39,6 +39,10 @@ def render(doc: dict) -> str:
                     "replayed; a call is the copy of x into the graph's input plus the replay. The separate "
                     "kernels are captured as plain launches: no programmatic dependent launch (the launcher "
                     "has no launch attributes and the components do not wait on the grid dependency).", ""]
+        if any(n.startswith("pipelink separate") for n in names):
+            out += ["\"pipelink separate\": the same four pipelink objects, each linked as a kernel of its own "
+                    "(`standalone`: the launch order meets its waits) with its own shared memory and registers, "
+                    "launched in order with programmatic dependent launch: the fair unfused control.", ""]
         if any(n.startswith("torch grouped_mm") for n in names):
             out += ["\"torch grouped_mm\": router in fp32, softmax top-k, tokens permuted expert by expert, "
                     "`torch._grouped_mm` for gate, up and down with the experts' end offsets, SwiGLU, weighted "

@@ -82,18 +82,21 @@ def build_split_layer(out: Path, base: builds.Builds):
 # into a CUDA graph and replayed (launchers.CapturedLayer); the torch _grouped_mm ones only where
 # torch has it and takes the shapes (grouped_mm_unavailable), never replaced by another path.
 GRAPHED = {"pipelink fused graph": "pipelink fused", "pipelink split graph": "pipelink split",
-           "separate kernels graph": "separate kernels", "torch grouped_mm graph": "torch grouped_mm"}
+           "pipelink separate graph": "pipelink separate", "separate kernels graph": "separate kernels",
+           "torch grouped_mm graph": "torch grouped_mm"}
 NOT_JUDGED = ("torch",)  # the per-expert loop writes y only: no routing buffers to check
 
 
 def implementations(linked, classic_cubin: bytes, skipped: dict | None = None, controls: bool = True,
-                    split=None) -> dict:
+                    split=None, separate=None) -> dict:
     """Every implementation; `skipped` (if given) receives {name: why} for those that cannot run here.
     controls=False: the kernels and the torch loop only (no graphs, no _grouped_mm probe). `split`: the
-    layer linked with the expert team's split expert ("pipelink split")."""
+    layer linked with the expert team's split expert ("pipelink split"); `separate`: the four pipelink
+    objects linked one kernel each (builds.link_separate: "pipelink separate")."""
     import launchers
     impls = {"pipelink fused": launchers.PipelinkLayer.from_link(linked),
              **({"pipelink split": launchers.PipelinkLayer.from_link(split)} if split is not None else {}),
+             **({"pipelink separate": launchers.PipelinkSeparate.from_links(separate)} if separate is not None else {}),
              "classic fused": launchers.ClassicFused(classic_cubin),
              "separate kernels": launchers.ClassicSeparate(classic_cubin),
              "torch": launchers.TorchLayer()}
@@ -109,6 +112,7 @@ def implementations(linked, classic_cubin: bytes, skipped: dict | None = None, c
     # The graphs wrap instances of their own (the pipelink one: its own loaded kernel and workspace).
     own = {"pipelink fused": lambda: launchers.PipelinkLayer.from_link(linked),
            "pipelink split": lambda: launchers.PipelinkLayer.from_link(split),
+           "pipelink separate": lambda: launchers.PipelinkSeparate.from_links(separate),
            "separate kernels": lambda: launchers.ClassicSeparate(classic_cubin),
            "torch grouped_mm": launchers.GroupedMmLayer}
     for name, eager in GRAPHED.items():
@@ -327,6 +331,7 @@ def main(argv=None) -> int:
     out = Path(args.out)
     base, linked, classic = build_baseline(out)
     split = build_split_layer(out, base)
+    separate = builds.link_separate(base.pipelink_objects)
     if not gpu_present():
         log("no GPU here: built and linked; the tests, the benchmark and the modified-geometry test need one")
         return 0
@@ -335,14 +340,15 @@ def main(argv=None) -> int:
     if args.what == "profile":
         return run_profile(out, base, seed)
     if args.what == "once":
-        return run_once(implementations(linked, classic, controls=False, split=split), seed, args.shape)
+        return run_once(implementations(linked, classic, controls=False, split=split, separate=separate), seed,
+                        args.shape)
     import torch
     RESULTS.mkdir(exist_ok=True)
     doc = {"date": datetime.date.today().isoformat(), "device": torch.cuda.get_device_name(0), "seed": seed,
            "command": "python case_studies/moe_four_owners/run.py " + " ".join(sys.argv[1:] if argv is None else argv)}
     failed = False
     skipped = {}
-    impls = implementations(linked, classic, skipped, split=split)
+    impls = implementations(linked, classic, skipped, split=split, separate=separate)
     if skipped:
         doc["skipped"] = skipped
     if args.what in ("all", "test"):

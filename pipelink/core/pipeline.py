@@ -67,6 +67,7 @@ class PipelineSpec:
     debug_events: bool = False          # a wait that spins too long stops the kernel and is reported
     dependent_launch: bool = False      # programmatic dependent launch: overlap with the kernel before
     profile_tasks: int = 0              # persistent: a ring of this many task records (timestamps), 0: none
+    standalone: bool = False            # events dropped: the kernel runs after the kernels its waits are on
     specialize: dict = field(default_factory=dict)  # shape parameter -> value baked into this link
     calls: tuple[CallSpec, ...] = ()    # persistent: task groups, a component possibly called several times
     layers: str | int | None = None     # how often the per-layer calls run: an i32 parameter's name, or a number
@@ -130,4 +131,5 @@ def read_pipeline(raw, file: str, sink: DiagnosticSink) -> PipelineSpec | None:
                         debug_events=raw.get("debug_events", default.debug_events),
                         dependent_launch=raw.get("dependent_launch", default.dependent_launch),
                         profile_tasks=raw.get("profile_tasks", default.profile_tasks),
+                        standalone=raw.get("standalone", default.standalone),
                         specialize=dict(raw.get("specialize", {})), source=file, extra=raw)

@@ -87,6 +87,8 @@ SAMPLE_SHAPES = (1, 2, 3, 17, 64, 100, 129, 1000, 4096, 5003)
 
 
 def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSink) -> Resolved | None:
+    if spec.standalone:
+        components = [standalone(c) for c in components]
     if not is_identifier(spec.name):  # it names the generated kernel
         sink.error("PL001", f"the kernel name {spec.name!r} is not a C identifier",
                    Location(file=spec.source, pointer="/name") if spec.source else None)
@@ -220,6 +222,14 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
                     spec.dispatch, spec.debug_events, dict(spec.specialize), roles,
                     tuple(list(cluster) + [1] * (3 - len(cluster))) if cluster else None, stream_k, nested,
                     spec.dependent_launch, calls, spec.profile_tasks)
+
+
+def standalone(c: Component) -> Component:
+    """The component as a kernel of its own that runs after the kernels its waits are on (a separate-kernel
+    control, or a pipeline split into launches): its waits are met by the launch order and its notifications
+    have no waiter in the kernel, so its events are dropped. The object still carries its own contract."""
+    from ..core.model import Events
+    return replace(c, contract=replace(c.contract, events=Events()), base=c.code)
 
 
 def _roles_at(comps, name: str):
