@@ -60,3 +60,23 @@ def ltoir_archs_for(link_arch: str) -> tuple[str, ...]:
     """
     base = link_arch.rstrip("af")
     return (link_arch,) if base == link_arch else (link_arch, base)
+
+
+# Per block the driver keeps 1 KB of an SM's shared memory for itself (sm_80 and later); registers are
+# allocated per warp in units of 256.
+SMEM_RESERVED_PER_BLOCK = 1024
+REG_ALLOC_UNIT = 256
+MAX_BLOCKS_PER_SM = 32
+
+
+def residency(t: Target, threads: int, smem_bytes: int, registers: int) -> tuple[int, dict[str, int]]:
+    """How many blocks of `threads` threads, `smem_bytes` of shared memory and `registers` per thread one SM
+    holds at once, and what each resource alone allows ({'shared memory': n, 'registers': n, 'warps': n,
+    'blocks': n}); the first is the least of them."""
+    warps = -(-threads // 32)
+    per_warp = -(-max(registers, 1) * 32 // REG_ALLOC_UNIT) * REG_ALLOC_UNIT
+    limits = {"shared memory": t.smem_per_sm // (smem_bytes + SMEM_RESERVED_PER_BLOCK),
+              "registers": t.regs_per_sm // (per_warp * warps),
+              "warps": t.max_warps_per_sm // warps,
+              "blocks": MAX_BLOCKS_PER_SM}
+    return min(limits.values()), limits

@@ -90,6 +90,35 @@ DEVICE_COUNT_NOTE = ("count read from the device: not checked at link time; --de
                      "is never met")
 
 
+def _residency_rows(r: Resolved, a: Allocation, arch: str, kernel_info: KernelInfo | None) -> list[str]:
+    """Blocks per SM and what limits them: every task of the kernel runs with the block's joint shape (its
+    threads, the whole arena and the tightest register budget), so one component's large scratch buffers
+    can cut the residency of all the others."""
+    from ..core.targets import SMEM_RESERVED_PER_BLOCK, residency, target
+    t = target(arch)
+    registers = kernel_info.registers if kernel_info else a.registers
+    if t is None or not registers:
+        return []
+    smem = a.smem_bytes + (kernel_info.static_smem_bytes if kernel_info else 0)
+    blocks, limits = residency(t, a.block_threads, smem, registers)
+    limiting = [k for k, v in limits.items() if v == blocks]
+    out = ["", f"## residency ({arch}, one SM)",
+           f"  {blocks} block{'s' if blocks != 1 else ''} of {a.block_threads} threads: {blocks * a.block_warps} "
+           f"of {t.max_warps_per_sm} warps; limited by {' and '.join(limiting)}",
+           f"  shared memory {smem} + {SMEM_RESERVED_PER_BLOCK} B per block -> {limits['shared memory']}; "
+           f"registers {registers} per thread -> {limits['registers']}; warps -> {limits['warps']}"]
+    if "shared memory" in limiting:  # whose buffers set the arena's size
+        ends = {}
+        for p in a.smem:
+            owner = p.item.key.split(" ", 1)[1].split(".", 1)[0] if " " in p.item.key else p.item.key
+            if owner != "pl_glue":  # the glue's own flags sit at the top of any arena
+                ends[owner] = max(ends.get(owner, 0), p.offset + p.item.size)
+        if ends:
+            owner = max(ends, key=ends.get)
+            out.append(f"  the arena's size is set by {owner} (its buffers end at {ends[owner]} B)")
+    return out
+
+
 def link_map(r: Resolved, a: Allocation, arch: str, kernel_info: KernelInfo | None = None) -> str:
     out = [f"# pipelink link map: kernel {r.name}, target {arch}, schedule {r.schedule}",
            f"# block {a.block_threads} threads ({a.block_warps} warps), dynamic smem {a.smem_bytes} bytes"
@@ -129,6 +158,7 @@ def link_map(r: Resolved, a: Allocation, arch: str, kernel_info: KernelInfo | No
         out.append(f"  {c.name}: {c.contract.max_registers or 'any'}")
     out.append(f"  kernel budget: {a.registers or 'none'}" + (f"; linked kernel uses {kernel_info.registers}"
                                                               if kernel_info else ""))
+    out += _residency_rows(r, a, arch, kernel_info)
     out += ["", "## wires"]
     for w in r.wires:
         shape = "x".join(map(str, w.tile))

@@ -1,0 +1,31 @@
+"""Blocks per SM (core/targets.py residency) and the link map's residency section: pure functions."""
+from pipelink.core.targets import TARGETS, residency
+
+
+def test_residency_takes_the_tightest_resource():
+    h = TARGETS["sm_90"]
+    # the MoE layer: one block of 128 threads, 119040 B of shared memory: shared memory allows one
+    assert residency(h, 128, 119040, 128) == (1, {"shared memory": 1, "registers": 4, "warps": 16, "blocks": 32})
+    # the decode step: 256 threads at 128 registers: the register file allows two
+    blocks, limits = residency(h, 256, 34816, 128)
+    assert blocks == 2 and limits["registers"] == 2 and limits["shared memory"] == 6
+    # registers are allocated per warp in units of 256: 56 per thread -> 1792 a warp
+    assert residency(h, 160, 65664, 56)[1]["registers"] == 65536 // (1792 * 5)
+    assert residency(h, 1024, 0, 32)[1]["warps"] == 2
+    assert residency(h, 32, 0, 8)[0] == 32  # at most 32 blocks whatever else allows
+    # the 1 KB the driver keeps per block counts: 116224 B blocks would fit twice in 228 KB without it
+    assert 2 * 116224 <= h.smem_per_sm and residency(h, 128, 116224, 64)[1]["shared memory"] == 1
+
+
+def test_link_map_names_what_limits_residency_and_whose_buffers_set_the_arena():
+    from contract_factory import shipped_component
+    from pipelink.core.pipeline import PipelineSpec
+    from pipelink.linker.passes import LinkOptions, run_passes
+    ctx = run_passes(options=LinkOptions(arch="sm_90", pipeline=PipelineSpec(name="k", schedule="persistent")),
+                     components=[shipped_component("splitk_partial"), shipped_component("splitk_reduce")],
+                     until="allocate")
+    from pipelink.linker.emit import link_map
+    text = link_map(ctx.resolved, ctx.allocation, "sm_90")
+    assert "## residency (sm_90, one SM)" in text
+    line = text.split("## residency (sm_90, one SM)\n")[1].splitlines()[0]
+    assert "limited by" in line and "threads" in line
