@@ -27,20 +27,11 @@ from decode_model import ceil_div  # noqa: E402
 MEGA_PIPELINES = {"split": HERE / "pipelines" / "decode_step.json",
                   "head": HERE / "pipelines" / "decode_step_head.json",
                   "ring": HERE / "pipelines" / "decode_step_ring.json"}
-EMBED_PART = decode_parts.Part("embedding", "embed")
 
 
 def all_parts() -> tuple:
-    """Every component of the case study: decode_parts' list where it has one, else the known parts."""
-    for name in ("ALL_PARTS", "DECODE_PARTS", "STEP_PARTS"):
-        parts = getattr(decode_parts, name, None)
-        if parts:
-            return tuple(parts)
-    parts = (list(decode_parts.PARTS) + list(decode_parts.ATTENTION_PARTS) + list(decode_parts.MORE_PARTS)
-             + list(decode_parts.NORMED_PARTS) + list(decode_parts.RING_PARTS))
-    if EMBED_PART.source.exists() and EMBED_PART.contract.exists():
-        parts.insert(0, EMBED_PART)
-    return tuple(parts)
+    """Every component of the case study (decode_parts.ALL_PARTS)."""
+    return decode_parts.ALL_PARTS
 
 
 def build_objects(out_dir: Path) -> dict[str, Path]:

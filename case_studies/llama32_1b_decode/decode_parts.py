@@ -160,6 +160,8 @@ EMBED_PARTS = (Part("embedding", "embed"),)
 RING_PARTS = (Part("linear", "gemv_residual_ring"), Part("linear", "gemv_swiglu_normed_ring"),
               Part("linear", "qkv_rope_normed_ring"), Part("linear", "lm_head_ring"))
 EMBED_COLS = 2048                                   # embed's columns per task: 256 threads, 16 bytes each
+# Every component of the case study, once.
+ALL_PARTS = EMBED_PARTS + PARTS + ATTENTION_PARTS + MORE_PARTS + NORMED_PARTS + RING_PARTS
 
 
 def argmax_workspace_shape(B: int, V: int) -> tuple[int, int]:
