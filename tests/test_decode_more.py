@@ -40,7 +40,7 @@ def test_the_contracts_agree_with_the_test_helpers():
     swiglu = json.loads((CASE / "linear" / "gemv_swiglu.json").read_text())
     assert swiglu["geometry"]["provides"]["SWIGLU_COLS"] == decode_parts.SWIGLU_COLS
     head = json.loads((CASE / "linear" / "lm_head.json").read_text())
-    assert head["geometry"]["provides"]["GEMV_ROWS"] == decode_parts.LM_ROWS
+    assert head["geometry"]["provides"]["LM_ROWS"] == decode_parts.LM_ROWS
     qkv = json.loads((CASE / "linear" / "qkv_rope.json").read_text())
     (w,) = [p for p in qkv["entry"]["params"] if p["name"] == "w"]
     assert w["shape"][0] == decode_parts.QKV
@@ -74,6 +74,7 @@ def test_each_component_links_alone(objects, name):
         assert "buffer gemv_swiglu.res" in linked.link_map
     else:
         assert params == ["w", "x", "logits", "part", "B", "V", "K"]
+        assert m.geometry == {"LM_ROWS": 8, "GEMV_KCHUNK": 2048, "GEMV_BATCH": 8}  # its rows: a name of its own
         assert m.schedule == "persistent"  # its notification makes it a persistent kernel, with nobody waiting
         assert "grid [ceil_div(V, 8)]" in linked.link_map
         assert "buffer lm_head.keys" in linked.link_map
@@ -91,7 +92,7 @@ def test_lm_head_then_argmax_links_into_one_persistent_kernel(objects):
     assert [p.name for p in m.user_params] == ["w", "x", "logits", "part", "B", "V", "K", "token"]
     part = next(p for p in m.params if p.name == "part")
     assert part.pointer and not part.const  # written by lm_head in the launch: no read-only cache for the merge
-    assert m.geometry == GEMV_GEOMETRY
+    assert m.geometry == {"LM_ROWS": 8, "GEMV_KCHUNK": 2048, "GEMV_BATCH": 8}
     (event,) = m.workspace.events
     assert event.name == "partials" and event.shape == ("1",)
     assert [s.split()[0] for s in event.notified_by] == ["lm_head"]

@@ -147,7 +147,7 @@ MORE_PARTS = (Part("linear", "qkv_rope"), Part("linear", "gemv_swiglu"), Part("l
               Part("linear", "argmax_merge"))
 MORE_ALONE = ("qkv_rope", "gemv_swiglu", "lm_head")  # each linked alone (lm_head: nobody waits for its event)
 HEAD_PIPELINED = ("lm_head", "argmax_merge")        # linked by pipelines/lm_head_argmax.json
-LM_ROWS = 8                                         # lm_head's vocabulary rows per task (GEMV_ROWS)
+LM_ROWS = 8                                         # lm_head's vocabulary rows per task (its LM_ROWS)
 SWIGLU_COLS = 4                                     # gemv_swiglu's outputs per task
 
 

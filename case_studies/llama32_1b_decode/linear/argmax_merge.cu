@@ -1,5 +1,5 @@
 // argmax_merge: the second half of the greedy-decoding head. Task b starts once every lm_head task has
-// written its key (the wait on partials), takes the maximum of the ceil_div(V, GEMV_ROWS) keys of batch
+// written its key (the wait on partials), takes the maximum of the ceil_div(V, LM_ROWS) keys of batch
 // row b (each thread a strided share, then the warps' shuffles, then the 8 warp maxima in shared memory)
 // and writes token[b], the index of the largest bf16 logit, the lowest index among equal ones. The keys
 // were written in this launch by other CTAs: loads through L2 (__ldcg), never the read-only cache. The
@@ -13,7 +13,7 @@ static_assert(smem_best_bytes >= WARPS * 8, "contract argmax_merge: smem.buffers
 extern "C" __device__ void argmax_merge(pl::Tile tile, const unsigned long long* __restrict__ part,
                                         int* __restrict__ token, int B, int V) {
   const int b = tile.coord[0];
-  const int tasks = (V + GEMV_ROWS() - 1) / GEMV_ROWS();
+  const int tasks = (V + LM_ROWS() - 1) / LM_ROWS();
   const int t = thread_rank(), warp = warp_rank(), lane = pl::lane_index();
   const unsigned long long* row = part + (long long)b * tasks;
   unsigned long long best = 0ull;

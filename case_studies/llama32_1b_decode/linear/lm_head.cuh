@@ -1,4 +1,4 @@
-// The task body lm_head and lm_head_ring share (see lm_head.cu): gemv.cuh's walk over the task's GEMV_ROWS
+// The task body lm_head and lm_head_ring share (see lm_head.cu): gemv.cuh's walk over the task's LM_ROWS
 // vocabulary rows, the rounded logits stored, and the task's argmax key per batch row to `part`.
 #pragma once
 #include "argmax.cuh"
