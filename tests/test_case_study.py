@@ -91,6 +91,7 @@ def test_the_split_expert_links_in_place_of_the_expert(split_layer):
     assert "done[ceil_div(T * TOPK, 32) + E]: moe_expert_merge notifies i->i; moe_combine waits" in linked.link_map
     names = [p.name for p in m.user_params]
     assert "splits" in names and "part" in names
+    assert m.geometry["EXPERT_SHARE_MAX"] == 768  # h for a whole I: any splits from 1 work
 
 
 def test_the_four_objects_link_one_kernel_each_as_the_separate_control(baseline):
@@ -115,6 +116,9 @@ def test_expert_splits_fill_the_gpu_for_few_tokens_only():
     assert all(1 <= layer.expert_splits(s, T, sms=sms) <= s.I // 64
                for s in (q, small) for T in (1, 7, 16, 300, 100000) for sms in (1, 132, 1000))
     assert layer.expert_splits(q, 1, sms=1000) == q.I // 64  # never more shares than 64-column blocks
+    # a share no wider than what h holds: 768 / 192 = 4 shares at least, whatever T
+    assert {T: layer.expert_splits(q, T, share_max=192) for T in layer.TOKEN_COUNTS} == {16: 4, 128: 4, 1024: 4, 4096: 4}
+    assert layer.expert_splits(q, 4096, share_max=384) == 2 and layer.expert_splits(q, 4096, share_max=768) == 1
     lay = layer.Layout(q, 16, dict(layer.AGREED_GEOMETRY), splits=4)
     assert lay.sizes()["part"] == 4 * lay.sizes()["ys"]
     assert "part" not in layer.Layout(q, 16, dict(layer.AGREED_GEOMETRY)).sizes()

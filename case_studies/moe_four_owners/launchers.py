@@ -26,7 +26,7 @@ class PipelinkLayer:
     def splits(self, shape: ModelShape, T: int) -> int:
         import torch
         sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
-        return expert_splits(shape, T, self.geometry["EXPERT_TILE_M"], sms)
+        return expert_splits(shape, T, self.geometry["EXPERT_TILE_M"], sms, self.geometry.get("EXPERT_SHARE_MAX"))
 
     @classmethod
     def from_link(cls, link_result) -> "PipelinkLayer":

@@ -24,13 +24,16 @@ TOKEN_COUNTS = (16, 128, 1024, 4096)
 AGREED_GEOMETRY = {"ROUTER_TOKENS": 32, "DISPATCH_TOKENS": 64, "EXPERT_TILE_M": 32, "COMBINE_TILE_N": 2048}
 
 
-def expert_splits(shape: ModelShape, T: int, tile_m: int = 32, sms: int = 132) -> int:
+def expert_splits(shape: ModelShape, T: int, tile_m: int = 32, sms: int = 132, share_max: int | None = None) -> int:
     """Tasks per expert tile for moe_expert_split: enough that the tiles of few tokens keep every SM
     streaming weights (about 4 tasks an SM over the tiles T tokens can use), one when the tiles alone do;
-    at most one 64-column block of the intermediate size per task."""
+    at most one 64-column block of the intermediate size per task, and at least as many as keep a share
+    within `share_max` columns (the split's EXPERT_SHARE_MAX: what its h buffer holds)."""
     pairs = T * shape.TOPK
     tiles = min(shape.E, pairs) + math.ceil(pairs / tile_m)  # tiles with routed rows, at most
-    return max(1, min(shape.I // 64, math.ceil(4 * sms / tiles)))
+    blocks = shape.I // 64
+    least = math.ceil(blocks / (share_max // 64)) if share_max else 1
+    return max(least, min(blocks, math.ceil(4 * sms / tiles)))
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@
 #endif
 
 using namespace pl::moe_expert;
+constexpr int kHCols = EXPERT_MAX_INTER;  // a task takes every column of I
 #include "expert_body.cuh"
 
 using namespace expert_body;

@@ -4,7 +4,8 @@
 //   down:    for the H columns, 64 at a time: acc = h Wd[:, c0:c1]^T, handed to `store` in fp32
 // bf16 tensor-core MMA (wmma 16x16x16, fp32 accumulation). Operands stream through a ring of
 // EXPERT_STAGES cp.async stages of K = 64; each warp owns one 16-column slice of the 64 columns.
-// Include after `using namespace pl::<component>` (THREADS, WARPS, thread_rank, warp_rank, EXPERT_*).
+// Include after `using namespace pl::<component>` (THREADS, WARPS, thread_rank, warp_rank, EXPERT_*) and a
+// constexpr int kHCols: the columns h holds (the widest range a task takes).
 #pragma once
 #include <cuda_bf16.h>
 #include <mma.h>
@@ -16,7 +17,7 @@ using bf16 = __nv_bfloat16;
 
 constexpr int BM = EXPERT_TILE_M;
 constexpr int kN = 64, kK = 64, kLd = kK + 8;  // chunk sizes; staged rows are padded against bank conflicts
-constexpr int kLdh = EXPERT_MAX_INTER + 8;
+constexpr int kLdh = kHCols + 8;
 constexpr int kLdc = kN + 4;                   // f32 epilogue pitch
 constexpr int kFragsM = BM / 16;
 constexpr int kStageElems = (BM + 2 * kN) * kLd;  // x rows, then two weight blocks of kN rows

@@ -6,6 +6,7 @@
 #include "moe_expert_split.pipelink.h"
 
 using namespace pl::moe_expert_split;
+constexpr int kHCols = EXPERT_SHARE_MAX;  // a share is at most this wide (the launcher picks splits so)
 #include "expert_body.cuh"
 
 using namespace expert_body;
@@ -14,6 +15,7 @@ static_assert(BM * kLdh * 2 <= smem_h_bytes, "contract: smem.buffers.h too small
 static_assert(BM * 4 <= smem_tokens_bytes, "contract: smem.buffers.tokens too small");
 static_assert(2 * BM * kLdc * 4 <= smem_stages_bytes, "the epilogue reuses the stages");
 static_assert(kN % 4 == 0 && (kLdc * 4) % 16 == 0, "16-byte rows of the fp32 epilogue");
+static_assert(EXPERT_SHARE_MAX % kN == 0 && EXPERT_SHARE_MAX <= EXPERT_MAX_INTER, "EXPERT_SHARE_MAX: whole blocks of 64");
 
 extern "C" __device__ void moe_expert_split(pl::Tile tile, const bf16* __restrict__ x, const bf16* __restrict__ w_gate,
                                             const bf16* __restrict__ w_up, const bf16* __restrict__ w_down,
@@ -26,6 +28,7 @@ extern "C" __device__ void moe_expert_split(pl::Tile tile, const bf16* __restric
   const int per = (I / kN + splits - 1) / splits;  // blocks of 64 columns per share
   const int c0 = min(I, j * per * kN), c1 = min(I, c0 + per * kN);
   if (c0 >= c1) return;  // an empty share: moe_expert_merge adds only the shares with columns
+  if (c1 - c0 > EXPERT_SHARE_MAX) __trap();  // too few splits for h: the contract says splits >= I / EXPERT_SHARE_MAX
   const int rows = __ldcg(tile_rows + i);
   const long long row0 = (long long)i * BM;
   const long long total = (long long)((T * TOPK + BM - 1) / BM + E) * BM;  // rows of one share's part
