@@ -65,6 +65,25 @@ def test_the_manifest_carries_the_ring_size(shipped_objects):
     assert "pl_profile_ring" not in global_variables(plain.cubin)
 
 
+@pytest.mark.parametrize("bad", [0, -3, "many", True, 1.5])
+def test_a_manifest_with_a_bad_ring_size_is_refused(shipped_objects, bad):
+    from pipelink.runtime.manifest import ManifestError
+    pipe, spec = _spec("tile_chain", profile_tasks=16)
+    doc = link([str(shipped_objects[n]) for n in pipe.components], LinkOptions(pipeline=spec)).manifest.to_json()
+    doc["profile_tasks"] = bad
+    with pytest.raises(ManifestError, match="profile_tasks"):
+        Manifest.from_json(doc)
+
+
+def test_a_pipeline_file_with_a_bad_ring_size_is_refused(tmp_path):
+    from pipelink.core.diagnostics import DiagnosticSink
+    for bad in (-1, 1 << 25, "8"):
+        path = tmp_path / "p.json"
+        path.write_text('{"pipeline": 1, "profile_tasks": %s}' % (f'"{bad}"' if isinstance(bad, str) else bad))
+        sink = DiagnosticSink()
+        assert load_pipeline(path, sink) is None and sink.has_errors, bad
+
+
 def test_pipeline_file_and_cli_take_the_ring_size(tmp_path, shipped_objects, capsys):
     from pipelink.cli import main
     pipe = next(p for p in shipped_pipelines() if p.name == "splitk_gemv")
