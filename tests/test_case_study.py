@@ -124,15 +124,11 @@ def test_expert_splits_fill_the_gpu_for_few_tokens_only():
     assert "part" not in layer.Layout(q, 16, dict(layer.AGREED_GEOMETRY)).sizes()
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("shape,T", [("small", 16), ("small", 1000), ("qwen3-30b-a3b", 16), ("qwen3-30b-a3b", 300)])
-def test_separate_pipelink_kernels_match_torch(baseline, shape, T):
-    """The separate control: four kernels in stream order with dependent launch, twice without a reset."""
+def _two_fresh_launches_are_correct(impl, shape, T):
+    """Two launches in a row, no reset between them, each on fresh tokens into freshly poisoned buffers, each
+    judged against the fp32 reference. Returns (shape, weights, seed) for more launches."""
     import torch
-    launchers = case_module(CASE, 'launchers')
     layer = case_module(CASE, 'layer')
-    base, _ = baseline
-    impl = launchers.PipelinkSeparate.from_links(builds.link_separate(base.pipelink_objects))
     s = layer.SHAPES[shape]
     seed = int.from_bytes(os.urandom(2), "little")
     weights = layer.make_weights(s, seed)
@@ -143,6 +139,17 @@ def test_separate_pipelink_kernels_match_torch(baseline, shape, T):
         torch.cuda.synchronize()
         v = layer.judge(s, x, weights, buffers)
         assert v.ok, (launch, v)
+    return s, weights, seed
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape,T", [("small", 16), ("small", 1000), ("qwen3-30b-a3b", 16), ("qwen3-30b-a3b", 300)])
+def test_separate_pipelink_kernels_match_torch(baseline, shape, T):
+    """The separate control: four kernels in stream order with dependent launch, twice without a reset."""
+    launchers = case_module(CASE, 'launchers')
+    base, _ = baseline
+    _two_fresh_launches_are_correct(launchers.PipelinkSeparate.from_links(builds.link_separate(base.pipelink_objects)),
+                                    shape, T)
 
 
 @pytest.mark.gpu
@@ -154,18 +161,9 @@ def test_split_layer_matches_torch(split_layer, shape, T):
     import torch
     launchers = case_module(CASE, 'launchers')
     layer = case_module(CASE, 'layer')
-    s = layer.SHAPES[shape]
-    seed = int.from_bytes(os.urandom(2), "little")
-    weights = layer.make_weights(s, seed)
     impl = launchers.PipelinkLayer.from_link(split_layer)
-    assert impl.split and impl.layout(s, T).splits >= 1
-    for launch in range(2):
-        x = layer.make_tokens(s, T, seed + 1 + launch)
-        buffers = layer.poisoned_buffers(impl.layout(s, T))
-        impl.run(s, x, weights, buffers)
-        torch.cuda.synchronize()
-        v = layer.judge(s, x, weights, buffers)
-        assert v.ok, (launch, v)
+    assert impl.split and impl.layout(layer.SHAPES[shape], T).splits >= 1
+    s, weights, seed = _two_fresh_launches_are_correct(impl, shape, T)
     graph = launchers.CapturedLayer(launchers.PipelinkLayer.from_link(split_layer))
     buffers = layer.poisoned_buffers(graph.layout(s, T))
     for k in (3, 4):

@@ -36,19 +36,23 @@ class PipelinkLayer:
         return Layout(shape, T, self.geometry, self.splits(shape, T) if self.split else 0)
 
     def run(self, shape: ModelShape, x, weights: dict, buffers: dict) -> None:
-        # Arguments are checked and packed once per set of arrays (Kernel.prepare); a repeated call
-        # costs the driver call (and the refill of the launcher's own arguments).
         args = kernel_args(shape, x.shape[0], x, weights, buffers)
         if self.split:
             args["splits"] = self.splits(shape, x.shape[0])
-        key = tuple(v.data_ptr() if hasattr(v, "data_ptr") else v for v in args.values())
-        prepared = self._prepared.get(key)
-        if prepared is None:
-            if len(self._prepared) >= 8:  # a prepared launch keeps its arrays alive: keep few
-                self._prepared.pop(next(iter(self._prepared)))
-            prepared = self._prepared[key] = self.kernel.prepare(**args)
         import torch
+        prepared = _prepared(self._prepared, args, lambda: self.kernel.prepare(**args))
         prepared.launch(torch.cuda.current_stream())  # the capture stream while a CUDA graph is captured
+
+
+def _prepared(cache: dict, args: dict, prepare):
+    """Arguments are checked and packed once per set of arrays (Kernel.prepare); a repeated call costs the
+    driver call. A prepared launch keeps its arrays alive: a few are kept, the oldest dropped first."""
+    key = tuple(v.data_ptr() if hasattr(v, "data_ptr") else v for v in args.values())
+    if key not in cache:
+        if len(cache) >= 8:
+            cache.pop(next(iter(cache)))
+        cache[key] = prepare()
+    return cache[key]
 
 
 class PipelinkSeparate:
@@ -72,13 +76,8 @@ class PipelinkSeparate:
 
     def run(self, shape: ModelShape, x, weights: dict, buffers: dict) -> None:
         args = kernel_args(shape, x.shape[0], x, weights, buffers)
-        key = tuple(v.data_ptr() if hasattr(v, "data_ptr") else v for v in args.values())
-        launches = self._prepared.get(key)
-        if launches is None:
-            if len(self._prepared) >= 8:
-                self._prepared.pop(next(iter(self._prepared)))
-            launches = self._prepared[key] = [
-                k.prepare(**{p.name: args[p.name] for p in k.user_params}) for k in self.kernels]
+        launches = _prepared(self._prepared, args, lambda: [
+            k.prepare(**{p.name: args[p.name] for p in k.user_params}) for k in self.kernels])
         import torch
         stream = torch.cuda.current_stream()
         for launch in launches:

@@ -86,7 +86,6 @@ def generate_glue(r: Resolved, a: Allocation) -> str:
     return "\n".join(out) + "\n"
 
 
-
 def _constants(r: Resolved, a: Allocation) -> list[str]:
     out = ["// Link-time constants: every decision the linker made, folded into the components by LTO.",
            'extern "C" {']

@@ -74,7 +74,7 @@ class Resolved:
     nested: dict = None
     dependent_launch: bool = False     # programmatic dependent launch (the glue waits on the grid before)
     calls: object = None               # calls.CallPlan: a `calls` pipeline's layer loop and stacked tensors
-    profile_tasks: int = 0             # persistent: records in the task-profile ring (glue.task_profile)
+    profile_tasks: int = 0             # persistent: records in the task-profile ring (runtime/profile.py)
 
     def inner_grid(self, name: str) -> tuple:
         return (self.nested or {}).get(name, ())
