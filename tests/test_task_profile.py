@@ -33,12 +33,17 @@ def test_glue_stamps_every_task_only_when_asked(dispatch):
     begins = [i for i, ln in enumerate(lines) if "pl::profile::begin(pl_profile_ring" in ln]
     assert len(begins) == len(pipe.components)  # one per component's task body
     for k, i in enumerate(begins):  # its stamps in order, the third after the task's barrier
-        assert f"pl_launch, {k}u, t) : nullptr;" in lines[i]  # the component's index in the manifest's list
+        # the launch's tag from the module's own count (a workspace the launcher replaced starts its count
+        # again), then the component's index in the manifest's list
+        assert f"pl_profile_launch_id, {k}u, t) : nullptr;" in lines[i]
         nxt = begins[k + 1] if k + 1 < len(begins) else len(lines)
         body = lines[i:nxt]
         at = {w: next(j for j, ln in enumerate(body) if f"pl::profile::stamp(pl_record, {w});" in ln) for w in (2, 3, 4)}
         done = next(j for j, ln in enumerate(body) if "__syncthreads();  // the task's writes are done" in ln)
         assert at[2] < done < at[3] < at[4]
+    read = next(j for j, ln in enumerate(lines) if "const unsigned long long pl_profile_launch_id =" in ln)
+    moved = [j for j, ln in enumerate(lines) if "atomicExch(&pl_profile_launch, pl_profile_launch_id + 1ull);" in ln]
+    assert read < begins[0] and len(moved) == 1 and moved[0] > begins[-1]  # the last CTA out moves it on
 
 
 def test_profile_outside_a_persistent_kernel_is_refused():
@@ -58,7 +63,7 @@ def test_the_manifest_carries_the_ring_size(shipped_objects):
     assert Manifest.from_json(m.to_json()).profile_tasks == 1000
     from pipelink.formats.cubin import global_variables
     names = global_variables(result.cubin)
-    assert "pl_profile_ring" in names and "pl_profile_next" in names
+    assert {"pl_profile_ring", "pl_profile_next", "pl_profile_launch"} <= set(names)
     plain = link([str(shipped_objects[n]) for n in pipe.components],
                  LinkOptions(pipeline=dataclasses.replace(spec, profile_tasks=0)))
     assert "profile_tasks" not in plain.manifest.to_json()

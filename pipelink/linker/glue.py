@@ -14,7 +14,7 @@ from ..authoring.header import constant_symbols, entry_prototype, marker_symbol,
 from ..core.expr import parse
 from ..core.model import DTYPE_C, dtype_includes
 from ..runtime.manifest import IMPLICIT_PARAMS, STREAM_K_PARAMS, WORKSPACE
-from ..runtime.profile import NEXT_SYMBOL as PROFILE_NEXT, RING_SYMBOL as PROFILE_RING
+from ..runtime.profile import LAUNCH_SYMBOL as PROFILE_LAUNCH, NEXT_SYMBOL as PROFILE_NEXT, RING_SYMBOL as PROFILE_RING
 from . import event_glue
 from .allocate import ARENA_ALIGN, Allocation
 from .calls import layered_events
@@ -79,9 +79,12 @@ def generate_glue(r: Resolved, a: Allocation) -> str:
     out += ["", "// The components' entries, as their contracts declare them."]
     out += [entry_prototype(c.code) + ";" for c in _coded(r)]
     if r.profile_tasks:
-        out += ["", f"// The task profile: a ring of {r.profile_tasks} records of pl::profile::kWords words, and the next slot.",
+        out += ["", f"// The task profile: a ring of {r.profile_tasks} records of pl::profile::kWords words, the next slot,",
+                "// and the launch count. Module globals, not the workspace: the launcher replaces a workspace",
+                "// that is too small (its launch count starting again), and records of two launches must differ.",
                 f'extern "C" __device__ unsigned long long {PROFILE_RING}[{r.profile_tasks} * pl::profile::kWords];',
-                f'extern "C" __device__ unsigned long long {PROFILE_NEXT};']
+                f'extern "C" __device__ unsigned long long {PROFILE_NEXT};',
+                f'extern "C" __device__ unsigned long long {PROFILE_LAUNCH};']
     out += [""] + _kernel(r, a)
     return "\n".join(out) + "\n"
 
@@ -481,6 +484,8 @@ def _persistent(r: Resolved, a: Allocation) -> list[str]:
            f"  unsigned long long* const pl_clear = pl_workspace + {ws.header_words} + (~pl_launch & 1ull) * pl_region_words;",
            f"  const unsigned long long pl_clear_words = {ws_at(f'{ws.used_words} + (~pl_launch & 1ull)')};",
            "  const unsigned pl_epoch = (unsigned)(pl_launch % 0xFFFFFFFFull) + 1u;  // names the launch in a debug report"]
+    if r.profile_tasks:  # read by every CTA before any leaves; the last one out moves it on
+        out.append(f"  const unsigned long long pl_profile_launch_id = *reinterpret_cast<volatile unsigned long long*>(&{PROFILE_LAUNCH});")
     for k, name in enumerate(plan.order):
         seq = r.component(name).contract.geometry.tile_sequence
         for d, e in enumerate(seq.grid):
@@ -599,6 +604,7 @@ def _persistent(r: Resolved, a: Allocation) -> list[str]:
         f"      {ws_at(ws.task_counter_word)} = 0ull;",
         f"      {ws_at(ws.exit_word)} = 0ull;",
         "      __threadfence();",
+        *([f"      atomicExch(&{PROFILE_LAUNCH}, pl_profile_launch_id + 1ull);"] if r.profile_tasks else []),
         f"      atomicExch(pl_workspace + {ws.launch_word}, pl_launch + 1ull);",
         "    }",
         "  }"]
@@ -690,7 +696,7 @@ def _task_body(r: Resolved, a: Allocation, k: int, name: str, indent: str) -> li
     if r.profile_tasks:  # thread 0 records the task (its slot, then a stamp at each step)
         task = f"(long long)pl_layer * (long long)c{k}_tasks + t" if event_glue.has_layers(r) else "t"
         out += [f"{indent}unsigned long long* const pl_record = threadIdx.x == 0 ? pl::profile::begin({PROFILE_RING}, "
-                f"&{PROFILE_NEXT}, {r.profile_tasks}ull, pl_launch, {comp_index}u, {task}) : nullptr;"]
+                f"&{PROFILE_NEXT}, {r.profile_tasks}ull, pl_profile_launch_id, {comp_index}u, {task}) : nullptr;"]
     stacked, bind = _stacked_args(r, name), (r.calls.bind.get(name) if r.calls else None)
     threads = comp.contract.threads.count
     guard = f"if (threadIdx.x < {threads}) " if threads < a.block_threads else ""

@@ -1,6 +1,6 @@
 """The task profile of a persistent kernel linked with `profile_tasks`: one record per task, written by the
-glue into a ring in device memory (`pl_profile_ring`, next slot `pl_profile_next`; include/pipelink/events.h
-pl::profile), read back and summarized here.
+glue into a ring in device memory (`pl_profile_ring`, next slot `pl_profile_next`, launches counted in
+`pl_profile_launch`; include/pipelink/events.h pl::profile), read back and summarized here.
 
 A record says which component's task ran on which SM, and four global-timer stamps (ns): the task starts
 (its CTA has it), its waits are met, its entry and the block's barrier after it are done, its
@@ -14,7 +14,8 @@ import struct
 from dataclasses import dataclass
 
 WORDS = 5  # pl::profile::kWords
-RING_SYMBOL, NEXT_SYMBOL = "pl_profile_ring", "pl_profile_next"  # the glue's globals, read by name
+# The glue's globals, read by name: the ring, the next slot, and the count of launches (the records' tag).
+RING_SYMBOL, NEXT_SYMBOL, LAUNCH_SYMBOL = "pl_profile_ring", "pl_profile_next", "pl_profile_launch"
 
 
 @dataclass(frozen=True)
