@@ -165,7 +165,11 @@ def main(argv: list[str] | None = None) -> int:
         return _stdout_closed()
     except KeyboardInterrupt:
         return 130
-    except Exception as exc:  # a bug, not bad input: say so plainly
+    except Exception as exc:  # a bug, not bad input: say so plainly (a missing toolchain is neither)
+        from .toolchain import ToolchainError
+        if isinstance(exc, ToolchainError):
+            _emit([Diagnostic("PL008", safe_text(str(exc), lines=True))], "text")
+            return ExitCode.USAGE
         if os.environ.get("PIPELINK_TRACEBACK"):
             traceback.print_exc()
         print(f"internal error: {type(exc).__name__}: {safe_text(str(exc), lines=True)}\n  = this is a bug in "

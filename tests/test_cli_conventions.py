@@ -323,3 +323,15 @@ def test_every_option_has_a_description(capsys, command):
     code, out, _ = run(capsys, *([command] if command else []), "--help")
     assert code == 0 and ("options:" in out or "optional arguments:" in out)
     assert _undescribed(out) == []
+
+
+def test_build_without_a_toolchain_is_pl008_and_writes_nothing(capsys, monkeypatch, tmp_path):
+    """Any command that reaches for a toolchain that is not there says PL008 (a usage problem), not 'internal error'."""
+    monkeypatch.setenv("PIPELINK_CUDA_HOME", str(tmp_path / "no-cuda"))
+    toolchain.cuda_root.cache_clear()  # found once per process: forget the real one for this test
+    monkeypatch.setattr(toolchain, "cuda_root", toolchain.cuda_root.__wrapped__)
+    out = tmp_path / "c.o"
+    code, stdout, err = run(capsys, "build", str(REPO / "components" / "tile_load" / "tile_load.cu"),
+                            "--contract", str(REPO / "contracts" / "tile_load.json"), "-o", str(out))
+    assert code == 2 and stdout == "" and "error[PL008]" in err and "internal error" not in err
+    assert "no bin/nvcc" in err and not out.exists()

@@ -11,9 +11,9 @@ from layer import AGREED_GEOMETRY, Layout, ModelShape, expert_splits, kernel_arg
 
 CLASSIC_THREADS = 128
 # What the integrator computed at assembly time: the largest component's shared memory (the expert:
-# 3 stages of (32 + 128) x 72 bf16, h 32 x 776 bf16, 32 tokens), and each separate kernel's own.
-CLASSIC_FUSED_SMEM = 3 * 160 * 72 * 2 + 32 * 776 * 2 + 32 * 4
-CLASSIC_SMEM = {"router": 32 * 132 * 4 + 32 * 136 * 2, "dispatch": 4 * 129 * 4, "expert": CLASSIC_FUSED_SMEM,
+# 6 stages of (32 + 128) x 72 bf16, h 32 x 776 bf16, 32 tokens), and each separate kernel's own.
+CLASSIC_FUSED_SMEM = 6 * 160 * 72 * 2 + 32 * 776 * 2 + 32 * 4
+CLASSIC_SMEM = {"router": 4 * (32 + 128) * 72 * 2, "dispatch": 4 * 129 * 4, "expert": CLASSIC_FUSED_SMEM,
                 "combine": 0}
 
 

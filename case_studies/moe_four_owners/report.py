@@ -9,6 +9,7 @@ from pathlib import Path
 def render(doc: dict) -> str:
     out = ["# MoE case study: results", "",
            f"`{doc['command']}` on an {doc['device']}, {doc['date']} (inputs seed {doc['seed']}).", ""]
+    summary = None
     if "tests" in doc:
         tests = doc["tests"]
         ok = sum(r["ok"] for r in tests)
@@ -56,6 +57,8 @@ def render(doc: dict) -> str:
             out.append(f"| {r['shape']} | {r['T']} | " + " | ".join(_us(r["median_us"].get(n)) for n in names) + " | "
                        + " | ".join(_us(r["gpu_only_us"].get(n)) for n in gpu_names) + " |")
         out.append("")
+        targets, summary = _targets(bench)
+        out += targets
     if "variants" in doc:
         out += ["## Modified-geometry test", "",
                 "One team changes one constant of its own component and rebuilds only that component. Classic: "
@@ -67,7 +70,59 @@ def render(doc: dict) -> str:
             out.append(f"| {v['variant']} ({v['team']}: {v['change']}) | {v['classic']['outcome']}: "
                        f"{_short(v['classic']['detail'])} | {v['pipelink']['outcome']}: {_short(v['pipelink']['detail'])} |")
         out.append("")
+    if summary:
+        out.append(summary)
     return "\n".join(out)
+
+
+HBM_TBPS, BF16_DENSE_TFLOPS = 4.8, 989.0  # H200: HBM3e bandwidth; dense bf16 tensor-core peak (SXM)
+TARGET_SHAPE = "qwen3-30b-a3b"
+FUSED = ("pipelink fused", "pipelink split")                  # one link per T: the faster of the two
+SEPARATE = ("pipelink separate graph", "separate kernels graph")  # the fair unfused control: the faster
+GROUPED = "torch grouped_mm graph"
+
+
+def _targets(bench: list[dict]) -> tuple[list[str], str | None]:
+    """The issue's targets at the model shape, from the GPU-only times: pipelink's fused layer (the faster of
+    its two links at each T) against torch routing + _grouped_mm in a CUDA graph and against the same
+    components launched separately in a CUDA graph; the T=16 time over the weight-read floor; achieved
+    bandwidth and FLOP rate. Returns the section and the summary line (the document's last)."""
+    rows = [r for r in bench if r["shape"] == TARGET_SHAPE and "weights_read_bytes" in r]
+    if not rows or not all(any(n in r["gpu_only_us"] for n in FUSED) for r in rows):
+        return [], None
+    from layer import SHAPES
+    shape = SHAPES[TARGET_SHAPE]
+    out = ["## Against the targets (qwen3-30b-a3b, GPU only)", "",
+           "pipelink fused: the faster of `pipelink fused` and `pipelink split` at each T (both one kernel); "
+           "separate graph: the faster of the two separate-kernel graphs; floor: the weights the fp32 routing "
+           f"touches (router, and gate, up and down of each touched expert, bf16) read once at {HBM_TBPS} TB/s. "
+           f"Rates: those bytes, and 6 T TOPK H I FLOPs, over pipelink's time (H200: {HBM_TBPS} TB/s, "
+           f"{BF16_DENSE_TFLOPS:.0f} dense bf16 TFLOP/s).", "",
+           "| T | pipelink fused us (link) | grouped_mm graph us | separate graph us | vs grouped_mm graph | "
+           "vs separate graph | floor us | over floor | TB/s | TFLOP/s |", "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    vs_grouped, vs_separate, t16 = [], [], None
+    for r in rows:
+        g = r["gpu_only_us"]
+        link = min((n for n in FUSED if n in g), key=lambda n: g[n])
+        fused = g[link]
+        grouped = g.get(GROUPED)
+        separate = min((g[n] for n in SEPARATE if n in g), default=None)
+        floor = r["weights_read_bytes"] / (HBM_TBPS * 1e12) * 1e6
+        flops = 6.0 * r["T"] * shape.TOPK * shape.H * shape.I
+        if grouped is not None:
+            vs_grouped.append(grouped / fused)
+        if separate is not None:
+            vs_separate.append(separate / fused)
+        if r["T"] == 16:
+            t16 = fused / floor
+        out.append(f"| {r['T']} | {fused:.1f} ({link.removeprefix('pipelink ')}) | {_us(grouped)} | {_us(separate)} | "
+                   + (f"{grouped / fused:.2f}x" if grouped else "-") + " | "
+                   + (f"{separate / fused:.2f}x" if separate else "-") + f" | {floor:.1f} | {fused / floor:.2f}x | "
+                   f"{r['weights_read_bytes'] / fused / 1e6:.2f} | {flops / fused / 1e6:.1f} |")
+    summary = (f"summary: qwen3-30b-a3b fused vs grouped_mm graph min {min(vs_grouped):.2f}x, vs separate graph "
+               f"min {min(vs_separate):.2f}x, T=16 at {t16:.2f}x the weight-read floor"
+               if vs_grouped and vs_separate and t16 is not None else None)
+    return out + [""], summary
 
 
 def _union(dicts) -> list[str]:

@@ -181,11 +181,21 @@ def run_bench(impls: dict, seed: int) -> list[dict]:
                         times[n].append(begin.elapsed_time(end) * 1000.0)
             gpu = {n: gpu_only_us(impls[n], shape, x, weights, bufs[n]) for n in names if n != "torch"}  # torch: syncs
             row = {"shape": shape.name, "T": T, "samples_us": times,
-                   "median_us": {n: statistics.median(times[n]) for n in names}, "gpu_only_us": gpu}
+                   "median_us": {n: statistics.median(times[n]) for n in names}, "gpu_only_us": gpu,
+                   "weights_read_bytes": weights_read_bytes(shape, x, weights)}
             rows.append(row)
             log(f"  {shape.name:14} T={T:5} " + "  ".join(f"{n} {row['median_us'][n]:9.1f} us" for n in names))
             log(f"  {'':14} {'GPU only':7} " + "  ".join(f"{n} {gpu[n]:9.1f} us" for n in gpu))
     return rows
+
+
+def weights_read_bytes(shape, x, weights) -> int:
+    """The bytes of weights a layer must read at least: the router's, and gate, up and down of every expert
+    the fp32 reference routing touches (bf16)."""
+    import torch
+    ids = torch.topk(layer.reference_logits(shape, x, weights), shape.TOPK, dim=-1).indices
+    touched = int(torch.unique(ids).numel())
+    return 2 * (shape.E * shape.H + touched * 3 * shape.H * shape.I)
 
 
 def gpu_only_us(impl, shape, x, weights, buffers, calls: int = 10, rounds: int = 5) -> float:

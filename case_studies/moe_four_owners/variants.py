@@ -22,14 +22,15 @@ class Variant:
 
 
 VARIANTS = (
-    Variant("expert-tile-rows", Change("expert", "EXPERT_TILE_M", 64),
-            "expert team: 64-row GEMM tiles instead of 32 (dispatch pads segments to the expert tile)"),
+    Variant("expert-tile-rows", Change("expert", "EXPERT_TILE_M", 16),
+            "expert team: 16-row GEMM tiles instead of 32, less padding at few tokens (dispatch pads segments to "
+            "the expert tile)"),
     Variant("dispatch-tokens", Change("dispatch", "DISPATCH_TOKENS", 32),
             "dispatch team: 32 tokens per dispatch task instead of 64"),
     Variant("router-tokens", Change("router", "ROUTER_TOKENS", 16),
             "routing team: 16 tokens per router task instead of 32"),
-    Variant("expert-stages", Change("expert", "EXPERT_STAGES", 4),
-            "expert team: a 4-stage cp.async pipeline instead of 3 (more shared memory)"),
+    Variant("expert-stages", Change("expert", "EXPERT_STAGES", 7),
+            "expert team: a 7-stage cp.async pipeline instead of 6 (more shared memory)"),
     Variant("combine-width", Change("combine", "COMBINE_TILE_N", 1024),
             "combine team: 1024 columns per combine task instead of 2048"),
     Variant("expert-tile-rows-128", Change("expert", "EXPERT_TILE_M", 128),

@@ -5,7 +5,7 @@
 #define EXPERT_TILE_M_VALUE 32
 #endif
 #ifndef EXPERT_STAGES_VALUE
-#define EXPERT_STAGES_VALUE 3
+#define EXPERT_STAGES_VALUE 6
 #endif
 namespace pl { namespace moe_expert {
 CLASSIC_THREADS_API

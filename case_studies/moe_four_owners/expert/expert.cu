@@ -1,7 +1,7 @@
 // moe_expert: one tile of the grouped expert GEMMs. Tile i holds EXPERT_TILE_M rows of one expert
 // (tile_expert[i]); each row is a token of x (row_token, -1 for padding, zero-filled).
 //   phase 1: h = silu(x Wg^T) * (x Wu^T) for the I columns, 64 at a time, kept in shared memory as bf16
-//   phase 2: ys = h Wd^T for the H columns, 64 at a time, written as bf16
+//   phase 2: ys = h Wd^T for the H columns, 128 at a time, written as bf16
 // The phases are expert_body.cuh's (moe_expert_split runs them over a part of I per task).
 #ifdef MOE_CLASSIC
 #include "classic.h"
@@ -33,9 +33,9 @@ extern "C" __device__ void moe_expert(pl::Tile tile, const bf16* __restrict__ x,
   const Smem sm{smem_stages<bf16>(), smem_h<bf16>(), smem_tokens<int>(), cg, cg + BM * kLdc};
   load_tokens(sm, row_token, row0, rows);
   gate_up(sm, x, w_gate + (long long)e * I * H, w_up + (long long)e * I * H, H, 0, I);
-  down(sm, w_down + (long long)e * H * I, H, I, 0, I, x, [&](int n0, const float* c) {
-    for (int v = thread_rank(); v < rows * (kN / 2); v += THREADS) {
-      const int r = v / (kN / 2), col = 2 * (v % (kN / 2));
+  down(sm, w_down + (long long)e * H * I, H, I, 0, I, x, [&](int n0, int cols, const float* c) {
+    for (int v = thread_rank(); v < rows * (cols / 2); v += THREADS) {
+      const int r = v / (cols / 2), col = 2 * (v % (cols / 2));
       *reinterpret_cast<__nv_bfloat162*>(ys + (row0 + r) * H + n0 + col) =
           __floats2bfloat162_rn(c[r * kLdc + col], c[r * kLdc + col + 1]);
     }

@@ -1,9 +1,11 @@
 // The expert MLP of one tile, in two phases over a range [c0, c1) of the intermediate columns, shared by
 // moe_expert (the whole range, bf16 rows of ys) and moe_expert_split (one range per task, fp32 partial rows):
 //   gate_up: h[:, 0:c1-c0] = silu(x Wg[c0:c1]^T) * (x Wu[c0:c1]^T), kept in shared memory as bf16
-//   down:    for the H columns, 64 at a time: acc = h Wd[:, c0:c1]^T, handed to `store` in fp32
+//   down:    for the H columns, kNd at a time: acc = h Wd[:, c0:c1]^T, handed to `store` in fp32
 // bf16 tensor-core MMA (wmma 16x16x16, fp32 accumulation). Operands stream through a ring of
-// EXPERT_STAGES cp.async stages of K = 64; each warp owns one 16-column slice of the 64 columns.
+// EXPERT_STAGES cp.async stages of K = 64; in gate_up each warp owns one 16-column slice of 64 columns,
+// in down two of 128: a down stage of Wd then fills the stage a gate_up stage of x, Wg and Wu fills (with
+// 64 columns it was 8 KB, and a CTA streamed the down weights at half the rate of the gate/up ones).
 // Include after `using namespace pl::<component>` (THREADS, WARPS, thread_rank, warp_rank, EXPERT_*) and a
 // constexpr int kHCols: the columns h holds (the widest range a task takes).
 #pragma once
@@ -17,12 +19,15 @@ using bf16 = __nv_bfloat16;
 
 constexpr int BM = EXPERT_TILE_M;
 constexpr int kN = 64, kK = 64, kLd = kK + 8;  // chunk sizes; staged rows are padded against bank conflicts
+constexpr int kNd = 2 * kN;                    // output columns of one down pass
+constexpr int kDownSlices = kNd / (16 * WARPS);  // 16-column slices per warp in down
 constexpr int kLdh = kHCols + 8;
-constexpr int kLdc = kN + 4;                   // f32 epilogue pitch
+constexpr int kLdc = kNd + 4;                  // f32 epilogue pitch (both phases)
 constexpr int kFragsM = BM / 16;
 constexpr int kStageElems = (BM + 2 * kN) * kLd;  // x rows, then two weight blocks of kN rows
 static_assert(BM % 16 == 0 && BM >= 16, "EXPERT_TILE_M: whole 16-row MMA fragments");
 static_assert(WARPS * 16 == kN, "one 16-column slice per warp");
+static_assert(kNd <= BM + 2 * kN, "a down stage fits in a gate_up stage");
 static_assert(EXPERT_STAGES >= 2, "a ring needs two stages");
 
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
@@ -120,20 +125,23 @@ __device__ __forceinline__ void gate_up(const Smem& sm, const bf16* __restrict__
   }
 }
 
-// For the H columns, 64 at a time: acc = h Wd[:, c0:c1]^T (K = c1 - c0, a multiple of 64); then
-// store(n0, cg) with the fp32 [BM][kLdc] block in shared memory, on every thread (it must not sync).
+// For the H columns, kNd at a time: acc = h Wd[:, c0:c1]^T (K = c1 - c0, a multiple of 64); then
+// store(n0, cols, cg) with the fp32 [BM][kLdc] block in shared memory (its first `cols` columns are
+// n0.., the last pass's possibly fewer than kNd), on every thread (it must not sync).
 template <class Store>
 __device__ __forceinline__ void down(const Smem& sm, const bf16* __restrict__ wd, int H, int I, int c0, int c1,
                                      const bf16* fallback, Store store) {
   const int warp = warp_rank();
-  for (int n0 = 0; n0 < H; n0 += kN) {
+  for (int n0 = 0; n0 < H; n0 += kNd) {
     const int steps = (c1 - c0) / kK;
     auto load = [&](int step) {
       bf16* s = sm.ring + (step % EXPERT_STAGES) * kStageElems;
-      stage_rows<kN>(s, [&](int r) { return wd + (long long)(n0 + r) * I + c0 + step * kK; }, fallback);
+      stage_rows<kNd>(s, [&](int r) { return n0 + r < H ? wd + (long long)(n0 + r) * I + c0 + step * kK : nullptr; },
+                      fallback);
     };
-    Acc acc[kFragsM];
-    for (int f = 0; f < kFragsM; ++f) wmma::fill_fragment(acc[f], 0.0f);
+    Acc acc[kFragsM][kDownSlices];
+    for (int f = 0; f < kFragsM; ++f)
+      for (int j = 0; j < kDownSlices; ++j) wmma::fill_fragment(acc[f][j], 0.0f);
     for (int s = 0; s < EXPERT_STAGES - 1; ++s) {
       if (s < steps) load(s);
       cp_async_commit();
@@ -146,22 +154,26 @@ __device__ __forceinline__ void down(const Smem& sm, const bf16* __restrict__ wd
       const bf16* s = sm.ring + (step % EXPERT_STAGES) * kStageElems;
 #pragma unroll
       for (int kk = 0; kk < kK; kk += 16) {
-        FragB b;
-        wmma::load_matrix_sync(b, s + 16 * warp * kLd + kk, kLd);
+        FragA a[kFragsM];
 #pragma unroll
-        for (int f = 0; f < kFragsM; ++f) {
-          FragA a;
-          wmma::load_matrix_sync(a, sm.h + 16 * f * kLdh + step * kK + kk, kLdh);
-          wmma::mma_sync(acc[f], a, b, acc[f]);
+        for (int f = 0; f < kFragsM; ++f) wmma::load_matrix_sync(a[f], sm.h + 16 * f * kLdh + step * kK + kk, kLdh);
+#pragma unroll
+        for (int j = 0; j < kDownSlices; ++j) {
+          FragB b;
+          wmma::load_matrix_sync(b, s + 16 * (warp * kDownSlices + j) * kLd + kk, kLd);
+#pragma unroll
+          for (int f = 0; f < kFragsM; ++f) wmma::mma_sync(acc[f][j], a[f], b, acc[f][j]);
         }
       }
     }
     cp_async_wait<0>();
     __syncthreads();
     for (int f = 0; f < kFragsM; ++f)
-      wmma::store_matrix_sync(sm.cg + 16 * f * kLdc + 16 * warp, acc[f], kLdc, wmma::mem_row_major);
+      for (int j = 0; j < kDownSlices; ++j)
+        wmma::store_matrix_sync(sm.cg + 16 * f * kLdc + 16 * (warp * kDownSlices + j), acc[f][j], kLdc,
+                                wmma::mem_row_major);
     __syncthreads();
-    store(n0, static_cast<const float*>(sm.cg));
+    store(n0, min(kNd, H - n0), static_cast<const float*>(sm.cg));
     __syncthreads();
   }
 }

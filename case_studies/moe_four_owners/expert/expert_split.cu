@@ -14,7 +14,7 @@ static_assert(kStageElems * 2 * EXPERT_STAGES <= smem_stages_bytes, "contract: s
 static_assert(BM * kLdh * 2 <= smem_h_bytes, "contract: smem.buffers.h too small");
 static_assert(BM * 4 <= smem_tokens_bytes, "contract: smem.buffers.tokens too small");
 static_assert(2 * BM * kLdc * 4 <= smem_stages_bytes, "the epilogue reuses the stages");
-static_assert(kN % 4 == 0 && (kLdc * 4) % 16 == 0, "16-byte rows of the fp32 epilogue");
+static_assert(kN % 4 == 0 && (kLdc * 4) % 16 == 0, "16-byte rows of the fp32 epilogue (64-column blocks)");
 static_assert(EXPERT_SHARE_MAX % kN == 0 && EXPERT_SHARE_MAX <= EXPERT_MAX_INTER, "EXPERT_SHARE_MAX: whole blocks of 64");
 
 extern "C" __device__ void moe_expert_split(pl::Tile tile, const bf16* __restrict__ x, const bf16* __restrict__ w_gate,
@@ -37,9 +37,9 @@ extern "C" __device__ void moe_expert_split(pl::Tile tile, const bf16* __restric
   const Smem sm{smem_stages<bf16>(), smem_h<bf16>(), smem_tokens<int>(), cg, cg + BM * kLdc};
   load_tokens(sm, row_token, row0, rows);
   gate_up(sm, x, w_gate + (long long)e * I * H, w_up + (long long)e * I * H, H, c0, c1);
-  down(sm, w_down + (long long)e * H * I, H, I, c0, c1, x, [=](int n0, const float* c) {
-    for (int v = thread_rank(); v < rows * (kN / 4); v += THREADS) {
-      const int r = v / (kN / 4), col = 4 * (v % (kN / 4));
+  down(sm, w_down + (long long)e * H * I, H, I, c0, c1, x, [=](int n0, int cols, const float* c) {
+    for (int v = thread_rank(); v < rows * (cols / 4); v += THREADS) {
+      const int r = v / (cols / 4), col = 4 * (v % (cols / 4));
       __stcg(reinterpret_cast<float4*>(out + (long long)r * H + n0 + col),
              *reinterpret_cast<const float4*>(c + r * kLdc + col));  // read by another CTA: past L1
     }

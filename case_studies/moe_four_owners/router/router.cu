@@ -1,6 +1,9 @@
 // moe_router: Qwen3-style top-k routing. Task r scores tokens r*ROUTER_TOKENS.. against every expert
 // with bf16 tensor-core MMA (fp32 accumulation), takes the softmax over the experts, keeps the TOPK
 // largest (ties to the lower expert id) and renormalizes them to sum to one.
+// The scores stream K in chunks of ROUTER_K_CHUNK through a ring of ROUTER_STAGES cp.async stages (the
+// tokens' chunk and every expert's): a task reads the whole router weight, and at small T one task is
+// the layer's critical path, so its loads must be many and in flight together, not one fragment at a time.
 #include <cuda_bf16.h>
 #include <mma.h>
 #ifdef MOE_CLASSIC
@@ -11,54 +14,84 @@
 
 using namespace pl::moe_router;
 using namespace nvcuda;
+using bf16 = __nv_bfloat16;
 
 static_assert(ROUTER_TOKENS % 16 == 0, "ROUTER_TOKENS: whole 16-row MMA fragments");
-static_assert(ROUTER_EXPERTS_PER_CHUNK == 16 * WARPS, "one 16-expert fragment column per warp");
-static_assert(ROUTER_K_CHUNK % 16 == 0 && ROUTER_MAX_EXPERTS % 32 == 0, "router geometry");
+static_assert(ROUTER_MAX_EXPERTS % (16 * WARPS) == 0, "ROUTER_MAX_EXPERTS: whole 16-expert fragments per warp");
+static_assert(ROUTER_MAX_EXPERTS % 32 == 0, "ROUTER_MAX_EXPERTS: whole lanes in the top-k");
+static_assert(ROUTER_K_CHUNK % 16 == 0 && 128 % ROUTER_K_CHUNK == 0, "ROUTER_K_CHUNK divides H (a multiple of 128)");
+static_assert(ROUTER_STAGES >= 2, "a ring needs two stages");
 
 constexpr int kTokenFrags = ROUTER_TOKENS / 16;
-constexpr int kLdx = ROUTER_K_CHUNK + 8;       // bf16 row pitch of the staged tokens (no bank conflicts)
+constexpr int kExpertFrags = ROUTER_MAX_EXPERTS / (16 * WARPS);  // per warp
+constexpr int kLd = ROUTER_K_CHUNK + 8;        // bf16 row pitch of a stage (no bank conflicts)
+constexpr int kStageElems = (ROUTER_TOKENS + ROUTER_MAX_EXPERTS) * kLd;  // the tokens' rows, then the experts'
 constexpr int kLdl = ROUTER_MAX_EXPERTS + 4;   // f32 row pitch of the logits
 constexpr int kMaxTopk = 8;
+static_assert(ROUTER_TOKENS * kLdl * 4 <= ROUTER_STAGES * kStageElems * 2, "the logits fit in the ring");
 
-extern "C" __device__ void moe_router(pl::Tile tile, const __nv_bfloat16* __restrict__ x,
-                                      const __nv_bfloat16* __restrict__ w_router, int* __restrict__ topk_ids,
-                                      float* __restrict__ topk_w, int T, int H, int E, int TOPK) {
-  __nv_bfloat16* xs = smem_x_chunk<__nv_bfloat16>();
-  float* logits = smem_logits<float>();
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(valid ? 16 : 0) : "memory");
+}
+
+extern "C" __device__ void moe_router(pl::Tile tile, const bf16* __restrict__ x, const bf16* __restrict__ w_router,
+                                      int* __restrict__ topk_ids, float* __restrict__ topk_w, int T, int H, int E,
+                                      int TOPK) {
+  bf16* ring = smem_stages<bf16>();
+  float* logits = reinterpret_cast<float*>(ring);  // after the last stage is consumed
   const int t0 = tile.coord[0] * ROUTER_TOKENS;
   const int warp = warp_rank();
+  const int steps = H / ROUTER_K_CHUNK;
 
-  for (int e0 = 0; e0 < E; e0 += ROUTER_EXPERTS_PER_CHUNK) {
-    const int ew = e0 + 16 * warp;  // this warp's 16 experts
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[kTokenFrags];
-    for (int f = 0; f < kTokenFrags; ++f) wmma::fill_fragment(acc[f], 0.0f);
-    for (int k0 = 0; k0 < H; k0 += ROUTER_K_CHUNK) {
-      __syncthreads();  // the previous chunk is consumed
-      constexpr int kVecs = ROUTER_K_CHUNK / 8;  // 16-byte vectors per staged row
-      for (int v = thread_rank(); v < ROUTER_TOKENS * kVecs; v += THREADS) {
-        const int row = v / kVecs, col = (v % kVecs) * 8;
-        uint4 val = make_uint4(0u, 0u, 0u, 0u);
-        if (t0 + row < T && k0 + col < H) val = *reinterpret_cast<const uint4*>(x + (long long)(t0 + row) * H + k0 + col);
-        *reinterpret_cast<uint4*>(xs + row * kLdx + col) = val;
-      }
-      __syncthreads();
-      if (ew < E) {
-        for (int kk = 0; kk < ROUTER_K_CHUNK && k0 + kk < H; kk += 16) {
-          // w_router rows are the B operand in column-major order: B(k, e) = w_router[e, k].
-          wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> b;
-          wmma::load_matrix_sync(b, w_router + (long long)ew * H + k0 + kk, H);
-          for (int f = 0; f < kTokenFrags; ++f) {
-            wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a;
-            wmma::load_matrix_sync(a, xs + 16 * f * kLdx + kk, kLdx);
-            wmma::mma_sync(acc[f], a, b, acc[f]);
-          }
-        }
+  // Stage `step`: the tokens' and the experts' columns [k0, k0 + ROUTER_K_CHUNK); rows past T or E are zeros.
+  auto load = [&](int step) {
+    bf16* s = ring + (step % ROUTER_STAGES) * kStageElems;
+    const int k0 = step * ROUTER_K_CHUNK;
+    constexpr int kVecs = ROUTER_K_CHUNK / 8;
+    for (int v = thread_rank(); v < (ROUTER_TOKENS + ROUTER_MAX_EXPERTS) * kVecs; v += THREADS) {
+      const int row = v / kVecs, col = (v % kVecs) * 8;
+      const bool token = row < ROUTER_TOKENS;
+      const bool valid = token ? t0 + row < T : row - ROUTER_TOKENS < E;
+      const bf16* src = token ? x + (long long)(t0 + row) * H : w_router + (long long)(row - ROUTER_TOKENS) * H;
+      cp_async16(s + row * kLd + col, valid ? src + k0 + col : x, valid);
+    }
+  };
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[kTokenFrags][kExpertFrags];
+  for (int f = 0; f < kTokenFrags; ++f)
+    for (int j = 0; j < kExpertFrags; ++j) wmma::fill_fragment(acc[f][j], 0.0f);
+  for (int s = 0; s < ROUTER_STAGES - 1; ++s) {
+    if (s < steps) load(s);
+    asm volatile("cp.async.commit_group;" ::: "memory");
+  }
+  for (int step = 0; step < steps; ++step) {
+    asm volatile("cp.async.wait_group %0;" ::"n"(ROUTER_STAGES - 2) : "memory");
+    __syncthreads();  // stage `step` landed for every thread; stage `step - 1` is free again
+    if (step + ROUTER_STAGES - 1 < steps) load(step + ROUTER_STAGES - 1);
+    asm volatile("cp.async.commit_group;" ::: "memory");
+    const bf16* s = ring + (step % ROUTER_STAGES) * kStageElems;
+#pragma unroll
+    for (int kk = 0; kk < ROUTER_K_CHUNK; kk += 16) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> a[kTokenFrags];
+#pragma unroll
+      for (int f = 0; f < kTokenFrags; ++f) wmma::load_matrix_sync(a[f], s + 16 * f * kLd + kk, kLd);
+#pragma unroll
+      for (int j = 0; j < kExpertFrags; ++j) {
+        // The experts' rows are the B operand in column-major order: B(k, e) = w_router[e, k].
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> b;
+        wmma::load_matrix_sync(b, s + (ROUTER_TOKENS + 16 * (warp * kExpertFrags + j)) * kLd + kk, kLd);
+#pragma unroll
+        for (int f = 0; f < kTokenFrags; ++f) wmma::mma_sync(acc[f][j], a[f], b, acc[f][j]);
       }
     }
-    if (ew < E)
+  }
+  asm volatile("cp.async.wait_group 0;" ::: "memory");
+  __syncthreads();  // every warp is done with the ring: the logits take its place
+  for (int j = 0; j < kExpertFrags; ++j) {
+    const int e = 16 * (warp * kExpertFrags + j);
+    if (e < E)
       for (int f = 0; f < kTokenFrags; ++f)
-        wmma::store_matrix_sync(logits + 16 * f * kLdl + ew, acc[f], kLdl, wmma::mem_row_major);
+        wmma::store_matrix_sync(logits + 16 * f * kLdl + e, acc[f][j], kLdl, wmma::mem_row_major);
   }
   __syncthreads();
 
