@@ -115,12 +115,14 @@ def test_expert_splits_fill_the_gpu_for_few_tokens_only():
     layer = case_module(CASE, 'layer')
     q, small = layer.SHAPES["qwen3-30b-a3b"], layer.SHAPES["small"]
     got = {T: layer.expert_splits(q, T) for T in layer.TOKEN_COUNTS}
-    assert got == {16: 4, 128: 4, 1024: 2, 4096: 1}
-    assert all(1 <= layer.expert_splits(s, T, sms=sms) <= s.I // 64
-               for s in (q, small) for T in (1, 7, 16, 300, 100000) for sms in (1, 132, 1000))
+    assert got == {16: 3, 128: 4, 1024: 1, 4096: 1}
+    assert all(1 <= layer.expert_splits(s, T, sms=sms, blocks_per_sm=b) <= s.I // 64
+               for s in (q, small) for T in (1, 7, 16, 300, 100000) for sms in (1, 132, 1000) for b in (1, 2, 4))
     assert layer.expert_splits(q, 1, sms=1000) == q.I // 64  # never more shares than 64-column blocks
-    # a share no wider than what h holds: 768 / 192 = 4 shares at least, whatever T
-    assert {T: layer.expert_splits(q, T, share_max=192) for T in layer.TOKEN_COUNTS} == {16: 4, 128: 4, 1024: 4, 4096: 4}
+    # a share no wider than what h holds: 768 / 192 = 4 shares at least, whatever T; at T=16 the 87 tiles'
+    # 4 shares a tile take two waves over 264 CTAs, the second a third full: 6 shares take two shorter ones
+    got = {T: layer.expert_splits(q, T, share_max=192, blocks_per_sm=2) for T in layer.TOKEN_COUNTS}
+    assert got == {16: 6, 128: 6, 1024: 4, 4096: 4}
     assert layer.expert_splits(q, 4096, share_max=384) == 2 and layer.expert_splits(q, 4096, share_max=768) == 1
     lay = layer.Layout(q, 16, dict(layer.AGREED_GEOMETRY), splits=4)
     assert lay.sizes()["part"] == 4 * lay.sizes()["ys"]

@@ -24,9 +24,10 @@ class PipelinkLayer:
         self._prepared = {}
 
     def splits(self, shape: ModelShape, T: int) -> int:
-        import torch
-        sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
-        return expert_splits(shape, T, self.geometry["EXPERT_TILE_M"], sms, self.geometry.get("EXPERT_SHARE_MAX"))
+        """The split expert's shares per tile for T tokens, over the CTAs this kernel keeps resident."""
+        sms = self.kernel.num_sms()
+        return expert_splits(shape, T, self.geometry["EXPERT_TILE_M"], sms, self.geometry.get("EXPERT_SHARE_MAX"),
+                             self.kernel.resident_blocks() // sms)
 
     @classmethod
     def from_link(cls, link_result) -> "PipelinkLayer":

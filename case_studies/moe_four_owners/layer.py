@@ -24,16 +24,25 @@ TOKEN_COUNTS = (16, 128, 1024, 4096)
 AGREED_GEOMETRY = {"ROUTER_TOKENS": 32, "DISPATCH_TOKENS": 64, "EXPERT_TILE_M": 32, "COMBINE_TILE_N": 2048}
 
 
-def expert_splits(shape: ModelShape, T: int, tile_m: int = 32, sms: int = 132, share_max: int | None = None) -> int:
-    """Tasks per expert tile for moe_expert_split: enough that the tiles of few tokens keep every SM
-    streaming weights (about 4 tasks an SM over the tiles T tokens can use), one when the tiles alone do;
-    at most one 64-column block of the intermediate size per task, and at least as many as keep a share
-    within `share_max` columns (the split's EXPERT_SHARE_MAX: what its h buffer holds)."""
+def expert_splits(shape: ModelShape, T: int, tile_m: int = 32, sms: int = 132, share_max: int | None = None,
+                  blocks_per_sm: int = 1) -> int:
+    """Tasks per expert tile for moe_expert_split: the count whose waves of tasks over the GPU's
+    `sms * blocks_per_sm` resident CTAs end soonest, in units of one 64-column block of I streamed (a
+    task's length: its share of the blocks), plus what merging costs: each share's fp32 rows written and
+    read again, tile_m / 48 of a block's weight bytes, spread over the CTAs (ties to fewer shares). At least
+    as many shares as keep one within `share_max` columns (the split's EXPERT_SHARE_MAX: what its h buffer
+    holds), at most one block a share. The tiles T tokens use: the experts their routing is expected to
+    touch (uniform over E), each with a partly filled tile, plus the full tiles of their rows."""
     pairs = T * shape.TOPK
-    tiles = min(shape.E, pairs) + math.ceil(pairs / tile_m)  # tiles with routed rows, at most
+    touched = shape.E * (1.0 - (1.0 - shape.TOPK / shape.E) ** T)
+    tiles = max(1, math.ceil(touched) + pairs // tile_m)
     blocks = shape.I // 64
     least = math.ceil(blocks / (share_max // 64)) if share_max else 1
-    return max(least, min(blocks, math.ceil(4 * sms / tiles)))
+    slots = max(1, sms * blocks_per_sm)
+
+    def finish(splits: int) -> float:  # waves x blocks a task, and the merge's share
+        return math.ceil(tiles * splits / slots) * math.ceil(blocks / splits) + tiles * splits * tile_m / 48 / slots
+    return min(range(max(1, least), blocks + 1), key=lambda n: (finish(n), n))
 
 
 @dataclass(frozen=True)
