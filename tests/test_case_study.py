@@ -157,6 +157,47 @@ def test_separate_pipelink_kernels_match_torch(baseline, shape, T):
                                     shape, T)
 
 
+@pytest.fixture(scope="module")
+def hopper_layer(baseline):
+    base, out = baseline
+    return builds.link_hopper(builds.build_hopper(out / "hopper", base))
+
+
+def test_the_hopper_expert_links_as_an_sm90a_kernel_of_unserialized_wgmma(hopper_layer):
+    """The Hopper expert takes the split expert's place with 64-row tiles (dispatch and merge follow its
+    EXPERT_TILE_M); the link is sm_90a, its wgmma run asynchronously (one wait per k-step, not one per
+    instruction), and the kernel gets the expert's register cap since shared memory holds it to one block."""
+    import subprocess
+    from pipelink import toolchain
+    linked = hopper_layer
+    assert linked.ok, [d.render() for d in linked.diagnostics]
+    m = linked.manifest
+    assert m.target == "sm_90a" and m.geometry["EXPERT_TILE_M"] == 64
+    assert list(m.tasks) == ["moe_router", "moe_dispatch", "moe_expert_hopper", "moe_expert_merge", "moe_combine"]
+    assert m.resources.registers == 192 and m.resources.frame_bytes <= 16
+    assert "1 block of 128 threads" in linked.link_map
+    cubin = Path(out_dir := os.environ.get("TMPDIR", "/tmp")) / f"moe_hopper_{os.getpid()}.cubin"
+    cubin.write_bytes(linked.cubin)
+    try:
+        sass = subprocess.run([str(toolchain.cuda_root() / "bin" / "nvdisasm"), str(cubin)], capture_output=True,
+                              text=True, check=True).stdout
+    finally:
+        cubin.unlink()
+    assert sass.count("HGMMA.64x64x16.F32.BF16") == 16  # 2 phases x 4 k16 slices x 2 products
+    assert sass.count("WARPGROUP.DEPBAR") == 2          # one wait per k-step loop: not serialized
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape,T", [("small", 16), ("small", 1000), ("qwen3-30b-a3b", 16), ("qwen3-30b-a3b", 128),
+                                     ("qwen3-30b-a3b", 1024), ("qwen3-30b-a3b", 4096)])
+def test_hopper_layer_matches_torch(hopper_layer, shape, T):
+    """The wgmma expert's layer: fresh inputs, poisoned outputs (and shares), twice in a row without a reset."""
+    launchers = case_module(CASE, 'launchers')
+    impl = launchers.PipelinkLayer.from_link(hopper_layer)
+    assert impl.split
+    _two_fresh_launches_are_correct(impl, shape, T)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape,T", [("small", 16), ("small", 1000), ("qwen3-30b-a3b", 16), ("qwen3-30b-a3b", 128),
                                      ("qwen3-30b-a3b", 1024)])
@@ -266,8 +307,8 @@ def test_grouped_mm_missing_is_a_reason_not_a_fallback(monkeypatch):
 def test_run_plumbing_names_the_graphs_of_existing_implementations(monkeypatch, why, split):
     launchers = case_module(CASE, 'launchers')
     run = case_module(CASE, 'run')
-    assert set(run.GRAPHED.values()) == {"pipelink fused", "pipelink split", "pipelink separate", "separate kernels",
-                                         "torch grouped_mm"}
+    assert set(run.GRAPHED.values()) == {"pipelink fused", "pipelink split", "pipelink hopper", "pipelink separate",
+                                         "separate kernels", "torch grouped_mm"}
     assert all(g == f"{e} graph" for g, e in run.GRAPHED.items())
     made = []
     stub = lambda kind: lambda *a: made.append(kind) or kind  # noqa: E731
@@ -277,16 +318,20 @@ def test_run_plumbing_names_the_graphs_of_existing_implementations(monkeypatch, 
         monkeypatch.setattr(launchers, cls, stub(cls))
     monkeypatch.setattr(launchers, "grouped_mm_unavailable", lambda shapes: why)
     skipped = {}
-    impls = run.implementations("linked", b"cubin", skipped, split=split, separate=["links"] if split else None)
+    impls = run.implementations("linked", b"cubin", skipped, split=split, separate=["links"] if split else None,
+                                hopper="hopper" if split else None)
     graphs = {n: i.impl for n, i in impls.items() if isinstance(i, launchers.CapturedLayer)}
-    eager = ["pipelink fused", *(["pipelink split", "pipelink separate"] if split else []), "classic fused",
+    eager = ["pipelink fused", *(["pipelink split", "pipelink hopper", "pipelink separate"] if split else []),
+             "classic fused",
              "separate kernels", "torch"]
     eager += ["torch grouped_mm"] if why is None else []
     assert list(impls) == eager + [g for g, e in run.GRAPHED.items() if e in eager]
     # every graph wraps an instance of its own (pipelink's: its own loaded kernel and workspace)
-    assert made.count("linked") == 2 and made.count("split") == made.count("separate") == (2 if split else 0)
+    assert made.count("linked") == 2
+    assert made.count("split") == made.count("hopper") == made.count("separate") == (2 if split else 0)
     want = {"pipelink fused graph": "linked", "separate kernels graph": "ClassicSeparate",
-            **({"pipelink split graph": "split", "pipelink separate graph": "separate"} if split else {}),
+            **({"pipelink split graph": "split", "pipelink hopper graph": "hopper",
+                "pipelink separate graph": "separate"} if split else {}),
             **({"torch grouped_mm graph": "GroupedMmLayer"} if why is None else {})}
     assert graphs == want
     assert skipped == ({} if why is None else {"torch grouped_mm": why, "torch grouped_mm graph": why})

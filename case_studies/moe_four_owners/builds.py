@@ -42,6 +42,8 @@ TEAMS = (Team("router", "moe_router"), Team("dispatch", "moe_dispatch"), Team("e
 PIPELINE = HERE / "integration" / "moe.pipeline.json"
 # The expert team's split expert (expert/expert_split.cu, expert_merge.cu) in place of moe_expert.
 SPLIT_PIPELINE = HERE / "integration" / "moe_split.pipeline.json"
+# Its Hopper expert (expert/expert_hopper.cu: the split expert's tasks on wgmma) with the same merge.
+HOPPER_PIPELINE = HERE / "integration" / "moe_hopper.pipeline.json"
 CLASSIC_GLUE = HERE / "integration" / "classic_glue.cu"
 
 
@@ -127,6 +129,20 @@ def build_split(out_dir: Path, base: "Builds") -> list[Path]:
         raise RuntimeError(f"building the split expert failed:\n{proc.stdout}{proc.stderr}")
     router, dispatch, _, combine = base.pipelink_objects
     return [router, dispatch, out_dir / "moe_expert_split.o", out_dir / "moe_expert_merge.o", combine]
+
+
+def build_hopper(out_dir: Path, base: "Builds") -> list[Path]:
+    """The Hopper layer's objects: the expert team's `build.sh hopper`, the other teams' from `base`."""
+    proc = _team_build(TEAMS[2], "hopper", out_dir, {})
+    if proc.returncode != 0:
+        raise RuntimeError(f"building the Hopper expert failed:\n{proc.stdout}{proc.stderr}")
+    router, dispatch, _, combine = base.pipelink_objects
+    return [router, dispatch, out_dir / "moe_expert_hopper.o", out_dir / "moe_expert_merge.o", combine]
+
+
+def link_hopper(objects: list[Path], profile_tasks: int = 0):
+    """router -> dispatch -> moe_expert_hopper -> moe_expert_merge -> combine as one sm_90a kernel."""
+    return link_pipelink(objects, pipeline=HOPPER_PIPELINE, profile_tasks=profile_tasks)
 
 
 def link_split(objects: list[Path], profile_tasks: int = 0):

@@ -64,17 +64,20 @@ def build_baseline(out: Path) -> tuple[builds.Builds, object, bytes]:
     return base, linked, classic
 
 
-def build_split_layer(out: Path, base: builds.Builds):
-    """The layer with the expert team's split expert (the other teams' objects from `base`), linked."""
+def build_split_layer(out: Path, base: builds.Builds, expert: str = "split"):
+    """The layer with the expert team's split expert, or (expert="hopper") its Hopper expert, the other teams'
+    objects from `base`, linked."""
     start = time.perf_counter()
-    linked = builds.link_split(builds.build_split(out / "split", base))
+    build, link = {"split": (builds.build_split, builds.link_split),
+                   "hopper": (builds.build_hopper, builds.link_hopper)}[expert]
+    linked = link(build(out / expert, base))
     for d in linked.diagnostics:
         log(d.render())
     if not linked.ok:
-        sys.exit("pipelink could not link the split layer")
-    (out / "split" / "moe_layer_split.map").write_text(linked.link_map)
-    log(f"built the split expert and linked its layer in {time.perf_counter() - start:.1f} s; "
-        f"link map: {out / 'split' / 'moe_layer_split.map'}")
+        sys.exit(f"pipelink could not link the {expert} layer")
+    (out / expert / f"moe_layer_{expert}.map").write_text(linked.link_map)
+    log(f"built the {expert} expert and linked its layer in {time.perf_counter() - start:.1f} s; "
+        f"link map: {out / expert / f'moe_layer_{expert}.map'}")
     return linked
 
 
@@ -82,20 +85,23 @@ def build_split_layer(out: Path, base: builds.Builds):
 # into a CUDA graph and replayed (launchers.CapturedLayer); the torch _grouped_mm ones only where
 # torch has it and takes the shapes (grouped_mm_unavailable), never replaced by another path.
 GRAPHED = {"pipelink fused graph": "pipelink fused", "pipelink split graph": "pipelink split",
+           "pipelink hopper graph": "pipelink hopper",
            "pipelink separate graph": "pipelink separate", "separate kernels graph": "separate kernels",
            "torch grouped_mm graph": "torch grouped_mm"}
 NOT_JUDGED = ("torch",)  # the per-expert loop writes y only: no routing buffers to check
 
 
 def implementations(linked, classic_cubin: bytes, skipped: dict | None = None, controls: bool = True,
-                    split=None, separate=None) -> dict:
+                    split=None, separate=None, hopper=None) -> dict:
     """Every implementation; `skipped` (if given) receives {name: why} for those that cannot run here.
     controls=False: the kernels and the torch loop only (no graphs, no _grouped_mm probe). `split`: the
-    layer linked with the expert team's split expert ("pipelink split"); `separate`: the four pipelink
+    layer linked with the expert team's split expert ("pipelink split"); `hopper`: with its Hopper expert
+    ("pipelink hopper"); `separate`: the four pipelink
     objects linked one kernel each (builds.link_separate: "pipelink separate")."""
     import launchers
     impls = {"pipelink fused": launchers.PipelinkLayer.from_link(linked),
              **({"pipelink split": launchers.PipelinkLayer.from_link(split)} if split is not None else {}),
+             **({"pipelink hopper": launchers.PipelinkLayer.from_link(hopper)} if hopper is not None else {}),
              **({"pipelink separate": launchers.PipelinkSeparate.from_links(separate)} if separate is not None else {}),
              "classic fused": launchers.ClassicFused(classic_cubin),
              "separate kernels": launchers.ClassicSeparate(classic_cubin),
@@ -112,6 +118,7 @@ def implementations(linked, classic_cubin: bytes, skipped: dict | None = None, c
     # The graphs wrap instances of their own (the pipelink one: its own loaded kernel and workspace).
     own = {"pipelink fused": lambda: launchers.PipelinkLayer.from_link(linked),
            "pipelink split": lambda: launchers.PipelinkLayer.from_link(split),
+           "pipelink hopper": lambda: launchers.PipelinkLayer.from_link(hopper),
            "pipelink separate": lambda: launchers.PipelinkSeparate.from_links(separate),
            "separate kernels": lambda: launchers.ClassicSeparate(classic_cubin),
            "torch grouped_mm": launchers.GroupedMmLayer}
@@ -272,7 +279,8 @@ def run_profile(out: Path, base: builds.Builds, seed: int) -> int:
     import launchers
     from pipelink.runtime import profile
     kernels = {"pipelink fused": builds.link_pipelink(base.pipelink_objects, profile_tasks=1 << 18),
-               "pipelink split": builds.link_split(builds.build_split(out / "split", base), profile_tasks=1 << 18)}
+               "pipelink split": builds.link_split(builds.build_split(out / "split", base), profile_tasks=1 << 18),
+               "pipelink hopper": builds.link_hopper(builds.build_hopper(out / "hopper", base), profile_tasks=1 << 18)}
     shape = layer.SHAPES[VARIANT_SHAPE]
     weights = layer.make_weights(shape, seed)
     doc = {"date": datetime.date.today().isoformat(), "seed": seed, "shape": shape.name,
@@ -341,6 +349,7 @@ def main(argv=None) -> int:
     out = Path(args.out)
     base, linked, classic = build_baseline(out)
     split = build_split_layer(out, base)
+    hopper = build_split_layer(out, base, "hopper")
     separate = builds.link_separate(base.pipelink_objects)
     if not gpu_present():
         log("no GPU here: built and linked; the tests, the benchmark and the modified-geometry test need one")
@@ -350,7 +359,8 @@ def main(argv=None) -> int:
     if args.what == "profile":
         return run_profile(out, base, seed)
     if args.what == "once":
-        return run_once(implementations(linked, classic, controls=False, split=split, separate=separate), seed,
+        return run_once(implementations(linked, classic, controls=False, split=split, separate=separate,
+                                        hopper=hopper), seed,
                         args.shape)
     import torch
     RESULTS.mkdir(exist_ok=True)
@@ -358,7 +368,7 @@ def main(argv=None) -> int:
            "command": "python case_studies/moe_four_owners/run.py " + " ".join(sys.argv[1:] if argv is None else argv)}
     failed = False
     skipped = {}
-    impls = implementations(linked, classic, skipped, split=split, separate=separate)
+    impls = implementations(linked, classic, skipped, split=split, separate=separate, hopper=hopper)
     if skipped:
         doc["skipped"] = skipped
     if args.what in ("all", "test"):

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 
 from ..core.diagnostics import DiagnosticSink
 from ..core.model import DTYPE_BYTES
-from ..core.targets import TARGETS
+from ..core.targets import TARGETS, residency
 from .resolve import Resolved
 
 ARENA_ALIGN = 128
@@ -376,12 +376,28 @@ def _registers(r: Resolved, alloc: Allocation, target, sink: DiagnosticSink) -> 
     budgets = [(c.contract.max_registers, c) for c in r.components if c.contract.max_registers]
     if not budgets:
         return
-    budget, owner = min(budgets, key=lambda b: b[0])
-    # One register allocation serves every thread of the block (setmaxnreg aside): the tightest wins.
-    if budget * alloc.block_threads > target.regs_per_sm:
-        sink.error("PL046", f"{budget} registers x {alloc.block_threads} threads exceeds the {target.regs_per_sm} "
+    tight, owner = min(budgets, key=lambda b: b[0])
+    if tight * alloc.block_threads > target.regs_per_sm:
+        sink.error("PL046", f"{tight} registers x {alloc.block_threads} threads exceeds the {target.regs_per_sm} "
                    "registers of an SM", owner.contract.at("/registers/max_per_thread"))
-    alloc.registers = budget
+        alloc.registers = tight
+        return
+    alloc.registers = kernel_register_budget(target, alloc.block_threads, alloc.smem_bytes,
+                                             [b for b, _ in budgets])
+
+
+def kernel_register_budget(target, threads: int, smem_bytes: int, caps: list[int]) -> int:
+    """One register allocation serves every thread of a single-entry kernel. The tightest cap keeps the
+    blocks per SM its component was written for; above it, the kernel takes as many registers, up to the
+    largest cap, as leave that residency unchanged. Where shared memory or warps already hold the SM to
+    fewer blocks, a component that needs more registers gets them instead of spilling (the tightest cap
+    alone made a wgmma expert spill 328 bytes a thread in a layer held to one block per SM by its smem)."""
+    tight, wide = min(caps), max(caps)
+    blocks = residency(target, threads, smem_bytes, tight)[0]
+    for regs in range(wide, tight, -8):
+        if residency(target, threads, smem_bytes, regs)[0] >= blocks:
+            return regs
+    return tight
 
 
 def _round_up(x: int, a: int) -> int:

@@ -92,7 +92,7 @@ DEVICE_COUNT_NOTE = ("count read from the device: not checked at link time; --de
 
 def _residency_rows(r: Resolved, a: Allocation, arch: str, kernel_info: KernelInfo | None) -> list[str]:
     """Blocks per SM and what limits them: every task of the kernel runs with the block's joint shape (its
-    threads, the whole arena and the tightest register budget), so one component's large scratch buffers
+    threads, the whole arena and one register budget), so one component's large scratch buffers
     can cut the residency of all the others."""
     from ..core.targets import SMEM_RESERVED_PER_BLOCK, residency, target
     t = target(arch)

@@ -3,6 +3,7 @@
 #   build.sh pipelink OUT_DIR   against its contract (CONTRACT=path overrides expert.json)
 #   build.sh classic OUT_DIR    with the constants it hard-coded (classic.h; DEFINES adds -D flags)
 #   build.sh split OUT_DIR      moe_expert_split and moe_expert_merge against their contracts
+#   build.sh hopper OUT_DIR     moe_expert_hopper (sm_90a: wgmma) and moe_expert_merge against their contracts
 set -euo pipefail
 py="${PYTHON:-python3}"
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -13,6 +14,10 @@ if [ "$mode" = pipelink ]; then
 fi
 if [ "$mode" = split ]; then
   "$py" -m pipelink.cli build "$here/expert_split.cu" --contract "$here/expert_split.json" --arch sm_90 -o "$out/moe_expert_split.o"
+  exec "$py" -m pipelink.cli build "$here/expert_merge.cu" --contract "$here/expert_merge.json" --arch sm_90 -o "$out/moe_expert_merge.o"
+fi
+if [ "$mode" = hopper ]; then
+  "$py" -m pipelink.cli build "$here/expert_hopper.cu" --contract "$here/expert_hopper.json" --arch sm_90a -o "$out/moe_expert_hopper.o"
   exec "$py" -m pipelink.cli build "$here/expert_merge.cu" --contract "$here/expert_merge.json" --arch sm_90 -o "$out/moe_expert_merge.o"
 fi
 root="$("$py" -c 'from pipelink import toolchain; print(toolchain.cuda_root())')"  # the pinned toolchain

@@ -1,0 +1,209 @@
+// moe_expert_hopper: moe_expert_split's tasks on Hopper tensor cores. Task (i, j) is share j of expert tile i
+// (64 rows of one expert; ceil_div(I / 64, splits) blocks of 64 intermediate columns per share):
+//   gate_up: for each 64 columns of the share, G = x Wg^T and U = x Wu^T in fp32 registers (wgmma
+//            m64n64k16, K = H), then h = silu(G) * U into shared memory as bf16;
+//   down:    for each 128 output columns, the share's h Wd^T (K = the share's columns), stored to part[j]
+//            in fp32 for the tile's routed rows; moe_expert_merge adds the shares up.
+// The CTA is one warpgroup. Operands are 128-byte-swizzled [rows][64] bf16 tiles in shared memory, the
+// layout wgmma reads through a descriptor: cp.async stages them (x rows gathered by token, so no TMA),
+// a ring of EXPERT_STAGES stages over the whole walk of a phase (no drain between column blocks), and h
+// is written in the same layout straight from the accumulators. Needs sm_90a (wgmma).
+#include <cuda_bf16.h>
+
+#include "moe_expert_hopper.pipelink.h"
+
+using namespace pl::moe_expert_hopper;
+using bf16 = __nv_bfloat16;
+
+namespace {
+
+constexpr int BM = EXPERT_TILE_M;
+constexpr int kTileBytes = 64 * 128;          // one swizzled [64 rows][64 bf16] tile
+constexpr int kStageBytes = 3 * kTileBytes;    // x, gate, up; or two tiles of down rows
+static_assert(BM == 64, "one wgmma m64 row block per tile");
+static_assert(THREADS == 128, "one warpgroup");
+static_assert(EXPERT_STAGES >= 2, "a ring needs two stages");
+static_assert(EXPERT_SHARE_MAX % 64 == 0 && EXPERT_SHARE_MAX <= EXPERT_MAX_INTER, "EXPERT_SHARE_MAX: whole blocks of 64");
+static_assert(smem_stages_bytes >= EXPERT_STAGES * kStageBytes, "contract: smem.buffers.stages too small");
+static_assert(smem_h_bytes >= EXPERT_SHARE_MAX / 64 * kTileBytes, "contract: smem.buffers.h too small");
+static_assert(smem_stages_align >= 1024 && smem_h_align >= 1024, "the 128-byte swizzle needs 1024-byte aligned tiles");
+
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void cp_async16(unsigned dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+// Shared memory written by the threads (cp.async, st.shared) is read by wgmma through the async proxy.
+__device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+
+// Byte offset of 16-byte chunk c of row r in a 128-byte-swizzled tile (the XOR the hardware undoes).
+__device__ __forceinline__ unsigned swizzled(int r, int c) { return r * 128 + ((c ^ (r & 7)) << 4); }
+
+// wgmma operand descriptor of a K-major, 128-byte-swizzled tile: 8-row groups 1024 bytes apart. Adding 2
+// moves it 32 bytes along K (the next k16 slice).
+__device__ __forceinline__ unsigned long long descriptor(unsigned addr) {
+  return (unsigned long long)((addr & 0x3FFFF) >> 4) | (1ull << 16) | ((unsigned long long)(1024 >> 4) << 32) |
+         (1ull << 62);
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
+
+// d[64 x 64] = A[64 x 16] B[16 x 64] (+ d if `accumulate`), both K-major in shared memory. Thread t of the
+// warpgroup holds, for n = 0..7, d[4n + {0, 1}] at row 16 (t / 32) + (t % 32) / 4, columns
+// 8n + 2 (t % 4) + {0, 1}, and d[4n + {2, 3}] 8 rows below. (Starting a sum with accumulate = 0, not by
+// zeroing d, keeps other instructions off the accumulators: else ptxas serializes the wgmma.)
+__device__ __forceinline__ void wgmma_64x64(float (&d)[32], unsigned long long a, unsigned long long b, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, "
+      "%23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(a), "l"(b), "r"(accumulate));
+}
+
+}  // namespace
+
+extern "C" __device__ void moe_expert_hopper(pl::Tile tile, const bf16* __restrict__ x, const bf16* __restrict__ w_gate,
+                                             const bf16* __restrict__ w_up, const bf16* __restrict__ w_down,
+                                             const int* __restrict__ row_token, const int* __restrict__ tile_expert,
+                                             const int* __restrict__ tile_rows, float* __restrict__ part, int T, int H,
+                                             int I, int E, int TOPK, int splits) {
+  const int i = tile.coord[0], j = tile.coord[1];
+  const int e = __ldcg(tile_expert + i);  // written by moe_dispatch in this launch: through L2
+  if (e < 0) return;                      // past the last used tile
+  const int per = (I / 64 + splits - 1) / splits;  // blocks of 64 columns per share
+  const int c0 = min(I, j * per * 64), c1 = min(I, c0 + per * 64);
+  if (c0 >= c1) return;  // an empty share: moe_expert_merge adds only the shares with columns
+  if (c1 - c0 > EXPERT_SHARE_MAX) __trap();  // too few splits for h: the contract says splits >= I / EXPERT_SHARE_MAX
+  const int rows = __ldcg(tile_rows + i);
+  const long long row0 = (long long)i * BM;
+  const bf16* const wg = w_gate + (long long)e * I * H;
+  const bf16* const wu = w_up + (long long)e * I * H;
+  const bf16* const wd = w_down + (long long)e * H * I;
+  const unsigned ring = smem_addr(smem_stages<unsigned char>());
+  unsigned char* const h = smem_h<unsigned char>();
+  int* const token = smem_tokens<int>();
+  const int t = thread_rank(), warp = t / 32, lane = t % 32;
+  const int frag_row = 16 * warp + lane / 4, frag_col = 2 * (lane % 4);  // of d[0]; see wgmma_64x64
+
+  for (int r = t; r < BM; r += THREADS) token[r] = r < rows ? __ldcg(row_token + row0 + r) : -1;
+  __syncthreads();
+
+  // gate_up: step g walks the share's column blocks (n = g / ksteps) and, in each, K (k = g % ksteps).
+  const int ksteps = H / 64, blocks = (c1 - c0) / 64, up_steps = blocks * ksteps;
+  auto load_gate_up = [&](int g) {
+    const unsigned s = ring + (g % EXPERT_STAGES) * kStageBytes;
+    const int n0 = c0 + (g / ksteps) * 64, k0 = (g % ksteps) * 64;
+    for (int v = t; v < 3 * 64 * 8; v += THREADS) {
+      const int which = v / 512, r = (v / 8) % 64, c = v % 8;
+      const bf16* src;
+      bool valid = true;
+      if (which == 0) {
+        const int tok = token[r];
+        valid = tok >= 0;
+        src = x + (long long)(valid ? tok : 0) * H + k0 + 8 * c;
+      } else {
+        src = (which == 1 ? wg : wu) + (long long)(n0 + r) * H + k0 + 8 * c;
+      }
+      cp_async16(s + which * kTileBytes + swizzled(r, c), src, valid);
+    }
+  };
+  float acc_g[32], acc_u[32];
+  for (int s = 0; s < EXPERT_STAGES - 1; ++s) {
+    if (s < up_steps) load_gate_up(s);
+    cp_async_commit();
+  }
+  for (int g = 0; g < up_steps; ++g) {
+    cp_async_wait<EXPERT_STAGES - 2>();
+    fence_async_smem();
+    __syncthreads();  // stage g landed for every thread; the wgmma of step g - 1 are done, so its stage is free
+    if (g + EXPERT_STAGES - 1 < up_steps) load_gate_up(g + EXPERT_STAGES - 1);
+    cp_async_commit();
+    const unsigned s = ring + (g % EXPERT_STAGES) * kStageBytes;
+    const unsigned long long dx = descriptor(s), dg = descriptor(s + kTileBytes), du = descriptor(s + 2 * kTileBytes);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      const int sum = kk > 0 || g % ksteps > 0;  // a block's first k16 slice starts its sums
+      wgmma_64x64(acc_g, dx + 2 * kk, dg + 2 * kk, sum);
+      wgmma_64x64(acc_u, dx + 2 * kk, du + 2 * kk, sum);
+    }
+    wgmma_commit();
+    wgmma_wait_all();
+    if (g % ksteps == ksteps - 1) {  // the block's G and U are complete: h = silu(G) * U, swizzled for down
+      unsigned char* hb = h + (g / ksteps) * kTileBytes;
+#pragma unroll
+      for (int q = 0; q < 32; q += 2) {
+        const int r = frag_row + 8 * ((q / 2) % 2), c = 8 * (q / 4) + frag_col;  // column within the block
+        const float h0 = __fdividef(acc_g[q], 1.0f + __expf(-acc_g[q])) * acc_u[q];
+        const float h1 = __fdividef(acc_g[q + 1], 1.0f + __expf(-acc_g[q + 1])) * acc_u[q + 1];
+        *reinterpret_cast<__nv_bfloat162*>(hb + swizzled(r, c / 8) + 2 * (c % 8)) = __floats2bfloat162_rn(h0, h1);
+      }
+    }
+  }
+  cp_async_wait<0>();
+  fence_async_smem();  // h, written by the threads, is read by wgmma next
+  __syncthreads();
+
+  // down: step g walks the 128-column passes over H (n = g / blocks) and, in each, the share's blocks.
+  const int down_steps = (H / 128) * blocks;
+  auto load_down = [&](int g) {
+    const unsigned s = ring + (g % EXPERT_STAGES) * kStageBytes;
+    const int n0 = (g / blocks) * 128, k0 = c0 + (g % blocks) * 64;
+    for (int v = t; v < 128 * 8; v += THREADS) {
+      const int r = v / 8, c = v % 8;
+      const bool valid = n0 + r < H;
+      cp_async16(s + (r / 64) * kTileBytes + swizzled(r % 64, c), valid ? wd + (long long)(n0 + r) * I + k0 + 8 * c : wd,
+                 valid);
+    }
+  };
+  const long long total = (long long)((T * TOPK + BM - 1) / BM + E) * BM;  // rows of one share's part
+  float* const out = part + ((long long)j * total + row0) * H;
+  float (&acc_lo)[32] = acc_g, (&acc_hi)[32] = acc_u;  // output columns n0 .. +63 and n0 + 64 .. +127
+  for (int s = 0; s < EXPERT_STAGES - 1; ++s) {
+    if (s < down_steps) load_down(s);
+    cp_async_commit();
+  }
+  const unsigned hbase = smem_addr(h);
+  for (int g = 0; g < down_steps; ++g) {
+    cp_async_wait<EXPERT_STAGES - 2>();
+    fence_async_smem();
+    __syncthreads();
+    if (g + EXPERT_STAGES - 1 < down_steps) load_down(g + EXPERT_STAGES - 1);
+    cp_async_commit();
+    const unsigned s = ring + (g % EXPERT_STAGES) * kStageBytes;
+    const unsigned long long da = descriptor(hbase + (g % blocks) * kTileBytes);
+    const unsigned long long dlo = descriptor(s), dhi = descriptor(s + kTileBytes);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      const int sum = kk > 0 || g % blocks > 0;
+      wgmma_64x64(acc_lo, da + 2 * kk, dlo + 2 * kk, sum);
+      wgmma_64x64(acc_hi, da + 2 * kk, dhi + 2 * kk, sum);
+    }
+    wgmma_commit();
+    wgmma_wait_all();
+    if (g % blocks == blocks - 1) {  // the pass's 128 columns are complete: the routed rows to part[j]
+      const int n0 = (g / blocks) * 128;
+#pragma unroll
+      for (int q = 0; q < 32; q += 2) {
+        const int r = frag_row + 8 * ((q / 2) % 2), c = n0 + 8 * (q / 4) + frag_col;
+        if (r < rows) {  // read by another CTA (the merge): past L1
+          __stcg(reinterpret_cast<float2*>(out + (long long)r * H + c), make_float2(acc_lo[q], acc_lo[q + 1]));
+          __stcg(reinterpret_cast<float2*>(out + (long long)r * H + c + 64), make_float2(acc_hi[q], acc_hi[q + 1]));
+        }
+      }
+    }
+  }
+  cp_async_wait<0>();
+}
