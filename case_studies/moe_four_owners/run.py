@@ -7,7 +7,8 @@ modified-geometry test. Results go to results/ (all.json with every raw time, RE
 `smoke` runs pipelink's kernel (plain and --debug-events) and the classic one once each in child
 processes under the watchdog: the first thing to try after a change that might hang. `once` runs
 each kernel once on two small problems in this process: the target for
-`compute-sanitizer --tool memcheck|racecheck|synccheck python .../run.py once [--shape small]`
+`compute-sanitizer --tool memcheck|racecheck|synccheck python .../run.py once [--shape small]`, and of
+`ncu -k regex:moe_layer_hopper ... python .../run.py once --shape qwen3-30b-a3b --tokens 4096 --impl "pipelink hopper"`
 (racecheck did not finish the qwen shape within a minute). `profile` links pipelink's layers with a task
 profile and prints, per T, where each component's time goes (waiting for its events, running, notifying).
 """
@@ -253,10 +254,14 @@ def run_variants(out: Path, base: builds.Builds, seed: int) -> list[dict]:
     return rows
 
 
-def run_once(impls: dict, seed: int, only: str | None = None) -> int:
+def run_once(impls: dict, seed: int, only: str | None = None, tokens: int | None = None,
+             names: list[str] | None = None) -> int:
+    """Each implementation (or those `names`) once on the small shape (T=50) and the model shape (T=40, or
+    `tokens`), or only on the shape `only`: the target for compute-sanitizer and Nsight Compute."""
     import torch
     failed = 0
-    for shape, T in (("small", 50), (VARIANT_SHAPE, 40)):
+    impls = {n: i for n, i in impls.items() if names is None or n in names}
+    for shape, T in (("small", 50), (VARIANT_SHAPE, tokens or 40)):
         if only and shape != only:
             continue
         s = layer.SHAPES[shape]
@@ -338,12 +343,14 @@ def main(argv=None) -> int:
     ap.add_argument("--world"), ap.add_argument("--cubin"), ap.add_argument("--manifest")
     ap.add_argument("--shape", default=None, help="child: the shape to run (default %s); once: only this shape"
                     % VARIANT_SHAPE)
-    ap.add_argument("--tokens", type=int, default=VARIANT_TOKENS)
+    ap.add_argument("--tokens", type=int, default=None, help="child: T (default %d); once: T of the model shape "
+                    "(default 40)" % VARIANT_TOKENS)
+    ap.add_argument("--impl", action="append", help="once: only this implementation (repeatable)")
     args = ap.parse_args(argv)
     seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little") % 1_000_000
     if args.what == "child":
         verdict = variants.child_main(args.world, Path(args.cubin), Path(args.manifest) if args.manifest else None,
-                                      args.shape or VARIANT_SHAPE, args.tokens, seed)
+                                      args.shape or VARIANT_SHAPE, args.tokens or VARIANT_TOKENS, seed)
         print(json.dumps(verdict), flush=True)
         os._exit(0)  # a hung kernel may still run: leave without waiting for it
     out = Path(args.out)
@@ -361,7 +368,7 @@ def main(argv=None) -> int:
     if args.what == "once":
         return run_once(implementations(linked, classic, controls=False, split=split, separate=separate,
                                         hopper=hopper), seed,
-                        args.shape)
+                        args.shape, args.tokens, args.impl)
     import torch
     RESULTS.mkdir(exist_ok=True)
     doc = {"date": datetime.date.today().isoformat(), "device": torch.cuda.get_device_name(0), "seed": seed,
