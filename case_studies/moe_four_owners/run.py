@@ -345,7 +345,7 @@ def main(argv=None) -> int:
                     % VARIANT_SHAPE)
     ap.add_argument("--tokens", type=int, default=None, help="child: T (default %d); once: T of the model shape "
                     "(default 40)" % VARIANT_TOKENS)
-    ap.add_argument("--impl", action="append", help="once: only this implementation (repeatable)")
+    ap.add_argument("--impl", action="append", help="once, test, bench: only this implementation (repeatable)")
     args = ap.parse_args(argv)
     seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little") % 1_000_000
     if args.what == "child":
@@ -376,6 +376,9 @@ def main(argv=None) -> int:
     failed = False
     skipped = {}
     impls = implementations(linked, classic, skipped, split=split, separate=separate, hopper=hopper)
+    if args.impl:  # a part of the comparison only (results/<what>.json, never RESULTS.md)
+        impls = {n: i for n, i in impls.items() if n in args.impl}
+        doc["only"] = list(impls)
     if skipped:
         doc["skipped"] = skipped
     if args.what in ("all", "test"):
@@ -391,7 +394,7 @@ def main(argv=None) -> int:
         caught = ("correct", "link-time diagnostic", "build refused")  # pipelink ran it right or said why not
         failed |= not all(r["pipelink"]["outcome"] in caught for r in doc["variants"])
     (RESULTS / f"{args.what}.json").write_text(json.dumps(doc, indent=1))
-    if args.what == "all":
+    if args.what == "all" and not args.impl:
         import report
         (RESULTS / "RESULTS.md").write_text(report.render(doc))
     log(f"results: {RESULTS / (args.what + '.json')}" + (f", {RESULTS / 'RESULTS.md'}" if args.what == "all" else ""))

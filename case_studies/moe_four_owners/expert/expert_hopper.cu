@@ -85,6 +85,7 @@ extern "C" __device__ void moe_expert_hopper(pl::Tile tile, const bf16* __restri
   const int c0 = min(I, j * per * 64), c1 = min(I, c0 + per * 64);
   if (c0 >= c1) return;  // an empty share: moe_expert_merge adds only the shares with columns
   if (c1 - c0 > EXPERT_SHARE_MAX) __trap();  // too few splits for h: the contract says splits >= I / EXPERT_SHARE_MAX
+  if (H % 128 != 0) __trap();                // whole 128-column passes: the contract says H is a multiple of 128
   const int rows = __ldcg(tile_rows + i);
   const long long row0 = (long long)i * BM;
   const bf16* const wg = w_gate + (long long)e * I * H;
@@ -99,49 +100,65 @@ extern "C" __device__ void moe_expert_hopper(pl::Tile tile, const bf16* __restri
   for (int r = t; r < BM; r += THREADS) token[r] = r < rows ? __ldcg(row_token + row0 + r) : -1;
   __syncthreads();
 
-  // gate_up: step g walks the share's column blocks (n = g / ksteps) and, in each, K (k = g % ksteps).
+  // What a thread stages never changes within a task but its K offset: 16-byte chunk `chunk` of rows
+  // row_base + 16 q of each tile, at the same swizzled place in every stage. Precomputed here, the loads
+  // of a k-step are one address add each; computed per load (row, chunk, token, a runtime division for
+  // the block and K step) they made the k-step loop issue-bound (Nsight Compute: 4 cycles between a
+  // warp's instructions, the one warp of each scheduler always ready, DRAM 11% busy).
+  const int chunk = t % 8, row_base = t / 8;                    // rows row_base + 16 q, q = 0..3 (or 0..7)
+  const unsigned dst0 = row_base * 128 + ((chunk ^ (row_base & 7)) << 4);  // + 2048 q: row + 16 q
+  const bf16* xrow[4];
+  bool xvalid[4];
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    const int tok = token[row_base + 16 * q];
+    xvalid[q] = tok >= 0;
+    xrow[q] = x + (long long)(xvalid[q] ? tok : 0) * H + 8 * chunk;
+  }
+  const long long wrow = (long long)row_base * H + 8 * chunk, wstep = 16ll * H;  // gate/up rows: + 16 q rows
+
+  // gate_up: the share's column blocks, each over K = H in steps of 64; loads run EXPERT_STAGES - 1 steps
+  // ahead of the products, across block boundaries.
   const int ksteps = H / 64, blocks = (c1 - c0) / 64, up_steps = blocks * ksteps;
-  auto load_gate_up = [&](int g) {
-    const unsigned s = ring + (g % EXPERT_STAGES) * kStageBytes;
-    const int n0 = c0 + (g / ksteps) * 64, k0 = (g % ksteps) * 64;
-    for (int v = t; v < 3 * 64 * 8; v += THREADS) {
-      const int which = v / 512, r = (v / 8) % 64, c = v % 8;
-      const bf16* src;
-      bool valid = true;
-      if (which == 0) {
-        const int tok = token[r];
-        valid = tok >= 0;
-        src = x + (long long)(valid ? tok : 0) * H + k0 + 8 * c;
-      } else {
-        src = (which == 1 ? wg : wu) + (long long)(n0 + r) * H + k0 + 8 * c;
-      }
-      cp_async16(s + which * kTileBytes + swizzled(r, c), src, valid);
+  int load_step = 0, load_k = 0, load_block = 0;  // the next step to load: its K step and column block
+  auto load_gate_up = [&]() {
+    const unsigned s = ring + (load_step % EXPERT_STAGES) * kStageBytes;
+    const long long k0 = (long long)load_k * 64;
+    const long long n0 = (long long)(c0 + load_block * 64) * H;
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const unsigned d = s + dst0 + 2048 * q;
+      cp_async16(d, xvalid[q] ? xrow[q] + k0 : x, xvalid[q]);
+      cp_async16(d + kTileBytes, wg + n0 + wrow + q * wstep + k0, true);
+      cp_async16(d + 2 * kTileBytes, wu + n0 + wrow + q * wstep + k0, true);
     }
+    ++load_step;
+    if (++load_k == ksteps) load_k = 0, ++load_block;
   };
   float acc_g[32], acc_u[32];
   for (int s = 0; s < EXPERT_STAGES - 1; ++s) {
-    if (s < up_steps) load_gate_up(s);
+    if (load_step < up_steps) load_gate_up();
     cp_async_commit();
   }
-  for (int g = 0; g < up_steps; ++g) {
+  for (int g = 0, k = 0, block = 0; g < up_steps; ++g) {
     cp_async_wait<EXPERT_STAGES - 2>();
     fence_async_smem();
     __syncthreads();  // stage g landed for every thread; the wgmma of step g - 1 are done, so its stage is free
-    if (g + EXPERT_STAGES - 1 < up_steps) load_gate_up(g + EXPERT_STAGES - 1);
+    if (load_step < up_steps) load_gate_up();
     cp_async_commit();
     const unsigned s = ring + (g % EXPERT_STAGES) * kStageBytes;
     const unsigned long long dx = descriptor(s), dg = descriptor(s + kTileBytes), du = descriptor(s + 2 * kTileBytes);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
-      const int sum = kk > 0 || g % ksteps > 0;  // a block's first k16 slice starts its sums
+      const int sum = kk > 0 || k > 0;  // a block's first k16 slice starts its sums
       wgmma_64x64(acc_g, dx + 2 * kk, dg + 2 * kk, sum);
       wgmma_64x64(acc_u, dx + 2 * kk, du + 2 * kk, sum);
     }
     wgmma_commit();
     wgmma_wait_all();
-    if (g % ksteps == ksteps - 1) {  // the block's G and U are complete: h = silu(G) * U, swizzled for down
-      unsigned char* hb = h + (g / ksteps) * kTileBytes;
+    if (++k == ksteps) {  // the block's G and U are complete: h = silu(G) * U, swizzled for down
+      unsigned char* hb = h + block * kTileBytes;
 #pragma unroll
       for (int q = 0; q < 32; q += 2) {
         const int r = frag_row + 8 * ((q / 2) % 2), c = 8 * (q / 4) + frag_col;  // column within the block
@@ -149,52 +166,54 @@ extern "C" __device__ void moe_expert_hopper(pl::Tile tile, const bf16* __restri
         const float h1 = __fdividef(acc_g[q + 1], 1.0f + __expf(-acc_g[q + 1])) * acc_u[q + 1];
         *reinterpret_cast<__nv_bfloat162*>(hb + swizzled(r, c / 8) + 2 * (c % 8)) = __floats2bfloat162_rn(h0, h1);
       }
+      k = 0, ++block;
     }
   }
   cp_async_wait<0>();
   fence_async_smem();  // h, written by the threads, is read by wgmma next
   __syncthreads();
 
-  // down: step g walks the 128-column passes over H (n = g / blocks) and, in each, the share's blocks.
+  // down: the 128-column passes over H, each over the share's blocks; rows row_base + 16 q (q = 0..7) of
+  // the pass's two 64-row tiles.
   const int down_steps = (H / 128) * blocks;
-  auto load_down = [&](int g) {
-    const unsigned s = ring + (g % EXPERT_STAGES) * kStageBytes;
-    const int n0 = (g / blocks) * 128, k0 = c0 + (g % blocks) * 64;
-    for (int v = t; v < 128 * 8; v += THREADS) {
-      const int r = v / 8, c = v % 8;
-      const bool valid = n0 + r < H;
-      cp_async16(s + (r / 64) * kTileBytes + swizzled(r % 64, c), valid ? wd + (long long)(n0 + r) * I + k0 + 8 * c : wd,
-                 valid);
-    }
+  const long long drow = (long long)row_base * I + c0 + 8 * chunk, dstep = 16ll * I;
+  int pass_load = 0;
+  load_step = 0, load_block = 0;
+  auto load_down = [&]() {
+    const unsigned s = ring + (load_step % EXPERT_STAGES) * kStageBytes;
+    const bf16* src = wd + (long long)pass_load * 128 * I + drow + load_block * 64;
+#pragma unroll
+    for (int q = 0; q < 8; ++q) cp_async16(s + dst0 + 2048 * q, src + q * dstep, true);
+    ++load_step;
+    if (++load_block == blocks) load_block = 0, ++pass_load;
   };
   const long long total = (long long)((T * TOPK + BM - 1) / BM + E) * BM;  // rows of one share's part
   float* const out = part + ((long long)j * total + row0) * H;
   float (&acc_lo)[32] = acc_g, (&acc_hi)[32] = acc_u;  // output columns n0 .. +63 and n0 + 64 .. +127
   for (int s = 0; s < EXPERT_STAGES - 1; ++s) {
-    if (s < down_steps) load_down(s);
+    if (load_step < down_steps) load_down();
     cp_async_commit();
   }
   const unsigned hbase = smem_addr(h);
-  for (int g = 0; g < down_steps; ++g) {
+  for (int g = 0, b = 0, n0 = 0; g < down_steps; ++g) {
     cp_async_wait<EXPERT_STAGES - 2>();
     fence_async_smem();
     __syncthreads();
-    if (g + EXPERT_STAGES - 1 < down_steps) load_down(g + EXPERT_STAGES - 1);
+    if (load_step < down_steps) load_down();
     cp_async_commit();
     const unsigned s = ring + (g % EXPERT_STAGES) * kStageBytes;
-    const unsigned long long da = descriptor(hbase + (g % blocks) * kTileBytes);
+    const unsigned long long da = descriptor(hbase + b * kTileBytes);
     const unsigned long long dlo = descriptor(s), dhi = descriptor(s + kTileBytes);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
-      const int sum = kk > 0 || g % blocks > 0;
+      const int sum = kk > 0 || b > 0;
       wgmma_64x64(acc_lo, da + 2 * kk, dlo + 2 * kk, sum);
       wgmma_64x64(acc_hi, da + 2 * kk, dhi + 2 * kk, sum);
     }
     wgmma_commit();
     wgmma_wait_all();
-    if (g % blocks == blocks - 1) {  // the pass's 128 columns are complete: the routed rows to part[j]
-      const int n0 = (g / blocks) * 128;
+    if (++b == blocks) {  // the pass's 128 columns are complete: the routed rows to part[j]
 #pragma unroll
       for (int q = 0; q < 32; q += 2) {
         const int r = frag_row + 8 * ((q / 2) % 2), c = n0 + 8 * (q / 4) + frag_col;
@@ -203,6 +222,7 @@ extern "C" __device__ void moe_expert_hopper(pl::Tile tile, const bf16* __restri
           __stcg(reinterpret_cast<float2*>(out + (long long)r * H + c + 64), make_float2(acc_hi[q], acc_hi[q + 1]));
         }
       }
+      b = 0, n0 += 128;
     }
   }
   cp_async_wait<0>();
