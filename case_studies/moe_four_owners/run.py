@@ -18,6 +18,7 @@ import argparse
 import datetime
 import json
 import os
+import shlex
 import statistics
 import sys
 import time
@@ -372,7 +373,7 @@ def main(argv=None) -> int:
     import torch
     RESULTS.mkdir(exist_ok=True)
     doc = {"date": datetime.date.today().isoformat(), "device": torch.cuda.get_device_name(0), "seed": seed,
-           "command": "python case_studies/moe_four_owners/run.py " + " ".join(sys.argv[1:] if argv is None else argv)}
+           "command": "python case_studies/moe_four_owners/run.py " + shlex.join(sys.argv[1:] if argv is None else argv)}
     failed = False
     skipped = {}
     impls = implementations(linked, classic, skipped, split=split, separate=separate, hopper=hopper)
