@@ -122,22 +122,24 @@ def link_pipelink(objects: list[Path], debug_events: bool = False, pipeline: Pat
     return link([str(o) for o in objects], LinkOptions(pipeline=spec))
 
 
-def build_split(out_dir: Path, base: "Builds") -> list[Path]:
-    """The split layer's objects: the expert team's `build.sh split`, the other teams' from `base`."""
-    proc = _team_build(TEAMS[2], "split", out_dir, {})
+def _build_expert_variant(mode: str, component: str, out_dir: Path, base: "Builds") -> list[Path]:
+    """A layer's objects with one of the expert team's other experts (its `build.sh MODE`) and its merge in
+    moe_expert's place; the other teams' objects from `base`."""
+    proc = _team_build(TEAMS[2], mode, out_dir, {})
     if proc.returncode != 0:
-        raise RuntimeError(f"building the split expert failed:\n{proc.stdout}{proc.stderr}")
+        raise RuntimeError(f"building {component} failed:\n{proc.stdout}{proc.stderr}")
     router, dispatch, _, combine = base.pipelink_objects
-    return [router, dispatch, out_dir / "moe_expert_split.o", out_dir / "moe_expert_merge.o", combine]
+    return [router, dispatch, out_dir / f"{component}.o", out_dir / "moe_expert_merge.o", combine]
+
+
+def build_split(out_dir: Path, base: "Builds") -> list[Path]:
+    """The split layer's objects: moe_expert_split and moe_expert_merge (`build.sh split`)."""
+    return _build_expert_variant("split", "moe_expert_split", out_dir, base)
 
 
 def build_hopper(out_dir: Path, base: "Builds") -> list[Path]:
-    """The Hopper layer's objects: the expert team's `build.sh hopper`, the other teams' from `base`."""
-    proc = _team_build(TEAMS[2], "hopper", out_dir, {})
-    if proc.returncode != 0:
-        raise RuntimeError(f"building the Hopper expert failed:\n{proc.stdout}{proc.stderr}")
-    router, dispatch, _, combine = base.pipelink_objects
-    return [router, dispatch, out_dir / "moe_expert_hopper.o", out_dir / "moe_expert_merge.o", combine]
+    """The Hopper layer's objects: moe_expert_hopper (sm_90a) and moe_expert_merge (`build.sh hopper`)."""
+    return _build_expert_variant("hopper", "moe_expert_hopper", out_dir, base)
 
 
 def link_hopper(objects: list[Path], profile_tasks: int = 0):

@@ -11,6 +11,7 @@
 #include <cuda_bf16.h>
 
 #include "moe_expert_hopper.pipelink.h"
+#include "expert_share.cuh"
 
 using namespace pl::moe_expert_hopper;
 using bf16 = __nv_bfloat16;
@@ -79,14 +80,11 @@ extern "C" __device__ void moe_expert_hopper(pl::Tile tile, const bf16* __restri
                                              const int* __restrict__ tile_rows, float* __restrict__ part, int T, int H,
                                              int I, int E, int TOPK, int splits) {
   const int i = tile.coord[0], j = tile.coord[1];
-  const int e = __ldcg(tile_expert + i);  // written by moe_dispatch in this launch: through L2
-  if (e < 0) return;                      // past the last used tile
-  const int per = (I / 64 + splits - 1) / splits;  // blocks of 64 columns per share
-  const int c0 = min(I, j * per * 64), c1 = min(I, c0 + per * 64);
-  if (c0 >= c1) return;  // an empty share: moe_expert_merge adds only the shares with columns
-  if (c1 - c0 > EXPERT_SHARE_MAX) __trap();  // too few splits for h: the contract says splits >= I / EXPERT_SHARE_MAX
-  if (H % 128 != 0) __trap();                // whole 128-column passes: the contract says H is a multiple of 128
-  const int rows = __ldcg(tile_rows + i);
+  ExpertShare share;
+  if (!expert_share(i, j, tile_expert, I, splits, EXPERT_SHARE_MAX, share)) return;
+  if (H % 128 != 0) __trap();  // whole 128-column passes: the contract says H is a multiple of 128
+  const int e = share.expert, c0 = share.c0, c1 = share.c1;
+  const int rows = __ldcg(tile_rows + i);  // written by moe_dispatch in this launch: through L2
   const long long row0 = (long long)i * BM;
   const bf16* const wg = w_gate + (long long)e * I * H;
   const bf16* const wu = w_up + (long long)e * I * H;

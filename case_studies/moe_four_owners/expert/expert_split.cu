@@ -8,6 +8,7 @@
 using namespace pl::moe_expert_split;
 constexpr int kHCols = EXPERT_SHARE_MAX;  // a share is at most this wide (the launcher picks splits so)
 #include "expert_body.cuh"
+#include "expert_share.cuh"
 
 using namespace expert_body;
 static_assert(kStageElems * 2 * EXPERT_STAGES <= smem_stages_bytes, "contract: smem.buffers.stages too small");
@@ -23,13 +24,10 @@ extern "C" __device__ void moe_expert_split(pl::Tile tile, const bf16* __restric
                                             const int* __restrict__ tile_rows, float* __restrict__ part, int T, int H,
                                             int I, int E, int TOPK, int splits) {
   const int i = tile.coord[0], j = tile.coord[1];
-  const int e = __ldcg(tile_expert + i);  // written by moe_dispatch in this launch: through L2
-  if (e < 0) return;                      // past the last used tile
-  const int per = (I / kN + splits - 1) / splits;  // blocks of 64 columns per share
-  const int c0 = min(I, j * per * kN), c1 = min(I, c0 + per * kN);
-  if (c0 >= c1) return;  // an empty share: moe_expert_merge adds only the shares with columns
-  if (c1 - c0 > EXPERT_SHARE_MAX) __trap();  // too few splits for h: the contract says splits >= I / EXPERT_SHARE_MAX
-  const int rows = __ldcg(tile_rows + i);
+  ExpertShare share;
+  if (!expert_share(i, j, tile_expert, I, splits, EXPERT_SHARE_MAX, share)) return;
+  const int e = share.expert, c0 = share.c0, c1 = share.c1;
+  const int rows = __ldcg(tile_rows + i);  // written by moe_dispatch in this launch: through L2
   const long long row0 = (long long)i * BM;
   const long long total = (long long)((T * TOPK + BM - 1) / BM + E) * BM;  // rows of one share's part
   float* const out = part + ((long long)j * total + row0) * H;
