@@ -109,6 +109,9 @@ def _parser() -> argparse.ArgumentParser:
     lnk.add_argument("--dispatch", choices=DISPATCHES, help="persistent schedule: how CTAs get tasks")
     lnk.add_argument("--specialize", action="append", default=[], metavar="NAME=VALUE",
                      help="bake an integer parameter's value into this link (one kernel per shape)")
+    lnk.add_argument("--geometry", action="append", default=[], metavar="NAME=VALUE",
+                     help="the value of a geometry name the components consume and none provides (what the "
+                          "other components of their layer provide: a standalone link of one of them)")
     lnk.add_argument("--debug-events", action="store_true",
                      help="a wait that spins too long stops the kernel; the launcher raises EventTimeout")
     lnk.add_argument("--dependent-launch", action="store_true",
@@ -419,6 +422,17 @@ def _link_options(args, sink: DiagnosticSink):
             sink.error("PL001", f"--specialize {item[:80]!r}: write NAME=INTEGER (a signed 64-bit value)")
         else:
             specialize[name.strip()] = number
+    geometry = dict(spec.geometry)
+    for item in args.geometry:
+        name, _, value = item.partition("=")
+        try:
+            number = int(value)
+        except ValueError:
+            number = None
+        if number is None or not -2**31 <= number < 2**31 or not is_identifier(name.strip()):
+            sink.error("PL001", f"--geometry {item[:80]!r}: write NAME=INTEGER (a geometry name, a 32-bit value)")
+        else:
+            geometry[name.strip()] = number
     if sink.has_errors:
         return None
     if args.profile_tasks is not None and not 0 <= args.profile_tasks <= 1 << 24:
@@ -429,7 +443,7 @@ def _link_options(args, sink: DiagnosticSink):
         return None
     spec = replace(spec, name=args.name or spec.name, wires=tuple(spec.wires) + tuple(wires),
                    schedule=args.schedule or spec.schedule, dispatch=args.dispatch or spec.dispatch,
-                   debug_events=args.debug_events or spec.debug_events, specialize=specialize,
+                   debug_events=args.debug_events or spec.debug_events, specialize=specialize, geometry=geometry,
                    dependent_launch=args.dependent_launch or spec.dependent_launch,
                    profile_tasks=args.profile_tasks if args.profile_tasks is not None else spec.profile_tasks,
                    standalone=args.standalone or spec.standalone)

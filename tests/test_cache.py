@@ -121,6 +121,7 @@ CHANGES = {
     "dispatch": _pipeline(lambda p: {"dispatch": "dynamic"}),
     "debug_events": _pipeline(lambda p: {"debug_events": True}),
     "specialize": _pipeline(lambda p: {"specialize": dict(p.specialize, N=4096)}),
+    "geometry": _pipeline(lambda p: {"geometry": dict(p.geometry, TILE_K=64)}),
 }
 
 

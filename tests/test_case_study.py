@@ -187,6 +187,34 @@ def test_the_hopper_expert_links_as_an_sm90a_kernel_of_unserialized_wgmma(hopper
     assert sass.count("WARPGROUP.DEPBAR") == 2          # one wait per k-step loop: not serialized
 
 
+def test_the_hopper_layer_has_a_separate_control_tiled_like_it(baseline):
+    """Its five objects linked one kernel each take the layer's geometry (the pipeline's `geometry`): the
+    dispatch lays rows out in the Hopper expert's 64-row tiles, not its contract's default of 32."""
+    base, out = baseline
+    objects = builds.build_hopper(out / "hopper_separate", base)
+    layer = builds.link_hopper(objects)
+    kernels = builds.link_separate(objects, layer.manifest.geometry)
+    assert [k.manifest.kernel for k in kernels] == ["moe_router_alone", "moe_dispatch_alone", "moe_expert_hopper_alone",
+                                                    "moe_expert_merge_alone", "moe_combine_alone"]
+    assert {k.manifest.geometry.get("EXPERT_TILE_M") for k in kernels} == {None, 64}
+    assert builds.link_separate(objects[1:2])[0].manifest.geometry["EXPERT_TILE_M"] == 32  # alone: the default
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape,T", [("small", 16), ("qwen3-30b-a3b", 16), ("qwen3-30b-a3b", 1024)])
+def test_separate_controls_of_the_split_and_hopper_layers_match_torch(baseline, shape, T):
+    """The split and Hopper layers' components as five kernels in stream order, twice without a reset."""
+    launchers = case_module(CASE, 'launchers')
+    base, out = baseline
+    for name, build, link in (("split", builds.build_split, builds.link_split),
+                              ("hopper", builds.build_hopper, builds.link_hopper)):
+        objects = build(out / f"{name}_separate_gpu", base)
+        kernels = builds.link_separate(objects, link(objects).manifest.geometry)
+        impl = launchers.PipelinkSeparate.from_links(kernels)
+        assert impl.expert is not None and impl.layout(case_module(CASE, 'layer').SHAPES[shape], T).splits >= 1
+        _two_fresh_launches_are_correct(impl, shape, T)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape,T", [("small", 16), ("small", 1000), ("qwen3-30b-a3b", 16), ("qwen3-30b-a3b", 128),
                                      ("qwen3-30b-a3b", 1024), ("qwen3-30b-a3b", 4096)])
@@ -308,7 +336,8 @@ def test_run_plumbing_names_the_graphs_of_existing_implementations(monkeypatch, 
     launchers = case_module(CASE, 'launchers')
     run = case_module(CASE, 'run')
     assert set(run.GRAPHED.values()) == {"pipelink fused", "pipelink split", "pipelink hopper", "pipelink separate",
-                                         "separate kernels", "torch grouped_mm"}
+                                         "pipelink split separate", "pipelink hopper separate", "separate kernels",
+                                         "torch grouped_mm"}
     assert all(g == f"{e} graph" for g, e in run.GRAPHED.items())
     made = []
     stub = lambda kind: lambda *a: made.append(kind) or kind  # noqa: E731
@@ -319,19 +348,22 @@ def test_run_plumbing_names_the_graphs_of_existing_implementations(monkeypatch, 
     monkeypatch.setattr(launchers, "grouped_mm_unavailable", lambda shapes: why)
     skipped = {}
     impls = run.implementations("linked", b"cubin", skipped, split=split, separate=["links"] if split else None,
-                                hopper="hopper" if split else None)
+                                hopper="hopper" if split else None,
+                                separates={"pipelink hopper separate": ["h"]} if split else None)
     graphs = {n: i.impl for n, i in impls.items() if isinstance(i, launchers.CapturedLayer)}
-    eager = ["pipelink fused", *(["pipelink split", "pipelink hopper", "pipelink separate"] if split else []),
+    eager = ["pipelink fused",
+             *(["pipelink split", "pipelink hopper", "pipelink separate", "pipelink hopper separate"] if split else []),
              "classic fused",
              "separate kernels", "torch"]
     eager += ["torch grouped_mm"] if why is None else []
     assert list(impls) == eager + [g for g, e in run.GRAPHED.items() if e in eager]
     # every graph wraps an instance of its own (pipelink's: its own loaded kernel and workspace)
     assert made.count("linked") == 2
-    assert made.count("split") == made.count("hopper") == made.count("separate") == (2 if split else 0)
+    assert made.count("split") == made.count("hopper") == (2 if split else 0)
+    assert made.count("separate") == (4 if split else 0)  # the first layer's control and the Hopper layer's
     want = {"pipelink fused graph": "linked", "separate kernels graph": "ClassicSeparate",
             **({"pipelink split graph": "split", "pipelink hopper graph": "hopper",
-                "pipelink separate graph": "separate"} if split else {}),
+                "pipelink separate graph": "separate", "pipelink hopper separate graph": "separate"} if split else {}),
             **({"torch grouped_mm graph": "GroupedMmLayer"} if why is None else {})}
     assert graphs == want
     assert skipped == ({} if why is None else {"torch grouped_mm": why, "torch grouped_mm graph": why})

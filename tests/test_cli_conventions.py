@@ -335,3 +335,19 @@ def test_build_without_a_toolchain_is_pl008_and_writes_nothing(capsys, monkeypat
                             "--contract", str(REPO / "contracts" / "tile_load.json"), "-o", str(out))
     assert code == 2 and stdout == "" and "error[PL008]" in err and "internal error" not in err
     assert "no bin/nvcc" in err and not out.exists()
+
+
+def test_link_takes_geometry_the_components_consume(capsys, shipped_objects, tmp_path):
+    """--geometry gives a consumed name the value of the layer the component comes from; a malformed one is a
+    usage error, a name a component provides a located link error, and neither writes a file."""
+    out = tmp_path / "softmax.cubin"
+    code, _, err = run(capsys, "link", shipped_objects["row_softmax"], "--geometry", "TILE_M=64", "-o", out, "--no-cache")
+    assert code == 0, err
+    assert json.loads(out.with_suffix(".json").read_text())["geometry"]["TILE_M"] == 64
+    bad = tmp_path / "bad.cubin"
+    for arg in ("TILE_M", "TILE_M=x", "TILE_M=99999999999", "1X=3"):
+        code, _, err = run(capsys, "link", shipped_objects["row_softmax"], "--geometry", arg, "-o", bad)
+        assert code == 2 and "error[PL001]" in err and "--geometry" in err and not bad.exists(), arg
+    objects = [shipped_objects[n] for n in ROWSUM]
+    code, _, err = run(capsys, "link", *objects, "--geometry", "TILE_N=256", "-o", bad, "--no-cache")
+    assert code == 1 and "error[PL180]" in err and "'tile_load' provides" in err and not bad.exists()

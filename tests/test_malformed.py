@@ -237,6 +237,8 @@ def test_repeated_keys(tmp_path):
     ("schedule", None, "/schedule"), ("dispatch", "greedy", "/dispatch"), ("debug_events", "yes", "/debug_events"),
     ("specialize", {"M": 64.0}, "/specialize/M"), ("specialize", {"M": 2**63}, "/specialize/M"),
     ("specialize", {"not an ident": 1}, "/specialize"), ("description", "x" * 5000, "/description"),
+    ("geometry", {"TILE_M": "64"}, "/geometry/TILE_M"), ("geometry", {"TILE_M": 2**31}, "/geometry/TILE_M"),
+    ("geometry", [64], "/geometry"),
     ("components", [f"c{i}" for i in range(65)], "/components"),
 ])
 def test_schema_violations_are_located(field, value, pointer, tmp_path):

@@ -240,3 +240,33 @@ def test_a_component_between_rings_of_different_depths_is_refused():
     _, _, sink = run(comps, schedule="warp_specialized")
     assert codes(sink) == ["PL066"]
     assert "sits on rings of 1 and 4 stages" in sink.items[0].message
+
+
+# --- a pipeline's geometry: what the other components of a larger layer provide ------------------
+
+def test_pipeline_geometry_sets_what_no_component_of_the_link_provides():
+    """Linked alone, row_softmax takes the layer's TILE_M from the pipeline instead of its default; the glue
+    folds that value in."""
+    comps = [shipped("row_softmax")]
+    spec = PipelineSpec(name="k", geometry={"TILE_M": 64})
+    ctx = run_passes(options=LinkOptions(arch="sm_90", pipeline=spec), components=comps, until="generate")
+    assert not ctx.sink.has_errors, [d.render() for d in ctx.sink.items]
+    assert ctx.resolved.geometry == {"TILE_M": 64}
+    assert constant_values(ctx.resolved, ctx.allocation)["pl_row_softmax__geom__TILE_M"] == 64
+    alone = run_passes(options=LinkOptions(arch="sm_90", pipeline=PipelineSpec(name="k")), components=comps,
+                       until="resolve")
+    assert alone.resolved.geometry == {"TILE_M": 32}
+
+
+def test_pipeline_geometry_refuses_provided_unconsumed_and_out_of_range_names():
+    def errors(comps, geometry):
+        spec = PipelineSpec(name="k", geometry=geometry, source="layer.pipeline.json")
+        sink = run_passes(options=LinkOptions(arch="sm_90", pipeline=spec), components=comps, until="resolve").sink
+        return [(d.code, d.location.pointer if d.location else None, d.message) for d in sink.items
+                if d.severity == "error"]
+    provided = errors(rowsum(), {"TILE_N": 256})  # tile_load provides it
+    assert [(c, p) for c, p, _ in provided] == [("PL180", "/geometry/TILE_N")] and "'tile_load' provides" in provided[0][2]
+    unknown = errors([shipped("tile_transform"), shipped("block_rowsum")], {"TILE_Q": 4})
+    assert [(c, p) for c, p, _ in unknown] == [("PL180", "/geometry/TILE_Q")] and "no component" in unknown[0][2]
+    out_of_range = errors([shipped("tile_transform"), shipped("block_rowsum")], {"TILE_N": 100})  # multiple of 32
+    assert "PL051" in [c for c, _, _ in out_of_range]

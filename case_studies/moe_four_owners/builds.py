@@ -152,21 +152,28 @@ def link_split(objects: list[Path], profile_tasks: int = 0):
     return link_pipelink(objects, pipeline=SPLIT_PIPELINE, profile_tasks=profile_tasks)
 
 
-def link_separate(objects: list[Path]) -> list:
-    """Each of the four objects linked as a kernel of its own (`standalone`: the launch order meets its
-    waits), with programmatic dependent launch: the fair separate-kernel control."""
+def link_separate(objects: list[Path], layer_geometry: dict | None = None) -> list:
+    """Each object linked as a kernel of its own (`standalone`: the launch order meets its waits), with
+    programmatic dependent launch: the fair separate-kernel control of a fused layer. Linked alone, a
+    component takes its range's default for what another component of the layer provides; with
+    `layer_geometry` (the fused layer's manifest geometry) it takes the layer's value (the pipeline's
+    `geometry`), so the control of the Hopper layer tiles its dispatch for the Hopper expert's 64 rows."""
     from pipelink.core.pipeline import PipelineSpec
-    from pipelink.linker.passes import LinkOptions, link
+    from pipelink.linker.passes import LinkOptions, link, run_passes
     out = []
-    for team, obj in zip(TEAMS, objects):
-        spec = PipelineSpec(name=f"{team.component}_alone", standalone=True, dependent_launch=True)
+    for obj in objects:
+        name, given = obj.stem, {}
+        if layer_geometry:  # what the component consumes and does not provide, at the layer's values
+            read = run_passes([str(obj)], until="read")
+            geometry = read.components[0].contract.geometry if read.components else None
+            given = {k: layer_geometry[k] for k in (geometry.consumes if geometry else ())
+                     if k not in geometry.provides and k in layer_geometry}
+        spec = PipelineSpec(name=f"{name}_alone", standalone=True, dependent_launch=True, geometry=given)
         result = link([str(obj)], LinkOptions(pipeline=spec))
         if not result.ok:
-            raise RuntimeError(f"linking {team.component} alone failed:\n" +
-                               "\n".join(d.render() for d in result.diagnostics))
+            raise RuntimeError(f"linking {name} alone failed:\n" + "\n".join(d.render() for d in result.diagnostics))
         out.append(result)
-    # Linked one at a time, a consumer takes its range's default for what another component provides:
-    # the control is only fair (and correct) where those agree.
+    # The control is only fair (and correct) where the kernels agree on every value.
     seen = {}
     for r in out:
         for name, value in r.manifest.geometry.items():

@@ -24,10 +24,7 @@ class PipelinkLayer:
         self._prepared = {}
 
     def splits(self, shape: ModelShape, T: int) -> int:
-        """The split expert's shares per tile for T tokens, over the CTAs this kernel keeps resident."""
-        sms = self.kernel.num_sms()
-        return expert_splits(shape, T, self.geometry["EXPERT_TILE_M"], sms, self.geometry.get("EXPERT_SHARE_MAX"),
-                             self.kernel.resident_blocks() // sms)
+        return _splits(self.kernel, self.geometry, shape, T)
 
     @classmethod
     def from_link(cls, link_result) -> "PipelinkLayer":
@@ -45,6 +42,14 @@ class PipelinkLayer:
         prepared.launch(torch.cuda.current_stream())  # the capture stream while a CUDA graph is captured
 
 
+def _splits(kernel, geometry: dict, shape: ModelShape, T: int) -> int:
+    """The split expert's shares per tile for T tokens, over the CTAs `kernel` (the one that runs the split
+    expert's tasks) keeps resident."""
+    sms = kernel.num_sms()
+    return expert_splits(shape, T, geometry["EXPERT_TILE_M"], sms, geometry.get("EXPERT_SHARE_MAX"),
+                         kernel.resident_blocks() // sms)
+
+
 def _prepared(cache: dict, args: dict, prepare):
     """Arguments are checked and packed once per set of arrays (Kernel.prepare); a repeated call costs the
     driver call. A prepared launch keeps its arrays alive: a few are kept, the oldest dropped first."""
@@ -57,26 +62,33 @@ def _prepared(cache: dict, args: dict, prepare):
 
 
 class PipelinkSeparate:
-    """The fair unfused control: the same four pipelink objects, each linked as a kernel of its own
-    (`standalone`: its waits are met by the launch order), launched in order with programmatic dependent
+    """The fair unfused control: the same pipelink objects as a fused layer, each linked as a kernel of its
+    own (`standalone`: its waits are met by the launch order), launched in order with programmatic dependent
     launch; each kernel gets its own block resources (shared memory, registers) instead of the joint ones."""
 
     def __init__(self, kernels: list):
-        self.kernels = kernels  # loaded pipelink Kernels, router -> dispatch -> expert -> combine
+        self.kernels = kernels  # loaded pipelink Kernels in the layer's order: router -> dispatch -> ... -> combine
         self.geometry = {}
         for k in kernels:
             self.geometry.update(k.manifest.geometry)
+        # the split or Hopper expert's kernel, if the layer has one: it sets the shares per tile
+        self.expert = next((k for k in kernels if "splits" in [p.name for p in k.user_params]), None)
         self._prepared = {}
 
     @classmethod
     def from_links(cls, link_results) -> "PipelinkSeparate":
         return cls([r.kernel() for r in link_results])
 
+    def splits(self, shape: ModelShape, T: int) -> int:
+        return _splits(self.expert, self.geometry, shape, T) if self.expert is not None else 0
+
     def layout(self, shape: ModelShape, T: int) -> Layout:
-        return Layout(shape, T, self.geometry)
+        return Layout(shape, T, self.geometry, self.splits(shape, T))
 
     def run(self, shape: ModelShape, x, weights: dict, buffers: dict) -> None:
         args = kernel_args(shape, x.shape[0], x, weights, buffers)
+        if self.expert is not None:
+            args["splits"] = self.splits(shape, x.shape[0])
         launches = _prepared(self._prepared, args, lambda: [
             k.prepare(**{p.name: args[p.name] for p in k.user_params}) for k in self.kernels])
         import torch

@@ -68,11 +68,12 @@ def build_baseline(out: Path) -> tuple[builds.Builds, object, bytes]:
 
 def build_split_layer(out: Path, base: builds.Builds, expert: str = "split"):
     """The layer with the expert team's split expert, or (expert="hopper") its Hopper expert, the other teams'
-    objects from `base`, linked."""
+    objects from `base`: (the link, its objects)."""
     start = time.perf_counter()
     build, link = {"split": (builds.build_split, builds.link_split),
                    "hopper": (builds.build_hopper, builds.link_hopper)}[expert]
-    linked = link(build(out / expert, base))
+    objects = build(out / expert, base)
+    linked = link(objects)
     for d in linked.diagnostics:
         log(d.render())
     if not linked.ok:
@@ -80,7 +81,7 @@ def build_split_layer(out: Path, base: builds.Builds, expert: str = "split"):
     (out / expert / f"moe_layer_{expert}.map").write_text(linked.link_map)
     log(f"built the {expert} expert and linked its layer in {time.perf_counter() - start:.1f} s; "
         f"link map: {out / expert / f'moe_layer_{expert}.map'}")
-    return linked
+    return linked, objects
 
 
 # The implementations, in the order of the benchmark's columns. "... graph": captured once per problem
@@ -88,23 +89,27 @@ def build_split_layer(out: Path, base: builds.Builds, expert: str = "split"):
 # torch has it and takes the shapes (grouped_mm_unavailable), never replaced by another path.
 GRAPHED = {"pipelink fused graph": "pipelink fused", "pipelink split graph": "pipelink split",
            "pipelink hopper graph": "pipelink hopper",
-           "pipelink separate graph": "pipelink separate", "separate kernels graph": "separate kernels",
+           "pipelink separate graph": "pipelink separate", "pipelink split separate graph": "pipelink split separate",
+           "pipelink hopper separate graph": "pipelink hopper separate", "separate kernels graph": "separate kernels",
            "torch grouped_mm graph": "torch grouped_mm"}
 NOT_JUDGED = ("torch",)  # the per-expert loop writes y only: no routing buffers to check
 
 
 def implementations(linked, classic_cubin: bytes, skipped: dict | None = None, controls: bool = True,
-                    split=None, separate=None, hopper=None) -> dict:
+                    split=None, separate=None, hopper=None, separates: dict | None = None) -> dict:
     """Every implementation; `skipped` (if given) receives {name: why} for those that cannot run here.
     controls=False: the kernels and the torch loop only (no graphs, no _grouped_mm probe). `split`: the
     layer linked with the expert team's split expert ("pipelink split"); `hopper`: with its Hopper expert
-    ("pipelink hopper"); `separate`: the four pipelink
-    objects linked one kernel each (builds.link_separate: "pipelink separate")."""
+    ("pipelink hopper"); `separate`: the four pipelink objects linked one kernel each (builds.link_separate:
+    "pipelink separate"); `separates`: {name: links} of the other layers' separate controls ("pipelink split
+    separate", "pipelink hopper separate")."""
+    separates = separates or {}
     import launchers
     impls = {"pipelink fused": launchers.PipelinkLayer.from_link(linked),
              **({"pipelink split": launchers.PipelinkLayer.from_link(split)} if split is not None else {}),
              **({"pipelink hopper": launchers.PipelinkLayer.from_link(hopper)} if hopper is not None else {}),
              **({"pipelink separate": launchers.PipelinkSeparate.from_links(separate)} if separate is not None else {}),
+             **{name: launchers.PipelinkSeparate.from_links(links) for name, links in separates.items()},
              "classic fused": launchers.ClassicFused(classic_cubin),
              "separate kernels": launchers.ClassicSeparate(classic_cubin),
              "torch": launchers.TorchLayer()}
@@ -122,6 +127,8 @@ def implementations(linked, classic_cubin: bytes, skipped: dict | None = None, c
            "pipelink split": lambda: launchers.PipelinkLayer.from_link(split),
            "pipelink hopper": lambda: launchers.PipelinkLayer.from_link(hopper),
            "pipelink separate": lambda: launchers.PipelinkSeparate.from_links(separate),
+           **{name: (lambda links=links: launchers.PipelinkSeparate.from_links(links))
+              for name, links in separates.items()},
            "separate kernels": lambda: launchers.ClassicSeparate(classic_cubin),
            "torch grouped_mm": launchers.GroupedMmLayer}
     for name, eager in GRAPHED.items():
@@ -356,9 +363,11 @@ def main(argv=None) -> int:
         os._exit(0)  # a hung kernel may still run: leave without waiting for it
     out = Path(args.out)
     base, linked, classic = build_baseline(out)
-    split = build_split_layer(out, base)
-    hopper = build_split_layer(out, base, "hopper")
+    split, split_objects = build_split_layer(out, base)
+    hopper, hopper_objects = build_split_layer(out, base, "hopper")
     separate = builds.link_separate(base.pipelink_objects)
+    separates = {"pipelink split separate": builds.link_separate(split_objects, split.manifest.geometry),
+                 "pipelink hopper separate": builds.link_separate(hopper_objects, hopper.manifest.geometry)}
     if not gpu_present():
         log("no GPU here: built and linked; the tests, the benchmark and the modified-geometry test need one")
         return 0
@@ -368,7 +377,7 @@ def main(argv=None) -> int:
         return run_profile(out, base, seed)
     if args.what == "once":
         return run_once(implementations(linked, classic, controls=False, split=split, separate=separate,
-                                        hopper=hopper), seed,
+                                        hopper=hopper, separates=separates), seed,
                         args.shape, args.tokens, args.impl)
     import torch
     RESULTS.mkdir(exist_ok=True)
@@ -376,7 +385,8 @@ def main(argv=None) -> int:
            "command": "python case_studies/moe_four_owners/run.py " + shlex.join(sys.argv[1:] if argv is None else argv)}
     failed = False
     skipped = {}
-    impls = implementations(linked, classic, skipped, split=split, separate=separate, hopper=hopper)
+    impls = implementations(linked, classic, skipped, split=split, separate=separate, hopper=hopper,
+                            separates=separates)
     if args.impl:  # a part of the comparison only (results/<what>.json, never RESULTS.md)
         impls = {n: i for n, i in impls.items() if n in args.impl}
         doc["only"] = list(impls)

@@ -232,6 +232,8 @@ CODES = _codes(
          "`after_previous_layer`, or the components' own): else their tasks run at once"),
     Code("PL179", "task profile outside a persistent kernel", L,
          "profile_tasks records a persistent kernel's tasks: profile a persistent pipeline, or time the kernel whole"),
+    Code("PL180", "pipeline geometry not consumed or already provided", L,
+         "a pipeline's `geometry` (`--geometry`) sets names its components consume and none of them provides"),
 )
 
 

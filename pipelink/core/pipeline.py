@@ -69,6 +69,7 @@ class PipelineSpec:
     profile_tasks: int = 0              # persistent: a ring of this many task records (timestamps), 0: none
     standalone: bool = False            # events dropped: the kernel runs after the kernels its waits are on
     specialize: dict = field(default_factory=dict)  # shape parameter -> value baked into this link
+    geometry: dict = field(default_factory=dict)    # consumed geometry no component of the link provides
     calls: tuple[CallSpec, ...] = ()    # persistent: task groups, a component possibly called several times
     layers: str | int | None = None     # how often the per-layer calls run: an i32 parameter's name, or a number
     source: str | None = field(default=None, metadata=NOT_IN_KEY)     # the pipeline file, for diagnostics
@@ -132,4 +133,5 @@ def read_pipeline(raw, file: str, sink: DiagnosticSink) -> PipelineSpec | None:
                         dependent_launch=raw.get("dependent_launch", default.dependent_launch),
                         profile_tasks=raw.get("profile_tasks", default.profile_tasks),
                         standalone=raw.get("standalone", default.standalone),
-                        specialize=dict(raw.get("specialize", {})), source=file, extra=raw)
+                        specialize=dict(raw.get("specialize", {})), geometry=dict(raw.get("geometry", {})),
+                        source=file, extra=raw)

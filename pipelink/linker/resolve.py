@@ -110,7 +110,7 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
     comps = _order(components, spec, sink)
     if comps is None:
         return None
-    geometry = _geometry(comps, sink)
+    geometry = _geometry(comps, spec, sink)
     if sink.has_errors:
         return None
     # Warp counts and tensor-map boxes given over geometry take the link's values from here on: the
@@ -161,7 +161,7 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
                 order = events.order = list(calls.order)
         nested = {}
     else:
-        tiles, nested = _tile_sequence(comps, schedule, sink)
+        tiles, nested = _tile_sequence(comps, schedule, sink, spec.geometry)
         _wires_within_levels(comps, wires, nested, sink)
     params = _params(comps, sink)
     if calls is not None:
@@ -265,11 +265,24 @@ def _order(components: list[Component], spec: PipelineSpec, sink: DiagnosticSink
     return None if missing or extra else [by_name[n] for n in spec.components]
 
 
-def _geometry(comps: list[Component], sink: DiagnosticSink) -> dict[str, int]:
-    """Every geometry name's link-time value: the provider's, else the consumer's default."""
+def _geometry(comps: list[Component], spec: PipelineSpec, sink: DiagnosticSink) -> dict[str, int]:
+    """Every geometry name's link-time value: the provider's, else the pipeline's (`geometry`: what the other
+    components of a larger layer provide), else the consumer's default."""
     env: dict[str, int] = {}
     for c in comps:
         env.update(c.contract.geometry.provides)  # conflicts were reported by check (PL050)
+    consumed = {name for c in comps for name in c.contract.geometry.consumes}
+    for name, value in sorted(spec.geometry.items()):
+        where = Location(file=spec.source, pointer=f"/geometry/{name}")
+        if name in env:
+            owner = next(c.name for c in comps if name in c.contract.geometry.provides)
+            sink.error("PL180", f"the pipeline sets geometry {name} = {value}, which '{owner}' provides "
+                       f"({env[name]})", where, hint="a pipeline gives only what no component of the link provides")
+        elif name not in consumed:
+            sink.error("PL180", f"the pipeline sets geometry {name}, which no component of the link consumes", where,
+                       hint="consumed here: " + (", ".join(sorted(consumed - set(env))) or "nothing"))
+        else:
+            env[name] = value
     for c in comps:
         for name, rng in c.contract.geometry.consumes.items():
             if name not in env:
@@ -490,7 +503,7 @@ def _topological(comps, wires, sink) -> list[str] | None:
     return order
 
 
-def _tile_sequence(comps, schedule: str, sink) -> tuple[tuple[TileSequence, str] | None, dict]:
+def _tile_sequence(comps, schedule: str, sink, given: dict | None = None) -> tuple[tuple[TileSequence, str] | None, dict]:
     """One tile loop serves every component, so every declared sequence must agree with the first
     of the lowest rank, the kernel's. In the sequential schedule a component whose grid is the
     kernel's plus trailing dimensions (a loader's 2-d tiles under a row-block consumer's 1-d grid)
@@ -509,6 +522,8 @@ def _tile_sequence(comps, schedule: str, sink) -> tuple[tuple[TileSequence, str]
                    "statically (grid_stride, blocked) only", first.contract.at(f"{seq.pointer_path}/distribution"))
     for c in comps:
         geometry.update(c.contract.geometry.provides)
+    for k, v in (given or {}).items():  # the pipeline's `geometry`
+        geometry.setdefault(k, v)
     for c in comps:
         for k, r in c.contract.geometry.consumes.items():
             geometry.setdefault(k, r.default)
