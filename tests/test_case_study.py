@@ -200,6 +200,34 @@ def test_the_hopper_layer_has_a_separate_control_tiled_like_it(baseline):
     assert builds.link_separate(objects[1:2])[0].manifest.geometry["EXPERT_TILE_M"] == 32  # alone: the default
 
 
+def test_a_dispatch_change_propagates_into_the_hopper_layer_too(baseline, hopper_layer):
+    """The modified-geometry test's Hopper column: the dispatch team's rebuilt object links with the Hopper
+    expert's, its new DISPATCH_TOKENS in the kernel (run.py variants then runs it on a GPU)."""
+    base, out = baseline
+    variant = next(v for v in variants.VARIANTS if v.name == "dispatch-tokens")
+    b = builds.build_all(out / "variant_hopper", variant.change, base, classic=False)
+    hopper_objects = builds.build_hopper(out / "hopper_variant", base)
+    objects = [b.pipelink_objects[0], b.pipelink_objects[1], *hopper_objects[2:4], b.pipelink_objects[3]]
+    linked = builds.link_hopper(objects)
+    assert linked.ok, [d.render() for d in linked.diagnostics]
+    assert linked.manifest.geometry["DISPATCH_TOKENS"] == variant.change.value != hopper_layer.manifest.geometry["DISPATCH_TOKENS"]
+    assert linked.manifest.geometry["EXPERT_TILE_M"] == 64
+
+
+def test_report_renders_the_hopper_column_of_the_variants():
+    report = case_module(CASE, 'report')
+    row = {"variant": "router-tokens", "team": "router", "change": "ROUTER_TOKENS = 16", "what": "",
+           "classic": {"outcome": "wrong values", "detail": "d"}, "pipelink": {"outcome": "correct", "detail": "ok"}}
+    doc = {"command": "c", "device": "d", "date": "x", "seed": 1,
+           "variants": [dict(row, **{"pipelink hopper": {"outcome": "correct", "detail": "fine"}}),
+                        dict(row, variant="expert-stages", team="expert")]}
+    text = report.render(doc)
+    assert "| variant (team: change) | classic | pipelink | pipelink, Hopper layer |" in text
+    assert "| correct: ok | correct: fine |" in text and "| correct: ok | - |" in text
+    del doc["variants"][0]["pipelink hopper"]
+    assert "Hopper layer" not in report.render(doc)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape,T", [("small", 16), ("qwen3-30b-a3b", 16), ("qwen3-30b-a3b", 1024)])
 def test_separate_controls_of_the_split_and_hopper_layers_match_torch(baseline, shape, T):

@@ -65,10 +65,17 @@ def render(doc: dict) -> str:
                 "plain nvJitLink over the teams' builds, each with the values it hard-coded, and the integrator's "
                 "hand-written glue. pipelink: the teams' contracts. Each kernel ran once (qwen3-30b-a3b shape, "
                 "T=256) in a child process with a 10 s watchdog.", "",
-                "| variant (team: change) | classic | pipelink |", "|---|---|---|"]
+                *(["The Hopper layer: the same change with the Hopper expert in moe_expert's place (its own "
+                   "expert, so the expert team's changes to moe_expert do not apply: -).", ""]
+                  if any("pipelink hopper" in v for v in doc["variants"]) else [])]
+        hopper = any("pipelink hopper" in v for v in doc["variants"])
+        out += ["| variant (team: change) | classic | pipelink |" + (" pipelink, Hopper layer |" if hopper else ""),
+                "|---|---|---|" + ("---|" if hopper else "")]
         for v in doc["variants"]:
+            h = v.get("pipelink hopper")
             out.append(f"| {v['variant']} ({v['team']}: {v['change']}) | {v['classic']['outcome']}: "
-                       f"{_short(v['classic']['detail'])} | {v['pipelink']['outcome']}: {_short(v['pipelink']['detail'])} |")
+                       f"{_short(v['classic']['detail'])} | {v['pipelink']['outcome']}: {_short(v['pipelink']['detail'])} |"
+                       + ((f" {h['outcome']}: {_short(h['detail'])} |" if h else " - |") if hopper else ""))
         out.append("")
     if summary:
         out.append(summary)

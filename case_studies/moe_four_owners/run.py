@@ -232,7 +232,21 @@ def gpu_only_us(impl, shape, x, weights, buffers, calls: int = 10, rounds: int =
     return statistics.median(out)
 
 
-def run_variants(out: Path, base: builds.Builds, seed: int) -> list[dict]:
+def _variant_outcome(vdir: Path, name: str, linked, seed: int) -> dict:
+    """A variant's pipelink link: its first error, or what its kernel did once in a child under the watchdog."""
+    if not linked.ok:
+        first = next(d for d in linked.diagnostics if d.severity == "error")
+        return {"outcome": "link-time diagnostic", "detail": first.render().splitlines()[0]}
+    (vdir / f"{name}.cubin").write_bytes(linked.cubin)
+    (vdir / f"{name}.json").write_text(json.dumps(linked.manifest.to_json()))
+    return variants.classify_child("pipelink", vdir / f"{name}.cubin", vdir / f"{name}.json", VARIANT_SHAPE,
+                                   VARIANT_TOKENS, seed)
+
+
+def run_variants(out: Path, base: builds.Builds, seed: int, hopper_objects: list[Path] | None = None) -> list[dict]:
+    """Each variant: the classic build, pipelink's four-component layer, and (`hopper_objects`: the Hopper
+    layer's objects) the Hopper layer with the changed team's object, where the change is not moe_expert's
+    (the Hopper layer has its own expert)."""
     rows = []
     for v in variants.VARIANTS:
         vdir = out / v.name
@@ -246,17 +260,14 @@ def run_variants(out: Path, base: builds.Builds, seed: int) -> list[dict]:
         if b.pipelink_build_errors:
             row["pipelink"] = {"outcome": "build refused", "detail": b.pipelink_build_errors[0].splitlines()[0]}
         else:
-            linked = builds.link_pipelink(b.pipelink_objects)
-            if not linked.ok:
-                first = next(d for d in linked.diagnostics if d.severity == "error")
-                row["pipelink"] = {"outcome": "link-time diagnostic", "detail": first.render().splitlines()[0]}
-            else:
-                (vdir / "pipelink.formats.cubin").write_bytes(linked.cubin)
-                (vdir / "pipelink.json").write_text(json.dumps(linked.manifest.to_json()))
-                row["pipelink"] = variants.classify_child("pipelink", vdir / "pipelink.formats.cubin", vdir / "pipelink.json",
-                                                          VARIANT_SHAPE, VARIANT_TOKENS, seed)
+            row["pipelink"] = _variant_outcome(vdir, "pipelink", builds.link_pipelink(b.pipelink_objects), seed)
+            if hopper_objects is not None and v.change.team != "expert":
+                router, dispatch, _, combine = b.pipelink_objects
+                objects = [router, dispatch, *hopper_objects[2:4], combine]
+                row["pipelink hopper"] = _variant_outcome(vdir, "pipelink_hopper", builds.link_hopper(objects), seed)
         rows.append(row)
-        log(f"  {v.name:22} classic: {row['classic']['outcome']:24} pipelink: {row['pipelink']['outcome']}")
+        log(f"  {v.name:22} classic: {row['classic']['outcome']:24} pipelink: {row['pipelink']['outcome']}"
+            + (f"  Hopper layer: {row['pipelink hopper']['outcome']}" if "pipelink hopper" in row else ""))
         log(f"  {'':22}   classic: {row['classic']['detail']}")
         log(f"  {'':22}   pipelink: {row['pipelink']['detail']}")
     return rows
@@ -401,9 +412,10 @@ def main(argv=None) -> int:
         doc["bench"] = run_bench(impls, seed)
     if args.what in ("all", "variants"):
         log(f"modified-geometry test ({VARIANT_SHAPE}, T={VARIANT_TOKENS}):")
-        doc["variants"] = run_variants(out, base, seed)
+        doc["variants"] = run_variants(out, base, seed, hopper_objects)
         caught = ("correct", "link-time diagnostic", "build refused")  # pipelink ran it right or said why not
-        failed |= not all(r["pipelink"]["outcome"] in caught for r in doc["variants"])
+        failed |= not all(r[k]["outcome"] in caught for r in doc["variants"] for k in ("pipelink", "pipelink hopper")
+                          if k in r)
     (RESULTS / f"{args.what}.json").write_text(json.dumps(doc, indent=1))
     if args.what == "all" and not args.impl:
         import report
