@@ -17,31 +17,6 @@ CLASSIC_SMEM = {"router": 4 * (32 + 128) * 72 * 2, "dispatch": 4 * 129 * 4, "exp
                 "combine": 0}
 
 
-class PipelinkLayer:
-    def __init__(self, kernel, geometry: dict):
-        self.kernel, self.geometry = kernel, geometry  # a loaded pipelink Kernel, the manifest's geometry
-        self.split = "splits" in [p.name for p in kernel.user_params]  # the split expert's layer
-        self._prepared = {}
-
-    def splits(self, shape: ModelShape, T: int) -> int:
-        return _splits(self.kernel, self.geometry, shape, T)
-
-    @classmethod
-    def from_link(cls, link_result) -> "PipelinkLayer":
-        return cls(link_result.kernel(), link_result.manifest.geometry)
-
-    def layout(self, shape: ModelShape, T: int) -> Layout:
-        return Layout(shape, T, self.geometry, self.splits(shape, T) if self.split else 0)
-
-    def run(self, shape: ModelShape, x, weights: dict, buffers: dict) -> None:
-        args = kernel_args(shape, x.shape[0], x, weights, buffers)
-        if self.split:
-            args["splits"] = self.splits(shape, x.shape[0])
-        import torch
-        prepared = _prepared(self._prepared, args, lambda: self.kernel.prepare(**args))
-        prepared.launch(torch.cuda.current_stream())  # the capture stream while a CUDA graph is captured
-
-
 def _splits(kernel, geometry: dict, shape: ModelShape, T: int) -> int:
     """The split expert's shares per tile for T tokens, over the CTAs `kernel` (the one that runs the split
     expert's tasks) keeps resident."""
@@ -62,9 +37,10 @@ def _prepared(cache: dict, args: dict, prepare):
 
 
 class PipelinkSeparate:
-    """The fair unfused control: the same pipelink objects as a fused layer, each linked as a kernel of its
-    own (`standalone`: its waits are met by the launch order), launched in order with programmatic dependent
-    launch; each kernel gets its own block resources (shared memory, registers) instead of the joint ones."""
+    """pipelink kernels of one layer, launched in order. As the fair unfused control: the same pipelink objects
+    as a fused layer, each linked as a kernel of its own (`standalone`: its waits are met by the launch order)
+    with programmatic dependent launch; each kernel gets its own block resources (shared memory, registers)
+    instead of the joint ones. PipelinkLayer is the one-kernel case: the fused layer."""
 
     def __init__(self, kernels: list):
         self.kernels = kernels  # loaded pipelink Kernels in the layer's order: router -> dispatch -> ... -> combine
@@ -95,6 +71,22 @@ class PipelinkSeparate:
         stream = torch.cuda.current_stream()
         for launch in launches:
             launch.launch(stream)
+
+
+class PipelinkLayer(PipelinkSeparate):
+    """pipelink's fused layer: one kernel (the manifest's geometry with it)."""
+
+    def __init__(self, kernel, geometry: dict):
+        super().__init__([kernel])
+        self.kernel, self.geometry = kernel, geometry
+
+    @property
+    def split(self) -> bool:  # a layer with the split or Hopper expert: it takes `splits` and `part`
+        return self.expert is not None
+
+    @classmethod
+    def from_link(cls, link_result) -> "PipelinkLayer":
+        return cls(link_result.kernel(), link_result.manifest.geometry)
 
 
 class _MoeArgs(ctypes.Structure):
