@@ -66,7 +66,7 @@ def build_baseline(out: Path) -> tuple[builds.Builds, object, bytes]:
     return base, linked, classic
 
 
-def build_split_layer(out: Path, base: builds.Builds, expert: str = "split"):
+def build_expert_layer(out: Path, base: builds.Builds, expert: str = "split"):
     """The layer with the expert team's split expert, or (expert="hopper") its Hopper expert, the other teams'
     objects from `base`: (the link, its objects)."""
     start = time.perf_counter()
@@ -298,8 +298,9 @@ def run_once(impls: dict, seed: int, only: str | None = None, tokens: int | None
 
 
 def run_profile(out: Path, base: builds.Builds, seed: int) -> int:
-    """pipelink's layers (the four components; the split expert's) linked with a task profile, each run at every
-    T of the qwen shape: where each launch's time goes, component by component (results/profile.json)."""
+    """pipelink's layers (the four components; the split expert's; the Hopper expert's) linked with a task
+    profile, each run at every T of the qwen shape: where each launch's time goes, component by component
+    (results/profile.json)."""
     import launchers
     from pipelink.runtime import profile
     kernels = {"pipelink fused": builds.link_pipelink(base.pipelink_objects, profile_tasks=1 << 18),
@@ -374,8 +375,8 @@ def main(argv=None) -> int:
         os._exit(0)  # a hung kernel may still run: leave without waiting for it
     out = Path(args.out)
     base, linked, classic = build_baseline(out)
-    split, split_objects = build_split_layer(out, base)
-    hopper, hopper_objects = build_split_layer(out, base, "hopper")
+    split, split_objects = build_expert_layer(out, base)
+    hopper, hopper_objects = build_expert_layer(out, base, "hopper")
     separate = builds.link_separate(base.pipelink_objects)
     separates = {"pipelink split separate": builds.link_separate(split_objects, split.manifest.geometry),
                  "pipelink hopper separate": builds.link_separate(hopper_objects, hopper.manifest.geometry)}
