@@ -24,24 +24,47 @@ TOKEN_COUNTS = (16, 128, 1024, 4096)
 AGREED_GEOMETRY = {"ROUTER_TOKENS": 32, "DISPATCH_TOKENS": 64, "EXPERT_TILE_M": 32, "COMBINE_TILE_N": 2048}
 
 
+def expected_tiles(shape: ModelShape, T: int, tile_m: int) -> float:
+    """The expert tiles T tokens use when routing is uniform: each expert's rows (binomial, T tokens each
+    picking it with probability TOPK / E) padded to whole tiles, summed over the E experts."""
+    p = shape.TOPK / shape.E
+    if T <= 0 or p <= 0:
+        return 0.0
+    if p >= 1:
+        return shape.E * math.ceil(T / tile_m)
+    mean, sd = T * p, math.sqrt(T * p * (1 - p))
+    lo, hi = max(0, int(mean - 12 * sd) - 2), min(T, int(mean + 12 * sd) + 2)  # the mass beyond is < 1e-30
+    log_p, log_q = math.log(p), math.log1p(-p)
+    total = 0.0
+    for k in range(lo, hi + 1):
+        pmf = math.exp(math.lgamma(T + 1) - math.lgamma(k + 1) - math.lgamma(T - k + 1) + k * log_p + (T - k) * log_q)
+        total += pmf * math.ceil(k / tile_m)
+    return shape.E * total
+
+
+# What starting a task costs besides its blocks (its tokens, the x rows, filling the ring), in 64-column
+# blocks streamed: an estimate (a block is ~25 us of one CTA's stream at the qwen shape; a fill ~2 us).
+TASK_OVERHEAD_BLOCKS = 0.1
+
+
 def expert_splits(shape: ModelShape, T: int, tile_m: int = 32, sms: int = 132, share_max: int | None = None,
                   blocks_per_sm: int = 1) -> int:
-    """Tasks per expert tile for moe_expert_split: the count whose waves of tasks over the GPU's
+    """Tasks per expert tile for the split and Hopper experts: the count whose waves of tasks over the GPU's
     `sms * blocks_per_sm` resident CTAs end soonest, in units of one 64-column block of I streamed (a
-    task's length: its share of the blocks), plus what merging costs: each share's fp32 rows written and
-    read again, tile_m / 48 of a block's weight bytes, spread over the CTAs (ties to fewer shares). At least
-    as many shares as keep one within `share_max` columns (the split's EXPERT_SHARE_MAX: what its h buffer
-    holds), at most one block a share. The tiles T tokens use: the experts their routing is expected to
-    touch (uniform over E), each with a partly filled tile, plus the full tiles of their rows."""
+    task's length: its share of the blocks, and TASK_OVERHEAD_BLOCKS), plus what merging costs: each
+    share's fp32 copy of every routed row written and read again (1/48 of a block's weight bytes a row),
+    spread over the CTAs. One share writes its bf16 rows itself: no merge. Ties go to fewer shares. At least
+    as many shares as keep one within `share_max` columns (the expert's EXPERT_SHARE_MAX: what its h buffer
+    holds), at most one block a share. The tiles: `expected_tiles`."""
     pairs = T * shape.TOPK
-    touched = shape.E * (1.0 - (1.0 - shape.TOPK / shape.E) ** T)
-    tiles = max(1, math.ceil(touched) + pairs // tile_m)
+    tiles = max(1, round(expected_tiles(shape, T, tile_m)))
     blocks = shape.I // 64
     least = math.ceil(blocks / (share_max // 64)) if share_max else 1
     slots = max(1, sms * blocks_per_sm)
 
-    def finish(splits: int) -> float:  # waves x blocks a task, and the merge's share
-        return math.ceil(tiles * splits / slots) * math.ceil(blocks / splits) + tiles * splits * tile_m / 48 / slots
+    def finish(splits: int) -> float:  # waves x a task's length, and the merge's share
+        merge = pairs * splits / 48 / slots if splits > 1 else 0.0
+        return math.ceil(tiles * splits / slots) * (math.ceil(blocks / splits) + TASK_OVERHEAD_BLOCKS) + merge
     return min(range(max(1, least), blocks + 1), key=lambda n: (finish(n), n))
 
 

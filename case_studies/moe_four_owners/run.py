@@ -297,15 +297,20 @@ def run_once(impls: dict, seed: int, only: str | None = None, tokens: int | None
     return 1 if failed else 0
 
 
-def run_profile(out: Path, base: builds.Builds, seed: int) -> int:
+def run_profile(out: Path, base: builds.Builds, seed: int, only: list[str] | None = None) -> int:
     """pipelink's layers (the four components; the split expert's; the Hopper expert's) linked with a task
     profile, each run at every T of the qwen shape: where each launch's time goes, component by component
-    (results/profile.json)."""
+    (results/profile.json; with `only`, those layers, printed and not saved)."""
     import launchers
     from pipelink.runtime import profile
-    kernels = {"pipelink fused": builds.link_pipelink(base.pipelink_objects, profile_tasks=1 << 18),
-               "pipelink split": builds.link_split(builds.build_split(out / "split", base), profile_tasks=1 << 18),
-               "pipelink hopper": builds.link_hopper(builds.build_hopper(out / "hopper", base), profile_tasks=1 << 18)}
+    links = {"pipelink fused": lambda: builds.link_pipelink(base.pipelink_objects, profile_tasks=1 << 18),
+             "pipelink split": lambda: builds.link_split(builds.build_split(out / "split", base), profile_tasks=1 << 18),
+             "pipelink hopper": lambda: builds.link_hopper(builds.build_hopper(out / "hopper", base),
+                                                           profile_tasks=1 << 18)}
+    unknown = set(only or ()) - set(links)
+    if unknown:
+        sys.exit(f"profile: no layer named {sorted(unknown)}; the layers: {sorted(links)}")
+    kernels = {name: link() for name, link in links.items() if not only or name in only}
     shape = layer.SHAPES[VARIANT_SHAPE]
     weights = layer.make_weights(shape, seed)
     doc = {"date": datetime.date.today().isoformat(), "seed": seed, "shape": shape.name,
@@ -328,6 +333,8 @@ def run_profile(out: Path, base: builds.Builds, seed: int) -> int:
             doc["runs"].append({"kernel": name, "T": T, "span_us": span, "sms": sms,
                                 "components": [c.__dict__ for c in per]})
         impl.kernel.unload()
+    if only:
+        return 0
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "profile.json").write_text(json.dumps(doc, indent=1))
     log(f"results: {RESULTS / 'profile.json'}")
@@ -365,7 +372,7 @@ def main(argv=None) -> int:
                     % VARIANT_SHAPE)
     ap.add_argument("--tokens", type=int, default=None, help="child: T (default %d); once: T of the model shape "
                     "(default 40)" % VARIANT_TOKENS)
-    ap.add_argument("--impl", action="append", help="once, test, bench: only this implementation (repeatable)")
+    ap.add_argument("--impl", action="append", help="once, test, bench, profile: only this implementation (repeatable)")
     args = ap.parse_args(argv)
     seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little") % 1_000_000
     if args.what == "child":
@@ -386,7 +393,7 @@ def main(argv=None) -> int:
     if args.what == "smoke":  # each baseline kernel once, in a child under the watchdog
         return run_smoke(out, base, linked, classic, seed)
     if args.what == "profile":
-        return run_profile(out, base, seed)
+        return run_profile(out, base, seed, args.impl)
     if args.what == "once":
         return run_once(implementations(linked, classic, controls=False, split=split, separate=separate,
                                         hopper=hopper, separates=separates), seed,

@@ -3,10 +3,12 @@
 //   gate_up: for each 64 columns of the share, G = x Wg^T and U = x Wu^T in fp32 registers (wgmma
 //            m64n64k16, K = H), then h = silu(G) * U into shared memory as bf16;
 //   down:    for each 128 output columns, the share's h Wd^T (K = the share's columns), stored to part[j]
-//            in fp32 for the tile's routed rows; moe_expert_merge adds the shares up.
+//            in fp32 for the tile's routed rows; moe_expert_merge adds the shares up. A share of all I
+//            columns (splits = 1) stores the tile's bf16 ys rows instead: no fp32 round trip, no merge.
 // The CTA is one warpgroup. Operands are 128-byte-swizzled [rows][64] bf16 tiles in shared memory, the
 // layout wgmma reads through a descriptor: cp.async stages them (x rows gathered by token, so no TMA),
-// a ring of EXPERT_STAGES stages over the whole walk of a phase (no drain between column blocks), and h
+// a ring of EXPERT_STAGES stages over the whole walk of a phase (no drain between column blocks; one step's
+// products in flight while the next step's stage is awaited), and h
 // is written in the same layout straight from the accumulators. Needs sm_90a (wgmma).
 #include <cuda_bf16.h>
 
@@ -23,7 +25,7 @@ constexpr int kTileBytes = 64 * 128;          // one swizzled [64 rows][64 bf16]
 constexpr int kStageBytes = 3 * kTileBytes;    // x, gate, up; or two tiles of down rows
 static_assert(BM == 64, "one wgmma m64 row block per tile");
 static_assert(THREADS == 128, "one warpgroup");
-static_assert(EXPERT_STAGES >= 2, "a ring needs two stages");
+static_assert(EXPERT_STAGES >= 3, "a ring of one stage in the products, one being read by the products before, one loading");
 static_assert(EXPERT_SHARE_MAX % 64 == 0 && EXPERT_SHARE_MAX <= EXPERT_MAX_INTER, "EXPERT_SHARE_MAX: whole blocks of 64");
 static_assert(smem_stages_bytes >= EXPERT_STAGES * kStageBytes, "contract: smem.buffers.stages too small");
 static_assert(smem_h_bytes >= EXPERT_SHARE_MAX / 64 * kTileBytes, "contract: smem.buffers.h too small");
@@ -53,7 +55,8 @@ __device__ __forceinline__ unsigned long long descriptor(unsigned addr) {
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory"); }
 
 // d[64 x 64] = A[64 x 16] B[16 x 64] (+ d if `accumulate`), both K-major in shared memory. Thread t of the
 // warpgroup holds, for n = 0..7, d[4n + {0, 1}] at row 16 (t / 32) + (t % 32) / 4, columns
@@ -77,8 +80,8 @@ __device__ __forceinline__ void wgmma_64x64(float (&d)[32], unsigned long long a
 extern "C" __device__ void moe_expert_hopper(pl::Tile tile, const bf16* __restrict__ x, const bf16* __restrict__ w_gate,
                                              const bf16* __restrict__ w_up, const bf16* __restrict__ w_down,
                                              const int* __restrict__ row_token, const int* __restrict__ tile_expert,
-                                             const int* __restrict__ tile_rows, float* __restrict__ part, int T, int H,
-                                             int I, int E, int TOPK, int splits) {
+                                             const int* __restrict__ tile_rows, float* __restrict__ part,
+                                             bf16* __restrict__ ys, int T, int H, int I, int E, int TOPK, int splits) {
   const int i = tile.coord[0], j = tile.coord[1];
   ExpertShare share;
   if (!expert_share(i, j, tile_expert, I, splits, EXPERT_SHARE_MAX, share)) return;
@@ -115,8 +118,10 @@ extern "C" __device__ void moe_expert_hopper(pl::Tile tile, const bf16* __restri
   }
   const long long wrow = (long long)row_base * H + 8 * chunk, wstep = 16ll * H;  // gate/up rows: + 16 q rows
 
-  // gate_up: the share's column blocks, each over K = H in steps of 64; loads run EXPERT_STAGES - 1 steps
-  // ahead of the products, across block boundaries.
+  // gate_up: the share's column blocks, each over K = H in steps of 64; loads run EXPERT_STAGES - 2 steps
+  // ahead of the products, across block boundaries. The products of a step run while the block waits for
+  // the next one's stage (one wgmma group stays in flight): a stage is free again two steps after its
+  // products were issued, once every warp has passed the barrier after its wait for them.
   const int ksteps = H / 64, blocks = (c1 - c0) / 64, up_steps = blocks * ksteps;
   int load_step = 0, load_k = 0, load_block = 0;  // the next step to load: its K step and column block
   auto load_gate_up = [&]() {
@@ -134,15 +139,15 @@ extern "C" __device__ void moe_expert_hopper(pl::Tile tile, const bf16* __restri
     if (++load_k == ksteps) load_k = 0, ++load_block;
   };
   float acc_g[32], acc_u[32];
-  for (int s = 0; s < EXPERT_STAGES - 1; ++s) {
+  for (int s = 0; s < EXPERT_STAGES - 2; ++s) {
     if (load_step < up_steps) load_gate_up();
     cp_async_commit();
   }
   for (int g = 0, k = 0, block = 0; g < up_steps; ++g) {
-    cp_async_wait<EXPERT_STAGES - 2>();
+    cp_async_wait<EXPERT_STAGES - 3>();
     fence_async_smem();
-    __syncthreads();  // stage g landed for every thread; the wgmma of step g - 1 are done, so its stage is free
-    if (load_step < up_steps) load_gate_up();
+    __syncthreads();  // stage g landed for every thread; every warp's products of step g - 2 are done
+    if (load_step < up_steps) load_gate_up();  // into step g - 2's stage
     cp_async_commit();
     const unsigned s = ring + (g % EXPERT_STAGES) * kStageBytes;
     const unsigned long long dx = descriptor(s), dg = descriptor(s + kTileBytes), du = descriptor(s + 2 * kTileBytes);
@@ -154,18 +159,20 @@ extern "C" __device__ void moe_expert_hopper(pl::Tile tile, const bf16* __restri
       wgmma_64x64(acc_u, dx + 2 * kk, du + 2 * kk, sum);
     }
     wgmma_commit();
-    wgmma_wait_all();
-    if (++k == ksteps) {  // the block's G and U are complete: h = silu(G) * U, swizzled for down
-      unsigned char* hb = h + block * kTileBytes;
-#pragma unroll
-      for (int q = 0; q < 32; q += 2) {
-        const int r = frag_row + 8 * ((q / 2) % 2), c = 8 * (q / 4) + frag_col;  // column within the block
-        const float h0 = __fdividef(acc_g[q], 1.0f + __expf(-acc_g[q])) * acc_u[q];
-        const float h1 = __fdividef(acc_g[q + 1], 1.0f + __expf(-acc_g[q + 1])) * acc_u[q + 1];
-        *reinterpret_cast<__nv_bfloat162*>(hb + swizzled(r, c / 8) + 2 * (c % 8)) = __floats2bfloat162_rn(h0, h1);
-      }
-      k = 0, ++block;
+    if (++k < ksteps) {
+      wgmma_wait<1>();  // step g - 1's products are done
+      continue;
     }
+    wgmma_wait<0>();  // the block's G and U are complete: h = silu(G) * U, swizzled for down
+    unsigned char* hb = h + block * kTileBytes;
+#pragma unroll
+    for (int q = 0; q < 32; q += 2) {
+      const int r = frag_row + 8 * ((q / 2) % 2), c = 8 * (q / 4) + frag_col;  // column within the block
+      const float h0 = __fdividef(acc_g[q], 1.0f + __expf(-acc_g[q])) * acc_u[q];
+      const float h1 = __fdividef(acc_g[q + 1], 1.0f + __expf(-acc_g[q + 1])) * acc_u[q + 1];
+      *reinterpret_cast<__nv_bfloat162*>(hb + swizzled(r, c / 8) + 2 * (c % 8)) = __floats2bfloat162_rn(h0, h1);
+    }
+    k = 0, ++block;
   }
   cp_async_wait<0>();
   fence_async_smem();  // h, written by the threads, is read by wgmma next
@@ -187,16 +194,17 @@ extern "C" __device__ void moe_expert_hopper(pl::Tile tile, const bf16* __restri
   };
   const long long total = (long long)((T * TOPK + BM - 1) / BM + E) * BM;  // rows of one share's part
   float* const out = part + ((long long)j * total + row0) * H;
+  bf16* const out_ys = ys + row0 * H;
   float (&acc_lo)[32] = acc_g, (&acc_hi)[32] = acc_u;  // output columns n0 .. +63 and n0 + 64 .. +127
-  for (int s = 0; s < EXPERT_STAGES - 1; ++s) {
+  for (int s = 0; s < EXPERT_STAGES - 2; ++s) {
     if (load_step < down_steps) load_down();
     cp_async_commit();
   }
   const unsigned hbase = smem_addr(h);
   for (int g = 0, b = 0, n0 = 0; g < down_steps; ++g) {
-    cp_async_wait<EXPERT_STAGES - 2>();
+    cp_async_wait<EXPERT_STAGES - 3>();
     fence_async_smem();
-    __syncthreads();
+    __syncthreads();  // as in gate_up
     if (load_step < down_steps) load_down();
     cp_async_commit();
     const unsigned s = ring + (g % EXPERT_STAGES) * kStageBytes;
@@ -210,18 +218,25 @@ extern "C" __device__ void moe_expert_hopper(pl::Tile tile, const bf16* __restri
       wgmma_64x64(acc_hi, da + 2 * kk, dhi + 2 * kk, sum);
     }
     wgmma_commit();
-    wgmma_wait_all();
-    if (++b == blocks) {  // the pass's 128 columns are complete: the routed rows to part[j]
-#pragma unroll
-      for (int q = 0; q < 32; q += 2) {
-        const int r = frag_row + 8 * ((q / 2) % 2), c = n0 + 8 * (q / 4) + frag_col;
-        if (r < rows) {  // read by another CTA (the merge): past L1
-          __stcg(reinterpret_cast<float2*>(out + (long long)r * H + c), make_float2(acc_lo[q], acc_lo[q + 1]));
-          __stcg(reinterpret_cast<float2*>(out + (long long)r * H + c + 64), make_float2(acc_hi[q], acc_hi[q + 1]));
-        }
-      }
-      b = 0, n0 += 128;
+    if (++b < blocks) {
+      wgmma_wait<1>();
+      continue;
     }
+    wgmma_wait<0>();  // the pass's 128 columns are complete: the routed rows to ys, or to part[j]
+#pragma unroll
+    for (int q = 0; q < 32; q += 2) {
+      const int r = frag_row + 8 * ((q / 2) % 2), c = n0 + 8 * (q / 4) + frag_col;
+      if (r < rows && share.alone) {
+        *reinterpret_cast<__nv_bfloat162*>(out_ys + (long long)r * H + c) = __floats2bfloat162_rn(acc_lo[q], acc_lo[q + 1]);
+        *reinterpret_cast<__nv_bfloat162*>(out_ys + (long long)r * H + c + 64) =
+            __floats2bfloat162_rn(acc_hi[q], acc_hi[q + 1]);
+      } else if (r < rows) {  // read by another CTA (the merge): past L1
+        __stcg(reinterpret_cast<float2*>(out + (long long)r * H + c), make_float2(acc_lo[q], acc_lo[q + 1]));
+        __stcg(reinterpret_cast<float2*>(out + (long long)r * H + c + 64), make_float2(acc_hi[q], acc_hi[q + 1]));
+      }
+    }
+    b = 0, n0 += 128;
   }
+  wgmma_wait<0>();
   cp_async_wait<0>();
 }

@@ -1,7 +1,7 @@
 // moe_expert_split: task (i, j) is share j of expert tile i: expert_body.cuh's two phases over the share's
 // columns [c0, c1) of I (ceil_div(I / 64, splits) blocks of 64 per share, the last shares possibly empty),
-// the share's fp32 contribution to every output column of the tile's routed rows stored to part[j].
-// moe_expert_merge adds the shares up. Few tokens route a few rows to each expert: split this way, every
+// the share's fp32 contribution to every output column of the tile's routed rows stored to part[j], and
+// moe_expert_merge adds the shares up; a share of all I columns stores the tile's bf16 ys rows instead. Few tokens route a few rows to each expert: split this way, every
 // touched expert's weights stream through `splits` CTAs at once rather than one.
 #include "moe_expert_split.pipelink.h"
 
@@ -21,8 +21,8 @@ static_assert(EXPERT_SHARE_MAX % kN == 0 && EXPERT_SHARE_MAX <= EXPERT_MAX_INTER
 extern "C" __device__ void moe_expert_split(pl::Tile tile, const bf16* __restrict__ x, const bf16* __restrict__ w_gate,
                                             const bf16* __restrict__ w_up, const bf16* __restrict__ w_down,
                                             const int* __restrict__ row_token, const int* __restrict__ tile_expert,
-                                            const int* __restrict__ tile_rows, float* __restrict__ part, int T, int H,
-                                            int I, int E, int TOPK, int splits) {
+                                            const int* __restrict__ tile_rows, float* __restrict__ part, bf16* __restrict__ ys,
+                                            int T, int H, int I, int E, int TOPK, int splits) {
   const int i = tile.coord[0], j = tile.coord[1];
   ExpertShare share;
   if (!expert_share(i, j, tile_expert, I, splits, EXPERT_SHARE_MAX, share)) return;
@@ -31,6 +31,8 @@ extern "C" __device__ void moe_expert_split(pl::Tile tile, const bf16* __restric
   const long long row0 = (long long)i * BM;
   const long long total = (long long)((T * TOPK + BM - 1) / BM + E) * BM;  // rows of one share's part
   float* const out = part + ((long long)j * total + row0) * H;
+  bf16* const out_ys = ys + row0 * H;
+  const bool alone = share.alone;
   float* const cg = smem_stages<float>();  // epilogue, after the ring is drained
   const Smem sm{smem_stages<bf16>(), smem_h<bf16>(), smem_tokens<int>(), cg, cg + BM * kLdc};
   load_tokens(sm, row_token, row0, rows);
@@ -38,8 +40,14 @@ extern "C" __device__ void moe_expert_split(pl::Tile tile, const bf16* __restric
   down(sm, w_down + (long long)e * H * I, H, I, c0, c1, x, [=](int n0, int cols, const float* c) {
     for (int v = thread_rank(); v < rows * (cols / 4); v += THREADS) {
       const int r = v / (cols / 4), col = 4 * (v % (cols / 4));
-      __stcg(reinterpret_cast<float4*>(out + (long long)r * H + n0 + col),
-             *reinterpret_cast<const float4*>(c + r * kLdc + col));  // read by another CTA: past L1
+      const float4 s = *reinterpret_cast<const float4*>(c + r * kLdc + col);
+      if (alone) {
+        __nv_bfloat162* y = reinterpret_cast<__nv_bfloat162*>(out_ys + (long long)r * H + n0 + col);
+        y[0] = __floats2bfloat162_rn(s.x, s.y);
+        y[1] = __floats2bfloat162_rn(s.z, s.w);
+      } else {
+        __stcg(reinterpret_cast<float4*>(out + (long long)r * H + n0 + col), s);  // read by another CTA: past L1
+      }
     }
   });
 }

@@ -30,11 +30,6 @@ constexpr int kLdl = ROUTER_MAX_EXPERTS + 4;   // f32 row pitch of the logits
 constexpr int kMaxTopk = 8;
 static_assert(ROUTER_TOKENS * kLdl * 4 <= ROUTER_STAGES * kStageElems * 2, "the logits fit in the ring");
 
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
-  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(valid ? 16 : 0) : "memory");
-}
-
 extern "C" __device__ void moe_router(pl::Tile tile, const bf16* __restrict__ x, const bf16* __restrict__ w_router,
                                       int* __restrict__ topk_ids, float* __restrict__ topk_w, int T, int H, int E,
                                       int TOPK) {
@@ -45,16 +40,41 @@ extern "C" __device__ void moe_router(pl::Tile tile, const bf16* __restrict__ x,
   const int steps = H / ROUTER_K_CHUNK;
 
   // Stage `step`: the tokens' and the experts' columns [k0, k0 + ROUTER_K_CHUNK); rows past T or E are zeros.
+  // A thread stages the same rows and 16-byte chunk of every stage: token rows row0 + kRowStep * i of the
+  // task's, expert rows row0 + kRowStep * i. Their addresses are one base each and a fixed stride, so a load
+  // is an add. (Computed per load, with a division, a 64-bit multiply and a select each, they made the task
+  // issue-bound: one warp per scheduler issuing every 3.5 cycles, 57 us a task whatever its tokens. Kept
+  // as a pointer per row, they spilled in the layer kernel.)
+  constexpr int kVecs = ROUTER_K_CHUNK / 8;
+  constexpr int kRowStep = THREADS / kVecs;
+  constexpr int kTokenLoads = (ROUTER_TOKENS + kRowStep - 1) / kRowStep;
+  constexpr int kExpertLoads = (ROUTER_MAX_EXPERTS + kRowStep - 1) / kRowStep;
+  static_assert(THREADS % kVecs == 0, "whole rows per pass of the block");
+  const int row0 = thread_rank() / kVecs, chunk = thread_rank() % kVecs;
+  const bf16* const xs = x + (long long)(t0 + row0) * H + 8 * chunk;
+  const bf16* const ws = w_router + (long long)row0 * H + 8 * chunk;
+  const long long stride = (long long)kRowStep * H;
+  const unsigned ring_base = static_cast<unsigned>(__cvta_generic_to_shared(ring));
+  const unsigned tokens_at = ring_base + 2 * (row0 * kLd + 8 * chunk);
+  const unsigned experts_at = tokens_at + 2 * ROUTER_TOKENS * kLd;
   auto load = [&](int step) {
-    bf16* s = ring + (step % ROUTER_STAGES) * kStageElems;
+    const unsigned s = 2 * (step % ROUTER_STAGES) * kStageElems;
     const int k0 = step * ROUTER_K_CHUNK;
-    constexpr int kVecs = ROUTER_K_CHUNK / 8;
-    for (int v = thread_rank(); v < (ROUTER_TOKENS + ROUTER_MAX_EXPERTS) * kVecs; v += THREADS) {
-      const int row = v / kVecs, col = (v % kVecs) * 8;
-      const bool token = row < ROUTER_TOKENS;
-      const bool valid = token ? t0 + row < T : row - ROUTER_TOKENS < E;
-      const bf16* src = token ? x + (long long)(t0 + row) * H : w_router + (long long)(row - ROUTER_TOKENS) * H;
-      cp_async16(s + row * kLd + col, valid ? src + k0 + col : x, valid);
+#pragma unroll
+    for (int i = 0; i < kTokenLoads; ++i) {
+      const int row = row0 + kRowStep * i;
+      const bool valid = t0 + row < T;
+      if (row < ROUTER_TOKENS)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(tokens_at + s + 2 * kRowStep * kLd * i),
+                     "l"(valid ? xs + i * stride + k0 : x), "r"(valid ? 16 : 0) : "memory");
+    }
+#pragma unroll
+    for (int i = 0; i < kExpertLoads; ++i) {
+      const int row = row0 + kRowStep * i;
+      const bool valid = row < E;
+      if (row < ROUTER_MAX_EXPERTS)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(experts_at + s + 2 * kRowStep * kLd * i),
+                     "l"(valid ? ws + i * stride + k0 : w_router), "r"(valid ? 16 : 0) : "memory");
     }
   };
   wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[kTokenFrags][kExpertFrags];
