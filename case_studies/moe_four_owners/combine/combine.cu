@@ -26,22 +26,32 @@ extern "C" __device__ void moe_combine(pl::Tile tile, const bf16* __restrict__ y
     // 4 columns a thread, every k's 8 bytes loaded before any is used: a thread has TOPK loads in flight,
     // not one (4-byte loads one k at a time left the combine latency-bound at 5 us a token). (16 bytes a
     // k, 8 x 16 bytes live, made the layer kernel's register allocation spill.)
-    for (int c = c0 + 4 * thread_rank(); c < c1; c += 4 * THREADS) {
-      uint2 v[kMaxTopk];
+    constexpr int kUnroll = 2;  // 4-column groups a thread at once: kUnroll * TOPK loads in flight
+    for (int c0u = c0 + 4 * thread_rank(); c0u < c1; c0u += kUnroll * 4 * THREADS) {
+      uint2 v[kUnroll][kMaxTopk];
 #pragma unroll
-      for (int k = 0; k < kMaxTopk; ++k)  // written in this launch: through L2
-        if (k < TOPK) v[k] = __ldcg(reinterpret_cast<const uint2*>(src[k] + c));
-      float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      for (int u = 0; u < kUnroll; ++u) {
+        const int c = c0u + u * 4 * THREADS;
 #pragma unroll
-      for (int k = 0; k < kMaxTopk; ++k) {
-        if (k < TOPK) {
-          const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v[k].x));
-          const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v[k].y));
-          acc.x += w[k] * a.x, acc.y += w[k] * a.y, acc.z += w[k] * b.x, acc.w += w[k] * b.y;
-        }
+        for (int k = 0; k < kMaxTopk; ++k)  // written in this launch: through L2
+          if (k < TOPK && c < c1) v[u][k] = __ldcg(reinterpret_cast<const uint2*>(src[k] + c));
       }
-      __nv_bfloat162 out[2] = {__floats2bfloat162_rn(acc.x, acc.y), __floats2bfloat162_rn(acc.z, acc.w)};
-      *reinterpret_cast<uint2*>(y + (long long)t * H + c) = *reinterpret_cast<const uint2*>(out);
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int c = c0u + u * 4 * THREADS;
+        if (c >= c1) break;
+        float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+        for (int k = 0; k < kMaxTopk; ++k) {
+          if (k < TOPK) {
+            const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v[u][k].x));
+            const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v[u][k].y));
+            acc.x += w[k] * a.x, acc.y += w[k] * a.y, acc.z += w[k] * b.x, acc.w += w[k] * b.y;
+          }
+        }
+        __nv_bfloat162 out[2] = {__floats2bfloat162_rn(acc.x, acc.y), __floats2bfloat162_rn(acc.z, acc.w)};
+        *reinterpret_cast<uint2*>(y + (long long)t * H + c) = *reinterpret_cast<const uint2*>(out);
+      }
     }
     return;
   }

@@ -22,21 +22,36 @@ extern "C" __device__ void moe_expert_merge(pl::Tile tile, const float* __restri
   const int tiles = (T * TOPK + bm - 1) / bm + E;  // (32-bit: no 64-bit division routine)
   const long long share = (long long)tiles * bm * H;  // elements of one share
   const int vecs = H / 4;
-  constexpr int kBatch = 8;  // shares loaded before any is added: a thread's loads in flight together
-  for (int v = thread_rank(); v < rows * vecs; v += THREADS) {
-    const long long at = (row0 + v / vecs) * H + 4 * (v % vecs);
-    float4 s = __ldcg(reinterpret_cast<const float4*>(part + at));  // written in this launch: through L2
-    for (int j0 = 1; j0 < shares; j0 += kBatch) {
-      float4 p[kBatch];
+  // kUnroll vectors a thread at once, each share's loads issued before any is added: a thread keeps
+  // kUnroll * shares 16-byte loads in flight. (One vector at a time, the merge was latency-bound: 96 us a
+  // task at T = 1024, longer than the expert tasks it waited for.)
+  constexpr int kUnroll = 4;
+  const int n = rows * vecs;
+  for (int v0 = thread_rank(); v0 < n; v0 += kUnroll * THREADS) {
+    long long at[kUnroll];
+    float4 s[kUnroll];
 #pragma unroll
-      for (int q = 0; q < kBatch; ++q)
-        if (j0 + q < shares) p[q] = __ldcg(reinterpret_cast<const float4*>(part + (j0 + q) * share + at));
-#pragma unroll
-      for (int q = 0; q < kBatch; ++q)  // in share order
-        if (j0 + q < shares) s.x += p[q].x, s.y += p[q].y, s.z += p[q].z, s.w += p[q].w;
+    for (int u = 0; u < kUnroll; ++u) {
+      const int v = v0 + u * THREADS;
+      at[u] = (row0 + v / vecs) * H + 4 * (v % vecs);
+      if (v < n) s[u] = __ldcg(reinterpret_cast<const float4*>(part + at[u]));  // written in this launch: L2
     }
-    __nv_bfloat162* y = reinterpret_cast<__nv_bfloat162*>(ys + at);
-    y[0] = __floats2bfloat162_rn(s.x, s.y);
-    y[1] = __floats2bfloat162_rn(s.z, s.w);
+    for (int j = 1; j < shares; ++j) {  // in share order
+      float4 p[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u)
+        if (v0 + u * THREADS < n) p[u] = __ldcg(reinterpret_cast<const float4*>(part + j * share + at[u]));
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u)
+        if (v0 + u * THREADS < n) s[u].x += p[u].x, s[u].y += p[u].y, s[u].z += p[u].z, s[u].w += p[u].w;
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (v0 + u * THREADS < n) {
+        __nv_bfloat162* y = reinterpret_cast<__nv_bfloat162*>(ys + at[u]);
+        y[0] = __floats2bfloat162_rn(s[u].x, s[u].y);
+        y[1] = __floats2bfloat162_rn(s[u].z, s[u].w);
+      }
+    }
   }
 }

@@ -1,11 +1,10 @@
 // moe_router: Qwen3-style top-k routing. Task r scores tokens r*ROUTER_TOKENS.. against every expert
-// with bf16 tensor-core MMA (fp32 accumulation), takes the softmax over the experts, keeps the TOPK
+// with bf16 tensor-core MMA (mma.sync, fp32 accumulation), takes the softmax over the experts, keeps the TOPK
 // largest (ties to the lower expert id) and renormalizes them to sum to one.
 // The scores stream K in chunks of ROUTER_K_CHUNK through a ring of ROUTER_STAGES cp.async stages (the
 // tokens' chunk and every expert's): a task reads the whole router weight, and at small T one task is
 // the layer's critical path, so its loads must be many and in flight together, not one fragment at a time.
 #include <cuda_bf16.h>
-#include <mma.h>
 #ifdef MOE_CLASSIC
 #include "classic.h"  // the values this team hard-coded when the layer was first assembled
 #else
@@ -13,22 +12,37 @@
 #endif
 
 using namespace pl::moe_router;
-using namespace nvcuda;
 using bf16 = __nv_bfloat16;
 
 static_assert(ROUTER_TOKENS % 16 == 0, "ROUTER_TOKENS: whole 16-row MMA fragments");
-static_assert(ROUTER_MAX_EXPERTS % (16 * WARPS) == 0, "ROUTER_MAX_EXPERTS: whole 16-expert fragments per warp");
+static_assert(ROUTER_MAX_EXPERTS % (16 * WARPS) == 0, "ROUTER_MAX_EXPERTS: whole pairs of n8 tiles per warp");
 static_assert(ROUTER_MAX_EXPERTS % 32 == 0, "ROUTER_MAX_EXPERTS: whole lanes in the top-k");
 static_assert(ROUTER_K_CHUNK % 16 == 0 && 128 % ROUTER_K_CHUNK == 0, "ROUTER_K_CHUNK divides H (a multiple of 128)");
 static_assert(ROUTER_STAGES >= 2, "a ring needs two stages");
 
-constexpr int kTokenFrags = ROUTER_TOKENS / 16;
-constexpr int kExpertFrags = ROUTER_MAX_EXPERTS / (16 * WARPS);  // per warp
+constexpr int kTokenFrags = ROUTER_TOKENS / 16;                 // m16 tiles: tokens
+constexpr int kExpertsPerWarp = ROUTER_MAX_EXPERTS / WARPS;
+constexpr int kExpertTiles = kExpertsPerWarp / 8;                 // n8 tiles of a warp: experts
 constexpr int kLd = ROUTER_K_CHUNK + 8;        // bf16 row pitch of a stage (no bank conflicts)
 constexpr int kStageElems = (ROUTER_TOKENS + ROUTER_MAX_EXPERTS) * kLd;  // the tokens' rows, then the experts'
 constexpr int kLdl = ROUTER_MAX_EXPERTS + 4;   // f32 row pitch of the logits
 constexpr int kMaxTopk = 8;
 static_assert(ROUTER_TOKENS * kLdl * 4 <= ROUTER_STAGES * kStageElems * 2, "the logits fit in the ring");
+static_assert((kLd * 2) % 16 == 0, "ldmatrix reads 16-byte rows");
+
+// Four 8x8 bf16 matrices from shared memory; lane l gives the address of row l % 8 of matrix l / 8. Volatile
+// with a memory clobber: a stage is read again after the ring comes round, at the same addresses.
+__device__ __forceinline__ void ldmatrix_x4(unsigned addr, unsigned (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
+}
+// d[16 x 8] += a[16 x 16] b[16 x 8], bf16 in, fp32 accumulate.
+__device__ __forceinline__ void mma_16816(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
 
 extern "C" __device__ void moe_router(pl::Tile tile, const bf16* __restrict__ x, const bf16* __restrict__ w_router,
                                       int* __restrict__ topk_ids, float* __restrict__ topk_w, int T, int H, int E,
@@ -77,9 +91,15 @@ extern "C" __device__ void moe_router(pl::Tile tile, const bf16* __restrict__ x,
                      "l"(valid ? ws + i * stride + k0 : w_router), "r"(valid ? 16 : 0) : "memory");
     }
   };
-  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[kTokenFrags][kExpertFrags];
-  for (int f = 0; f < kTokenFrags; ++f)
-    for (int j = 0; j < kExpertFrags; ++j) wmma::fill_fragment(acc[f][j], 0.0f);
+  // Per k16 slice a warp takes its tokens' A fragments and its experts' B fragments with one ldmatrix each
+  // (4 x 8x8), then kTokenFrags x kExpertTiles mma.sync. (wmma's fragment loads were 64 generic loads a
+  // stage a warp, with one warp per scheduler: 40 us a task of latency.) Token tiles past T are skipped.
+  const int lane = pl::lane_index();
+  const int live_frags = min(kTokenFrags, (T - t0 + 15) / 16);
+  const unsigned a_at = 2 * (((lane % 8) + 8 * ((lane / 8) % 2)) * kLd + 8 * (lane / 16));
+  const unsigned b_at = 2 * ((ROUTER_TOKENS + warp * kExpertsPerWarp + 8 * (lane / 16) + lane % 8) * kLd +
+                             8 * ((lane / 8) % 2));
+  float acc[kTokenFrags][kExpertTiles][4] = {};
   for (int s = 0; s < ROUTER_STAGES - 1; ++s) {
     if (s < steps) load(s);
     asm volatile("cp.async.commit_group;" ::: "memory");
@@ -89,35 +109,43 @@ extern "C" __device__ void moe_router(pl::Tile tile, const bf16* __restrict__ x,
     __syncthreads();  // stage `step` landed for every thread; stage `step - 1` is free again
     if (step + ROUTER_STAGES - 1 < steps) load(step + ROUTER_STAGES - 1);
     asm volatile("cp.async.commit_group;" ::: "memory");
-    const bf16* s = ring + (step % ROUTER_STAGES) * kStageElems;
+    const unsigned stage = ring_base + 2 * (step % ROUTER_STAGES) * kStageElems;
 #pragma unroll
     for (int kk = 0; kk < ROUTER_K_CHUNK; kk += 16) {
-      wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> a[kTokenFrags];
+      unsigned a[kTokenFrags][4];
 #pragma unroll
-      for (int f = 0; f < kTokenFrags; ++f) wmma::load_matrix_sync(a[f], s + 16 * f * kLd + kk, kLd);
+      for (int f = 0; f < kTokenFrags; ++f)
+        if (f < live_frags) ldmatrix_x4(stage + a_at + 2 * (16 * f * kLd + kk), a[f]);
 #pragma unroll
-      for (int j = 0; j < kExpertFrags; ++j) {
-        // The experts' rows are the B operand in column-major order: B(k, e) = w_router[e, k].
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> b;
-        wmma::load_matrix_sync(b, s + (ROUTER_TOKENS + 16 * (warp * kExpertFrags + j)) * kLd + kk, kLd);
+      for (int p = 0; p < kExpertTiles / 2; ++p) {
+        // B(k, e) = w_router[e, k]: the experts' rows, K-contiguous, are the col-major B of two n8 tiles
+        unsigned b[4];
+        ldmatrix_x4(stage + b_at + 2 * (16 * p * kLd + kk), b);
 #pragma unroll
-        for (int f = 0; f < kTokenFrags; ++f) wmma::mma_sync(acc[f][j], a[f], b, acc[f][j]);
+        for (int f = 0; f < kTokenFrags; ++f) {
+          if (f < live_frags) {
+            mma_16816(acc[f][2 * p], a[f], b[0], b[1]);
+            mma_16816(acc[f][2 * p + 1], a[f], b[2], b[3]);
+          }
+        }
       }
     }
   }
   asm volatile("cp.async.wait_group 0;" ::: "memory");
   __syncthreads();  // every warp is done with the ring: the logits take its place
-  for (int j = 0; j < kExpertFrags; ++j) {
-    const int e = 16 * (warp * kExpertFrags + j);
-    if (e < E)
-      for (int f = 0; f < kTokenFrags; ++f)
-        wmma::store_matrix_sync(logits + 16 * f * kLdl + e, acc[f][j], kLdl, wmma::mem_row_major);
+#pragma unroll
+  for (int f = 0; f < kTokenFrags; ++f) {
+#pragma unroll
+    for (int n = 0; n < kExpertTiles; ++n) {  // d[0..1]: token row lane / 4, d[2..3]: 8 rows below
+      const int row = 16 * f + lane / 4, e = warp * kExpertsPerWarp + 8 * n + 2 * (lane % 4);
+      logits[row * kLdl + e] = acc[f][n][0], logits[row * kLdl + e + 1] = acc[f][n][1];
+      logits[(row + 8) * kLdl + e] = acc[f][n][2], logits[(row + 8) * kLdl + e + 1] = acc[f][n][3];
+    }
   }
   __syncthreads();
 
   // One warp per token: softmax over the experts, then TOPK rounds of a warp arg-max.
   constexpr int kPerLane = ROUTER_MAX_EXPERTS / 32;
-  const int lane = pl::lane_index();
   for (int row = warp; row < ROUTER_TOKENS; row += WARPS) {
     const int t = t0 + row;
     if (t >= T) break;
