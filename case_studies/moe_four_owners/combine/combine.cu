@@ -23,10 +23,11 @@ extern "C" __device__ void moe_combine(pl::Tile tile, const bf16* __restrict__ y
     w[k] = k < TOPK ? topk_w[(long long)t * TOPK + k] : 0.0f;
   }
   if (H % 4 == 0 && COMBINE_TILE_N % 4 == 0) {
-    // 4 columns a thread, every k's 8 bytes loaded before any is used: a thread has TOPK loads in flight,
-    // not one (4-byte loads one k at a time left the combine latency-bound at 5 us a token). (16 bytes a
-    // k, 8 x 16 bytes live, made the layer kernel's register allocation spill.)
-    constexpr int kUnroll = 2;  // 4-column groups a thread at once: kUnroll * TOPK loads in flight
+    // kUnroll groups of 4 columns a thread, every k's 8 bytes loaded before any is used: a thread has
+    // kUnroll * TOPK loads in flight, a token's row in one pass of the block at H = 2048. (4-byte loads one
+    // k at a time left the combine latency-bound at 5 us a token, and in the layer kernel, one block an SM,
+    // its 4096 tasks at T = 4096 ran 140 us past the experts' last.)
+    constexpr int kUnroll = 4;  // 4-column groups a thread at once: kUnroll * TOPK loads in flight
     for (int c0u = c0 + 4 * thread_rank(); c0u < c1; c0u += kUnroll * 4 * THREADS) {
       uint2 v[kUnroll][kMaxTopk];
 #pragma unroll
