@@ -21,6 +21,7 @@ def contract_summary(c: Contract) -> dict:
         "roles": [{"name": r.name, "warps": r.warps, "warpgroup_aligned": r.warpgroup_aligned,
                    "setmaxnreg": r.setmaxnreg} for r in c.threads.roles],
         "uses_syncthreads": c.threads.uses_syncthreads,
+        "concurrent": c.threads.concurrent,
         "max_registers": c.max_registers,
         "smem_buffers": [{"name": b.name, "bytes": str(b.bytes), "align": b.align, "lifetime": b.lifetime,
                           "phase": b.phase} for b in c.buffers],
@@ -51,6 +52,7 @@ def contract_text(c: Contract, indent: str = "  ") -> list[str]:
              + ", ".join(f"{r.name} {r.warps}" + (" (warpgroup)" if r.warpgroup_aligned else "")
                          + (f" setmaxnreg {r.setmaxnreg}" if r.setmaxnreg else "") for r in c.threads.roles)
              + ("; calls __syncthreads" if c.threads.uses_syncthreads else "")
+             + ("; tasks may run several to a block" if c.threads.concurrent else "")
              + (f"; <= {c.max_registers} regs/thread" if c.max_registers else "")]
     for b in c.buffers:
         lines.append(f"{indent}smem      {b.name}: {b.bytes} bytes, align {b.align}, {b.lifetime}"

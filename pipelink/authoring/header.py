@@ -111,6 +111,10 @@ def generate_header(c: Contract) -> str:
                 f"__device__ __forceinline__ unsigned copy() {{ return {p}copies > 1u ? "
                 f"(pl::warp_index() - {p}warp_begin) / ({warps_c}) : 0u; }}",
                 f"__device__ __forceinline__ unsigned warp_begin() {{ return {p}warp_begin + copy() * ({warps_c}); }}"]
+    elif c.threads.concurrent:  # several tasks a block: this warp's group of WARPS warps
+        out += ["// Tasks run several to a block (threads.concurrent): the calling warp's group of WARPS warps.",
+                f"__device__ __forceinline__ unsigned warp_begin() {{ return {p}warp_begin + "
+                f"(pl::warp_index() - {p}warp_begin) / ({warps_c}) * ({warps_c}); }}"]
     else:
         out.append(f"__device__ __forceinline__ unsigned warp_begin() {{ return {p}warp_begin; }}")
     out += ["__device__ __forceinline__ unsigned warp_rank() { return pl::warp_index() - warp_begin(); }",

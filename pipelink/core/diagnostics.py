@@ -234,6 +234,9 @@ CODES = _codes(
          "profile_tasks records a persistent kernel's tasks: profile a persistent pipeline, or time the kernel whole"),
     Code("PL180", "pipeline geometry not consumed or already provided", L,
          "a pipeline's `geometry` (`--geometry`) sets names its components consume and none of them provides"),
+    Code("PL181", "concurrent tasks with block-wide resources", L,
+         "threads.concurrent runs several of the component's tasks in one block at once, one per group of its "
+         "warps: it cannot call __syncthreads, nor keep shared memory, barriers or ports, nor have roles"),
 )
 
 

@@ -163,6 +163,7 @@ class _SemanticCheck:
         entries = self.entries(raw.get("entries", []), entry, ports, threads)
         events = self.events(raw.get("events", {}), geometry, entry)
         self.reduction(geometry, ports, entries)
+        self.concurrent(threads, buffers, barriers, ports, entries)
         cluster = tuple(raw["cluster"]["dims"]) if "cluster" in raw else None
         if cluster is not None and (len(cluster) > 3 or cluster[0] * (cluster[1:2] or [1])[0] * (cluster[2:3] or [1])[0] > 8):
             self.error("PL107", f"cluster {list(cluster)} has more than the 8 CTAs a portable cluster may hold",
@@ -174,6 +175,23 @@ class _SemanticCheck:
             entry=entry, targets=targets, threads=threads, max_registers=max_regs, buffers=buffers,
             barriers=barriers, ports=ports, geometry=geometry, events=events, source=self.source, raw=raw,
             entries=entries, cluster=cluster)
+
+    def concurrent(self, threads: Threads, buffers, barriers, ports, entries) -> None:
+        """Tasks that run several to a block (threads.concurrent) share it with each other: nothing of
+        theirs may span the block or sit at one place in it (PL181)."""
+        if not threads.concurrent:
+            return
+        held = [what for what, has in (
+            ("calls __syncthreads (threads.uses_syncthreads)", threads.uses_syncthreads),
+            ("has roles", len(threads.roles) > 1),
+            ("has entries", bool(entries)),
+            ("keeps shared-memory buffers", bool(buffers)),
+            ("declares barriers", bool(barriers and (barriers.named or barriers.mbarriers or barriers.hardcoded_ids))),
+            ("has ports", bool(ports))) if has]
+        if held:
+            self.error("PL181", f"threads.concurrent, but the component {', '.join(held)}", "/threads/concurrent",
+                       hint="run one task a block (drop concurrent), or keep per-task state in registers and "
+                            "synchronize with __syncwarp")
 
     def reduction(self, geometry: Geometry, ports, entries) -> None:
         """A split reduction's partial sums travel as the fragment of an `out` register port, made by
@@ -368,7 +386,8 @@ class _SemanticCheck:
                            f"{ptr}/instances")
             roles.append(Role(r["name"], rw, bool(r.get("warpgroup_aligned") or nreg is not None), nreg, ptr, rexpr,
                               r.get("instances", 1)))
-        return Threads(warps, tuple(roles), raw.get("uses_syncthreads", False), warps_expr)
+        return Threads(warps, tuple(roles), raw.get("uses_syncthreads", False), warps_expr,
+                       raw.get("concurrent", False))
 
     def geometry(self, raw: dict, entry: Entry) -> Geometry:
         provides = dict(raw.get("provides", {}))

@@ -160,6 +160,7 @@ class Threads:
     roles: tuple[Role, ...]
     uses_syncthreads: bool
     warps_expr: Expr | None = None  # as for Role
+    concurrent: bool = False        # tasks may run several to a block, one per group of `warps` warps
 
     def at(self, geometry: dict[str, int]) -> "Threads":
         """The warp counts for the link's geometry (where they are expressions over it)."""

@@ -386,6 +386,24 @@ def _registers(r: Resolved, alloc: Allocation, target, sink: DiagnosticSink) -> 
                                              [b for b, _ in budgets])
 
 
+# Named barrier ids a block's task groups use (1..15; 0 is __syncthreads). Only one claimed task, or one
+# batch of a concurrent component's tasks, runs in a block at a time, and every component's barriers are
+# done when its task ends: the ids that other components' tasks use are free during a batch.
+MAX_TASK_GROUPS = 15
+
+
+def concurrent_tasks(threads, block_warps: int, schedule: str | None, dispatch: str, has_calls: bool,
+                     has_prefetch: bool) -> int:
+    """How many tasks of a component a block of `block_warps` runs at once: block_warps / warps when the
+    contract says its tasks may run together (threads.concurrent: no __syncthreads, no shared memory,
+    barriers or ports) and the kernel claims tasks one by one from a counter (a persistent schedule with
+    dynamic dispatch, no calls); 1 otherwise. A task that needs few warps then costs its group of warps,
+    not the whole block: a combine of one warp in a layer of four-warp experts runs four tokens at once."""
+    if not threads.concurrent or schedule != "persistent" or dispatch != "dynamic" or has_calls or has_prefetch:
+        return 1
+    return max(1, min(block_warps // threads.warps, MAX_TASK_GROUPS))
+
+
 def kernel_register_budget(target, threads: int, smem_bytes: int, caps: list[int]) -> int:
     """One register allocation serves every thread of a single-entry kernel. The tightest cap keeps the
     blocks per SM its component was written for; above it, the kernel takes as many registers, up to the

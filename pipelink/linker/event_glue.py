@@ -65,14 +65,16 @@ def element_space(r, j: int, side) -> ElementSpace:
     return ElementSpace(tuple(loops), tuple(guards), index)
 
 
-def shared_loop(space: ElementSpace, body: str, threads: int, slot: int, indent: str) -> list[str]:
+def shared_loop(space: ElementSpace, body: str, threads: int, slot: int, indent: str,
+                tid: str = "threadIdx.x") -> list[str]:
     """`body` for every element of `space`, the elements dealt to the block's `threads` threads
     (the last loop varies fastest across threads: neighbours read neighbouring gathered entries).
-    With no loops there is one element: thread `slot % threads` takes it."""
+    With no loops there is one element: thread `slot % threads` takes it. `tid`: the thread's index among
+    the `threads` (a group's own when a block runs several tasks at once)."""
     out = [f"{indent}{{"]
     inner = indent + "  "
     if not space.loops:
-        head = [f"{inner}if (threadIdx.x == {slot % threads}u) {{"]
+        head = [f"{inner}if ({tid} == {slot % threads}u) {{"]
     else:
         sizes = []
         for k, loop in enumerate(space.loops):
@@ -82,7 +84,7 @@ def shared_loop(space: ElementSpace, body: str, threads: int, slot: int, indent:
                 out.append(f"{inner}const long long pl_lo{k} = {loop.lo};")
                 out.append(f"{inner}const long long pl_n{k} = max({loop.hi} - pl_lo{k}, 0ll);")
                 sizes.append(f"pl_n{k}")
-        head = [f"{inner}for (long long pl_i = threadIdx.x; pl_i < {' * '.join(sizes)}; pl_i += {threads}) {{"]
+        head = [f"{inner}for (long long pl_i = {tid}; pl_i < {' * '.join(sizes)}; pl_i += {threads}) {{"]
         rest = "pl_i"
         if len(space.loops) > 1:
             head.append(f"{inner}  long long pl_r = pl_i;")
@@ -150,34 +152,55 @@ def count_c(r, tensor, side) -> str:
     return side.count.to_c(geo) if side.count is not None else tensor.count_c(geo)
 
 
+@dataclass(frozen=True)
+class GroupScope:
+    """A group of a block's warps running a task of its own beside the block's other groups (a component
+    whose tasks run several to a block): its thread index, its thread count and its named barrier id."""
+    tid: str
+    threads: int
+    barrier: str
+
+    def all(self, value: str) -> str:
+        return f"pl::glue::group_and({value}, {self.barrier}, {self.threads}u)"
+
+
 def wait_block(r, waits, tensor_index: dict, comp_index: int, threads: int, bound: str, indent: str,
-               bases: dict | None = None) -> list[str]:
+               bases: dict | None = None, group: GroupScope | None = None) -> list[str]:
     """Every wait of a task, in contract order and phases; leaves the task if a debug wait timed out.
-    `bases`: event name -> C of its first counter, where not `e<j>` (a layer's copy)."""
-    out = [f"{indent}{{", f"{indent}  bool pl_ok = true;"]
+    `bases`: event name -> C of its first counter, where not `e<j>` (a layer's copy). With `group`, the
+    waits are the group's: its threads share the elements, meet at its barrier, and a debug timeout leaves
+    `pl_ok` (declared by the caller) false instead of returning."""
+    tid, every = (group.tid, group.all) if group else ("threadIdx.x", lambda v: f"__syncthreads_and({v})")
+    out = [f"{indent}{{"] + ([] if group else [f"{indent}  bool pl_ok = true;"])
     slot, met = 0, []
     for n, (tensor, side) in enumerate(waits):
         if n and reads_device(side):
-            out.append(f"{indent}  pl_ok = __syncthreads_and(pl_ok);  // the waits above guard what this one reads")
+            out.append(f"{indent}  pl_ok = {every('pl_ok')};  // the waits above guard what this one reads")
         j = tensor_index[tensor.name]
         space = element_space(r, j, side)
         call = (f"pl_ok = pl_ok && pl::events::wait_for({event_base(tensor_index, bases, tensor.name)} + {space.index}, (unsigned)({count_c(r, tensor, side)}), "
                 f"pl_epoch, {bound}, pl_report, {comp_index}u, {j}u, {space.index}, (unsigned long long)t);")
-        loop = shared_loop(space, call, threads, slot, indent + "  ")
+        loop = shared_loop(space, call, threads, slot, indent + "  ", tid)
         if task_invariant(side):  # met once in this CTA: met for the rest of the launch
             flag = ready_flag(comp_index, n)
             loop = [f"{indent}  if ({flag} != pl_layer)" if has_layers(r) else f"{indent}  if (!{flag})"] + loop
             met.append(flag)
         out += loop
         slot += not space.loops
-    out.append(f"{indent}  if (!__syncthreads_and(pl_ok)) return;  // a debug build's wait timed out somewhere")
-    out += [f"{indent}  {flag} = {'pl_layer' if has_layers(r) else 'true'};" for flag in met]
+    if group:
+        out.append(f"{indent}  pl_ok = {every('pl_ok')};  // a debug build's wait may have timed out")
+        out += [f"{indent}  if (pl_ok) {flag} = true;" for flag in met]
+    else:
+        out.append(f"{indent}  if (!__syncthreads_and(pl_ok)) return;  // a debug build's wait timed out somewhere")
+        out += [f"{indent}  {flag} = {'pl_layer' if has_layers(r) else 'true'};" for flag in met]
     out.append(f"{indent}}}")
     return out
 
 
-def notify_block(r, notifies, tensor_index: dict, threads: int, indent: str, bases: dict | None = None) -> list[str]:
-    """Every notification of a task, after its writes (the caller's barrier) are made visible."""
+def notify_block(r, notifies, tensor_index: dict, threads: int, indent: str, bases: dict | None = None,
+                 tid: str = "threadIdx.x") -> list[str]:
+    """Every notification of a task, after its writes (the caller's barrier) are made visible. `tid`: the
+    thread's index among the task's `threads` (a group's own when a block runs several tasks at once)."""
     spaces, slot = [], 0
     for tensor, side in notifies:
         space = element_space(r, tensor_index[tensor.name], side)
@@ -186,22 +209,22 @@ def notify_block(r, notifies, tensor_index: dict, threads: int, indent: str, bas
     # The caller's barrier orders every thread's writes before the notifying threads' fences, and a fence
     # is cumulative over that order (the pattern of a grid barrier): only the threads that move a count
     # fence, the others go on (a fence waits for the thread's own outstanding memory operations).
-    who = " || ".join(f"({notifier_condition(space, threads, sl)})" for _, _, space, sl in spaces)
+    who = " || ".join(f"({notifier_condition(space, threads, sl, tid)})" for _, _, space, sl in spaces)
     out = [f"{indent}if ({who}) __threadfence();  // the task's writes are visible to every CTA before any count moves"]
     for tensor, side, space, sl in spaces:
         body = (f"pl::events::add_one({event_base(tensor_index, bases, tensor.name)} + {space.index});  "
                 f"// '{tensor.name}' {side.map.text}")
-        out += shared_loop(space, body, threads, sl, indent)
+        out += shared_loop(space, body, threads, sl, indent, tid)
     return out
 
 
-def notifier_condition(space: ElementSpace, threads: int, slot: int) -> str:
+def notifier_condition(space: ElementSpace, threads: int, slot: int, tid: str = "threadIdx.x") -> str:
     """C: whether this thread takes an element of `space` in shared_loop (same dealing)."""
     if not space.loops:
-        return f"threadIdx.x == {slot % threads}u"
+        return f"{tid} == {slot % threads}u"
     sizes = [f"(long long)({loop.hi})" if loop.lo == "0" else f"max((long long)({loop.hi}) - (long long)({loop.lo}), 0ll)"
              for loop in space.loops]
-    return f"(long long)threadIdx.x < {' * '.join(sizes)}"
+    return f"(long long){tid} < {' * '.join(sizes)}"
 
 
 def affine_c(text: str, letters: dict[str, str], r=None) -> str:

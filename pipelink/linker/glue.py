@@ -16,7 +16,7 @@ from ..core.model import DTYPE_C, dtype_includes
 from ..runtime.manifest import IMPLICIT_PARAMS, STREAM_K_PARAMS, WORKSPACE
 from ..runtime.profile import LAUNCH_SYMBOL as PROFILE_LAUNCH, NEXT_SYMBOL as PROFILE_NEXT, RING_SYMBOL as PROFILE_RING
 from . import event_glue
-from .allocate import ARENA_ALIGN, Allocation
+from .allocate import ARENA_ALIGN, Allocation, concurrent_tasks
 from .calls import layered_events
 from .resolve import Resolved, Wire
 
@@ -538,9 +538,13 @@ def _persistent(r: Resolved, a: Allocation) -> list[str]:
     elif not event_glue.has_layers(r):
         # Without a layer loop the claim stays 32-bit and the chain flat, so kernels that were linked before
         # layers existed keep their code byte for byte (the segment walk below costs a few registers).
-        ends = []
-        for k in range(len(plan.order)):
-            ends.append(f"c{k}_tasks" if k == 0 else f"{ends[-1]} + c{k}_tasks")
+        ends, groups = [], {name: task_groups(r, a, name) for name in plan.order}
+        for k, name in enumerate(plan.order):
+            claims = f"c{k}_tasks"
+            if groups[name] > 1:  # one claim runs that many of its tasks, one per group of its warps
+                out.append(f"  const int c{k}_claims = (c{k}_tasks + {groups[name] - 1}) / {groups[name]};")
+                claims = f"c{k}_claims"
+            ends.append(claims if k == 0 else f"{ends[-1]} + {claims}")
         out.append(f"  const unsigned total_tasks = {ends[-1]};")
         out += ["  while (true) {",
                 "    // The task counter is zero when a launch starts: the last CTA out of the launch before zeroed it.",
@@ -553,9 +557,15 @@ def _persistent(r: Resolved, a: Allocation) -> list[str]:
         for k, name in enumerate(plan.order):
             lo = "0u" if k == 0 else f"(unsigned)({ends[k - 1]})"
             cond = f"task < (unsigned)({ends[k]})"
-            out.append(f"    {'if' if k == 0 else 'else if'} ({cond}) {{  // {name}")
-            out.append(f"      const int t = (int)(task - {lo});")
-            out += _task_body(r, a, k, name, "      ")
+            g = groups[name]
+            out.append(f"    {'if' if k == 0 else 'else if'} ({cond}) {{  // {name}"
+                       + (f": {g} tasks at once, one per group of {r.component(name).contract.threads.warps} warps"
+                          if g > 1 else ""))
+            if g > 1:
+                out += _group_task_body(r, a, k, name, g, lo, "      ")
+            else:
+                out.append(f"      const int t = (int)(task - {lo});")
+                out += _task_body(r, a, k, name, "      ")
             out.append("    }")
         out.append("  }")
     else:
@@ -722,6 +732,55 @@ def _task_body(r: Resolved, a: Allocation, k: int, name: str, indent: str) -> li
         out.append(f"{indent}if (pl_record) pl::profile::stamp(pl_record, 4);  // its notifications are out")
     if counter:
         out.append(f"{indent}++{counter};")
+    return out
+
+
+def task_groups(r: Resolved, a: Allocation, name: str) -> int:
+    """The tasks of `name` one block runs at once (allocate.concurrent_tasks)."""
+    comp = r.component(name)
+    return concurrent_tasks(comp.contract.threads, a.block_warps, r.schedule, r.dispatch, r.calls is not None,
+                            bool(comp.code.entry.prefetch))
+
+
+def _group_task_body(r: Resolved, a: Allocation, k: int, name: str, groups: int, lo: str, indent: str) -> list[str]:
+    """One claim of a concurrent component: `groups` consecutive tasks, group g of its warps running task
+    claim * groups + g with its own waits (its threads, its named barrier g + 1), entry, barrier and
+    notifications; a group past the last task idles. The next claim's barrier ends the batch."""
+    comp = r.component(name)
+    plan = r.events
+    tensor_index = {t.name: j for j, t in enumerate(plan.tensors.values())}
+    comp_index = [c.name for c in r.components].index(name)
+    threads = comp.contract.threads.count
+    group = event_glue.GroupScope("pl_gtid", threads, "pl_group + 1u")
+    inner = indent + "  "
+    out = [f"{indent}const unsigned pl_group = threadIdx.x / {threads}u, pl_gtid = threadIdx.x % {threads}u;",
+           f"{indent}const int t = (int)(task - {lo}) * {groups} + (int)pl_group;",
+           f"{indent}bool pl_ok = true;",
+           f"{indent}if (pl_group < {groups}u && t < c{k}_tasks) {{  // a warp past the groups, or past the last task, idles"]
+    out += _decode(r, k, name, inner)
+    if r.profile_tasks:  # the group's first thread records the task
+        out += [f"{inner}unsigned long long* const pl_record = pl_gtid == 0 ? pl::profile::begin({PROFILE_RING}, "
+                f"&{PROFILE_NEXT}, {r.profile_tasks}ull, pl_profile_launch_id, {comp_index}u, t) : nullptr;"]
+    waits = plan.waits_of(name)
+    if waits:
+        bound = f"{DEBUG_SPIN_BOUND}ull" if r.debug_events else "0ull"
+        out += event_glue.wait_block(r, waits, tensor_index, comp_index, threads, bound, inner, group=group)
+    out.append(f"{inner}if (pl_ok) {{")
+    body = inner + "  "
+    if r.profile_tasks:
+        out.append(f"{body}if (pl_record) pl::profile::stamp(pl_record, 2);  // its waits are met")
+    out.append(_call(comp, body))
+    out.append(f"{body}pl::glue::group_sync(pl_group + 1u, {threads}u);  // the task's writes are done")
+    if r.profile_tasks:
+        out.append(f"{body}if (pl_record) pl::profile::stamp(pl_record, 3);  // it is done")
+    notifies = plan.notifies_of(name)
+    if notifies:
+        out += event_glue.notify_block(r, notifies, tensor_index, threads, body, tid="pl_gtid")
+    if r.profile_tasks:
+        out.append(f"{body}if (pl_record) pl::profile::stamp(pl_record, 4);  // its notifications are out")
+    out += [f"{inner}}}", f"{indent}}}"]
+    if r.debug_events:  # a group's wait timed out: every CTA leaves, as after a whole block's
+        out.append(f"{indent}if (__syncthreads_or(!pl_ok)) return;")
     return out
 
 

@@ -46,6 +46,18 @@ __device__ __forceinline__ void mbarrier_wait(unsigned offset, unsigned parity) 
 
 __device__ __forceinline__ int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
+// A group of warps running a task of its own beside the block's other groups (threads.concurrent): its
+// barrier, and whether `v` holds for all its threads. `threads` is a multiple of 32.
+__device__ __forceinline__ void group_sync(unsigned id, unsigned threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ bool group_and(bool v, unsigned id, unsigned threads) {
+  unsigned all;
+  asm volatile("{\n.reg .pred p, q;\nsetp.ne.u32 p, %1, 0;\nbar.red.and.pred q, %2, %3, p;\nselp.u32 %0, 1, 0, q;\n}"
+               : "=r"(all) : "r"((unsigned)v), "r"(id), "r"(threads) : "memory");
+  return all != 0u;
+}
+
 // --- split reductions: a tile's reduction blocks over several CTAs ----------------------------
 // Two walks (the launcher picks, streamk.py). Stream-K: a CTA walks its whole tiles first (tiles
 // blockIdx.x, + gridDim.x, ... below dp_tiles), then an equal share of the reduction blocks of the
