@@ -110,8 +110,9 @@ def test_the_glue_runs_four_combine_tasks_a_claim(shipped_objects, concurrent_co
     assert "moe_combine: grid [T] row_major; 4 tasks a block at once, one per group of 1 warps" in linked.link_map
     glue = linked.glue
     assert "const int c2_claims = (c2_tasks + 3) / 4;" in glue
-    assert "pl::glue::group_sync(pl_group + 1u, 32u);" in glue
-    assert "pl::glue::group_and(" in glue  # its waits meet at the group's barrier, not the block's
+    assert "pl::glue::group_sync<4>(pl_group, 32u);" in glue
+    assert "pl::glue::group_and<4>(" in glue  # its waits meet at the group's barrier, not the block's
+    assert linked.manifest.resources.named_barriers == 5  # ids 0..4: constants, not all sixteen
     assert "__syncthreads_or" not in glue  # only a debug build leaves on a group's timeout
     assert linked.link_map.count("tasks a block at once") == 1  # the block's other components: one a claim
     # static dispatch walks the tasks one at a time: the same object links and runs one combine a block

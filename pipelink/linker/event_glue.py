@@ -155,13 +155,18 @@ def count_c(r, tensor, side) -> str:
 @dataclass(frozen=True)
 class GroupScope:
     """A group of a block's warps running a task of its own beside the block's other groups (a component
-    whose tasks run several to a block): its thread index, its thread count and its named barrier id."""
+    whose tasks run several to a block): its thread index, its thread count, its index and how many groups
+    the block holds (group g meets at named barrier g + 1)."""
     tid: str
     threads: int
-    barrier: str
+    group: str
+    groups: int
 
     def all(self, value: str) -> str:
-        return f"pl::glue::group_and({value}, {self.barrier}, {self.threads}u)"
+        return f"pl::glue::group_and<{self.groups}>({value}, {self.group}, {self.threads}u)"
+
+    def sync(self) -> str:
+        return f"pl::glue::group_sync<{self.groups}>({self.group}, {self.threads}u);"
 
 
 def wait_block(r, waits, tensor_index: dict, comp_index: int, threads: int, bound: str, indent: str,

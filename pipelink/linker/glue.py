@@ -751,7 +751,7 @@ def _group_task_body(r: Resolved, a: Allocation, k: int, name: str, groups: int,
     tensor_index = {t.name: j for j, t in enumerate(plan.tensors.values())}
     comp_index = [c.name for c in r.components].index(name)
     threads = comp.contract.threads.count
-    group = event_glue.GroupScope("pl_gtid", threads, "pl_group + 1u")
+    group = event_glue.GroupScope("pl_gtid", threads, "pl_group", groups)
     inner = indent + "  "
     out = [f"{indent}const unsigned pl_group = threadIdx.x / {threads}u, pl_gtid = threadIdx.x % {threads}u;",
            f"{indent}const int t = (int)(task - {lo}) * {groups} + (int)pl_group;",
@@ -770,7 +770,7 @@ def _group_task_body(r: Resolved, a: Allocation, k: int, name: str, groups: int,
     if r.profile_tasks:
         out.append(f"{body}if (pl_record) pl::profile::stamp(pl_record, 2);  // its waits are met")
     out.append(_call(comp, body))
-    out.append(f"{body}pl::glue::group_sync(pl_group + 1u, {threads}u);  // the task's writes are done")
+    out.append(f"{body}{group.sync()}  // the task's writes are done")
     if r.profile_tasks:
         out.append(f"{body}if (pl_record) pl::profile::stamp(pl_record, 3);  // it is done")
     notifies = plan.notifies_of(name)
