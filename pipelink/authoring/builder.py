@@ -19,6 +19,7 @@ from ..core.diagnostics import DiagnosticSink, Location
 from ..core.model import Contract
 from ..formats.inputs import SOURCE_SECTION, embed_contract
 from ..formats.outputs import STDOUT, Input, Output, check_outputs, write_outputs
+from . import build_cache
 from .header import generate_header
 
 
@@ -115,7 +116,8 @@ def build_component(contract: Contract, contract_bytes: bytes, source: str | Pat
     """Compile `source` into `output` (a host object holding the `-dlto` fatbin and the contract; `-`:
     stdout). Refuses a contract `pipelink check` refuses, and an output that is one of the inputs.
 
-    Writes `output` only on success, atomically.
+    Writes `output` only on success, atomically. An object the build cache holds for the same inputs
+    (build_cache.py) is taken from it instead of compiling again.
     """
     opts = opts or BuildOptions()
     source = Path(source)
@@ -139,37 +141,49 @@ def build_component(contract: Contract, contract_bytes: bytes, source: str | Pat
         return False
     with tempfile.TemporaryDirectory(prefix="pipelink-build-") as tmp:
         tmp = Path(tmp)
-        (tmp / f"{contract.name}.pipelink.h").write_text(generate_header(contract))
-        fatbin, obj = tmp / "component.fatbin", tmp / "component.o"
+        header = generate_header(contract)
+        (tmp / f"{contract.name}.pipelink.h").write_text(header)
+        fatbin, obj, depfile = tmp / "component.fatbin", tmp / "component.o", tmp / "component.d"
         cmd = nvcc_command(contract, source, fatbin, tmp, opts)
-        opts.nvcc_log.append(" ".join(cmd))
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, env=toolchain.nvcc_env())
-        except OSError as exc:
-            sink.error("PL008", f"cannot run nvcc: {exc}", Location(file=str(source)))
-            return False
-        if proc.returncode != 0:
-            log = (proc.stderr + proc.stdout).strip()
-            sink.error("PL019", f"nvcc could not compile component '{contract.name}':\n{_indent(log)}",
-                       Location(file=str(source), component=contract.name))
-            return False
-        try:
-            text = source.read_text()
-        except (OSError, UnicodeDecodeError) as exc:
-            sink.error("PL002", f"cannot read source {source} as UTF-8 text: {exc}", Location(file=str(source)))
-            return False
-        try:
-            wrap_fatbin(fatbin, obj)
-            staged = tmp / "with-contract.o"
-            source_doc = json.dumps({"file": source.name, "source": text}).encode()
-            embed_contract(obj, contract_bytes, staged, {SOURCE_SECTION: source_doc})
-            data = staged.read_bytes()
-        except toolchain.ToolchainError as exc:
-            sink.error("PL008", str(exc), Location(file=output.path))
-            return False
-        except OSError as exc:
-            sink.error("PL007", f"cannot stage the object: {exc.strerror or exc}", Location(file=output.path))
-            return False
+            k = build_cache.key(cmd, tmp, header, contract_bytes, source)
+        except (OSError, toolchain.ToolchainError):
+            k = None
+        data = build_cache.lookup(k) if k else None
+        if data is not None:
+            opts.nvcc_log.append(f"(cached: {' '.join(cmd)})")
+        else:
+            cmd += ["-MD", "-MF", str(depfile)]  # what the compile reads: the cache entry's dependencies
+            opts.nvcc_log.append(" ".join(cmd))
+            try:
+                proc = subprocess.run(cmd, capture_output=True, text=True, env=toolchain.nvcc_env())
+            except OSError as exc:
+                sink.error("PL008", f"cannot run nvcc: {exc}", Location(file=str(source)))
+                return False
+            if proc.returncode != 0:
+                log = (proc.stderr + proc.stdout).strip()
+                sink.error("PL019", f"nvcc could not compile component '{contract.name}':\n{_indent(log)}",
+                           Location(file=str(source), component=contract.name))
+                return False
+            try:
+                text = source.read_text()
+            except (OSError, UnicodeDecodeError) as exc:
+                sink.error("PL002", f"cannot read source {source} as UTF-8 text: {exc}", Location(file=str(source)))
+                return False
+            try:
+                wrap_fatbin(fatbin, obj)
+                staged = tmp / "with-contract.o"
+                source_doc = json.dumps({"file": source.name, "source": text}).encode()
+                embed_contract(obj, contract_bytes, staged, {SOURCE_SECTION: source_doc})
+                data = staged.read_bytes()
+            except toolchain.ToolchainError as exc:
+                sink.error("PL008", str(exc), Location(file=output.path))
+                return False
+            except OSError as exc:
+                sink.error("PL007", f"cannot stage the object: {exc.strerror or exc}", Location(file=output.path))
+                return False
+            if k:
+                build_cache.store(k, data, depfile, tmp)
     if output.path != STDOUT:
         try:
             Path(output.path).parent.mkdir(parents=True, exist_ok=True)

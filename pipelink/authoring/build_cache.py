@@ -1,0 +1,121 @@
+"""The build cache: an object `pipelink build` made, stored under a hash of what shapes it, beside the link
+cache (`linker/cache.py`: PIPELINK_CACHE_DIR, PIPELINK_CACHE=0 turns both off).
+
+The key covers pipelink's version and the code that makes an object (the builder, the header generator,
+the contract embedding, pipelink's device headers), nvcc's version, the nvcc command (its temporary
+folders named, not spelled), the generated header, the contract's bytes and the source's path and bytes.
+What the source includes is known only after a compile: nvcc lists it (`-MD`), and the entry records each
+file with its hash; a lookup rehashes them, so an edited header makes a miss, as in ccache's direct mode.
+An entry is written into a temporary directory and renamed into place; anything wrong with one is a miss.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from .. import __version__, toolchain
+from ..linker.cache import cache_dir, enabled
+
+PACKAGE = Path(__file__).resolve().parents[1]  # pipelink/
+# pipelink's code that decides an object's bytes (besides the inputs and the nvcc command).
+CODE = ("authoring/builder.py", "authoring/header.py", "formats/inputs.py")
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def code_hash() -> str:
+    h = hashlib.sha256()
+    for f in sorted([*(PACKAGE / c for c in CODE), *PACKAGE.glob("include/pipelink/*.h")]):
+        h.update(f"{f.relative_to(PACKAGE).as_posix()}\0{_sha256(f.read_bytes())}\n".encode())
+    return h.hexdigest()
+
+
+def key(command: list[str], scratch: Path, header: str, contract_bytes: bytes, source: Path) -> str:
+    """The entry's name: everything known before compiling. `scratch`, the build's temporary folder, is
+    named in the command as <scratch>."""
+    doc = {"pipelink": __version__, "code": code_hash(), "nvcc": toolchain.nvcc_version(),
+           "command": [a.replace(str(scratch), "<scratch>") for a in command], "header": _sha256(header.encode()),
+           "contract": _sha256(contract_bytes), "source": [str(source.resolve()), _sha256(source.read_bytes())]}
+    return _sha256(json.dumps(doc, sort_keys=True).encode())
+
+
+def parse_depfile(text: str) -> list[str]:
+    """The prerequisites of a make rule (`target: a b \\` ...), as nvcc -MD writes them; `\\ ` is a space."""
+    body = text.replace("\\\n", " ").replace("\\\r\n", " ")
+    _, sep, rest = body.partition(": ")
+    if not sep:
+        return []
+    out, word, i = [], [], 0
+    while i < len(rest):
+        ch = rest[i]
+        if ch == "\\" and i + 1 < len(rest) and rest[i + 1] == " ":
+            word.append(" ")
+            i += 2
+            continue
+        if ch.isspace():
+            if word:
+                out.append("".join(word))
+                word = []
+        else:
+            word.append(ch)
+        i += 1
+    if word:
+        out.append("".join(word))
+    return out
+
+
+def _entry(k: str) -> Path:
+    return cache_dir() / "build" / k[:2] / k
+
+
+def lookup(k: str) -> bytes | None:
+    """The cached object if every file its compile read still has the bytes it had; else None (and a
+    stale or broken entry is removed)."""
+    if not enabled():
+        return None
+    entry = _entry(k)
+    try:
+        deps = json.loads((entry / "deps.json").read_text())
+        for path, digest in deps:
+            if _sha256(Path(path).read_bytes()) != digest:
+                raise ValueError(f"{path} changed")
+        data = (entry / "object.o").read_bytes()
+        if _sha256(data) != json.loads((entry / "meta.json").read_text())["sha256"]:
+            raise ValueError("object damaged")
+        return data
+    except FileNotFoundError:
+        if entry.exists():
+            shutil.rmtree(entry, ignore_errors=True)
+        return None
+    except (OSError, ValueError, TypeError, KeyError):
+        shutil.rmtree(entry, ignore_errors=True)
+        return None
+
+
+def store(k: str, data: bytes, depfile: Path, scratch: Path) -> None:
+    """Keep `data` under `k` with the files nvcc read (those under `scratch`, the generated header, are in
+    the key). A cache that cannot be written is no error: the build already succeeded."""
+    if not enabled():
+        return
+    tmp = None
+    try:
+        deps = [p for p in parse_depfile(depfile.read_text()) if not Path(p).resolve().is_relative_to(scratch.resolve())]
+        recorded = [[str(Path(p).resolve()), _sha256(Path(p).read_bytes())] for p in deps]
+        entry = _entry(k)
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{k[:8]}-", dir=entry.parent))
+        (tmp / "object.o").write_bytes(data)
+        (tmp / "deps.json").write_text(json.dumps(recorded))
+        (tmp / "meta.json").write_text(json.dumps({"sha256": _sha256(data)}))
+        if entry.exists():
+            shutil.rmtree(entry, ignore_errors=True)
+        os.replace(tmp, entry)
+    except OSError:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)

@@ -1,0 +1,122 @@
+"""The build cache (authoring/build_cache.py): `pipelink build` of the same inputs gives the same object
+without running nvcc; an edited source, included header, contract or option misses; a damaged entry
+misses and is rewritten; PIPELINK_CACHE=0 turns it off."""
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from pipelink.authoring import build_cache
+from pipelink.authoring.builder import BuildOptions, build_component
+from pipelink.core.diagnostics import DiagnosticSink
+from pipelink.core.loader import load_contract_file
+from pipelink.harness.shipped import REPO
+
+
+@pytest.fixture
+def cache_root(tmp_path, monkeypatch):
+    root = tmp_path / "cache"
+    monkeypatch.setenv("PIPELINK_CACHE_DIR", str(root))
+    monkeypatch.delenv("PIPELINK_CACHE", raising=False)
+    return root
+
+
+@pytest.fixture
+def component(tmp_path) -> tuple[Path, Path]:
+    """seg_silu's source with a header of its own beside it, and its contract."""
+    d = tmp_path / "src"
+    d.mkdir()
+    src = (REPO / "components" / "seg_silu" / "seg_silu.cu").read_text()
+    (d / "local.h").write_text("#pragma once\nconstexpr float kLocal = 1.0f;\n")
+    (d / "seg_silu.cu").write_text('#include "local.h"\n' + src)
+    shutil.copy(REPO / "contracts" / "seg_silu.json", d / "seg_silu.json")
+    return d / "seg_silu.cu", d / "seg_silu.json"
+
+
+def build(source: Path, contract: Path, out: Path, **opts) -> tuple[bytes, list[str]]:
+    sink = DiagnosticSink()
+    c = load_contract_file(contract, sink)
+    o = BuildOptions(**opts)
+    assert build_component(c, contract.read_bytes(), source, out, sink, o), [d.render() for d in sink.items]
+    return out.read_bytes(), o.nvcc_log
+
+
+def compiled(log: list[str]) -> bool:
+    return not log[-1].startswith("(cached:")
+
+
+def test_the_same_inputs_hit_and_give_the_same_object(cache_root, component, tmp_path):
+    source, contract = component
+    first, log1 = build(source, contract, tmp_path / "a.o")
+    second, log2 = build(source, contract, tmp_path / "b.o")
+    assert compiled(log1) and not compiled(log2) and first == second
+    entry = next((cache_root / "build").glob("*/*"))
+    deps = [p for p, _ in json.loads((entry / "deps.json").read_text())]
+    assert str(source.resolve()) in deps and str((source.parent / "local.h").resolve()) in deps
+    assert not any("pipelink-build-" in p for p in deps)  # the generated header is in the key, not a dependency
+
+
+@pytest.mark.parametrize("edit", ["source", "included header", "contract", "define"])
+def test_an_edited_input_misses(cache_root, component, tmp_path, edit):
+    source, contract = component
+    build(source, contract, tmp_path / "a.o")
+    opts = {}
+    if edit == "source":
+        source.write_text(source.read_text() + "\n// edited\n")
+    elif edit == "included header":
+        (source.parent / "local.h").write_text("#pragma once\nconstexpr float kLocal = 2.0f;\n")
+    elif edit == "contract":
+        doc = json.loads(contract.read_text())
+        doc["version"] = "9.9.9"
+        contract.write_text(json.dumps(doc))
+    else:
+        opts = {"defines": ("PIPELINK_TEST_DEFINE=1",)}
+    _, log = build(source, contract, tmp_path / "b.o", **opts)
+    assert compiled(log)
+    _, again = build(source, contract, tmp_path / "c.o", **opts)
+    assert not compiled(again)
+
+
+@pytest.mark.parametrize("damage", ["object", "deps", "meta"])
+def test_a_damaged_entry_misses_and_is_rewritten(cache_root, component, tmp_path, damage):
+    source, contract = component
+    build(source, contract, tmp_path / "a.o")
+    entry = next((cache_root / "build").glob("*/*"))
+    (entry / {"object": "object.o", "deps": "deps.json", "meta": "meta.json"}[damage]).write_bytes(b"\x00garbage")
+    data, log = build(source, contract, tmp_path / "b.o")
+    assert compiled(log) and data.startswith(b"\x7fELF")
+    again, log = build(source, contract, tmp_path / "c.o")
+    assert not compiled(log) and again == data  # nvcc's output names its scratch folder: the rewritten entry
+
+
+def test_turned_off(cache_root, component, tmp_path, monkeypatch):
+    monkeypatch.setenv("PIPELINK_CACHE", "0")
+    source, contract = component
+    build(source, contract, tmp_path / "a.o")
+    _, log = build(source, contract, tmp_path / "b.o")
+    assert compiled(log) and not (cache_root / "build").exists()
+
+
+def test_failed_builds_are_not_cached(cache_root, component, tmp_path):
+    source, contract = component
+    source.write_text(source.read_text() + "\nthis is not C++;\n")
+    sink = DiagnosticSink()
+    c = load_contract_file(contract, sink)
+    assert not build_component(c, contract.read_bytes(), source, tmp_path / "a.o", sink, BuildOptions())
+    assert "PL019" in [d.code for d in sink.items] and not (cache_root / "build").exists()
+
+
+def test_an_unwritable_cache_does_not_fail_the_build(component, tmp_path, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("PIPELINK_CACHE_DIR", str(blocker / "cache"))
+    source, contract = component
+    data, log = build(source, contract, tmp_path / "a.o")
+    assert compiled(log) and data
+
+
+def test_make_rules_read_as_nvcc_writes_them():
+    text = "out.fatbin : /a/b.cu \\\n /c/with\\ space.h /d/e.h\\\n /f/g.h\n"
+    assert build_cache.parse_depfile(text) == ["/a/b.cu", "/c/with space.h", "/d/e.h", "/f/g.h"]
+    assert build_cache.parse_depfile("no rule here") == []
