@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 from .. import __version__, toolchain
-from ..linker.cache import cache_dir, enabled
+from ..core.cache_root import cache_dir, enabled
 
 PACKAGE = Path(__file__).resolve().parents[1]  # pipelink/
 # pipelink's code that decides an object's bytes (besides the inputs and the nvcc command).

@@ -26,6 +26,7 @@ from pathlib import Path
 from .. import __version__, toolchain
 
 from ..core import jsonread
+from ..core.cache_root import cache_dir, enabled  # noqa: F401  (the link cache's root, and the switch)
 from ..core.diagnostics import Diagnostic
 from ..formats.fatbin import CorruptError, UnsupportedError
 from ..formats.inputs import NamedBytes, sidecar_paths
@@ -33,15 +34,6 @@ from ..runtime.manifest import Manifest
 from ..core.pipeline import NOT_IN_KEY  # noqa: F401  (the marker key_doc honours)
 
 PACKAGE = Path(__file__).resolve().parents[1]  # pipelink/
-
-
-def enabled() -> bool:
-    return os.environ.get("PIPELINK_CACHE", "1") != "0"
-
-
-def cache_dir() -> Path:
-    """Read on every call, not at import: tests and tools point it elsewhere after importing pipelink."""
-    return Path(os.environ.get("PIPELINK_CACHE_DIR") or Path.home() / ".cache" / "pipelink")
 
 
 def _sha256(data: bytes) -> str:
