@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from pipelink.linker.conformance import spills_in_streaming_loops
+
 from pipelink.cli import main
 
 CASE = Path(__file__).resolve().parent.parent / "case_studies" / "moe_four_owners"
@@ -49,38 +51,8 @@ def baseline(tmp_path_factory):
 
 
 def sass_of(linked) -> str:
-    import subprocess
     from pipelink import toolchain
-    cubin = Path(os.environ.get("TMPDIR", "/tmp")) / f"moe_layer_{os.getpid()}.cubin"
-    cubin.write_bytes(linked.cubin)
-    try:
-        return subprocess.run([str(toolchain.cuda_root() / "bin" / "nvdisasm"), "-c", str(cubin)], capture_output=True,
-                              text=True, check=True).stdout
-    finally:
-        cubin.unlink()
-
-
-def spills_in_streaming_loops(sass: str) -> list[str]:
-    """The innermost loops of the kernel (a branch back to a label above it, no such branch inside) that
-    stream (cp.async, tensor-core MMA, 16- or 8-byte global loads; not an event's polling, which sleeps)
-    and also load from local memory: a spill there costs every iteration; one at a task's start does not."""
-    import re
-    lines = sass.splitlines()
-    labels = {m.group(1): i for i, line in enumerate(lines) if (m := re.match(r"^(\.L_x_\d+):", line))}
-    loops = []
-    for i, line in enumerate(lines):
-        m = re.search(r"BRA `\((\.L_x_\d+)\)", line)
-        if m and labels.get(m.group(1), i) < i:
-            loops.append((labels[m.group(1)], i))
-    found = []
-    for start, end in loops:
-        if any(start <= s and e < end for s, e in loops if (s, e) != (start, end)):
-            continue  # not innermost: the task loop, a phase around its k-steps
-        body = "\n".join(lines[start:end + 1])
-        streams = any(op in body for op in ("LDGSTS", "HMMA", "HGMMA", "LDG.E.128", "LDG.E.64"))
-        if streams and "NANOSLEEP" not in body and "LDL" in body:
-            found.append(f"lines {start}-{end}: {body.count('LDL')} local loads")
-    return found
+    return toolchain.disassemble(linked.cubin)
 
 
 def test_both_builds_link(baseline):

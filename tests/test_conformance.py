@@ -9,7 +9,8 @@ from pipelink.cli import main
 from pipelink.core.diagnostics import DiagnosticSink
 from pipelink.core.loader import load_contract_bytes
 from pipelink.core.model import ParamRange, Source
-from pipelink.linker.conformance import Usage, compare, probe_plan, probe_value, sass_barriers
+from pipelink.linker.conformance import (Usage, compare, probe_plan, probe_value, sass_barriers,
+                                         spills_in_streaming_loops)
 
 BAD_CONTRACT = {
     "pipelink_contract": 1, "name": "bad", "version": "1.0.0",
@@ -108,6 +109,36 @@ def test_sass_barriers():
     """
     assert sass_barriers(sass) == (frozenset({0, 3, 5, 7}), False)
     assert sass_barriers("BAR.SYNC.DEFER_BLOCKING R0, 0x80 ;") == (frozenset(), True)
+
+
+SASS_LOOPS = """
+.L_x_0:
+        /*0000*/                   LDL R2, [R1+0x8] ;
+.L_x_1:
+        /*0010*/                   LDGSTS.E.BYPASS.128 [R4], desc[UR6][R6.64] ;
+        /*0020*/                   LDL R3, [R1+0x10] ;
+        /*0030*/                   HMMA.16816.F32.BF16 R8, R12, R14, R8 ;
+        /*0040*/              @P0 BRA `(.L_x_1) ;
+.L_x_2:
+        /*0050*/                   LDG.E.64.STRONG.GPU R2, desc[UR4][R4.64] ;
+        /*0060*/                   LDL R3, [R1+0x18] ;
+        /*0070*/                   NANOSLEEP 0x40 ;
+        /*0080*/              @P1 BRA `(.L_x_2) ;
+.L_x_3:
+        /*0090*/                   LDG.E.128 R8, desc[UR4][R4.64] ;
+        /*00a0*/                   FFMA R2, R8, R9, R2 ;
+        /*00b0*/              @P2 BRA `(.L_x_3) ;
+        /*00c0*/              @P3 BRA `(.L_x_0) ;
+"""
+
+
+def test_spills_in_streaming_loops():
+    """Only the innermost loop that streams and loads from local memory counts: not the task loop around
+    it (which reloads a spill once per task), not an event's polling (it sleeps), not a streaming loop
+    without local loads."""
+    assert spills_in_streaming_loops(SASS_LOOPS) == [(3, 7, 1)]  # lines of .L_x_1 and its branch back
+    assert spills_in_streaming_loops(SASS_LOOPS.replace("        /*0020*/                   LDL R3, [R1+0x10] ;\n", "")) == []
+    assert spills_in_streaming_loops("") == []
 
 
 def test_probe_plan_gives_named_barriers_the_highest_free_ids():

@@ -193,6 +193,30 @@ def sass_barriers(sass: str) -> tuple[frozenset[int], bool]:
     return frozenset(ids), computed
 
 
+_LABEL = re.compile(r"^(\.L_x_\d+):", re.M)
+_BRANCH = re.compile(r"BRA `\((\.L_x_\d+)\)")
+# What makes a loop stream: cp.async, tensor-core MMA (mma.sync, wgmma), 16- or 8-byte global loads.
+STREAMING_OPS = ("LDGSTS", "HMMA", "HGMMA", "LDG.E.128", "LDG.E.64", "UTMALDG")
+
+
+def spills_in_streaming_loops(sass: str) -> list[tuple[int, int, int]]:
+    """(first line, last line, local loads) of each innermost loop of SASS text (a branch back to a label
+    above it, with no such branch inside) that streams and also loads from local memory: a spill there is
+    paid every iteration; one at a task's start is not. An event's polling (it sleeps) is not streaming."""
+    lines = sass.splitlines()
+    labels = {m.group(1): i for i, line in enumerate(lines) if (m := _LABEL.match(line))}
+    loops = [(labels[m.group(1)], i) for i, line in enumerate(lines)
+             if (m := _BRANCH.search(line)) and labels.get(m.group(1), i) < i]
+    out = []
+    for start, end in loops:
+        if any(start <= s and e < end for s, e in loops if (s, e) != (start, end)):
+            continue  # not innermost: a task loop, or a phase around its k-steps
+        body = "\n".join(lines[start:end + 1])
+        if "NANOSLEEP" not in body and any(op in body for op in STREAMING_OPS) and "LDL" in body:
+            out.append((start, end, len(re.findall(r"\bLDL\b", body))))
+    return out
+
+
 def usage_of(cubin: bytes, sass: str) -> Usage:
     """The probe kernel's use, from its cubin and its SASS. CubinError if the cubin is unreadable."""
     from ..formats.cubin import read_cubin

@@ -11,7 +11,7 @@ from ..core.diagnostics import DiagnosticSink
 from ..core.targets import TARGETS
 from ..formats.cubin import CubinError, KernelInfo, global_variables, read_cubin
 from .allocate import Allocation
-from .conformance import MATH_SUBROUTINE, stray_barrier_ids
+from .conformance import MATH_SUBROUTINE, spills_in_streaming_loops, stray_barrier_ids
 from .resolve import Resolved
 
 
@@ -45,7 +45,8 @@ def verify_cubin(cubin: bytes, r: Resolved, a: Allocation, arch: str, sink: Diag
     if info.frame_bytes or info.max_stack_bytes:
         who = probes.blame(lambda c, u, _: u.local_bytes, lambda c, u, _: f"{u.local_bytes} bytes")
         sink.warning("PL073", f"the kernel spills or uses a stack: {info.frame_bytes} bytes of frame, "
-                     f"{info.max_stack_bytes} of stack per thread" + _alone(who, "uses local memory"),
+                     f"{info.max_stack_bytes} of stack per thread" + _hot_spills(cubin)
+                     + _alone(who, "uses local memory"),
                      _where(who, "/registers"), hint="lower a component's register pressure, "
                      "or raise registers.max_per_thread where the block size allows")
     if info.static_smem_bytes:
@@ -100,6 +101,19 @@ class _Probes:
                     self.results.append((comp, result))
         return [(comp, say(comp.contract, res.usage, res.plan.barrier_ids)) for comp, res in self.results
                 if test(comp.contract, res.usage, res.plan.barrier_ids)]
+
+
+def _hot_spills(cubin: bytes) -> str:
+    """Where the spills are paid: inside loops that stream, every iteration, or only at tasks' starts."""
+    from .. import toolchain
+    try:
+        hot = spills_in_streaming_loops(toolchain.disassemble(cubin))
+    except toolchain.ToolchainError:  # no nvdisasm: the spill is still reported
+        return ""
+    if not hot:
+        return " (no local loads inside a loop that streams: paid per task, not per iteration)"
+    return (f" ({sum(n for _, _, n in hot)} local loads inside {len(hot)} loop(s) that stream: paid every "
+            "iteration)")
 
 
 def _alone(who, verb: str) -> str:
