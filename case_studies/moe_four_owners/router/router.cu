@@ -92,8 +92,8 @@ extern "C" __device__ void moe_router(pl::Tile tile, const bf16* __restrict__ x,
     }
   };
   // Per k16 slice a warp takes its tokens' A fragments and its experts' B fragments with one ldmatrix each
-  // (4 x 8x8), then kTokenFrags x kExpertTiles mma.sync. (wmma's fragment loads were 64 generic loads a
-  // stage a warp, with one warp per scheduler: 40 us a task of latency.) Token tiles past T are skipped.
+  // (4 x 8x8), then kTokenFrags x kExpertTiles mma.sync: 16 fragment loads a stage a warp where wmma's were
+  // 64 generic ones. Token tiles past T are skipped.
   const int lane = pl::lane_index();
   const int live_frags = min(kTokenFrags, (T - t0 + 15) / 16);
   const unsigned a_at = 2 * (((lane % 8) + 8 * ((lane / 8) % 2)) * kLd + 8 * (lane / 16));
