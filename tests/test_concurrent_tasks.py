@@ -155,3 +155,26 @@ def test_concurrent_combine_against_float64(shipped_objects, concurrent_combine,
                         f"T={T} H={H} E={E} TOPK={TOPK} skew={skew} grid={grid} seed={seed}: {err}"
     finally:
         kernel.unload()
+
+
+@pytest.mark.gpu
+def test_concurrent_tasks_are_each_profiled_once(shipped_objects, concurrent_combine):
+    """With a task profile, each group's first thread records its own task: every combine task once, its
+    stamps in order, each after the expert rows it waits for began to be notified; the results correct."""
+    import torch
+
+    from pipelink.harness.problems import max_error, moe_problem
+    kernel = link_moe(shipped_objects, concurrent_combine, profile_tasks=1 << 16).kernel()
+    try:
+        T, H, E, TOPK = 1027, 512, 64, 8
+        seed = int.from_bytes(os.urandom(4), "little")
+        problem = moe_problem(T, H, seed, E=E, TOPK=TOPK)
+        kernel.launch(**problem.args)
+        torch.cuda.synchronize()
+        assert max_error(problem) <= problem.tolerance, seed
+        records = kernel.task_profile()
+        combine = sorted(r.task for r in records if r.component == "moe_combine")
+        assert combine == list(range(T)), seed  # each of the T tasks once, none of the idle groups'
+        assert all(r.start <= r.ready <= r.done <= r.notified for r in records)
+    finally:
+        kernel.unload()
