@@ -404,6 +404,13 @@ def concurrent_tasks(threads, block_warps: int, schedule: str | None, dispatch: 
     return max(1, min(block_warps // threads.warps, MAX_TASK_GROUPS))
 
 
+def task_groups(r: Resolved, a: Allocation, name: str) -> int:
+    """The tasks of `name` one block of the link runs at once (concurrent_tasks over the link's facts)."""
+    comp = r.component(name)
+    return concurrent_tasks(comp.contract.threads, a.block_warps, r.schedule, r.dispatch, r.calls is not None,
+                            bool(comp.code.entry.prefetch))
+
+
 def kernel_register_budget(target, threads: int, smem_bytes: int, caps: list[int]) -> int:
     """One register allocation serves every thread of a single-entry kernel. The tightest cap keeps the
     blocks per SM its component was written for; above it, the kernel takes as many registers, up to the

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from .. import __version__
 from ..core.expr import Expr, parse
-from .allocate import Allocation, concurrent_tasks
+from .allocate import Allocation, task_groups
 from .calls import layered_events
 from .events import task_invariant
 from ..runtime.manifest import (IMPLICIT_PARAMS, STREAM_K_PARAMS, WORKSPACE, StreamKSpec, ComponentRecord, EventRecord, Manifest, ParamSpec, Resources,
@@ -184,8 +184,7 @@ def link_map(r: Resolved, a: Allocation, arch: str, kernel_info: KernelInfo | No
             if calls is not None and calls.layered(name):
                 inner = "    "
             line = f"{inner}{name}: grid [{', '.join(substitute(e, r.geometry) for e in seq.grid)}] {seq.order}"
-            groups = concurrent_tasks(r.component(name).contract.threads, a.block_warps, r.schedule, r.dispatch,
-                                      calls is not None, bool(r.component(name).code.entry.prefetch))
+            groups = task_groups(r, a, name)
             if groups > 1:
                 line += (f"; {groups} tasks a block at once, one per group of "
                          f"{r.component(name).contract.threads.warps} warps (threads.concurrent)")

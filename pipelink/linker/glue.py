@@ -16,7 +16,7 @@ from ..core.model import DTYPE_C, dtype_includes
 from ..runtime.manifest import IMPLICIT_PARAMS, STREAM_K_PARAMS, WORKSPACE
 from ..runtime.profile import LAUNCH_SYMBOL as PROFILE_LAUNCH, NEXT_SYMBOL as PROFILE_NEXT, RING_SYMBOL as PROFILE_RING
 from . import event_glue
-from .allocate import ARENA_ALIGN, Allocation, concurrent_tasks
+from .allocate import ARENA_ALIGN, Allocation, task_groups
 from .calls import layered_events
 from .resolve import Resolved, Wire
 
@@ -733,13 +733,6 @@ def _task_body(r: Resolved, a: Allocation, k: int, name: str, indent: str) -> li
     if counter:
         out.append(f"{indent}++{counter};")
     return out
-
-
-def task_groups(r: Resolved, a: Allocation, name: str) -> int:
-    """The tasks of `name` one block runs at once (allocate.concurrent_tasks)."""
-    comp = r.component(name)
-    return concurrent_tasks(comp.contract.threads, a.block_warps, r.schedule, r.dispatch, r.calls is not None,
-                            bool(comp.code.entry.prefetch))
 
 
 def _group_task_body(r: Resolved, a: Allocation, k: int, name: str, groups: int, lo: str, indent: str) -> list[str]:

@@ -47,23 +47,18 @@ __device__ __forceinline__ void mbarrier_wait(unsigned offset, unsigned parity) 
 __device__ __forceinline__ int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
 // A group of warps running a task of its own beside the block's other groups (threads.concurrent): group g
-// (of N) meets at named barrier g + 1 with its `threads` threads (a multiple of 32). The ids are constants,
-// picked by the group's index: a barrier id in a register makes ptxas reserve all sixteen.
-template <int Id>
-__device__ __forceinline__ void bar_sync(unsigned threads) {
-  asm volatile("bar.sync %0, %1;" ::"n"(Id), "r"(threads) : "memory");
-}
-template <int Id>
-__device__ __forceinline__ bool bar_and(bool v, unsigned threads) {
+// (of N) meets at named barrier g + 1 with its `threads` threads (a multiple of 32). Each call below gets
+// a constant id, picked by the group's index: an id that stays a register makes ptxas reserve all sixteen.
+__device__ __forceinline__ bool barrier_and(unsigned id, unsigned threads, bool v) {
   unsigned all;
   asm volatile("{\n.reg .pred p, q;\nsetp.ne.u32 p, %1, 0;\nbar.red.and.pred q, %2, %3, p;\nselp.u32 %0, 1, 0, q;\n}"
-               : "=r"(all) : "r"((unsigned)v), "n"(Id), "r"(threads) : "memory");
+               : "=r"(all) : "r"((unsigned)v), "r"(id), "r"(threads) : "memory");
   return all != 0u;
 }
 template <int N>
 __device__ __forceinline__ void group_sync(unsigned group, unsigned threads) {
   if constexpr (N > 0) {
-    if (group == N - 1) bar_sync<N>(threads);
+    if (group == N - 1) pl::barrier_sync(N, threads);
     else group_sync<N - 1>(group, threads);
   }
 }
@@ -71,7 +66,7 @@ __device__ __forceinline__ void group_sync(unsigned group, unsigned threads) {
 template <int N>
 __device__ __forceinline__ bool group_and(bool v, unsigned group, unsigned threads) {
   if constexpr (N > 0) {
-    return group == N - 1 ? bar_and<N>(v, threads) : group_and<N - 1>(v, group, threads);
+    return group == N - 1 ? barrier_and(N, threads, v) : group_and<N - 1>(v, group, threads);
   } else {
     return v;
   }
