@@ -1,14 +1,22 @@
 // The body the gemv components share: y[b, n] = sum over k of x[b, k] * W[n, k] (+ r[b, n]), bf16 in
 // and out, fp32 accumulation, for the ROWS rows of W that start at n0.
 //
-// Each warp owns ROWS / WARPS rows of W. K goes in chunks of KCHUNK columns: every lane first issues its
-// KCHUNK / 256 16-byte loads of each of its rows (streamed past L1: each element of W is read once), then
-// the block stages the chunk of up to BATCH rows of x in shared memory (16-byte loads through L2: x may
-// have been written by another CTA in this launch), meets at the named barrier, and every lane multiplies
-// its W vectors with the staged x of each batch row. A batch larger than BATCH walks W again per group
-// of BATCH rows. Only W (constant for the launch) takes the read-only path (ld.global.nc); x and r, which
-// other CTAs of a fused kernel write, are loaded with ld.global.cg. The lanes' partial sums meet in a
-// shuffle reduction; lane b writes y[b, n].
+// The products run on the tensor cores (mma.sync m16n8k16, bf16 in, fp32 accumulate): W's rows are the
+// 16 rows of the A operand, the batch rows of x the 8 columns of B (batch 1 leaves 7 of them zero, which
+// costs nothing: the walk is bound by reading W). No bf16 is unpacked and no scalar fma runs, which is what
+// bounded the earlier scalar walk (about 4 instructions per fma). The sum over k does not care in which
+// order k is visited, so every lane loads whole 16-byte vectors of W (8 consecutive k of one row) and of x,
+// and both operands use the same permutation of k within a 32-wide block: lane (g, q) holds k = 8q .. 8q+7
+// of the block, elements 0-3 for the block's first mma and 4-7 for its second.
+//
+// K goes in chunks of KCHUNK columns; a chunk's 32-wide blocks are dealt round-robin to the WARPS warps.
+// Every lane first issues all its 16-byte loads of W for the chunk (streamed past L1: each element of W is
+// read once), then the block stages the chunk of up to BATCH rows of x in shared memory (16-byte loads
+// through L2: x may have been written by another CTA in this launch), meets at the named barrier, and
+// every warp runs its blocks' mmas. After the last chunk the warps' partial sums meet in shared memory
+// (the x staging buffer, free by then) and are added in warp order. A batch larger than BATCH walks W
+// again per group of BATCH rows. Only W (constant for the launch) takes the read-only path
+// (ld.global.nc); x and r, which other CTAs of a fused kernel write, are loaded with ld.global.cg.
 //
 // rows_with is the same walk with the task's rows and its epilogue left to the component: which row of W
 // each local row is (qkv_rope pairs the rotary halves of a head in one task, gemv_swiglu pairs gate and up
@@ -118,12 +126,19 @@ struct StageNormed {
   }
 };
 
-// The general form: local row i (0 .. ROWS - 1) of the task is row row_of(i) of W (-1: none, it sums to
-// 0 and is not stored). For each group of up to BATCH batch rows starting at bg, lane b of the warp owning
-// local row i calls store(i, bg, b, s) with the fp32 sum s of batch row bg + b (b < nb), for every local row,
-// valid or not; then flush(bg, nb) runs on every thread (an epilogue that may meet at sync()).
-// Sync: a callable that synchronizes the component's THREADS threads (its named barrier).
-// stage: StageRaw, StageNormed or any type with their begin and load.
+// D += A B for one m16n8k16 tile: A 16 x 16 bf16 (a0..a3), B 16 x 8 bf16 (b0, b1), D 16 x 8 fp32.
+__device__ __forceinline__ void mma_16816(float (&d)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
+                                          unsigned b0, unsigned b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// Where vector v of staged batch row b lives in xs: odd rows swap halves of each 128-byte group, so the
+// eight lanes of a quarter warp (two batch rows, four vectors each) read distinct banks.
+__device__ __forceinline__ int xs_slot(int b, int v, int chunk_vecs) { return b * chunk_vecs + (v ^ ((b & 1) << 2)); }
+
 // W straight from global memory (each element read once: streamed past L1).
 struct WGlobal {
   const bf16* w;
@@ -134,83 +149,109 @@ struct WGlobal {
   }
 };
 
-// wsrc: where W comes from (WGlobal; ring.cuh's WRing takes the first K chunk from shared memory).
+// The general form: local row i (0 .. ROWS - 1) of the task is row row_of(i) of W (-1: none, it sums to
+// 0 and is not stored). For each group of up to BATCH batch rows starting at bg, some thread of the block
+// calls store(i, bg, b, s) with the fp32 sum s of batch row bg + b (b < nb), once for every local row, valid
+// or not; then flush(bg, nb) runs on every thread (an epilogue that may meet at sync() to read what the
+// stores left in shared memory).
+// Sync: a callable that synchronizes the component's THREADS threads (its named barrier).
+// stage: StageRaw, StageNormed or any type with their begin and load.
+// wsrc: where W comes from (WGlobal; ring.cuh's WRing takes the first K chunk from shared memory): load(i, n,
+// v0, v) is the 16-byte vector v0 + v of row n, local row i.
+// xs: BATCH * KCHUNK bf16 of shared memory (also holds the WARPS * ROWS * 8 fp32 partial sums at the end).
 template <int WARPS, int ROWS, int KCHUNK, int BATCH, class WSrc, class Stage, class RowOf, class Store, class Flush,
           class Sync>
 __device__ __forceinline__ void rows_from(const WSrc& wsrc, const Stage& stage, int B, int K,
                                           uint4* __restrict__ xs, RowOf row_of, Store store, Flush flush,
                                           Sync sync) {
-  static_assert(ROWS % WARPS == 0, "gemv: the rows of a task must split evenly over the warps");
-  static_assert(KCHUNK % 256 == 0, "gemv: a K chunk is a whole number of warp-wide 16-byte sweeps");
-  static_assert(BATCH >= 1 && BATCH <= 32, "gemv: lane b writes batch row b");
+  static_assert(ROWS % 8 == 0, "gemv: a task is a whole number of 8-row halves of an mma tile");
+  static_assert(KCHUNK % (32 * WARPS) == 0, "gemv: a K chunk deals whole 32-wide blocks to every warp");
+  static_assert(BATCH >= 1 && BATCH <= 8, "gemv: the batch rows of a group are the 8 columns of the mma");
+  static_assert(WARPS * ROWS * 8 * 4 <= BATCH * KCHUNK * 2, "gemv: the partial sums must fit in xs");
   constexpr int THREADS = WARPS * 32;
-  constexpr int RPW = ROWS / WARPS;        // rows of W per warp
-  constexpr int VPL = KCHUNK / 256;        // 16-byte vectors per lane per row and chunk
-  constexpr int CHUNK_VECS = KCHUNK / 8;   // 16-byte vectors of one staged x row
+  constexpr int MT = (ROWS + 15) / 16;            // m16 tiles of the task's rows
+  constexpr int KPW = KCHUNK / 32 / WARPS;        // 32-wide blocks of a chunk per warp
+  constexpr int CHUNK_VECS = KCHUNK / 8;          // 16-byte vectors of one staged x row
   const int t = threadIdx.x % THREADS, warp = t / 32, lane = t % 32;
+  const int g = lane / 4, q = lane % 4;           // the lane's row (A, D) or batch column (B), and k quarter
   const int kvecs = K / 8;
+  // W rows of this lane: local rows 16 mt + 8 h + g (h = 0: A rows 0-7, h = 1: rows 8-15).
+  int row_n[MT][2];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) row_n[mt][h] = mt * 16 + h * 8 < ROWS ? row_of(mt * 16 + h * 8 + g) : -1;
   wsrc.begin();
+
+  // The lane's W vectors of the chunk at v0 (zeros past the chunk's cv vectors and for rows that are none).
+  uint4 wv[MT][2][KPW];
+  const auto load_w = [&](int v0, int cv) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int u = 0; u < KPW; ++u) {
+          const int v = (u * WARPS + warp) * 4 + q;
+          const int n = row_n[mt][h];
+          wv[mt][h][u] = (mt * 16 + h * 8 < ROWS && n >= 0 && v < cv) ? wsrc.load(mt * 16 + h * 8 + g, n, v0, v)
+                                                                       : make_uint4(0u, 0u, 0u, 0u);
+        }
+  };
 
   for (int bg = 0; bg < B; bg += BATCH) {
     const int nb = min(BATCH, B - bg);
+    // The first chunk's W loads are not issued before the prologue: live across it, its 32 registers made
+    // the whole decode step spill (112-byte frame) under the joint 128-register cap.
     stage.begin(bg, nb);
-    float acc[RPW][BATCH];
+    float acc[MT][4];
 #pragma unroll
-    for (int i = 0; i < RPW; ++i)
+    for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-      for (int b = 0; b < BATCH; ++b) acc[i][b] = 0.0f;
+      for (int e = 0; e < 4; ++e) acc[mt][e] = 0.0f;
 
     for (int v0 = 0; v0 < kvecs; v0 += CHUNK_VECS) {
       const int cv = min(CHUNK_VECS, kvecs - v0);  // vectors of this chunk
-      uint4 wv[RPW][VPL];
-#pragma unroll
-      for (int i = 0; i < RPW; ++i) {
-        const int n = row_of(warp * RPW + i);
-#pragma unroll
-        for (int u = 0; u < VPL; ++u) {
-          const int v = u * 32 + lane;
-          wv[i][u] = (n >= 0 && v < cv) ? wsrc.load(warp * RPW + i, n, v0, v) : make_uint4(0u, 0u, 0u, 0u);
-        }
-      }
+      load_w(v0, cv);
       for (int idx = t; idx < nb * cv; idx += THREADS) {
         const int b = idx / cv, v = idx - b * cv;
-        xs[b * CHUNK_VECS + v] = stage.load(bg + b, v0 + v);
+        xs[xs_slot(b, v, CHUNK_VECS)] = stage.load(bg + b, v0 + v);
       }
       sync();
 #pragma unroll
-      for (int u = 0; u < VPL; ++u) {
-        const int v = u * 32 + lane;
-        if (v < cv) {
+      for (int u = 0; u < KPW; ++u) {
+        const int v = (u * WARPS + warp) * 4 + q;
+        const uint4 xv = (g < nb && v < cv) ? xs[xs_slot(g, v, CHUNK_VECS)] : make_uint4(0u, 0u, 0u, 0u);
 #pragma unroll
-          for (int i = 0; i < RPW; ++i) {
-            float wf[8];
-            unpack8(wv[i][u], wf);
-#pragma unroll
-            for (int b = 0; b < BATCH; ++b) {
-              if (b < nb) {
-                float xf[8];
-                unpack8(xs[b * CHUNK_VECS + v], xf);
-#pragma unroll
-                for (int e = 0; e < 8; ++e) acc[i][b] = fmaf(wf[e], xf[e], acc[i][b]);
-              }
-            }
-          }
+        for (int mt = 0; mt < MT; ++mt) {
+          const uint4& lo = wv[mt][0][u];
+          const uint4& hi = wv[mt][1][u];
+          mma_16816(acc[mt], lo.x, hi.x, lo.y, hi.y, xv.x, xv.y);  // k = 8q .. 8q+3 of the block
+          mma_16816(acc[mt], lo.z, hi.z, lo.w, hi.w, xv.z, xv.w);  // k = 8q+4 .. 8q+7
         }
       }
-      sync();  // every warp is done with this chunk of x before the next one is staged
+      sync();  // every warp is done with this chunk of x before the next one is staged (or the sums land)
     }
 
+    // The warps' partial sums: red[warp][local row][batch column], fp32, in xs.
+    float* const red = reinterpret_cast<float*>(xs);
 #pragma unroll
-    for (int i = 0; i < RPW; ++i) {
+    for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-      for (int b = 0; b < BATCH; ++b) {
-        float s = acc[i][b];
+      for (int h = 0; h < 2; ++h)
+        if (mt * 16 + h * 8 < ROWS)
+          *reinterpret_cast<float2*>(red + (warp * ROWS + mt * 16 + h * 8 + g) * 8 + 2 * q) =
+              make_float2(acc[mt][2 * h], acc[mt][2 * h + 1]);
+    sync();
+    for (int idx = t; idx < ROWS * nb; idx += THREADS) {
+      const int b = idx / ROWS, i = idx - b * ROWS;
+      float s = 0.0f;
 #pragma unroll
-        for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
-        if (lane == b && b < nb) store(warp * RPW + i, bg, b, s);
-      }
+      for (int w = 0; w < WARPS; ++w) s += red[(w * ROWS + i) * 8 + b];
+      store(i, bg, b, s);
     }
     flush(bg, nb);
+    if (bg + BATCH < B) sync();  // the sums are read before the next group stages x over them
   }
 }
 
