@@ -18,11 +18,11 @@
 // again per group of BATCH rows. Only W (constant for the launch) takes the read-only path
 // (ld.global.nc); x and r, which other CTAs of a fused kernel write, are loaded with ld.global.cg.
 //
-// rows_with is the same walk with the task's rows and its epilogue left to the component: which row of W
-// each local row is (qkv_rope pairs the rotary halves of a head in one task, gemv_swiglu pairs gate and up
-// rows), and what becomes of the fp32 sums (rotated, gated, or reduced to an argmax through shared memory).
-// rows_staged also leaves the staging of x to the component: StageRaw copies x as it is, StageNormed
-// stages RMSNorm(x) computed on the fly (the *_normed components: no separate norm task, no hand-off).
+// rows_from leaves the task's rows and its epilogue to the component: which row of W each local row is
+// (qkv_rope pairs the rotary halves of a head in one task, gemv_swiglu pairs gate and up rows), and what
+// becomes of the fp32 sums (rotated, gated, or reduced to an argmax through shared memory). The stage is
+// the component's too: StageRaw copies x as it is, StageNormed stages RMSNorm(x) computed on the fly (the
+// *_normed components: no separate norm task, no hand-off).
 #pragma once
 #include <cuda_bf16.h>
 
@@ -253,22 +253,6 @@ __device__ __forceinline__ void rows_from(const WSrc& wsrc, const Stage& stage, 
     flush(bg, nb);
     if (bg + BATCH < B) sync();  // the sums are read before the next group stages x over them
   }
-}
-
-// rows_from with W from global memory.
-template <int WARPS, int ROWS, int KCHUNK, int BATCH, class Stage, class RowOf, class Store, class Flush, class Sync>
-__device__ __forceinline__ void rows_staged(const bf16* __restrict__ w, const Stage& stage, int B, int K,
-                                            uint4* __restrict__ xs, RowOf row_of, Store store, Flush flush,
-                                            Sync sync) {
-  rows_from<WARPS, ROWS, KCHUNK, BATCH>(WGlobal{w, K}, stage, B, K, xs, row_of, store, flush, sync);
-}
-
-// rows_staged with x staged as it is.
-template <int WARPS, int ROWS, int KCHUNK, int BATCH, class RowOf, class Store, class Flush, class Sync>
-__device__ __forceinline__ void rows_with(const bf16* __restrict__ w, const bf16* __restrict__ x, int B, int K,
-                                          uint4* __restrict__ xs, RowOf row_of, Store store, Flush flush,
-                                          Sync sync) {
-  rows_staged<WARPS, ROWS, KCHUNK, BATCH>(w, StageRaw{x, K}, B, K, xs, row_of, store, flush, sync);
 }
 
 // The plain form: rows n0 .. n0 + ROWS - 1 of W (those below N), y[b, n] = s (+ r[b, n]), rounded once; W from
