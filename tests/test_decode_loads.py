@@ -4,7 +4,7 @@ positions and the tokens are written by other CTAs of the same launch, so only c
 ld.global.nc (SASS `LDG...CONSTANT`): the weights, streamed past L1 by gemv.cuh and embed
 (`LDG.E.NA.128.CONSTANT`), the norms' weights (`LDG.E.128.CONSTANT`) and qkv_rope's inv_freq (`LDG.E.CONSTANT`).
 Everything else must be a coherent load (`LDG...STRONG.GPU`: ld.global.cg, or a plain `LDG.E.NA.128`:
-ld.global.L1::no_allocate)."""
+ld.global.L1::no_allocate). Also read there: the GEMVs multiply on the tensor cores (HMMA)."""
 import re
 import sys
 from collections import Counter
@@ -77,3 +77,19 @@ def test_attention_streams_the_cache_coherently(kernels):
     for name in ("attn_head", "attn_split_merge"):
         loads = _loads(kernels[name])
         assert loads["LDG.E.NA.128"] >= 2, (name, dict(loads))  # k and v: ld.global.L1::no_allocate
+
+
+GEMV_KERNELS = ("gemv_bf16", "gemv_residual", "norm_gemv", "qkv_rope", "gemv_swiglu", "lm_head_argmax",
+                "qkv_rope_normed", "gemv_swiglu_normed")
+
+
+@pytest.mark.parametrize("name", GEMV_KERNELS)
+def test_gemvs_multiply_on_the_tensor_cores(kernels, name):
+    """gemv.cuh's products are mma.sync (two m16n8k16 a 32-wide block of K), not scalar fmas: the scalar
+    walk spent about four instructions an fma unpacking bf16, which bounded the decode step."""
+    from pipelink import toolchain
+    sass = toolchain.disassemble(kernels[name].cubin)
+    ops = Counter(m.group(1) for m in re.finditer(r"\b(HMMA|FFMA)\b", sass))
+    assert ops["HMMA"] >= 2, (name, dict(ops))
+    if name in ("gemv_bf16", "gemv_residual"):  # no epilogue math: any fma would be the product itself
+        assert ops["FFMA"] == 0, (name, dict(ops))
