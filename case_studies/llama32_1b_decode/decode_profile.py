@@ -62,6 +62,16 @@ def profile_parts(step, schedule, stream, steps: int = 5) -> dict:
     return dict(per)
 
 
+def provenance() -> dict:
+    """The command, machine and date a profile written with --out came from (as run.py records them)."""
+    import datetime
+    import shlex
+
+    from run import machine
+    return dict(command=" ".join(shlex.quote(a) for a in [sys.executable, *sys.argv]), machine=machine(),
+                date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--B", type=int, default=1)
@@ -96,7 +106,8 @@ def main(argv=None) -> int:
         print(profile.render(records))
         if args.out:
             span, sms, per = profile.summarize(records)
-            Path(args.out).write_text(json.dumps(dict(B=args.B, ctx=args.ctx, variant=args.tasks, span_us=span, sms=sms,
+            Path(args.out).write_text(json.dumps(dict(**provenance(), B=args.B, ctx=args.ctx, variant=args.tasks,
+                                                      span_us=span, sms=sms,
                                                       components=[c.__dict__ for c in per]), indent=1) + "\n")
         step.unload()
         return 0
@@ -135,7 +146,7 @@ def main(argv=None) -> int:
         print(f"{call:12s} {p['launches']:8d} {p['us']:9.1f} {per_launch:9.2f} {nbytes / 1e6:9.2f} {tbs:6.2f} "
               f"{100 * tbs * 1e12 / HBM_PEAK:5.1f}%")
     if args.out:
-        Path(args.out).write_text(json.dumps(dict(B=args.B, ctx=args.ctx, ring=args.ring, total_us=total,
+        Path(args.out).write_text(json.dumps(dict(**provenance(), B=args.B, ctx=args.ctx, ring=args.ring, total_us=total,
                                                   calls=rows), indent=1) + "\n")
     parts.unload()
     return 0

@@ -23,7 +23,7 @@ __device__ __forceinline__ void task_from(int hd, int j, const WSrc& wsrc, const
                                      __nv_bfloat16* __restrict__ q, __nv_bfloat16* __restrict__ k_cache,
                                      __nv_bfloat16* __restrict__ v_cache, int B, int K, int Lmax,
                                      uint4* __restrict__ xs, float* __restrict__ res, Sync sync) {
-  static_assert(ROWS == 8 && WARPS == 8, "qkv_rope: a task is 4 rotary pairs, one row per warp");
+  static_assert(ROWS == 8 && WARPS == 8, "qkv_rope: a task is 4 rotary pairs (8 rows of W) over 8 warps");
   constexpr int PAIRS = ROWS / 2;
   const int t = threadIdx.x % (WARPS * 32);
   gemv_body::rows_from<WARPS, ROWS, KCHUNK, BATCH>(
