@@ -705,8 +705,7 @@ def _task_body(r: Resolved, a: Allocation, k: int, name: str, indent: str) -> li
     out = _decode(r, k, name, indent, counter or "0")
     if r.profile_tasks:  # thread 0 records the task (its slot, then a stamp at each step)
         task = f"(long long)pl_layer * (long long)c{k}_tasks + t" if event_glue.has_layers(r) else "t"
-        out += [f"{indent}unsigned long long* const pl_record = threadIdx.x == 0 ? pl::profile::begin({PROFILE_RING}, "
-                f"&{PROFILE_NEXT}, {r.profile_tasks}ull, pl_profile_launch_id, {comp_index}u, {task}) : nullptr;"]
+        out.append(_profile_record(r, comp_index, "threadIdx.x == 0", task, indent))
     stacked, bind = _stacked_args(r, name), (r.calls.bind.get(name) if r.calls else None)
     threads = comp.contract.threads.count
     guard = f"if (threadIdx.x < {threads}) " if threads < a.block_threads else ""
@@ -719,17 +718,8 @@ def _task_body(r: Resolved, a: Allocation, k: int, name: str, indent: str) -> li
     if waits:
         bound = f"{DEBUG_SPIN_BOUND}ull" if r.debug_events else "0ull"
         out += event_glue.wait_block(r, waits, tensor_index, comp_index, a.block_threads, bound, indent, bases)
-    if r.profile_tasks:
-        out.append(f"{indent}if (pl_record) pl::profile::stamp(pl_record, 2);  // its waits are met")
-    out.append(_call(comp, indent + guard, stacked, bind))
-    out.append(f"{indent}__syncthreads();  // the task's writes are done")
-    if r.profile_tasks:
-        out.append(f"{indent}if (pl_record) pl::profile::stamp(pl_record, 3);  // it is done")
-    notifies = plan.notifies_of(name)
-    if notifies:
-        out += event_glue.notify_block(r, notifies, tensor_index, a.block_threads, indent, bases)
-    if r.profile_tasks:
-        out.append(f"{indent}if (pl_record) pl::profile::stamp(pl_record, 4);  // its notifications are out")
+    out += _run_task(r, name, tensor_index, _call(comp, indent + guard, stacked, bind), "__syncthreads();",
+                     a.block_threads, indent, bases)
     if counter:
         out.append(f"{indent}++{counter};")
     return out
@@ -752,29 +742,39 @@ def _group_task_body(r: Resolved, a: Allocation, k: int, name: str, groups: int,
            f"{indent}if (pl_group < {groups}u && t < c{k}_tasks) {{  // a warp past the groups, or past the last task, idles"]
     out += _decode(r, k, name, inner)
     if r.profile_tasks:  # the group's first thread records the task
-        out += [f"{inner}unsigned long long* const pl_record = pl_gtid == 0 ? pl::profile::begin({PROFILE_RING}, "
-                f"&{PROFILE_NEXT}, {r.profile_tasks}ull, pl_profile_launch_id, {comp_index}u, t) : nullptr;"]
+        out.append(_profile_record(r, comp_index, "pl_gtid == 0", "t", inner))
     waits = plan.waits_of(name)
     if waits:
         bound = f"{DEBUG_SPIN_BOUND}ull" if r.debug_events else "0ull"
         out += event_glue.wait_block(r, waits, tensor_index, comp_index, threads, bound, inner, group=group)
-    out.append(f"{inner}if (pl_ok) {{")
     body = inner + "  "
-    if r.profile_tasks:
-        out.append(f"{body}if (pl_record) pl::profile::stamp(pl_record, 2);  // its waits are met")
-    out.append(_call(comp, body))
-    out.append(f"{body}{group.sync()}  // the task's writes are done")
-    if r.profile_tasks:
-        out.append(f"{body}if (pl_record) pl::profile::stamp(pl_record, 3);  // it is done")
-    notifies = plan.notifies_of(name)
-    if notifies:
-        out += event_glue.notify_block(r, notifies, tensor_index, threads, body, tid="pl_gtid")
-    if r.profile_tasks:
-        out.append(f"{body}if (pl_record) pl::profile::stamp(pl_record, 4);  // its notifications are out")
+    out.append(f"{inner}if (pl_ok) {{")
+    out += _run_task(r, name, tensor_index, _call(comp, body), group.sync(), threads, body, tid="pl_gtid")
     out += [f"{inner}}}", f"{indent}}}"]
     if r.debug_events:  # a group's wait timed out: every CTA leaves, as after a whole block's
         out.append(f"{indent}if (__syncthreads_or(!pl_ok)) return;")
     return out
+
+
+def _profile_record(r: Resolved, comp_index: int, first: str, task: str, indent: str) -> str:
+    """The task's profile record: a slot of the ring for the thread `first` says, null for the others."""
+    return (f"{indent}unsigned long long* const pl_record = {first} ? pl::profile::begin({PROFILE_RING}, "
+            f"&{PROFILE_NEXT}, {r.profile_tasks}ull, pl_profile_launch_id, {comp_index}u, {task}) : nullptr;")
+
+
+def _run_task(r: Resolved, name: str, tensor_index: dict, call: str, barrier: str, threads: int, indent: str,
+              bases: dict | None = None, tid: str = "threadIdx.x") -> list[str]:
+    """What a task does once its waits are met, whether it has the block or a warp group: the entry call,
+    the barrier that ends its writes (`barrier`: the block's or the group's), its notifications by its
+    `threads` (`tid` ranks them), and the profile's stamps between."""
+    stamp = (lambda step, what: [f"{indent}if (pl_record) pl::profile::stamp(pl_record, {step});  // {what}"]
+             if r.profile_tasks else [])
+    out = stamp(2, "its waits are met") + [call, f"{indent}{barrier}  // the task's writes are done"]
+    out += stamp(3, "it is done")
+    notifies = r.events.notifies_of(name)
+    if notifies:
+        out += event_glue.notify_block(r, notifies, tensor_index, threads, indent, bases, tid=tid)
+    return out + stamp(4, "its notifications are out")
 
 
 def _stacked_args(r: Resolved, name: str) -> dict[str, str]:
