@@ -143,8 +143,7 @@ def build_component(contract: Contract, contract_bytes: bytes, source: str | Pat
         tmp = Path(tmp)
         header = generate_header(contract)
         (tmp / f"{contract.name}.pipelink.h").write_text(header)
-        fatbin, obj, depfile = tmp / "component.fatbin", tmp / "component.o", tmp / "component.d"
-        cmd = nvcc_command(contract, source, fatbin, tmp, opts)
+        cmd = nvcc_command(contract, source, tmp / "component.fatbin", tmp, opts)
         try:
             k = build_cache.key(cmd, tmp, header, contract_bytes, source)
         except (OSError, toolchain.ToolchainError):
@@ -153,37 +152,11 @@ def build_component(contract: Contract, contract_bytes: bytes, source: str | Pat
         if data is not None:
             opts.nvcc_log.append(f"(cached: {' '.join(cmd)})")
         else:
-            cmd += ["-MD", "-MF", str(depfile)]  # what the compile reads: the cache entry's dependencies
-            opts.nvcc_log.append(" ".join(cmd))
-            try:
-                proc = subprocess.run(cmd, capture_output=True, text=True, env=toolchain.nvcc_env())
-            except OSError as exc:
-                sink.error("PL008", f"cannot run nvcc: {exc}", Location(file=str(source)))
-                return False
-            if proc.returncode != 0:
-                log = (proc.stderr + proc.stdout).strip()
-                sink.error("PL019", f"nvcc could not compile component '{contract.name}':\n{_indent(log)}",
-                           Location(file=str(source), component=contract.name))
-                return False
-            try:
-                text = source.read_text()
-            except (OSError, UnicodeDecodeError) as exc:
-                sink.error("PL002", f"cannot read source {source} as UTF-8 text: {exc}", Location(file=str(source)))
-                return False
-            try:
-                wrap_fatbin(fatbin, obj)
-                staged = tmp / "with-contract.o"
-                source_doc = json.dumps({"file": source.name, "source": text}).encode()
-                embed_contract(obj, contract_bytes, staged, {SOURCE_SECTION: source_doc})
-                data = staged.read_bytes()
-            except toolchain.ToolchainError as exc:
-                sink.error("PL008", str(exc), Location(file=output.path))
-                return False
-            except OSError as exc:
-                sink.error("PL007", f"cannot stage the object: {exc.strerror or exc}", Location(file=output.path))
+            data = _compile(contract, contract_bytes, source, cmd, tmp, output.path, opts, sink)
+            if data is None:
                 return False
             if k:
-                build_cache.store(k, data, depfile, tmp)
+                build_cache.store(k, data, tmp / "component.d", tmp)
     if output.path != STDOUT:
         try:
             Path(output.path).parent.mkdir(parents=True, exist_ok=True)
@@ -191,6 +164,40 @@ def build_component(contract: Contract, contract_bytes: bytes, source: str | Pat
             sink.error("PL007", f"cannot write {output.path}: {exc.strerror or exc}", Location(file=output.path))
             return False
     return write_outputs({output.path: data}, sink)
+
+
+def _compile(contract: Contract, contract_bytes: bytes, source: Path, cmd: list[str], tmp: Path, out_path: str,
+             opts: BuildOptions, sink: DiagnosticSink) -> bytes | None:
+    """Run nvcc (`cmd` writes tmp/component.fatbin; -MD lists what it reads into tmp/component.d) and wrap
+    its fatbin into a host object with the contract and the source embedded; None after a diagnostic."""
+    cmd = [*cmd, "-MD", "-MF", str(tmp / "component.d")]  # what the compile reads: the cache entry's dependencies
+    opts.nvcc_log.append(" ".join(cmd))
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=toolchain.nvcc_env())
+    except OSError as exc:
+        sink.error("PL008", f"cannot run nvcc: {exc}", Location(file=str(source)))
+        return None
+    if proc.returncode != 0:
+        log = (proc.stderr + proc.stdout).strip()
+        sink.error("PL019", f"nvcc could not compile component '{contract.name}':\n{_indent(log)}",
+                   Location(file=str(source), component=contract.name))
+        return None
+    try:
+        text = source.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        sink.error("PL002", f"cannot read source {source} as UTF-8 text: {exc}", Location(file=str(source)))
+        return None
+    try:
+        obj, staged = tmp / "component.o", tmp / "with-contract.o"
+        wrap_fatbin(tmp / "component.fatbin", obj)
+        source_doc = json.dumps({"file": source.name, "source": text}).encode()
+        embed_contract(obj, contract_bytes, staged, {SOURCE_SECTION: source_doc})
+        return staged.read_bytes()
+    except toolchain.ToolchainError as exc:
+        sink.error("PL008", str(exc), Location(file=out_path))
+    except OSError as exc:
+        sink.error("PL007", f"cannot stage the object: {exc.strerror or exc}", Location(file=out_path))
+    return None
 
 
 def _indent(text: str, limit: int = 40) -> str:
