@@ -151,6 +151,48 @@ def test_glue_compiles(dispatch):
     assert ctx.glue_ltoir
 
 
+@pytest.mark.parametrize("dispatch", ["static", "dynamic"])
+def test_a_task_knows_when_it_continues_its_call_on_the_cta(dispatch):
+    """tile.continues: 1 only when the CTA's previous task was of the same call and layer (a call's tasks
+    on a CTA may keep an operand in scratch). Static: every task of the call's walk but the CTA's first;
+    dynamic: the previous claim's call and layer, so two calls of one component (or one call in two layers)
+    never continue each other."""
+    ctx = run(MLP_LAYERS, until="compile", dispatch=dispatch)
+    assert not ctx.sink.errors, [d.render() for d in ctx.sink.items]
+    glue = ctx.glue
+    order = list(ctx.resolved.events.order)
+    n = len(order)
+    if dispatch == "static":
+        assert glue.count("tile.continues = (t != (int)blockIdx.x);") == n
+        assert "pl_last_call" not in glue
+    else:
+        assert "int pl_last_call = -1;" in glue
+        for k, name in enumerate(order):
+            key = f"(pl_layer * {n} + {k})"
+            body = glue[glue.index(f"{{  // {name}"):]
+            body = body[:body.index("continue;")]
+            assert f"tile.continues = (pl_last_call == {key});" in body
+            assert body.rstrip().endswith(f"pl_last_call = {key};")
+        # the calls outside the layer loop see layer 0, the layered ones their own: keys never meet
+        assert "const int pl_layer = 0;  // outside the layer loop" in glue
+    assert ctx.glue_ltoir
+
+
+def test_a_lone_component_continues_its_walk_and_a_pair_does_not():
+    """A sequential kernel of one component walks its tiles with nothing between them: any but the CTA's
+    first continues. Two components in one tile loop share scratch bytes: neither may rely on it."""
+    CONTRACTS.setdefault("gemv_bf16", "linear/gemv_bf16.json")
+    try:
+        pairs = ((["gemv_residual"], True), (["gemv_bf16", "gemv_residual"], False))
+        linked = [(run({"pipeline": 1, "name": "alone", "components": names, "schedule": "sequential"},
+                       components(tuple(names)), until="generate"), expected) for names, expected in pairs]
+    finally:
+        del CONTRACTS["gemv_bf16"]
+    for ctx, expected in linked:
+        assert not ctx.sink.errors, [d.render() for d in ctx.sink.items]
+        assert ("tile.continues = (it != 0);" in ctx.glue) == expected
+
+
 def test_a_fixed_layer_count():
     doc = dict(MLP_LAYERS, layers=3)
     ctx = run(doc)

@@ -31,7 +31,7 @@ def test_step_links_into_one_kernel(linked, variant):
     m = result.manifest
     assert m.schedule == "persistent" and m.block == (256, 1, 1)
     # two CTAs an SM: every buffer is per-task scratch, shared across the calls' components
-    assert m.dynamic_smem <= (100 * 1024 if variant == "ring" else 34 * 1024)
+    assert m.dynamic_smem <= (100 * 1024 if variant == "ring" else 36 * 1024)
     assert m.tasks["down"].startswith("(NL) * ") and not m.tasks["lm_head"].startswith("(NL)")
 
 

@@ -328,6 +328,8 @@ def _sequential(r: Resolved, a: Allocation) -> list[str]:
     if out:
         out.append("  __syncthreads();")
     out += _tile_loop(r, "  ", 1)
+    if len(r.order) == 1 and not r.inner_grid(r.order[0]):  # nothing else runs between its tiles on a CTA
+        out.append("    tile.continues = (it != 0);")
     k = 0
     while k < len(r.order):
         run = [r.order[k]]  # consecutive components of one level: the kernel's tiles, or one inner loop
@@ -519,6 +521,8 @@ def _persistent(r: Resolved, a: Allocation) -> list[str]:
     counters = sorted({prefetch_counter(r, c.name) for c in r.components} - {None})
     out += [f"  int {c} = 0;  // this CTA's tasks of a prefetching component so far (its slot: the count % 2)"
             for c in counters]
+    if r.dispatch != "static":
+        out.append("  int pl_last_call = -1;  // the call (and layer) of this CTA's previous task: tile.continues")
     init = _init_component_mbarriers(r, a, "  ")
     if init:  # the components' own mbarriers (a prefetch's completion), ready before any task
         out += init + ["  __syncthreads();"]
@@ -664,10 +668,26 @@ def _previous_layer_waits(r: Resolved, a: Allocation, name: str, tensor_index: d
     return out
 
 
-def _decode(r: Resolved, k: int, name: str, indent: str, iteration: str = "0") -> list[str]:
+def _decode(r: Resolved, k: int, name: str, indent: str, iteration: str = "0", continues: str = "") -> list[str]:
     seq = r.component(name).contract.geometry.tile_sequence
     stage = "0" if iteration == "0" else f"({iteration}) & 1"
-    return _tile_from(seq.order, len(seq.grid), f"c{k}_tiles_", iteration, stage, indent, seq.group)
+    out = _tile_from(seq.order, len(seq.grid), f"c{k}_tiles_", iteration, stage, indent, seq.group)
+    if continues:  # read by few components; LTO drops it from the others
+        out.append(f"{indent}tile.continues = {continues};")
+    return out
+
+
+def _continues(r: Resolved, k: int) -> str:
+    """When the CTA's previous task was call k's of the same layer: static dispatch walks a call's tasks on
+    a CTA one after another (any but its first continues); dynamic dispatch compares the call (and layer)
+    of the CTA's previous claim, which `pl_last_call` keeps."""
+    return "(t != (int)blockIdx.x)" if r.dispatch == "static" else f"(pl_last_call == {_call_key(r, k)})"
+
+
+def _call_key(r: Resolved, k: int) -> str:
+    """A number naming call k of the current layer (calls outside the layer loop: layer 0)."""
+    n = len(r.events.order)
+    return f"(pl_layer * {n} + {k})" if event_glue.has_layers(r) else str(k)
 
 
 def prefetch_counter(r: Resolved, name: str) -> str | None:
@@ -702,7 +722,7 @@ def _task_body(r: Resolved, a: Allocation, k: int, name: str, indent: str) -> li
     tensor_index = {t.name: j for j, t in enumerate(plan.tensors.values())}
     comp_index = [c.name for c in r.components].index(name)
     counter = prefetch_counter(r, name)
-    out = _decode(r, k, name, indent, counter or "0")
+    out = _decode(r, k, name, indent, counter or "0", _continues(r, k))
     if r.profile_tasks:  # thread 0 records the task (its slot, then a stamp at each step)
         task = f"(long long)pl_layer * (long long)c{k}_tasks + t" if event_glue.has_layers(r) else "t"
         out.append(_profile_record(r, comp_index, "threadIdx.x == 0", task, indent))
@@ -722,6 +742,8 @@ def _task_body(r: Resolved, a: Allocation, k: int, name: str, indent: str) -> li
                      a.block_threads, indent, bases)
     if counter:
         out.append(f"{indent}++{counter};")
+    if r.dispatch != "static":
+        out.append(f"{indent}pl_last_call = {_call_key(r, k)};")
     return out
 
 
@@ -753,6 +775,7 @@ def _group_task_body(r: Resolved, a: Allocation, k: int, name: str, groups: int,
     out += [f"{inner}}}", f"{indent}}}"]
     if r.debug_events:  # a group's wait timed out: every CTA leaves, as after a whole block's
         out.append(f"{indent}if (__syncthreads_or(!pl_ok)) return;")
+    out.append(f"{indent}pl_last_call = -1;  // the groups' tasks used the scratch")
     return out
 
 

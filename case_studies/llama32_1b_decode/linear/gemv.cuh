@@ -13,9 +13,16 @@
 // Every lane first issues all its 16-byte loads of W for the chunk (streamed past L1: each element of W is
 // read once), then the block stages the chunk of up to BATCH rows of x in shared memory (16-byte loads
 // through L2: x may have been written by another CTA in this launch), meets at the named barrier, and
-// every warp runs its blocks' mmas. After the last chunk the warps' partial sums meet in shared memory
-// (the x staging buffer, free by then) and are added in warp order. A batch larger than BATCH walks W
-// again per group of BATCH rows. Only W (constant for the launch) takes the read-only path
+// every warp runs its blocks' mmas (two accumulators, so the mmas form two dependency chains, not one).
+// After the last chunk the warps' partial sums meet in shared memory (`sums`) and are added in warp order.
+// A batch larger than BATCH walks W again per group of BATCH rows.
+//
+// Every task of a call reads the same x. When all of it fits in xs (B <= BATCH and the K chunks of the B
+// rows within BATCH * KCHUNK) it stays there: the CTA's first task of the call stages all of it (and runs
+// the stage's prologue, e.g. the norm), and a task that continues the call on the CTA (`pl::Tile`'s
+// `continues`: no other task ran there since) skips both and starts with its loads of W. In a decode step
+// that is every task but a CTA's first of each call, so the per-task chain is W's loads, the mmas and the
+// reduction. Only W (constant for the launch) takes the read-only path
 // (ld.global.nc); x and r, which other CTAs of a fused kernel write, are loaded with ld.global.cg.
 //
 // rows_from leaves the task's rows and its epilogue to the component: which row of W each local row is
@@ -158,16 +165,19 @@ struct WGlobal {
 // stage: StageRaw, StageNormed or any type with their begin and load.
 // wsrc: where W comes from (WGlobal; ring.cuh's WRing takes the first K chunk from shared memory): load(i, n,
 // v0, v) is the 16-byte vector v0 + v of row n, local row i.
-// xs: BATCH * KCHUNK bf16 of shared memory (also holds the WARPS * ROWS * 8 fp32 partial sums at the end).
+// xs: BATCH * KCHUNK bf16 of shared memory; sums: WARPS * ROWS * 8 floats (sums_floats).
+// continues: the CTA's previous task was of the same call and left xs as it was (pass tile.continues).
+template <int WARPS, int ROWS>
+constexpr int sums_floats = WARPS * ROWS * 8;
+
 template <int WARPS, int ROWS, int KCHUNK, int BATCH, class WSrc, class Stage, class RowOf, class Store, class Flush,
           class Sync>
 __device__ __forceinline__ void rows_from(const WSrc& wsrc, const Stage& stage, int B, int K,
-                                          uint4* __restrict__ xs, RowOf row_of, Store store, Flush flush,
-                                          Sync sync) {
+                                          uint4* __restrict__ xs, float* __restrict__ sums, int continues,
+                                          RowOf row_of, Store store, Flush flush, Sync sync) {
   static_assert(ROWS % 8 == 0, "gemv: a task is a whole number of 8-row halves of an mma tile");
   static_assert(KCHUNK % (32 * WARPS) == 0, "gemv: a K chunk deals whole 32-wide blocks to every warp");
   static_assert(BATCH >= 1 && BATCH <= 8, "gemv: the batch rows of a group are the 8 columns of the mma");
-  static_assert(WARPS * ROWS * 8 * 4 <= BATCH * KCHUNK * 2, "gemv: the partial sums must fit in xs");
   constexpr int THREADS = WARPS * 32;
   constexpr int MT = (ROWS + 15) / 16;            // m16 tiles of the task's rows
   constexpr int KPW = KCHUNK / 32 / WARPS;        // 32-wide blocks of a chunk per warp
@@ -175,6 +185,9 @@ __device__ __forceinline__ void rows_from(const WSrc& wsrc, const Stage& stage, 
   const int t = threadIdx.x % THREADS, warp = t / 32, lane = t % 32;
   const int g = lane / 4, q = lane % 4;           // the lane's row (A, D) or batch column (B), and k quarter
   const int kvecs = K / 8;
+  const int chunks = (kvecs + CHUNK_VECS - 1) / CHUNK_VECS;
+  // All of x stays in xs (chunk c of the B rows at c * B * CHUNK_VECS): staged by the call's first task here.
+  const bool resident = B <= BATCH && B * chunks <= BATCH;
   // W rows of this lane: local rows 16 mt + 8 h + g (h = 0: A rows 0-7, h = 1: rows 8-15).
   int row_n[MT][2];
 #pragma unroll
@@ -199,70 +212,82 @@ __device__ __forceinline__ void rows_from(const WSrc& wsrc, const Stage& stage, 
         }
   };
 
-  for (int bg = 0; bg < B; bg += BATCH) {
-    const int nb = min(BATCH, B - bg);
+  if (resident && !continues) {  // the call's first task on this CTA: all of x, once
     // The first chunk's W loads are not issued before the prologue: live across it, its 32 registers made
     // the whole decode step spill (112-byte frame) under the joint 128-register cap.
-    stage.begin(bg, nb);
-    float acc[MT][4];
+    stage.begin(0, B);
+    for (int idx = t; idx < B * kvecs; idx += THREADS) {
+      const int b = idx / kvecs, v = idx - b * kvecs, c = v / CHUNK_VECS;
+      xs[c * B * CHUNK_VECS + xs_slot(b, v - c * CHUNK_VECS, CHUNK_VECS)] = stage.load(b, v);
+    }
+    sync();
+  }
+
+  for (int bg = 0; bg < B; bg += BATCH) {
+    const int nb = min(BATCH, B - bg);
+    if (!resident) stage.begin(bg, nb);
+    float acc[MT][2][4];  // two chains: the first and second mma of each 32-wide block
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) acc[mt][e] = 0.0f;
+      for (int e = 0; e < 4; ++e) acc[mt][0][e] = acc[mt][1][e] = 0.0f;
 
-    for (int v0 = 0; v0 < kvecs; v0 += CHUNK_VECS) {
+    for (int v0 = 0, c = 0; v0 < kvecs; v0 += CHUNK_VECS, ++c) {
       const int cv = min(CHUNK_VECS, kvecs - v0);  // vectors of this chunk
       load_w(v0, cv);
-      for (int idx = t; idx < nb * cv; idx += THREADS) {
-        const int b = idx / cv, v = idx - b * cv;
-        xs[xs_slot(b, v, CHUNK_VECS)] = stage.load(bg + b, v0 + v);
+      const uint4* const xc = resident ? xs + c * B * CHUNK_VECS : xs;
+      if (!resident) {
+        for (int idx = t; idx < nb * cv; idx += THREADS) {
+          const int b = idx / cv, v = idx - b * cv;
+          xs[xs_slot(b, v, CHUNK_VECS)] = stage.load(bg + b, v0 + v);
+        }
+        sync();
       }
-      sync();
 #pragma unroll
       for (int u = 0; u < KPW; ++u) {
         const int v = (u * WARPS + warp) * 4 + q;
-        const uint4 xv = (g < nb && v < cv) ? xs[xs_slot(g, v, CHUNK_VECS)] : make_uint4(0u, 0u, 0u, 0u);
+        const uint4 xv = (g < nb && v < cv) ? xc[xs_slot(g, v, CHUNK_VECS)] : make_uint4(0u, 0u, 0u, 0u);
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
           const uint4& lo = wv[mt][0][u];
           const uint4& hi = wv[mt][1][u];
-          mma_16816(acc[mt], lo.x, hi.x, lo.y, hi.y, xv.x, xv.y);  // k = 8q .. 8q+3 of the block
-          mma_16816(acc[mt], lo.z, hi.z, lo.w, hi.w, xv.z, xv.w);  // k = 8q+4 .. 8q+7
+          mma_16816(acc[mt][0], lo.x, hi.x, lo.y, hi.y, xv.x, xv.y);  // k = 8q .. 8q+3 of the block
+          mma_16816(acc[mt][1], lo.z, hi.z, lo.w, hi.w, xv.z, xv.w);  // k = 8q+4 .. 8q+7
         }
       }
-      sync();  // every warp is done with this chunk of x before the next one is staged (or the sums land)
+      if (!resident) sync();  // every warp is done with this chunk of x before the next one is staged
     }
 
-    // The warps' partial sums: red[warp][local row][batch column], fp32, in xs.
-    float* const red = reinterpret_cast<float*>(xs);
+    // The warps' partial sums: sums[warp][local row][batch column], fp32.
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
       for (int h = 0; h < 2; ++h)
         if (mt * 16 + h * 8 < ROWS)
-          *reinterpret_cast<float2*>(red + (warp * ROWS + mt * 16 + h * 8 + g) * 8 + 2 * q) =
-              make_float2(acc[mt][2 * h], acc[mt][2 * h + 1]);
+          *reinterpret_cast<float2*>(sums + (warp * ROWS + mt * 16 + h * 8 + g) * 8 + 2 * q) =
+              make_float2(acc[mt][0][2 * h] + acc[mt][1][2 * h], acc[mt][0][2 * h + 1] + acc[mt][1][2 * h + 1]);
     sync();
     for (int idx = t; idx < ROWS * nb; idx += THREADS) {
       const int b = idx / ROWS, i = idx - b * ROWS;
       float s = 0.0f;
 #pragma unroll
-      for (int w = 0; w < WARPS; ++w) s += red[(w * ROWS + i) * 8 + b];
+      for (int w = 0; w < WARPS; ++w) s += sums[(w * ROWS + i) * 8 + b];
       store(i, bg, b, s);
     }
     flush(bg, nb);
-    if (bg + BATCH < B) sync();  // the sums are read before the next group stages x over them
+    if (bg + BATCH < B) sync();  // the sums are read before the next group's warps write theirs
   }
 }
 
 // The plain form: rows n0 .. n0 + ROWS - 1 of W (those below N), y[b, n] = s (+ r[b, n]), rounded once; W from
 // `wsrc` (rows: from global memory).
-template <int WARPS, int ROWS, int KCHUNK, int BATCH, bool kResidual, class WSrc, class Sync>
-__device__ __forceinline__ void rows_src(int n0, const WSrc& wsrc, const bf16* __restrict__ x,
+template <int WARPS, int ROWS, int KCHUNK, int BATCH, bool kResidual, class WSrc, class Stage, class Sync>
+__device__ __forceinline__ void rows_src(int n0, const WSrc& wsrc, const Stage& stage,
                                          const bf16* __restrict__ r, bf16* __restrict__ y, int B, int N, int K,
-                                         uint4* __restrict__ xs, Sync sync) {
+                                         uint4* __restrict__ xs, float* __restrict__ sums, int continues,
+                                         Sync sync) {
   rows_from<WARPS, ROWS, KCHUNK, BATCH>(
-      wsrc, StageRaw{x, K}, B, K, xs, [=](int i) { return n0 + i < N ? n0 + i : -1; },
+      wsrc, stage, B, K, xs, sums, continues, [=](int i) { return n0 + i < N ? n0 + i : -1; },
       [=](int i, int bg, int b, float s) {
         const int n = n0 + i;
         if (n < N) {
@@ -274,11 +299,11 @@ __device__ __forceinline__ void rows_src(int n0, const WSrc& wsrc, const bf16* _
       [](int, int) {}, sync);
 }
 
-template <int WARPS, int ROWS, int KCHUNK, int BATCH, bool kResidual, class Sync>
-__device__ __forceinline__ void rows(int n0, const bf16* __restrict__ w, const bf16* __restrict__ x,
+template <int WARPS, int ROWS, int KCHUNK, int BATCH, bool kResidual, class Stage, class Sync>
+__device__ __forceinline__ void rows(int n0, const bf16* __restrict__ w, const Stage& stage,
                                      const bf16* __restrict__ r, bf16* __restrict__ y, int B, int N, int K,
-                                     uint4* __restrict__ xs, Sync sync) {
-  rows_src<WARPS, ROWS, KCHUNK, BATCH, kResidual>(n0, WGlobal{w, K}, x, r, y, B, N, K, xs, sync);
+                                     uint4* __restrict__ xs, float* __restrict__ sums, int continues, Sync sync) {
+  rows_src<WARPS, ROWS, KCHUNK, BATCH, kResidual>(n0, WGlobal{w, K}, stage, r, y, B, N, K, xs, sums, continues, sync);
 }
 
 }  // namespace gemv_body

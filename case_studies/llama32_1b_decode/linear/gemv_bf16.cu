@@ -4,10 +4,12 @@
 
 using namespace pl::gemv_bf16;
 static_assert(smem_xs_bytes >= GEMV_BATCH * GEMV_KCHUNK * 2, "contract gemv_bf16: smem.buffers.xs is too small");
+static_assert(smem_sums_bytes >= gemv_body::sums_floats<WARPS, GEMV_ROWS> * 4, "contract gemv_bf16: smem.buffers.sums is too small");
 
 extern "C" __device__ void gemv_bf16(pl::Tile tile, const __nv_bfloat16* __restrict__ w,
                                      const __nv_bfloat16* __restrict__ x, __nv_bfloat16* __restrict__ y, int B,
                                      int N, int K) {
   gemv_body::rows<WARPS, GEMV_ROWS, GEMV_KCHUNK, GEMV_BATCH, false>(
-      tile.coord[0] * GEMV_ROWS, w, x, nullptr, y, B, N, K, smem_xs<uint4>(), [] { sync_stage(); });
+      tile.coord[0] * GEMV_ROWS, w, gemv_body::StageRaw{x, K}, nullptr, y, B, N, K, smem_xs<uint4>(),
+      smem_sums<float>(), tile.continues, [] { sync_stage(); });
 }

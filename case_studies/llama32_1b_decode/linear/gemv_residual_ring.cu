@@ -6,6 +6,7 @@
 
 using namespace pl::gemv_residual_ring;
 static_assert(smem_xs_bytes >= GEMV_BATCH * GEMV_KCHUNK * 2, "contract gemv_residual_ring: smem.buffers.xs is too small");
+static_assert(smem_sums_bytes >= gemv_body::sums_floats<WARPS, GEMV_ROWS> * 4, "contract gemv_residual_ring: smem.buffers.sums is too small");
 static_assert(smem_ring_bytes >= 2 * GEMV_ROWS * GEMV_KCHUNK * 2, "contract gemv_residual_ring: smem.buffers.ring is too small");
 
 
@@ -24,5 +25,6 @@ extern "C" __device__ void gemv_residual_ring(pl::Tile tile, const __nv_bfloat16
   const auto wsrc = ring_body::source<GEMV_ROWS, GEMV_KCHUNK>(w, K, smem_ring<__nv_bfloat16>(), mbar_loaded(),
                                                                tile.iteration);
   gemv_body::rows_src<WARPS, GEMV_ROWS, GEMV_KCHUNK, GEMV_BATCH, true>(
-      tile.coord[0] * GEMV_ROWS, wsrc, x, r, y, B, N, K, smem_xs<uint4>(), [] { sync_stage(); });
+      tile.coord[0] * GEMV_ROWS, wsrc, gemv_body::StageRaw{x, K}, r, y, B, N, K, smem_xs<uint4>(), smem_sums<float>(),
+      tile.continues, [] { sync_stage(); });
 }

@@ -10,6 +10,7 @@
 
 using namespace pl::gemv_swiglu;
 static_assert(smem_xs_bytes >= GEMV_BATCH * GEMV_KCHUNK * 2, "contract gemv_swiglu: smem.buffers.xs is too small");
+static_assert(smem_sums_bytes >= gemv_body::sums_floats<WARPS, GEMV_ROWS> * 4, "contract gemv_swiglu: smem.buffers.sums is too small");
 static_assert(smem_res_bytes >= GEMV_BATCH * GEMV_ROWS * 4, "contract gemv_swiglu: smem.buffers.res is too small");
 
 extern "C" __device__ void gemv_swiglu(pl::Tile tile, const __nv_bfloat16* __restrict__ w,
@@ -17,5 +18,5 @@ extern "C" __device__ void gemv_swiglu(pl::Tile tile, const __nv_bfloat16* __res
                                        int I, int K) {
   swiglu_body::task<WARPS, GEMV_ROWS, GEMV_KCHUNK, GEMV_BATCH, SWIGLU_COLS>(
       tile.coord[0] * SWIGLU_COLS, w, gemv_body::StageRaw{x, K}, h, B, I, K, smem_xs<uint4>(), smem_res<float>(),
-      [] { sync_stage(); });
+      smem_sums<float>(), tile.continues, [] { sync_stage(); });
 }

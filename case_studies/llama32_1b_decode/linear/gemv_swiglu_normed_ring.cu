@@ -7,6 +7,7 @@
 
 using namespace pl::gemv_swiglu_normed_ring;
 static_assert(smem_xs_bytes >= GEMV_BATCH * GEMV_KCHUNK * 2, "contract gemv_swiglu_normed_ring: smem.buffers.xs is too small");
+static_assert(smem_sums_bytes >= gemv_body::sums_floats<WARPS, GEMV_ROWS> * 4, "contract gemv_swiglu_normed_ring: smem.buffers.sums is too small");
 static_assert(smem_res_bytes >= GEMV_BATCH * GEMV_ROWS * 4, "contract gemv_swiglu_normed_ring: smem.buffers.res is too small");
 static_assert(smem_norm_bytes >= (WARPS + 1) * GEMV_BATCH * 4,
               "contract gemv_swiglu_normed_ring: smem.buffers.norm is too small");
@@ -33,5 +34,6 @@ extern "C" __device__ void gemv_swiglu_normed_ring(pl::Tile tile, const __nv_bfl
   const auto wsrc = ring_body::source<GEMV_ROWS, GEMV_KCHUNK>(w, K, smem_ring<__nv_bfloat16>(), mbar_loaded(),
                                                                tile.iteration);
   swiglu_body::task_from<WARPS, GEMV_ROWS, GEMV_KCHUNK, GEMV_BATCH, SWIGLU_COLS>(
-      tile.coord[0] * SWIGLU_COLS, wsrc, stage, h, B, I, K, smem_xs<uint4>(), smem_res<float>(), sync);
+      tile.coord[0] * SWIGLU_COLS, wsrc, stage, h, B, I, K, smem_xs<uint4>(), smem_res<float>(), smem_sums<float>(),
+      tile.continues, sync);
 }

@@ -8,6 +8,7 @@
 
 using namespace pl::lm_head;
 static_assert(smem_xs_bytes >= GEMV_BATCH * GEMV_KCHUNK * 2, "contract lm_head: smem.buffers.xs is too small");
+static_assert(smem_sums_bytes >= gemv_body::sums_floats<WARPS, LM_ROWS> * 4, "contract lm_head: smem.buffers.sums is too small");
 static_assert(smem_keys_bytes >= GEMV_BATCH * LM_ROWS * 8, "contract lm_head: smem.buffers.keys is too small");
 
 extern "C" __device__ void lm_head(pl::Tile tile, const __nv_bfloat16* __restrict__ w,
@@ -15,5 +16,6 @@ extern "C" __device__ void lm_head(pl::Tile tile, const __nv_bfloat16* __restric
                                    unsigned long long* __restrict__ part, int B, int V, int K) {
   lm_head_body::task<WARPS, LM_ROWS, GEMV_KCHUNK, GEMV_BATCH>(tile.coord[0], gemv_body::WGlobal{w, K}, x, logits,
                                                                 part, B, V, K, smem_xs<uint4>(),
-                                                                smem_keys<unsigned long long>(), [] { sync_stage(); });
+                                                                smem_keys<unsigned long long>(), smem_sums<float>(),
+                                                                tile.continues, [] { sync_stage(); });
 }

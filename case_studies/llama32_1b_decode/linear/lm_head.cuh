@@ -10,12 +10,13 @@ namespace lm_head_body {
 template <int WARPS, int ROWS, int KCHUNK, int BATCH, class WSrc, class Sync>
 __device__ __forceinline__ void task(int task, const WSrc& wsrc, const __nv_bfloat16* __restrict__ x,
                                      __nv_bfloat16* __restrict__ logits, unsigned long long* __restrict__ part, int B,
-                                     int V, int K, uint4* __restrict__ xs, unsigned long long* keys, Sync sync) {
+                                     int V, int K, uint4* __restrict__ xs, unsigned long long* keys,
+                                     float* __restrict__ sums, int continues, Sync sync) {
   const int n0 = task * ROWS;
   const int tasks = (V + ROWS - 1) / ROWS;
   const int t = threadIdx.x % (WARPS * 32);
   gemv_body::rows_from<WARPS, ROWS, KCHUNK, BATCH>(
-      wsrc, gemv_body::StageRaw{x, K}, B, K, xs, [=](int i) { return n0 + i < V ? n0 + i : -1; },
+      wsrc, gemv_body::StageRaw{x, K}, B, K, xs, sums, continues, [=](int i) { return n0 + i < V ? n0 + i : -1; },
       [=](int i, int bg, int b, float s) {
         const int n = n0 + i;
         unsigned long long key = 0ull;

@@ -7,6 +7,7 @@
 
 using namespace pl::lm_head_ring;
 static_assert(smem_xs_bytes >= GEMV_BATCH * GEMV_KCHUNK * 2, "contract lm_head_ring: smem.buffers.xs is too small");
+static_assert(smem_sums_bytes >= gemv_body::sums_floats<WARPS, LM_ROWS> * 4, "contract lm_head_ring: smem.buffers.sums is too small");
 static_assert(smem_keys_bytes >= GEMV_BATCH * LM_ROWS * 8, "contract lm_head_ring: smem.buffers.keys is too small");
 static_assert(smem_ring_bytes >= 2 * LM_ROWS * GEMV_KCHUNK * 2, "contract lm_head_ring: smem.buffers.ring is too small");
 
@@ -26,5 +27,5 @@ extern "C" __device__ void lm_head_ring(pl::Tile tile, const __nv_bfloat16* __re
                                                                tile.iteration);
   lm_head_body::task<WARPS, LM_ROWS, GEMV_KCHUNK, GEMV_BATCH>(tile.coord[0], wsrc, x, logits, part, B, V, K,
                                                                 smem_xs<uint4>(), smem_keys<unsigned long long>(),
-                                                                [] { sync_stage(); });
+                                                                smem_sums<float>(), tile.continues, [] { sync_stage(); });
 }

@@ -16,6 +16,7 @@
 
 using namespace pl::qkv_rope;
 static_assert(smem_xs_bytes >= GEMV_BATCH * GEMV_KCHUNK * 2, "contract qkv_rope: smem.buffers.xs is too small");
+static_assert(smem_sums_bytes >= gemv_body::sums_floats<WARPS, GEMV_ROWS> * 4, "contract qkv_rope: smem.buffers.sums is too small");
 static_assert(smem_res_bytes >= GEMV_BATCH * GEMV_ROWS * 4, "contract qkv_rope: smem.buffers.res is too small");
 
 extern "C" __device__ void qkv_rope(pl::Tile tile, const __nv_bfloat16* __restrict__ w,
@@ -25,5 +26,5 @@ extern "C" __device__ void qkv_rope(pl::Tile tile, const __nv_bfloat16* __restri
                                     int K, int Lmax) {
   qkv_body::task<WARPS, GEMV_ROWS, GEMV_KCHUNK, GEMV_BATCH>(
       tile.coord[0], tile.coord[1], w, gemv_body::StageRaw{x, K}, pos, inv_freq, q, k_cache, v_cache, B, K, Lmax,
-      smem_xs<uint4>(), smem_res<float>(), [] { sync_stage(); });
+      smem_xs<uint4>(), smem_res<float>(), smem_sums<float>(), tile.continues, [] { sync_stage(); });
 }

@@ -22,12 +22,13 @@ __device__ __forceinline__ void task_from(int hd, int j, const WSrc& wsrc, const
                                      const int* __restrict__ pos, const float* __restrict__ inv_freq,
                                      __nv_bfloat16* __restrict__ q, __nv_bfloat16* __restrict__ k_cache,
                                      __nv_bfloat16* __restrict__ v_cache, int B, int K, int Lmax,
-                                     uint4* __restrict__ xs, float* __restrict__ res, Sync sync) {
+                                     uint4* __restrict__ xs, float* __restrict__ res, float* __restrict__ sums,
+                                     int continues, Sync sync) {
   static_assert(ROWS == 8 && WARPS == 8, "qkv_rope: a task is 4 rotary pairs (8 rows of W) over 8 warps");
   constexpr int PAIRS = ROWS / 2;
   const int t = threadIdx.x % (WARPS * 32);
   gemv_body::rows_from<WARPS, ROWS, KCHUNK, BATCH>(
-      wsrc, stage, B, K, xs, [=](int i) { return row_of<ROWS>(hd, j, i); },
+      wsrc, stage, B, K, xs, sums, continues, [=](int i) { return row_of<ROWS>(hd, j, i); },
       [=](int i, int, int b, float s) { res[b * ROWS + i] = s; },
       [=](int bg, int nb) {
         sync();  // every warp's sums are in res
@@ -67,9 +68,10 @@ __device__ __forceinline__ void task(int hd, int j, const __nv_bfloat16* __restr
                                      const int* __restrict__ pos, const float* __restrict__ inv_freq,
                                      __nv_bfloat16* __restrict__ q, __nv_bfloat16* __restrict__ k_cache,
                                      __nv_bfloat16* __restrict__ v_cache, int B, int K, int Lmax,
-                                     uint4* __restrict__ xs, float* __restrict__ res, Sync sync) {
+                                     uint4* __restrict__ xs, float* __restrict__ res, float* __restrict__ sums,
+                                     int continues, Sync sync) {
   task_from<WARPS, ROWS, KCHUNK, BATCH>(hd, j, gemv_body::WGlobal{w, K}, stage, pos, inv_freq, q, k_cache, v_cache, B,
-                                        K, Lmax, xs, res, sync);
+                                        K, Lmax, xs, res, sums, continues, sync);
 }
 
 }  // namespace qkv_body

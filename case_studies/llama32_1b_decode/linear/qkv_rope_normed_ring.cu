@@ -7,6 +7,7 @@
 
 using namespace pl::qkv_rope_normed_ring;
 static_assert(smem_xs_bytes >= GEMV_BATCH * GEMV_KCHUNK * 2, "contract qkv_rope_normed_ring: smem.buffers.xs is too small");
+static_assert(smem_sums_bytes >= gemv_body::sums_floats<WARPS, GEMV_ROWS> * 4, "contract qkv_rope_normed_ring: smem.buffers.sums is too small");
 static_assert(smem_res_bytes >= GEMV_BATCH * GEMV_ROWS * 4, "contract qkv_rope_normed_ring: smem.buffers.res is too small");
 static_assert(smem_norm_bytes >= (WARPS + 1) * GEMV_BATCH * 4,
               "contract qkv_rope_normed_ring: smem.buffers.norm is too small");
@@ -38,5 +39,6 @@ extern "C" __device__ void qkv_rope_normed_ring(pl::Tile tile, const __nv_bfloat
                                                                tile.iteration);
   qkv_body::task_from<WARPS, GEMV_ROWS, GEMV_KCHUNK, GEMV_BATCH>(tile.coord[0], tile.coord[1], wsrc, stage, pos,
                                                                  inv_freq, q, k_cache, v_cache, B, K, Lmax,
-                                                                 smem_xs<uint4>(), smem_res<float>(), sync);
+                                                                 smem_xs<uint4>(), smem_res<float>(), smem_sums<float>(),
+                                                                 tile.continues, sync);
 }

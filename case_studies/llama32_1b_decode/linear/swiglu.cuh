@@ -13,16 +13,17 @@ __device__ __forceinline__ int row_of(int n0, int I, int i) {
   return n < I ? (i < COLS ? n : I + n) : -1;
 }
 
-// res: BATCH * ROWS floats of shared memory; sync: the component's named barrier; W from `wsrc` (gemv.cuh's
-// WGlobal, ring.cuh's WRing).
+// res: BATCH * ROWS floats of shared memory; sums, continues: gemv.cuh's rows_from; sync: the component's
+// named barrier; W from `wsrc` (gemv.cuh's WGlobal, ring.cuh's WRing).
 template <int WARPS, int ROWS, int KCHUNK, int BATCH, int COLS, class WSrc, class Stage, class Sync>
 __device__ __forceinline__ void task_from(int n0, const WSrc& wsrc, const Stage& stage,
                                           __nv_bfloat16* __restrict__ h, int B, int I, int K,
-                                          uint4* __restrict__ xs, float* __restrict__ res, Sync sync) {
+                                          uint4* __restrict__ xs, float* __restrict__ res, float* __restrict__ sums,
+                                          int continues, Sync sync) {
   static_assert(ROWS == 2 * COLS && ROWS % WARPS == 0, "gemv_swiglu: a task is COLS gate rows and as many up rows, split evenly over the warps");
   const int t = threadIdx.x % (WARPS * 32);
   gemv_body::rows_from<WARPS, ROWS, KCHUNK, BATCH>(
-      wsrc, stage, B, K, xs,
+      wsrc, stage, B, K, xs, sums, continues,
       [=](int i) { return row_of<COLS>(n0, I, i); },
       [=](int i, int, int b, float s) { res[b * ROWS + i] = s; },
       [=](int bg, int nb) {
@@ -43,8 +44,9 @@ __device__ __forceinline__ void task_from(int n0, const WSrc& wsrc, const Stage&
 template <int WARPS, int ROWS, int KCHUNK, int BATCH, int COLS, class Stage, class Sync>
 __device__ __forceinline__ void task(int n0, const __nv_bfloat16* __restrict__ w, const Stage& stage,
                                      __nv_bfloat16* __restrict__ h, int B, int I, int K, uint4* __restrict__ xs,
-                                     float* __restrict__ res, Sync sync) {
-  task_from<WARPS, ROWS, KCHUNK, BATCH, COLS>(n0, gemv_body::WGlobal{w, K}, stage, h, B, I, K, xs, res, sync);
+                                     float* __restrict__ res, float* __restrict__ sums, int continues, Sync sync) {
+  task_from<WARPS, ROWS, KCHUNK, BATCH, COLS>(n0, gemv_body::WGlobal{w, K}, stage, h, B, I, K, xs, res, sums, continues,
+                                              sync);
 }
 
 }  // namespace swiglu_body

@@ -16,6 +16,11 @@ struct Tile {
   int k_begin = 0;
   int k_end = 0;
   int k_first = 0;
+  // 1 when the CTA's previous task was of the same call (same layer) and no other task ran on the CTA
+  // since, so the component's scratch buffers still hold what that task left there (an operand every task
+  // of the call reads, staged once per CTA). Set by persistent schedules and by a sequential kernel of one
+  // component; 0 everywhere else.
+  int continues = 0;
 };
 
 // The block's dynamic shared memory. Every component sees the same base; the linker hands out
