@@ -1,7 +1,8 @@
 // gemv_swiglu_normed: gemv_swiglu (gemv_swiglu.cu) with the post-attention RMSNorm as its prologue. It
 // reads the raw residual x [B, K] and stages xn = bf16(x * rsqrt(mean(x^2) + eps) * norm_w) (gemv.cuh's
 // StageNormed: bit-identical to norm/rmsnorm.cu's output), so a fused layer needs no norm task and no
-// grid-wide hand-off before the MLP; each task recomputes its batch rows' sums of squares (x read from L2).
+// grid-wide hand-off before the MLP; the CTA's first task of a call computes its batch rows'
+// sums of squares (x read from L2) and stages xn, the tasks that continue the call on the CTA reuse it.
 #include "gemv_swiglu_normed.pipelink.h"
 #include "swiglu.cuh"
 
