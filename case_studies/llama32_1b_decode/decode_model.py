@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+# The workspaces' extents follow the components' contracts, which decode_parts reads (their only owner).
+from decode_parts import argmax_workspace_shape, attn_workspace_shape  # noqa: F401 (attn_workspace_shape: API)
+
 # --- the configuration -------------------------------------------------------------------------------------
 
 HIDDEN = 2048
@@ -76,22 +79,12 @@ def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
-SPLIT_L = 256     # attn_split's positions per task
-PART_RECORD = 264  # attn_split's f32 per (b, h, split)
-LM_ROWS = 8       # lm_head's vocabulary rows per task
-
-
-def attn_workspace_shape(B: int, L: int) -> tuple[int, int, int]:
-    """attn_split's workspace extents (as decode_parts.attn_workspace_shape): [B * 8, ceil_div(L, 256), 264]."""
-    return (B * KV_HEADS, ceil_div(L, SPLIT_L), PART_RECORD)
-
-
 def scratch_shapes(B: int, Lmax: int, H: int = HIDDEN, I: int = INTERMEDIATE, V: int = VOCAB) -> dict[str, tuple]:
     """The activations and workspaces a step writes (dtype by name: `scratch_dtypes`)."""
     return {
         "x": (B, H), "x1": (B, H), "xn": (B, H),
         "q": (B, Q_HEADS, HEAD_DIM), "o": (B, Q_HEADS, HEAD_DIM), "h": (B, I),
-        "attn_part": attn_workspace_shape(B, Lmax), "logits": (B, V), "head_part": (B, ceil_div(V, LM_ROWS)),
+        "attn_part": attn_workspace_shape(B, Lmax), "logits": (B, V), "head_part": argmax_workspace_shape(B, V),
     }
 
 

@@ -20,6 +20,7 @@ with `pipelink.authoring.builder.build_component` in-process, for the tests.
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 import struct
@@ -82,6 +83,13 @@ class Part:
         return HERE / self.folder / f"{self.name}.json"
 
 
+def provided(part: Part, name: str) -> int:
+    """A constant the part's contract provides (a link-time constant: its default), read from the contract
+    so that the team's folder stays its only owner."""
+    value = json.loads(part.contract.read_text())["geometry"]["provides"][name]
+    return value["default"] if isinstance(value, dict) else value
+
+
 PARTS = (Part("norm", "rmsnorm"), Part("linear", "gemv_bf16"), Part("linear", "gemv_residual"),
          Part("linear", "gemv_normed"))
 ALONE = ("rmsnorm", "gemv_bf16", "gemv_residual")   # each linked alone as its own kernel
@@ -89,12 +97,12 @@ PIPELINED = ("rmsnorm", "gemv_normed")              # linked by pipelines/norm_g
 
 ATTENTION_PARTS = (Part("attention", "attn_head"), Part("attention", "attn_split"), Part("attention", "attn_merge"))
 ATTN_PIPELINED = ("attn_split", "attn_merge")       # linked by pipelines/attn_split.json
-SPLIT_L = 256                                       # attn_split's positions per task (its geometry)
-PART_RECORD = 4 * HEAD_DIM + 4 + 4                  # f32 per (b, h, split): acc [4][64], m [4], l [4]
+SPLIT_L = provided(ATTENTION_PARTS[1], "SPLIT_L")          # attn_split's positions per task
+PART_RECORD = provided(ATTENTION_PARTS[1], "PART_RECORD")  # f32 per (b, h, split): acc [4][64], m [4], l [4]
 
 
 def attn_workspace_shape(B: int, L: int) -> tuple[int, int, int]:
-    """The extents attn_split's contract declares for its workspace `part`: [B * 8, ceil_div(L, SPLIT_L), 264]."""
+    """The extents attn_split's contract declares for its workspace `part`: [B * 8, ceil_div(L, SPLIT_L), PART_RECORD]."""
     return (B * KV_HEADS, -(-L // SPLIT_L), PART_RECORD)
 
 
@@ -147,8 +155,8 @@ MORE_PARTS = (Part("linear", "qkv_rope"), Part("linear", "gemv_swiglu"), Part("l
               Part("linear", "argmax_merge"))
 MORE_ALONE = ("qkv_rope", "gemv_swiglu", "lm_head")  # each linked alone (lm_head: nobody waits for its event)
 HEAD_PIPELINED = ("lm_head", "argmax_merge")        # linked by pipelines/lm_head_argmax.json
-LM_ROWS = 8                                         # lm_head's vocabulary rows per task (its LM_ROWS)
-SWIGLU_COLS = 4                                     # gemv_swiglu's outputs per task
+LM_ROWS = provided(MORE_PARTS[2], "LM_ROWS")         # lm_head's vocabulary rows per task
+SWIGLU_COLS = provided(MORE_PARTS[1], "SWIGLU_COLS")  # gemv_swiglu's outputs per task
 
 
 NORMED_PARTS = (Part("linear", "qkv_rope_normed"), Part("linear", "gemv_swiglu_normed"))
@@ -159,13 +167,13 @@ EMBED_PARTS = (Part("embedding", "embed"),)
 # pipelines/decode_step_ring.json. Same arithmetic as the plain GEMVs.
 RING_PARTS = (Part("linear", "gemv_residual_ring"), Part("linear", "gemv_swiglu_normed_ring"),
               Part("linear", "qkv_rope_normed_ring"), Part("linear", "lm_head_ring"))
-EMBED_COLS = 2048                                   # embed's columns per task: 256 threads, 16 bytes each
+EMBED_COLS = provided(EMBED_PARTS[0], "EMBED_COLS")  # embed's columns per task: 256 threads, 16 bytes each
 # Every component of the case study, once.
 ALL_PARTS = EMBED_PARTS + PARTS + ATTENTION_PARTS + MORE_PARTS + NORMED_PARTS + RING_PARTS
 
 
 def argmax_workspace_shape(B: int, V: int) -> tuple[int, int]:
-    """The extents lm_head's contract declares for its u64 workspace `part`: [B, ceil_div(V, 8)]."""
+    """The extents lm_head's contract declares for its u64 workspace `part`: [B, ceil_div(V, LM_ROWS)]."""
     return (B, -(-V // LM_ROWS))
 
 

@@ -156,6 +156,10 @@ struct WGlobal {
   }
 };
 
+// The floats of rows_from's `sums` buffer: every warp's fp32 sums of the task's rows for 8 batch columns.
+template <int WARPS, int ROWS>
+constexpr int sums_floats = WARPS * ROWS * 8;
+
 // The general form: local row i (0 .. ROWS - 1) of the task is row row_of(i) of W (-1: none, it sums to
 // 0 and is not stored). For each group of up to BATCH batch rows starting at bg, some thread of the block
 // calls store(i, bg, b, s) with the fp32 sum s of batch row bg + b (b < nb), once for every local row, valid
@@ -167,9 +171,6 @@ struct WGlobal {
 // v0, v) is the 16-byte vector v0 + v of row n, local row i.
 // xs: BATCH * KCHUNK bf16 of shared memory; sums: WARPS * ROWS * 8 floats (sums_floats).
 // continues: the CTA's previous task was of the same call and left xs as it was (pass tile.continues).
-template <int WARPS, int ROWS>
-constexpr int sums_floats = WARPS * ROWS * 8;
-
 template <int WARPS, int ROWS, int KCHUNK, int BATCH, class WSrc, class Stage, class RowOf, class Store, class Flush,
           class Sync>
 __device__ __forceinline__ void rows_from(const WSrc& wsrc, const Stage& stage, int B, int K,
