@@ -18,6 +18,8 @@ from .model import (ALL_THREADS, DTYPE_BYTES, INTEGER_DTYPES, SWIZZLE_BYTES, Bar
 from .targets import TARGETS
 
 FORMAT_VERSION = 1
+# A distributed link's rank and world size: names any contract expression may use, which the linker defines.
+DISTRIBUTED_NAMES = frozenset({"RANK", "WORLD"})
 SCHEMA_FILE = validate.CONTRACT_SCHEMA
 
 
@@ -234,6 +236,9 @@ class _SemanticCheck:
             self.raw.get("geometry", {}).get("consumes", {}))
         out = []
         for i, p in enumerate(params):
+            if p["name"] in DISTRIBUTED_NAMES:
+                self.error("PL022", f"'{p['name']}' is the name of a distributed link's {p['name'].lower()}, which the "
+                           "linker defines", f"{base}/{i}/name", hint="rename the parameter")
             shape = None
             if "shape" in p:
                 ptr = f"{base}/{i}/shape"
@@ -417,10 +422,14 @@ class _SemanticCheck:
             elif name in reserved:
                 self.error("PL022", f"'{name}' is a name the generated header defines itself", ptr,
                            hint="rename the geometry parameter")
+            elif name in DISTRIBUTED_NAMES:
+                self.error("PL022", f"'{name}' is the name of a distributed link's {name.lower()}, which the linker "
+                           "defines", ptr, hint="rename the geometry parameter")
+
         seq = None
         if "tile_sequence" in raw:
             ts = raw["tile_sequence"]
-            allowed = set(provides) | set(consumes) | shapes
+            allowed = set(provides) | set(consumes) | shapes | DISTRIBUTED_NAMES
             grid = tuple(self.size_expr(g, f"/geometry/tile_sequence/grid/{i}", allowed, "tile grid extent")
                          for i, g in enumerate(ts["grid"]))
             if "group" in ts and ts.get("order") != "grouped":
@@ -590,7 +599,7 @@ class _SemanticCheck:
         shapes = {p.name for p in entry.params if p.is_shape}
         int_pointers = {p.name for p in entry.params if p.pointer and not p.is_shape
                         and p.dtype in INTEGER_DTYPES}
-        allowed = set(geometry.provides) | set(geometry.consumes) | shapes
+        allowed = set(geometry.provides) | set(geometry.consumes) | shapes | DISTRIBUTED_NAMES
         notifies, waits = [], []
         for kind in ("notifies", "waits"):
             items = raw.get(kind, [])
@@ -627,7 +636,11 @@ class _SemanticCheck:
                             self.error("PL031", f"event '{ev['name']}' has rank {len(shape)} but its map "
                                        f"{ev['map']!r} indexes rank {imap.rank}", f"{ptr}/shape")
                         shape = tuple(s for s in shape if s is not None)
-                    notifies.append(EventNotify(ev["name"], ev["map"], shape, ptr))
+                    rank_expr = None
+                    if "rank" in ev:  # another rank's copy: its task letters, geometry, scalars, RANK, WORLD
+                        rank_expr = self.size_expr(ev["rank"], f"{ptr}/rank", allowed | set(imap.task_dims),
+                                                   "destination rank")
+                    notifies.append(EventNotify(ev["name"], ev["map"], shape, ptr, rank_expr))
                 else:
                     count = ev.get("count", "auto")
                     c = term = None

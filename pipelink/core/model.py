@@ -283,6 +283,7 @@ class EventNotify:
     map: str
     shape: tuple[Expr, ...] | None
     pointer_path: str
+    rank: Expr | None = None  # the rank whose copy of the element a task notifies (None: its own)
 
 
 @dataclass(frozen=True)

@@ -25,10 +25,12 @@ import math
 from dataclasses import dataclass
 
 from ..core.diagnostics import DiagnosticSink
+from ..core.loader import DISTRIBUTED_NAMES as DISTRIBUTED
 from ..core.expr import Expr, ExprError, parse
 from ..core.indexmap import IndexMap, parse_map
 
 SAMPLES = (1, 2, 3, 5, 8, 33, 100)
+WORLDS = (1, 2, 3, 4, 8)                    # the world sizes the analysis samples
 MAX_SAMPLED_TASKS = 20000
 
 
@@ -44,6 +46,7 @@ class Side:
     count_term: object = None  # waits only: the count is read per task from a device tensor
     position: int = 0          # index in the contract's list: waits run in this order
     tensor_shapes: tuple = ()  # (name, extents) of the device tensors the component's maps may read
+    rank: Expr | None = None   # notifies only: the rank whose copy of the element a task notifies
 
     def reads(self) -> tuple[str, ...]:
         """Device tensors the map (and a device-read count) index."""
@@ -56,6 +59,11 @@ class EventTensor:
     shape: tuple[Expr, ...]
     notifiers: list[Side]
     waiters: list[Side]
+
+    @property
+    def cross_rank(self) -> bool:
+        """Some task notifies another rank's copy: every rank of a distributed link holds one."""
+        return any(n.rank is not None for n in self.notifiers)
 
     def count_c(self, rename) -> str:
         """C expression of the count an element reaches when every producer task has notified it."""
@@ -84,7 +92,7 @@ def plan_events(comps, geometry: dict[str, int], sink: DiagnosticSink) -> EventP
         shaped = tuple((p.name, p.shape) for p in c.entry.params if p.shape)
         for n in c.events.notifies:
             t = tensors.setdefault(n.name, EventTensor(n.name, (), [], []))
-            side = Side(c.name, parse_map(n.map), grid, None, n.pointer_path, tensor_shapes=shaped)
+            side = Side(c.name, parse_map(n.map), grid, None, n.pointer_path, tensor_shapes=shaped, rank=n.rank)
             shape = n.shape or _derived_shape(side)
             if shape is None:
                 sink.error("PL081", f"'{c.name}' notifies '{n.name}' through {n.map!r}, whose extents cannot be "
@@ -120,6 +128,21 @@ def plan_events(comps, geometry: dict[str, int], sink: DiagnosticSink) -> EventP
     _check_read_order(comps, tensors, sink)
     _check_sampled(comps, tensors, geometry, sink)
     return None if sink.has_errors else EventPlan(tensors, order)
+
+
+def distributed_use(comps, tensors) -> tuple[str, str] | None:
+    """(component, JSON pointer) of the first place a contract uses RANK or WORLD or notifies another rank's
+    copy of an event: what only a distributed link can run."""
+    for comp in comps:
+        seq = comp.contract.geometry.tile_sequence
+        if seq and any(e.names & DISTRIBUTED for e in seq.grid):
+            return comp.name, "/geometry/tile_sequence/grid"
+    for t in tensors.values():
+        for side in t.notifiers + t.waiters:
+            if side.rank is not None or side.map.names & DISTRIBUTED or (
+                    side.count is not None and side.count.names & DISTRIBUTED):
+                return side.component, side.pointer
+    return None
 
 
 def _check_read_order(comps, tensors, sink) -> None:
@@ -163,7 +186,10 @@ def _derived_shape(side: Side) -> tuple[Expr, ...] | None:
 
 def _derived_count(side: Side) -> Expr | None:
     """How many of this notifier's tasks hit one element: the product of the extents of the task
-    dimensions the map drops (projection maps, ':' broadcasts), or None where it is not uniform."""
+    dimensions the map drops (projection maps, ':' broadcasts), or None where it is not uniform (or
+    the tasks of other ranks send some: how many depends on the world)."""
+    if side.rank is not None:
+        return None
     used = set()
     for term in side.map.terms:
         if term.kind == "all":
@@ -293,6 +319,8 @@ def _shape_names(comps, tensors, geometry) -> list[str]:
                 names |= e.names
             if s.count is not None:
                 names |= s.count.names
+            if s.rank is not None:
+                names |= s.rank.names - set(s.map.task_dims)
             for _, extents in s.tensor_shapes:
                 for e in extents:
                     names |= e.names
@@ -306,70 +334,150 @@ def _check_sampled(comps, tensors, geometry, sink) -> None:
     reads device data is bounded instead: a gathered slot names one element per task, a range
     read from a tensor each element at most once per task, and its affine terms still pin their
     axes. A fixed count above the bound can never be met; a count read from the device is not
-    checked here (the link map says so, and --debug-events reports a wait that never ends)."""
+    checked here (the link map says so, and --debug-events reports a wait that never ends).
+
+    Where the contracts use RANK and WORLD or notify other ranks, the shapes are sampled on worlds of
+    WORLDS ranks: every rank's tasks send to the copy of their destination rank, and each rank's waiters
+    are checked against what reaches its copy."""
     by_name = {c.name: c for c in comps}
     names = _shape_names(comps, tensors, geometry)
+    distributed = bool(set(names) & DISTRIBUTED) or any(t.cross_rank for t in tensors.values())
+    names = [n for n in names if n not in DISTRIBUTED]
     reported = set()
 
     def once(key, code, message, side):
         if key not in reported:
             reported.add(key)
             sink.error(code, message, by_name[side.component].contract.at(side.pointer))
+    once.reported = reported
 
     for values in _sample_shapes(names, geometry):
-        env = dict(geometry, **dict(zip(names, values)))
-        at = ", ".join(f"{k}={v}" for k, v in zip(names, values))
-        for t in tensors.values():
-            try:
-                shape = [e.evaluate(env) for e in t.shape]
-            except ExprError:
-                continue
-            reach = {}
-            for n in t.notifiers:
-                reach[n] = r = _reach(n, env, shape)
-                if r is not None and r.outside:
-                    task, idx = r.outside
-                    once(("range", n.component, t.name), "PL084", f"'{n.component}' task {task} notifies "
-                         f"'{t.name}'{idx} outside its shape {shape} (at {at})", n)
-            counted = None not in reach.values()  # every notifier's tasks were enumerated
-            exact = counted and all(r.exact for r in reach.values())
-            for w in t.waiters:
-                key = (w.component, t.name)
-                expected = _expected(t, w, env) if w.count_term is None else None
-                if w.map.kind == "data_dependent":
-                    r = _reach(w, env, shape)
-                    if r is not None and r.outside:
-                        task, idx = r.outside
-                        once(key, "PL084", f"'{w.component}' task {task} waits on '{t.name}'{idx} outside its "
-                             f"shape {shape} (at {at})", w)
-                    most = sum(r.most() for r in reach.values()) if counted else None
-                    if expected is not None and most is not None and expected > most:
-                        once(key, "PL083", f"'{w.component}' waits for {expected} notifications of each '{t.name}' "
-                             f"element it reads through {w.map.text!r}, but at most {most} can reach any element "
-                             f"({_senders(t)}; at {at}): the wait would never end", w)
+        base = dict(geometry, **dict(zip(names, values)))
+        for world in (WORLDS if distributed else (None,)):
+            env = base if world is None else dict(base, WORLD=world)
+            at = ", ".join(f"{k}={v}" for k, v in zip(names, values)) + (f", WORLD={world}" if world else "")
+            for t in tensors.values():
+                try:
+                    shape = [e.evaluate(dict(env, RANK=0)) for e in t.shape]
+                except ExprError:
                     continue
-                r = _reach(w, env, shape)
-                if r is None:
+                if world is None:
+                    reach = {}
+                    for n in t.notifiers:
+                        reach[n] = r = _reach(n, env, shape)
+                        _report_outside(t, n, r, at, once, shape)
+                    _check_waiters(t, env, at, shape, reach, once)
                     continue
-                if r.outside:
-                    task, idx = r.outside
-                    once(key, "PL084", f"'{w.component}' task {task} waits on '{t.name}'{idx} outside its shape "
-                         f"{shape} (at {at})", w)
-                    continue
-                if expected is None or not counted:
-                    continue
-                for idx, task in _waited(r, shape):
-                    got = sum(n.at(idx) for n in reach.values())
-                    where = f"'{w.component}' task {task} waits for {expected} notifications of '{t.name}'{list(idx)}"
-                    if exact and got != expected:
-                        once(key, "PL083", f"{where}, but the producers send {got} (at {at}): " +
-                             ("the wait would never end" if got < expected else
-                              "it would start before its inputs are complete"), w)
-                    elif not exact and expected > got:
-                        once(key, "PL083", f"{where}, but at most {got} can reach it ({_senders(t)}; at {at}): "
-                             "the wait would never end", w)
-                    if key in reported:
-                        break
+                for rank, reach in _reach_by_rank(t, env, world, shape, at, once).items():
+                    _check_waiters(t, dict(env, RANK=rank), f"{at}, RANK={rank}", shape, reach, once)
+
+
+def _report_outside(t: EventTensor, n: Side, r, at: str, once, shape: list[int]) -> None:
+    if r is not None and r.outside:
+        task, idx = r.outside
+        once(("range", n.component, t.name), "PL084", f"'{n.component}' task {task} notifies '{t.name}'{idx} "
+             f"outside its shape {shape} (at {at})", n)
+
+
+def _reach_by_rank(t: EventTensor, env: dict, world: int, shape: list[int], at: str, once) -> dict[int, dict]:
+    """{rank: {notifier: what reaches that rank's copy}}: every rank's tasks, each sending to the copy of its
+    destination rank (its own where the contract names none); None where a side cannot be enumerated."""
+    out: dict[int, dict] = {rank: {} for rank in range(world)}
+    for source in range(world):
+        env_r = dict(env, RANK=source)
+        for n in t.notifiers:
+            for rank, r in _reach_to(n, env_r, shape, world, t, at, once).items():
+                mine = out[rank]
+                mine[n] = r if n not in mine else _merged(mine[n], r)
+    return out
+
+
+def _reach_to(n: Side, env: dict, shape: list[int], world: int, t: EventTensor, at: str, once) -> dict[int, object]:
+    """What one rank's tasks of `n` send, by destination rank."""
+    if n.rank is None:
+        r = _reach(n, env, shape)
+        _report_outside(t, n, r, at, once, shape)
+        return {env["RANK"]: r}
+    tasks = _tasks(n, env)
+    if tasks is None:
+        return {rank: None for rank in range(world)}
+    names = tuple(sorted(n.rank.names - set(n.map.task_dims)))
+    fn = _map_function(tuple(n.map.task_dims), (n.rank.text,), names)  # compiled once: called per task
+    try:
+        fixed = tuple(env[name] for name in names)
+    except KeyError:
+        return {rank: None for rank in range(world)}
+    groups: dict[int, list] = {}
+    for task in tasks:
+        try:
+            (rank,) = fn(*task, *fixed)
+        except (ArithmeticError, TypeError):
+            return {rank: None for rank in range(world)}
+        if not 0 <= rank < world:
+            once(("rank", n.component, t.name), "PL084", f"'{n.component}' task {task} on rank {env['RANK']} notifies "
+                 f"'{t.name}' on rank {rank}, outside the world of {world} (at {at})", n)
+            continue
+        groups.setdefault(rank, []).append(task)
+    out = {}
+    for rank in range(world):
+        out[rank] = r = _reach(n, env, shape, groups.get(rank, []))
+        _report_outside(t, n, r, at, once, shape)
+    return out
+
+
+def _merged(a, b):
+    """Two ranks' sends to one copy, added."""
+    if a is None or b is None:
+        return None
+    counts = dict(a.counts)
+    first = dict(b.first or {})
+    first.update(a.first or {})
+    for key, c in b.counts.items():
+        counts[key] = counts.get(key, 0) + c
+    return _Reach(a.axes, counts, a.exact and b.exact, a.outside or b.outside, first)
+
+
+def _check_waiters(t: EventTensor, env: dict, at: str, shape: list[int], reach: dict, once) -> None:
+    """Every waiter of `t` on one sampled shape (one rank's copy), against what its notifiers send."""
+    counted = None not in reach.values()  # every notifier's tasks were enumerated
+    exact = counted and all(r.exact for r in reach.values())
+    for w in t.waiters:
+        key = (w.component, t.name)
+        expected = _expected(t, w, env) if w.count_term is None else None
+        if w.map.kind == "data_dependent":
+            r = _reach(w, env, shape)
+            if r is not None and r.outside:
+                task, idx = r.outside
+                once(key, "PL084", f"'{w.component}' task {task} waits on '{t.name}'{idx} outside its "
+                     f"shape {shape} (at {at})", w)
+            most = sum(r.most() for r in reach.values()) if counted else None
+            if expected is not None and most is not None and expected > most:
+                once(key, "PL083", f"'{w.component}' waits for {expected} notifications of each '{t.name}' "
+                     f"element it reads through {w.map.text!r}, but at most {most} can reach any element "
+                     f"({_senders(t)}; at {at}): the wait would never end", w)
+            continue
+        r = _reach(w, env, shape)
+        if r is None:
+            continue
+        if r.outside:
+            task, idx = r.outside
+            once(key, "PL084", f"'{w.component}' task {task} waits on '{t.name}'{idx} outside its shape "
+                 f"{shape} (at {at})", w)
+            continue
+        if expected is None or not counted:
+            continue
+        for idx, task in _waited(r, shape):
+            got = sum(n.at(idx) for n in reach.values())
+            where = f"'{w.component}' task {task} waits for {expected} notifications of '{t.name}'{list(idx)}"
+            if exact and got != expected:
+                once(key, "PL083", f"{where}, but the producers send {got} (at {at}): " +
+                     ("the wait would never end" if got < expected else
+                      "it would start before its inputs are complete"), w)
+            elif not exact and expected > got:
+                once(key, "PL083", f"{where}, but at most {got} can reach it ({_senders(t)}; at {at}): "
+                     "the wait would never end", w)
+            if key in once.reported:
+                break
 
 
 def _senders(t: EventTensor) -> str:
@@ -392,7 +500,7 @@ class _Reach:
         return max(self.counts.values(), default=0)
 
 
-def _reach(side: Side, env, shape: list[int]) -> _Reach | None:
+def _reach(side: Side, env, shape: list[int], tasks=None) -> _Reach | None:
     """Notifications per element from every task of `side`, or None where the tasks (or a gathered
     tensor's extents) cannot be enumerated on this shape. An axis the map does not pin (':', a
     gather, a range read from a tensor) is the same for every element along it: ':' names each
@@ -410,7 +518,7 @@ def _reach(side: Side, env, shape: list[int]) -> _Reach | None:
             if slots is None:
                 return None
             per_task *= slots
-    tasks = _tasks(side, env)
+    tasks = _tasks(side, env) if tasks is None else tasks  # (given: the tasks that send to one rank's copy)
     if tasks is None:
         return None
     if not axes:  # nothing pinned: every task counts towards every element

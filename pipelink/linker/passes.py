@@ -113,8 +113,17 @@ def pass_map(ctx: LinkContext) -> None:
 
 
 def pass_generate(ctx: LinkContext) -> None:
+    from .events import distributed_use
     from .glue import generate_glue
     from .monolithic import generate_monolithic
+    use = distributed_use(ctx.resolved.components, ctx.resolved.events.tensors if ctx.resolved.events else {})
+    if use:  # checked (events.py samples the worlds); the glue and the launcher for it do not exist yet
+        comp, pointer = use
+        ctx.sink.error("PL182", f"'{comp}' is written for a distributed link (RANK, WORLD or another rank's copy "
+                       "of an event), which this version checks but cannot link yet",
+                       ctx.resolved.component(comp).contract.at(pointer),
+                       hint="link it with pipelink check to validate the contracts; linking needs the NVSHMEM glue")
+        return
     ctx.glue = generate_glue(ctx.resolved, ctx.allocation)
     if ctx.options.monolithic or "control" in ctx.extra:
         ctx.monolithic = generate_monolithic(ctx.resolved, ctx.glue, ctx.sink)
