@@ -2,8 +2,8 @@
 notifications of another rank's copy of an event (`rank`). The analysis samples worlds of 1..8 ranks: every
 rank's tasks send to their destination's copy, each rank's waiters are checked against what reaches its copy.
 The pattern is a tensor-parallel GEMM's reduce-scatter: every rank computes a partial of every output tile and
-notifies the tile's owner; the owner's reduce task waits for one notification per rank. Linking such
-contracts is refused (PL182) until the NVSHMEM glue exists. Pure: no objects, no GPU."""
+notifies the tile's owner; the owner's reduce task waits for one notification per rank. They link
+against NVSHMEM (its headers for the glue, its device library for nvJitLink); without it, PL182. No GPU."""
 from __future__ import annotations
 
 import copy
@@ -131,8 +131,82 @@ def test_an_owner_that_waits_for_too_few_ranks_is_found():
     assert "before its inputs are complete" in d.message
 
 
-def test_linking_a_distributed_pipeline_is_refused_with_a_located_diagnostic():
+def test_without_nvshmem_a_distributed_link_is_a_located_diagnostic(monkeypatch):
+    from pipelink import toolchain
+
+    def missing():
+        raise toolchain.ToolchainError("NVSHMEM (the nvidia-nvshmem-cu13==3.8.0 wheel) was not found")
+    monkeypatch.setattr(toolchain, "nvshmem_root", missing)
     ctx = link(until="generate")
     assert codes(ctx.sink) == ["PL182"]
     d = ctx.sink.errors[0]
-    assert d.location.pointer == "/geometry/tile_sequence/grid" and d.hint and ctx.glue is None
+    assert d.location.pointer == "/geometry/tile_sequence/grid" and "nvidia-nvshmem-cu13" in d.hint
+    assert ctx.glue is None
+
+
+PARTIAL_SRC = r'''
+#include "tp_partial.pipelink.h"
+// A stand-in for the partial GEMM: writes its tile's slot on the owner rank through NVSHMEM's peer pointer.
+#include <nvshmem.h>
+extern "C" __device__ void tp_partial(pl::Tile tile, float* __restrict__ out, int TM, int TN) {
+  const int owner = tile.coord[0] / ((TM + nvshmem_n_pes() - 1) / nvshmem_n_pes());
+  float* peer = static_cast<float*>(nvshmem_ptr(out, owner));
+  if (pl_component::thread_rank() == 0 && peer) peer[tile.linear] = 1.0f;
+}
+'''
+
+REDUCE_SRC = r'''
+#include "rs_reduce.pipelink.h"
+extern "C" __device__ void rs_reduce(pl::Tile tile, float* __restrict__ out, int TM, int TN) {
+  if (pl_component::thread_rank() == 0) out[tile.linear] += 1.0f;
+}
+'''
+
+
+@pytest.fixture(scope="module")
+def objects(tmp_path_factory):
+    import json
+    import subprocess
+    import sys
+
+    from pipelink import toolchain
+    d = tmp_path_factory.mktemp("distributed")
+    out = {}
+    for doc, src in ((PARTIAL, PARTIAL_SRC), (REDUCE, REDUCE_SRC)):
+        name = doc["name"]
+        (d / f"{name}.cu").write_text(src)
+        (d / f"{name}.json").write_text(json.dumps(doc))
+        out[name] = d / f"{name}.o"
+        proc = subprocess.run([sys.executable, "-m", "pipelink.cli", "build", str(d / f"{name}.cu"), "--contract",
+                               str(d / f"{name}.json"), "-I", str(toolchain.nvshmem_root() / "include"),
+                               "-o", str(out[name])], capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+    (d / "p.json").write_text(json.dumps({"pipeline": 1, "name": "tp_rs", "components": ["tp_partial", "rs_reduce"],
+                                          "schedule": "persistent"}))
+    out["pipeline"] = d / "p.json"
+    return out
+
+
+def test_a_distributed_pipeline_links_with_nvshmem(objects):
+    import pipelink
+    from pipelink.formats.cubin import read_cubin
+    linked = pipelink.link([str(objects["tp_partial"]), str(objects["rs_reduce"])], pipeline=str(objects["pipeline"]))
+    assert linked.ok, [d.render() for d in linked.diagnostics]
+    glue = linked.glue
+    assert "#include <pipelink/remote.h>" in glue
+    assert "const int RANK = pl::remote::rank(), WORLD = pl::remote::world();" in glue
+    assert "__threadfence_system();" in glue and "pl::remote::add_one(" in glue  # the owner's copy
+    assert "pl::events::wait_for<true>(" in glue                                  # read at system scope
+    assert "tp_rs" in read_cubin(linked.cubin)
+    assert linked.manifest.distributed and linked.manifest.to_json()["distributed"] is True
+    from pipelink.runtime.manifest import Manifest
+    assert Manifest.from_json(linked.manifest.to_json()).distributed  # the file keeps it
+
+
+def test_the_launcher_refuses_a_distributed_kernel_until_it_sets_nvshmem_up(objects):
+    import pipelink
+    from pipelink.runtime.launch import ArgumentError, Kernel
+    linked = pipelink.link([str(objects["tp_partial"]), str(objects["rs_reduce"])], pipeline=str(objects["pipeline"]))
+    kernel = Kernel(linked.manifest)  # not loaded: the refusal comes before any driver call
+    with pytest.raises(ArgumentError, match="distributed link"):
+        kernel.prepare(out=None, TM=4, TN=4)

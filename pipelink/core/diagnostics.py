@@ -237,9 +237,9 @@ CODES = _codes(
     Code("PL181", "concurrent tasks with block-wide resources", L,
          "threads.concurrent runs several of the component's tasks in one block at once, one per group of its "
          "warps: it cannot call __syncthreads, nor keep shared memory, barriers or ports, nor have roles"),
-    Code("PL182", "distributed link not available", L,
-         "contracts that use RANK or WORLD, or notify another rank's copy of an event (`rank`), are checked "
-         "(their maps and counts on sampled worlds) but not yet linked"),
+    Code("PL182", "distributed link without NVSHMEM", L,
+         "contracts that use RANK or WORLD, or notify another rank's copy of an event (`rank`), link against "
+         "NVSHMEM's headers and device library: the pinned nvidia-nvshmem-cu13 wheel must be installed"),
 )
 
 

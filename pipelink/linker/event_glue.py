@@ -183,7 +183,8 @@ def wait_block(r, waits, tensor_index: dict, comp_index: int, threads: int, boun
             out.append(f"{indent}  pl_ok = {every('pl_ok')};  // the waits above guard what this one reads")
         j = tensor_index[tensor.name]
         space = element_space(r, j, side)
-        call = (f"pl_ok = pl_ok && pl::events::wait_for({event_base(tensor_index, bases, tensor.name)} + {space.index}, (unsigned)({count_c(r, tensor, side)}), "
+        scope = "<true>" if tensor.cross_rank else ""  # other ranks add to it: read at system scope
+        call = (f"pl_ok = pl_ok && pl::events::wait_for{scope}({event_base(tensor_index, bases, tensor.name)} + {space.index}, (unsigned)({count_c(r, tensor, side)}), "
                 f"pl_epoch, {bound}, pl_report, {comp_index}u, {j}u, {space.index}, (unsigned long long)t);")
         loop = shared_loop(space, call, threads, slot, indent + "  ", tid)
         if task_invariant(side):  # met once in this CTA: met for the rest of the launch
@@ -215,10 +216,18 @@ def notify_block(r, notifies, tensor_index: dict, threads: int, indent: str, bas
     # is cumulative over that order (the pattern of a grid barrier): only the threads that move a count
     # fence, the others go on (a fence waits for the thread's own outstanding memory operations).
     who = " || ".join(f"({notifier_condition(space, threads, sl, tid)})" for _, _, space, sl in spaces)
-    out = [f"{indent}if ({who}) __threadfence();  // the task's writes are visible to every CTA before any count moves"]
+    if any(side.rank is not None for _, side, _, _ in spaces):  # another rank reads them: system scope
+        out = [f"{indent}if ({who}) __threadfence_system();  // the task's writes are visible to every rank first"]
+    else:
+        out = [f"{indent}if ({who}) __threadfence();  // the task's writes are visible to every CTA before any count moves"]
     for tensor, side, space, sl in spaces:
-        body = (f"pl::events::add_one({event_base(tensor_index, bases, tensor.name)} + {space.index});  "
-                f"// '{tensor.name}' {side.map.text}")
+        at = f"{event_base(tensor_index, bases, tensor.name)} + {space.index}"
+        if side.rank is None:
+            body = f"pl::events::add_one({at});  // '{tensor.name}' {side.map.text}"
+        else:
+            letters = {d: f"tile.coord[{i}]" for i, d in enumerate(side.map.task_dims)}
+            body = (f"pl::remote::add_one({at}, (int)({affine_c(side.rank.text, letters, r)}));  "
+                    f"// '{tensor.name}' {side.map.text} on rank {side.rank.text}")
         out += shared_loop(space, body, threads, sl, indent, tid)
     return out
 

@@ -117,13 +117,17 @@ def pass_generate(ctx: LinkContext) -> None:
     from .glue import generate_glue
     from .monolithic import generate_monolithic
     use = distributed_use(ctx.resolved.components, ctx.resolved.events.tensors if ctx.resolved.events else {})
-    if use:  # checked (events.py samples the worlds); the glue and the launcher for it do not exist yet
-        comp, pointer = use
-        ctx.sink.error("PL182", f"'{comp}' is written for a distributed link (RANK, WORLD or another rank's copy "
-                       "of an event), which this version checks but cannot link yet",
-                       ctx.resolved.component(comp).contract.at(pointer),
-                       hint="link it with pipelink check to validate the contracts; linking needs the NVSHMEM glue")
-        return
+    if use:  # the glue includes NVSHMEM's headers and the link its device library
+        try:
+            toolchain.nvshmem_root()
+        except toolchain.ToolchainError as exc:
+            comp, pointer = use
+            ctx.sink.error("PL182", f"'{comp}' is written for a distributed link (RANK, WORLD or another rank's "
+                           f"copy of an event), which needs NVSHMEM: {exc.message}",
+                           ctx.resolved.component(comp).contract.at(pointer),
+                           hint=f"install nvidia-nvshmem-cu13=={toolchain.PINNED_NVSHMEM} (pipelink's own "
+                                "dependencies pin it)")
+            return
     ctx.glue = generate_glue(ctx.resolved, ctx.allocation)
     if ctx.options.monolithic or "control" in ctx.extra:
         ctx.monolithic = generate_monolithic(ctx.resolved, ctx.glue, ctx.sink)
@@ -152,6 +156,10 @@ def pass_link(ctx: LinkContext) -> None:
     from .verify import objects_of
     inputs = [c.obj.link_input() for c in objects_of(ctx.resolved)]  # an object called twice is linked once
     inputs.append(toolchain.LinkInput("ltoir", ctx.glue_ltoir, f"{ctx.resolved.name}_glue"))
+    from .glue import distributed
+    if distributed(ctx.resolved):  # the NVSHMEM calls of the glue (remote.h) and of the components
+        lib = toolchain.nvshmem_root() / "lib" / "libnvshmem_device.a"
+        inputs.append(toolchain.LinkInput("library", lib.read_bytes(), lib.name))
     ctx.nvjitlink_options = jitlink_options(ctx)
     try:
         ctx.cubin = toolchain.nvjitlink_link(inputs, ctx.nvjitlink_options).cubin

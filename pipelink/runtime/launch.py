@@ -681,6 +681,9 @@ class Kernel:
         in its event workspace on the device), so a CUDA graph may capture it and replay it. A persistent
         kernel's workspace is allocated here where it is missing or too small: prepare before a capture.
         The arrays must stay where they are: prepare again after reallocating one."""
+        if self.manifest.distributed:  # NVSHMEM's device state and a symmetric workspace: not set up here yet
+            raise ArgumentError(f"kernel '{self.name}' is a distributed link (every rank runs it on NVSHMEM); "
+                                "this launcher does not set NVSHMEM up yet")
         values = self.bind(args, kwargs)
         packed = self._pack_all(values)
         env = self.shape_env(values)

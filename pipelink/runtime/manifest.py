@@ -277,6 +277,7 @@ class Manifest:
     workspace: WorkspaceSpec | None = None     # persistent: the event workspace
     resources: Resources | None = None
     profile_tasks: int = 0                     # persistent: records of the task-profile ring (0: none)
+    distributed: bool = False                  # every rank runs it on NVSHMEM (contracts use RANK, WORLD, rank)
     tile_exprs: tuple[_expr.Expr, ...] = field(default=(), compare=False, repr=False)  # `tiles`, parsed once
 
     def __post_init__(self):
@@ -330,6 +331,8 @@ class Manifest:
             doc["resources"] = self.resources.to_json()
         if self.profile_tasks:
             doc["profile_tasks"] = self.profile_tasks
+        if self.distributed:
+            doc["distributed"] = True
         return doc
 
     @classmethod
@@ -348,7 +351,7 @@ class Manifest:
 _TOP_FIELDS = {"manifest", "pipelink", "kernel", "target", "schedule", "block", "dynamic_smem", "params", "tiles",
                "tile_order", "distribution", "geometry", "components", "wires", "cubin_sha256", "specialized",
                "grid_policy", "stream_k", "dependent_launch", "tasks", "dispatch", "workspace", "resources",
-               "profile_tasks"}
+               "profile_tasks", "distributed"}
 _SCHEDULES = ("sequential", "warp_specialized", "persistent")
 _DISPATCHES = ("static", "dynamic")
 
@@ -406,7 +409,8 @@ class _Reader:
             dependent_launch=bool(self.optional("dependent_launch", bool, "a boolean")),
             tasks=self.str_map("tasks"),
             dispatch=self.optional("dispatch", str, f"one of {', '.join(_DISPATCHES)}", _DISPATCHES),
-            workspace=self.workspace(), resources=self.resources(), profile_tasks=self.profile_tasks())
+            workspace=self.workspace(), resources=self.resources(), profile_tasks=self.profile_tasks(),
+            distributed=bool(self.optional("distributed", bool, "a boolean")))
 
     def block(self) -> tuple[int, int, int]:
         raw = self.doc.get("block")

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 PINNED_CUDA = "13.0"
+PINNED_NVSHMEM = "3.8.0"  # distributed links: its device library and headers (pyproject.toml pins the wheel)
 
 
 class ToolchainError(Exception):
@@ -80,6 +81,20 @@ def cuda_include_dirs() -> list[Path]:
     if (inc / "cccl").is_dir():
         dirs.append(inc / "cccl")
     return dirs
+
+
+def nvshmem_root() -> Path:
+    """NVSHMEM's folder in the pinned nvidia-nvshmem-cu13 wheel: include/ and lib/libnvshmem_device.a, what a
+    distributed link's glue compiles and links against."""
+    try:
+        import nvidia  # namespace package of the NVIDIA wheels
+    except ImportError as exc:  # pragma: no cover - install problem
+        raise ToolchainError("the nvidia wheels are not installed") from exc
+    for base in getattr(nvidia, "__path__", []):
+        root = Path(base) / "nvshmem"
+        if (root / "include" / "nvshmem.h").exists() and (root / "lib" / "libnvshmem_device.a").exists():
+            return root
+    raise ToolchainError(f"NVSHMEM (the nvidia-nvshmem-cu13=={PINNED_NVSHMEM} wheel) was not found")
 
 
 def nvcc_env() -> dict:

@@ -15,19 +15,27 @@ __device__ __forceinline__ unsigned long long load_acquire(const unsigned long l
   return v;
 }
 
+// The same at system scope: a counter other ranks (other GPUs) add to (pipelink/remote.h).
+__device__ __forceinline__ unsigned long long load_acquire_sys(const unsigned long long* p) {
+  unsigned long long v;
+  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+
 // Add one to the counter; returns the count before. The caller has made its writes visible first
 // (__threadfence after the block's barrier).
 __device__ __forceinline__ unsigned long long add_one(unsigned long long* p) { return atomicAdd(p, 1ull); }
 
 // Wait until the counter reaches `count`. With `bound` > 0 (a debug build) a wait that spins
 // `bound` times records itself, under this launch's epoch, and makes every CTA leave instead of
-// hanging.
+// hanging. kAcrossRanks: other ranks add to the counter, so it is read at system scope.
+template <bool kAcrossRanks = false>
 __device__ __forceinline__ bool wait_for(const unsigned long long* p, unsigned count, unsigned epoch,
                                          unsigned long long bound, Timeout* report, unsigned component,
                                          unsigned event, unsigned long long element, unsigned long long task) {
   unsigned long long spins = 0;
   while (true) {
-    const unsigned long long word = load_acquire(p);
+    const unsigned long long word = kAcrossRanks ? load_acquire_sys(p) : load_acquire(p);
     if (word >= count) return true;
     if (bound) {
       if (*reinterpret_cast<volatile unsigned long long*>(&report->abort) == epoch) return false;
