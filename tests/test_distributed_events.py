@@ -210,3 +210,24 @@ def test_the_launcher_refuses_a_distributed_kernel_until_it_sets_nvshmem_up(obje
     kernel = Kernel(linked.manifest)  # not loaded: the refusal comes before any driver call
     with pytest.raises(ArgumentError, match="distributed link"):
         kernel.prepare(out=None, TM=4, TN=4)
+
+
+def test_a_distributed_component_links_alone_as_a_sequential_kernel(tmp_path):
+    """No events, but its grid uses WORLD: the rank and world are the glue's in every schedule."""
+    import json
+    import subprocess
+    import sys
+
+    import pipelink
+    doc = copy.deepcopy(REDUCE)
+    doc["events"] = {}
+    (tmp_path / "rs_reduce.cu").write_text(REDUCE_SRC)
+    (tmp_path / "rs_reduce.json").write_text(json.dumps(doc))
+    proc = subprocess.run([sys.executable, "-m", "pipelink.cli", "build", str(tmp_path / "rs_reduce.cu"), "--contract",
+                           str(tmp_path / "rs_reduce.json"), "-o", str(tmp_path / "rs_reduce.o")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    linked = pipelink.link([str(tmp_path / "rs_reduce.o")])
+    assert linked.ok, [d.render() for d in linked.diagnostics]
+    assert linked.manifest.schedule == "sequential" and linked.manifest.distributed
+    assert "WORLD = pl::remote::world();" in linked.glue

@@ -134,6 +134,8 @@ def _kernel(r: Resolved, a: Allocation) -> list[str]:
            "  // A stale component build leaves its marker undefined; the link reports it (PL049).",
            "  if (" + " + ".join(marker_symbol(c.code) for c in _coded(r)) +
            f" != {len(_coded(r))}u) __trap();"]
+    if distributed(r):
+        out.append("  const int RANK = pl::remote::rank(), WORLD = pl::remote::world();  // this rank, and how many")
     if r.dependent_launch:
         out += ["  // Programmatic dependent launch: the next kernel in the stream may start now; this one waits",
                 "  // until the kernel before it has finished and its writes are visible, before reading anything.",
@@ -484,9 +486,7 @@ def _persistent(r: Resolved, a: Allocation) -> list[str]:
     geo = lambda name: str(r.geometry[name]) if name in r.geometry else name  # noqa: E731
     flags = a.buffer_offset[("pl_glue", "flags")]
     ws, ws_at = WORKSPACE, lambda word: f"reinterpret_cast<volatile unsigned long long*>(pl_workspace)[{word}]"
-    out = (["  const int RANK = pl::remote::rank(), WORLD = pl::remote::world();  // this rank, and how many"]
-           if distributed(r) else [])
-    out += [f"  unsigned* const pl_flags = reinterpret_cast<unsigned*>(pl::dynamic_smem() + {flags}u);",
+    out = [f"  unsigned* const pl_flags = reinterpret_cast<unsigned*>(pl::dynamic_smem() + {flags}u);",
            "  pl::events::Timeout* const pl_report = reinterpret_cast<pl::events::Timeout*>(pl_workspace);",
            "  // Where this launch stands, kept in the workspace (nothing from the host changes per launch, so a",
            "  // captured launch replays correctly): it counts in region `launch & 1` and zeroes the other one,",
