@@ -12,7 +12,6 @@ from ..core.expr import Expr, parse
 from .allocate import Allocation, task_groups
 from .calls import layered_events
 from .events import task_invariant
-from .glue import distributed
 from ..runtime.manifest import (IMPLICIT_PARAMS, STREAM_K_PARAMS, WORKSPACE, StreamKSpec, ComponentRecord, EventRecord, Manifest, ParamSpec, Resources,
                                 WireRecord, WorkspaceSpec)
 from ..runtime.tensormap import TensorMapDecl
@@ -70,7 +69,7 @@ def manifest(r: Resolved, a: Allocation, arch: str, cubin: bytes, kernel_info: K
         # the same number of tiles, so no last round runs on a few CTAs while the rest idle.
         # A split reduction instead: the launcher plans the split per shape (streamk.py).
         grid_policy="stream_k" if r.stream_k is not None else "balanced" if r.roles is not None else None,
-        stream_k=stream_k, dependent_launch=r.dependent_launch, distributed=distributed(r),
+        stream_k=stream_k, dependent_launch=r.dependent_launch, distributed=r.distributed is not None,
         tasks=tasks, dispatch=r.dispatch if persistent else None, workspace=workspace, resources=resources,
         profile_tasks=r.profile_tasks)
 

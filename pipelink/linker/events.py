@@ -357,7 +357,7 @@ def _check_sampled(comps, tensors, geometry, sink) -> None:
             env = base if world is None else dict(base, WORLD=world)
             at = ", ".join(f"{k}={v}" for k, v in zip(names, values)) + (f", WORLD={world}" if world else "")
             for t in tensors.values():
-                try:
+                try:  # every rank's copy has the same extents (the workspace is symmetric): rank 0's
                     shape = [e.evaluate(dict(env, RANK=0)) for e in t.shape]
                 except ExprError:
                     continue

@@ -72,7 +72,7 @@ def generate_glue(r: Resolved, a: Allocation) -> str:
            "#include <pipelink/glue.h>",
            *(["#include <pipelink/events.h>"] if r.schedule == "persistent" else []),
            *(["#include <pipelink/remote.h>  // a distributed link: every rank runs this kernel"]
-             if distributed(r) else []),
+             if r.distributed else []),
            *dtype_includes([p.dtype for c in r.components for p in c.contract.entry.params]
                            + [w.out_port.dtype for w in r.wires]), ""]
     out += _constants(r, a)
@@ -89,12 +89,6 @@ def generate_glue(r: Resolved, a: Allocation) -> str:
                 f'extern "C" __device__ unsigned long long {PROFILE_LAUNCH};']
     out += [""] + _kernel(r, a)
     return "\n".join(out) + "\n"
-
-
-def distributed(r: Resolved) -> bool:
-    """Whether a contract uses RANK or WORLD or notifies another rank (each rank runs the kernel)."""
-    from .events import distributed_use
-    return distributed_use(r.components, r.events.tensors if r.events else {}) is not None
 
 
 def _constants(r: Resolved, a: Allocation) -> list[str]:
@@ -134,7 +128,7 @@ def _kernel(r: Resolved, a: Allocation) -> list[str]:
            "  // A stale component build leaves its marker undefined; the link reports it (PL049).",
            "  if (" + " + ".join(marker_symbol(c.code) for c in _coded(r)) +
            f" != {len(_coded(r))}u) __trap();"]
-    if distributed(r):
+    if r.distributed:
         out.append("  const int RANK = pl::remote::rank(), WORLD = pl::remote::world();  // this rank, and how many")
     if r.dependent_launch:
         out += ["  // Programmatic dependent launch: the next kernel in the stream may start now; this one waits",
@@ -828,6 +822,6 @@ def glue_options(ctx: LinkContext) -> list[str]:
     from .. import toolchain
     from ..authoring.builder import pipelink_include_dir
     flags = ctx.components[0].contract.targets.flags  # every component agrees (PL040)
-    remote = [f"-I{toolchain.nvshmem_root() / 'include'}"] if distributed(ctx.resolved) else []
+    remote = [f"-I{toolchain.nvshmem_root() / 'include'}"] if ctx.resolved.distributed else []
     return [f"-arch={ctx.target}", "-dlto", "-rdc=true", "-std=c++17", f"-I{pipelink_include_dir()}",
             *(f"-I{d}" for d in toolchain.cuda_include_dirs()), *remote, *flags.nvcc_options()]

@@ -113,15 +113,13 @@ def pass_map(ctx: LinkContext) -> None:
 
 
 def pass_generate(ctx: LinkContext) -> None:
-    from .events import distributed_use
     from .glue import generate_glue
     from .monolithic import generate_monolithic
-    use = distributed_use(ctx.resolved.components, ctx.resolved.events.tensors if ctx.resolved.events else {})
-    if use:  # the glue includes NVSHMEM's headers and the link its device library
+    if ctx.resolved.distributed:  # the glue includes NVSHMEM's headers and the link its device library
         try:
             toolchain.nvshmem_root()
         except toolchain.ToolchainError as exc:
-            comp, pointer = use
+            comp, pointer = ctx.resolved.distributed
             ctx.sink.error("PL182", f"'{comp}' is written for a distributed link (RANK, WORLD or another rank's "
                            f"copy of an event), which needs NVSHMEM: {exc.message}",
                            ctx.resolved.component(comp).contract.at(pointer),
@@ -156,8 +154,7 @@ def pass_link(ctx: LinkContext) -> None:
     from .verify import objects_of
     inputs = [c.obj.link_input() for c in objects_of(ctx.resolved)]  # an object called twice is linked once
     inputs.append(toolchain.LinkInput("ltoir", ctx.glue_ltoir, f"{ctx.resolved.name}_glue"))
-    from .glue import distributed
-    if distributed(ctx.resolved):  # the NVSHMEM calls of the glue (remote.h) and of the components
+    if ctx.resolved.distributed:  # the NVSHMEM calls of the glue (remote.h) and of the components
         lib = toolchain.nvshmem_root() / "lib" / "libnvshmem_device.a"
         inputs.append(toolchain.LinkInput("library", lib.read_bytes(), lib.name))
     ctx.nvjitlink_options = jitlink_options(ctx)

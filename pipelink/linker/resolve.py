@@ -75,6 +75,9 @@ class Resolved:
     dependent_launch: bool = False     # programmatic dependent launch (the glue waits on the grid before)
     calls: object = None               # calls.CallPlan: a `calls` pipeline's layer loop and stacked tensors
     profile_tasks: int = 0             # persistent: records in the task-profile ring (runtime/profile.py)
+    # Where a contract uses RANK or WORLD or notifies another rank: (component, JSON pointer) of the first
+    # use. Every rank runs the kernel on NVSHMEM (glue, link and manifest follow it).
+    distributed: tuple[str, str] | None = None
 
     def inner_grid(self, name: str) -> tuple:
         return (self.nested or {}).get(name, ())
@@ -218,10 +221,12 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
     if sink.has_errors:
         return None
     cluster = next((c.contract.cluster for c in comps if c.contract.cluster), None)
+    from .events import distributed_use
     return Resolved(spec.name, comps, order, wires, geometry, schedule, tiles[0], tiles[1], params, events,
                     spec.dispatch, spec.debug_events, dict(spec.specialize), roles,
                     tuple(list(cluster) + [1] * (3 - len(cluster))) if cluster else None, stream_k, nested,
-                    spec.dependent_launch, calls, spec.profile_tasks)
+                    spec.dependent_launch, calls, spec.profile_tasks,
+                    distributed_use(comps, events.tensors if events else {}))
 
 
 def standalone(c: Component) -> Component:
