@@ -97,13 +97,18 @@ PIPELINED = ("rmsnorm", "gemv_normed")              # linked by pipelines/norm_g
 
 ATTENTION_PARTS = (Part("attention", "attn_head"), Part("attention", "attn_split"), Part("attention", "attn_merge"))
 ATTN_PIPELINED = ("attn_split", "attn_merge")       # linked by pipelines/attn_split.json
-SPLIT_L = provided(ATTENTION_PARTS[1], "SPLIT_L")          # attn_split's positions per task
 PART_RECORD = provided(ATTENTION_PARTS[1], "PART_RECORD")  # f32 per (b, h, split): acc [4][64], m [4], l [4]
 
 
-def attn_workspace_shape(B: int, L: int) -> tuple[int, int, int]:
-    """The extents attn_split's contract declares for its workspace `part`: [B * 8, ceil_div(L, SPLIT_L), PART_RECORD]."""
-    return (B * KV_HEADS, -(-L // SPLIT_L), PART_RECORD)
+def attn_workspace_shape(B: int, L: int) -> tuple[int, ...]:
+    """The extents attn_split's contract declares for its workspace `part` ([B * 8, S, PART_RECORD], S the
+    number of splits it cuts the context into), evaluated from the contract's own expressions."""
+    from pipelink.core.expr import parse
+
+    contract = json.loads(ATTENTION_PARTS[1].contract.read_text())
+    (part,) = [p for p in contract["entry"]["params"] if p["name"] == "part"]
+    env = {"B": B, "L": L, **{k: provided(ATTENTION_PARTS[1], k) for k in contract["geometry"]["provides"]}}
+    return tuple(parse(extent).evaluate(env) for extent in part["shape"])
 
 
 def build_all(out_dir: Path, parts=PARTS) -> dict[str, Path]:

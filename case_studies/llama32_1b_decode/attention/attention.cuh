@@ -50,6 +50,18 @@ __device__ __forceinline__ void unpack8(const uint4& v, float (&f)[8]) {
   }
 }
 
+// Flash-decoding's cut of the context (attn_split and attn_merge both read it; their contracts declare the
+// same expression for the grid and the workspace): S balanced splits, as many as fill the GPU about once
+// with B * 8 * S tasks (`tasks`), never so many that a split has fewer than `min_len` positions. Split s
+// starts at split_begin(s): the first L % S splits have L / S + 1 positions, the others L / S (never
+// empty, since S <= L; 32-bit arithmetic without a division by a product that could overflow).
+__device__ __forceinline__ int split_count(int B, int L, int tasks, int min_len) {
+  const int by_len = (L + min_len - 1) / min_len;
+  const int by_tasks = (tasks + B * KV_HEADS - 1) / (B * KV_HEADS);
+  return min(by_len, by_tasks);
+}
+__device__ __forceinline__ int split_begin(int s, int S, int L) { return s * (L / S) + min(s, L % S); }
+
 struct State {
   float m;    // running max of the scores, log2 domain (-inf: no position seen)
   float l;    // sum of exp2(score - m)

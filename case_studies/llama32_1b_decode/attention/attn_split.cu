@@ -1,5 +1,5 @@
-// attn_split: flash-decoding, first half. Task (b, h, s) attends the 4 query heads of KV head h over the
-// cache positions [s * SPLIT_L, min(L, (s + 1) * SPLIT_L)) and writes its unnormalized partial state to
+// attn_split: flash-decoding, first half. Task (b, h, s) attends the 4 query heads of KV head h over split
+// s of the context (attn_body::split_count: S balanced splits) and writes its unnormalized partial state to
 // the workspace record part[b, h, s, :] (f32: acc [4][64], then m [4] in the log2 domain, then l [4]); the
 // glue then notifies splits[b, h].
 #include "attn_split.pipelink.h"
@@ -14,8 +14,8 @@ extern "C" __device__ void attn_split(pl::Tile tile, const __nv_bfloat16* __rest
                                       const __nv_bfloat16* __restrict__ k, const __nv_bfloat16* __restrict__ v,
                                       float* __restrict__ part, int B, int L, int Lmax) {
   const int b = tile.coord[0], h = tile.coord[1], s = tile.coord[2];
-  const int splits = (L + SPLIT_L - 1) / SPLIT_L;
-  const int l0 = s * SPLIT_L, l1 = min(L, l0 + SPLIT_L);
+  const int splits = attn_body::split_count(B, L, SPLIT_TASKS, SPLIT_MIN_L);
+  const int l0 = attn_body::split_begin(s, splits, L), l1 = attn_body::split_begin(s + 1, splits, L);
   const attn_body::State st =
       attn_body::attend<ATTN_UNROLL>(q, k, v, b, h, l0, l1, Lmax, smem_red<float>(), [] { sync_merge(); });
   const int t = thread_rank();
