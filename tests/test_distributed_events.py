@@ -203,13 +203,82 @@ def test_a_distributed_pipeline_links_with_nvshmem(objects):
     assert Manifest.from_json(linked.manifest.to_json()).distributed  # the file keeps it
 
 
-def test_the_launcher_refuses_a_distributed_kernel_until_it_sets_nvshmem_up(objects):
+def test_the_launcher_loads_a_distributed_kernel_only_once_nvshmem_is_set_up(objects):
     import pipelink
+    from pipelink.runtime import nvshmem
     from pipelink.runtime.launch import ArgumentError, Kernel
     linked = pipelink.link([str(objects["tp_partial"]), str(objects["rs_reduce"])], pipeline=str(objects["pipeline"]))
-    kernel = Kernel(linked.manifest)  # not loaded: the refusal comes before any driver call
-    with pytest.raises(ArgumentError, match="distributed link"):
-        kernel.prepare(out=None, TM=4, TN=4)
+    assert not nvshmem.initialized()
+    with pytest.raises(ArgumentError, match="distributed link .* set NVSHMEM up first"):  # before any driver call
+        Kernel.load(linked.cubin, linked.manifest)
+
+
+def test_nvshmem_host_bindings_without_a_gpu():
+    from pipelink.runtime import nvshmem
+    uid = nvshmem.unique_id()  # the host library loads and makes ids without a device
+    assert len(uid) == nvshmem.UNIQUE_ID_BYTES and uid != nvshmem.unique_id()
+    with pytest.raises(ValueError, match="rank 2 of a world of 2"):
+        nvshmem.init(2, 2, uid)
+    with pytest.raises(ValueError, match="unique_id"):
+        nvshmem.init(1, 2)  # a world of two needs rank 0's id
+    with pytest.raises(ValueError, match="128 bytes"):
+        nvshmem.init(0, 2, b"short")
+    with pytest.raises(nvshmem.NvshmemError, match="not set up"):
+        nvshmem.malloc(64)
+    with pytest.raises(ValueError, match="dtype"):
+        nvshmem.symmetric((4,), "float32")
+    attr = nvshmem._init_attr(3)
+    assert attr.version == (2 << 16) + 144 and attr.args.cuda_device_id == 3 and attr.args.uid_args.myrank == -1
+
+
+# One process, a world of one rank: NVSHMEM set up from the host library, the kernel's module initialized for
+# its device library, the event workspace on the symmetric heap, the partial's write through nvshmem_ptr and
+# its notification through nvshmemx_signal_op to its own rank, the reduce's system-scope wait; launched twice
+# (the workspace's second region, the barrier after each launch). A subprocess: NVSHMEM lives once a process.
+RUN_WORLD_OF_ONE = r"""
+import ctypes, math, struct, sys
+import pipelink
+from pipelink.runtime import nvshmem
+from pipelink.runtime import driver as cu
+partial, reduce, pipeline, TM, TN = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+linked = pipelink.link([partial, reduce], pipeline=pipeline)
+assert linked.ok, [d.render() for d in linked.diagnostics]
+nvshmem.init(0, 1)
+kernel = linked.kernel()
+out = nvshmem.symmetric((TM * TN,), "f32")
+drv = cu.driver()
+for launch in range(2):
+    cu.call("cuMemsetD32", drv.cuMemsetD32, out.ptr, 0x7FC00000, TM * TN)  # NaN: an unwritten tile fails
+    kernel.launch(out=out, TM=TM, TN=TN)
+    cu.call("cuCtxSynchronize", drv.cuCtxSynchronize)
+    host = (ctypes.c_float * (TM * TN))()
+    cu.call("cuMemcpyDtoH", drv.cuMemcpyDtoH, ctypes.addressof(host), out.ptr, TM * TN * 4)
+    bad = [i for i, v in enumerate(host) if v != 2.0]
+    assert not bad, f"launch {launch}: tiles {bad[:8]} hold {[host[i] for i in bad[:8]]}, not 2.0 (the partial's 1 plus the reduce's 1)"
+kernel.unload()
+out.free()
+nvshmem.finalize()
+print("world of one: ok")
+"""
+
+
+@pytest.mark.gpu
+def test_a_distributed_kernel_runs_on_nvshmem_in_a_world_of_one(request):
+    import os
+    import subprocess
+    import sys
+
+    from pipelink import toolchain
+    try:
+        toolchain.nvshmem_root()
+    except toolchain.ToolchainError as exc:  # e.g. only torch's own NVSHMEM, another release
+        pytest.skip(f"the pinned NVSHMEM is not on this machine ({exc.message}; PIPELINK_NVSHMEM_HOME)")
+    objects = request.getfixturevalue("objects")
+    env = {**os.environ, "NVSHMEM_REMOTE_TRANSPORT": "none", "NVSHMEM_DISABLE_NVLS": "1"}
+    proc = subprocess.run([sys.executable, "-c", RUN_WORLD_OF_ONE, str(objects["tp_partial"]),
+                           str(objects["rs_reduce"]), str(objects["pipeline"]), "6", "40"],
+                          capture_output=True, text=True, env=env, timeout=240)
+    assert proc.returncode == 0 and "world of one: ok" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
 
 
 def test_a_distributed_component_links_alone_as_a_sequential_kernel(tmp_path):
@@ -231,3 +300,49 @@ def test_a_distributed_component_links_alone_as_a_sequential_kernel(tmp_path):
     assert linked.ok, [d.render() for d in linked.diagnostics]
     assert linked.manifest.schedule == "sequential" and linked.manifest.distributed
     assert "WORLD = pl::remote::world();" in linked.glue
+
+
+def _fake_nvshmem(root, version: str):
+    major, minor, patch = version.split(".")
+    (root / "include" / "non_abi").mkdir(parents=True)
+    (root / "lib").mkdir()
+    (root / "include" / "nvshmem.h").write_text("")
+    (root / "lib" / "libnvshmem_device.a").write_bytes(b"!<arch>\n")
+    (root / "lib" / "libnvshmem_host.so.3").write_bytes(b"")
+    (root / "include" / "non_abi" / "nvshmem_version.h").write_text(
+        f"#define NVSHMEM_VENDOR_MAJOR_VERSION {major}\n#define NVSHMEM_VENDOR_MINOR_VERSION {minor}\n"
+        f"#define NVSHMEM_VENDOR_PATCH_VERSION {patch}\n")
+    return root
+
+
+def test_another_packages_nvshmem_is_reported_by_its_release_not_used(tmp_path, monkeypatch):
+    # torch brings its own NVSHMEM into the same namespace: its headers are another release's
+    from pipelink import toolchain
+    from pipelink.core.nvshmem_home import PINNED, nvshmem_version
+    from pipelink.runtime import nvshmem
+    other = _fake_nvshmem(tmp_path / "other", "3.3.9")
+    assert nvshmem_version(other) == "3.3.9"
+    monkeypatch.setenv("PIPELINK_NVSHMEM_HOME", str(other))
+    with pytest.raises(toolchain.ToolchainError, match=f"release 3.3.9, not the pinned {PINNED}"):
+        toolchain.nvshmem_root()
+    ctx = link(until="generate")
+    assert codes(ctx.sink) == ["PL182"]
+    d = ctx.sink.errors[0]
+    assert "3.3.9" in d.message and "PIPELINK_NVSHMEM_HOME" in d.hint and ctx.glue is None
+    monkeypatch.setattr(nvshmem, "_state", nvshmem._State())  # the host library is looked up again
+    with pytest.raises(nvshmem.NvshmemError, match="release 3.3.9"):
+        nvshmem.library()
+
+
+def test_the_pinned_release_is_preferred_among_several(tmp_path, monkeypatch):
+    import nvidia
+
+    from pipelink.core import nvshmem_home as home
+    from pipelink.core.nvshmem_home import PINNED
+    other = _fake_nvshmem(tmp_path / "a" / "nvshmem", "3.3.9")
+    pinned = _fake_nvshmem(tmp_path / "b" / "nvshmem", PINNED)
+    monkeypatch.delenv("PIPELINK_NVSHMEM_HOME", raising=False)
+    monkeypatch.setattr(nvidia, "__path__", [str(other.parent), str(pinned.parent)])
+    assert home.nvshmem_home() == pinned
+    monkeypatch.setattr(nvidia, "__path__", [str(other.parent)])
+    assert home.nvshmem_home() == other  # found, but not the pinned one: the callers say so

@@ -124,7 +124,8 @@ def pass_generate(ctx: LinkContext) -> None:
                            f"copy of an event), which needs NVSHMEM: {exc.message}",
                            ctx.resolved.component(comp).contract.at(pointer),
                            hint=f"install nvidia-nvshmem-cu13=={toolchain.PINNED_NVSHMEM} (pipelink's own "
-                                "dependencies pin it)")
+                                "dependencies pin it), or set PIPELINK_NVSHMEM_HOME to a folder of that release "
+                                "(include/, lib/)")
             return
     ctx.glue = generate_glue(ctx.resolved, ctx.allocation)
     if ctx.options.monolithic or "control" in ctx.extra:

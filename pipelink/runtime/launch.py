@@ -189,6 +189,15 @@ class Kernel:
     def load(cls, cubin: bytes, manifest: Manifest | dict, device: int = 0) -> "Kernel":
         """Load `cubin` into the primary context of `device` and find the manifest's kernel."""
         kernel = cls(manifest, device=device)  # the manifest is checked before the driver is touched
+        if kernel.manifest.distributed:
+            from . import nvshmem
+            if not nvshmem.initialized():
+                raise ArgumentError(f"kernel '{kernel.name}' is a distributed link (every rank runs it on NVSHMEM): "
+                                    "set NVSHMEM up first, on every rank (pipelink.runtime.nvshmem.init_from_torch(), "
+                                    "or nvshmem.init(rank, world, unique_id))")
+            if nvshmem._state.device != device:
+                raise ArgumentError(f"kernel '{kernel.name}': NVSHMEM runs on device {nvshmem._state.device} in this "
+                                    f"process, the kernel was asked for device {device}")
         image = bytes(cubin)
         if not image:
             raise ValueError(f"empty cubin for kernel '{kernel.name}'")
@@ -205,6 +214,9 @@ class Kernel:
         try:
             _cu.call("cuCtxSetCurrent", drv.cuCtxSetCurrent, kernel.context)
             kernel._load_module(image)
+            if kernel.manifest.distributed:  # NVSHMEM's device library in the module needs its state
+                from . import nvshmem
+                nvshmem.module_init(kernel.module)
             kernel.function = _cu.call(f"cuModuleGetFunction for kernel '{kernel.name}'",
                                     drv.cuModuleGetFunction, kernel.module, kernel.name.encode())
             kernel._configure()
@@ -278,6 +290,9 @@ class Kernel:
                 from .workspace import release_workspace
                 release_workspace(self)
                 self._release_partials()
+                if self.manifest.distributed:
+                    from . import nvshmem
+                    nvshmem.module_finalize(self.module)
                 _cu.call(f"cuModuleUnload for kernel '{self.name}'", drv.cuModuleUnload, self.module)
         finally:
             self.module = self.function = None
@@ -681,9 +696,6 @@ class Kernel:
         in its event workspace on the device), so a CUDA graph may capture it and replay it. A persistent
         kernel's workspace is allocated here where it is missing or too small: prepare before a capture.
         The arrays must stay where they are: prepare again after reallocating one."""
-        if self.manifest.distributed:  # NVSHMEM's device state and a symmetric workspace: not set up here yet
-            raise ArgumentError(f"kernel '{self.name}' is a distributed link (every rank runs it on NVSHMEM); "
-                                "this launcher does not set NVSHMEM up yet")
         values = self.bind(args, kwargs)
         packed = self._pack_all(values)
         env = self.shape_env(values)
@@ -833,12 +845,17 @@ class PreparedLaunch:
         self._params_address = ctypes.addressof(self._slots) if self.packed else 0
         ws = self.kernel.manifest.workspace
         self._debug = ws is not None and ws.debug
+        self._distributed = self.kernel.manifest.distributed
 
     def launch(self, stream=None) -> None:
         """Launch asynchronously on `stream` (None: the legacy default stream, 0). Nothing on the host
-        changes from one launch to the next: a CUDA graph may capture this and replay it."""
+        changes from one launch to the next: a CUDA graph may capture this and replay it. A distributed
+        kernel's launch is collective: a barrier across the ranks follows it in the stream."""
         k, handle = self.kernel, _stream_handle(stream)
         k._require_loaded("cuLaunchKernel")
         k._launch_slots(self._params_address, self.dims, handle)
+        if self._distributed:  # no rank starts its next launch before every rank has finished this one
+            from . import nvshmem
+            nvshmem.barrier_on_stream(handle)
         if self._debug and not _capturing(handle):  # a debug build reports a wait that gave up
             k._check_timeout(handle, self.workspace)

@@ -8,7 +8,7 @@ regions' capacity), so a launch needs no memset in the stream, no per-launch hos
 graph that captured it replays it correctly.
 
 The launcher allocates the workspace (zeroed) when a launch first needs it, or needs more counters
-than it holds; the memory it replaces is kept until the kernel is unloaded, since prepared launches
+than it holds (a distributed kernel's on NVSHMEM's symmetric heap, runtime/nvshmem.py); the memory it replaces is kept until the kernel is unloaded, since prepared launches
 and captured graphs still point at it (each workspace is consistent on its own).
 """
 from __future__ import annotations
@@ -73,12 +73,20 @@ def ensure_workspace(kernel, header_words: int, event_words: int) -> dict[str, i
     if ws.ptr is None or event_words > ws.region_words or header_words != ws.header_words:
         region = max(event_words, 2 * ws.region_words, 1)
         size = (header_words + 2 * region) * 8
-        ptr = _cu.call(f"cuMemAlloc({size}) for the events of kernel '{kernel.name}' (allocate it before a CUDA "
-                       "graph captures the launch: prepare or launch once first)", drv.cuMemAlloc, size)
+        distributed = kernel.manifest.distributed
+        if distributed:  # other ranks notify its counters: on the symmetric heap (collective)
+            from . import nvshmem
+            ptr = nvshmem.malloc(size, f"the events of kernel '{kernel.name}'")
+        else:
+            ptr = _cu.call(f"cuMemAlloc({size}) for the events of kernel '{kernel.name}' (allocate it before a "
+                           "CUDA graph captures the launch: prepare or launch once first)", drv.cuMemAlloc, size)
         try:
             _cu.call("cuMemsetD8 (the new event workspace)", drv.cuMemsetD8, ptr, 0, size)
+            if distributed:  # zeroed on every rank before any rank's first launch notifies it
+                _cu.call("cuCtxSynchronize (the new event workspace)", drv.cuCtxSynchronize)
+                nvshmem.barrier()
         except LaunchError:
-            _cu.call("cuMemFree (the event workspace)", drv.cuMemFree, ptr)
+            _free(kernel, ptr)
             raise
         if ws.ptr is not None:
             ws.retired.append(ws.ptr)
@@ -104,8 +112,16 @@ def release_workspace(kernel) -> None:
     ws.owners -= 1
     if ws.owners <= 0:
         for ptr in [*ws.retired, *([ws.ptr] if ws.ptr is not None else [])]:
-            _cu.call("cuMemFree (the event workspace)", _cu.driver().cuMemFree, ptr)
+            _free(kernel, ptr)
         ws.ptr, ws.region_words, ws.retired = None, 0, []
+
+
+def _free(kernel, ptr) -> None:
+    if kernel.manifest.distributed:
+        from . import nvshmem
+        nvshmem.free(int(ptr))
+    else:
+        _cu.call("cuMemFree (the event workspace)", _cu.driver().cuMemFree, ptr)
 
 
 def read_timeout(kernel, stream: int, ptr: int) -> None:

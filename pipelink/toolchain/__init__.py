@@ -11,8 +11,11 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..core.nvshmem_home import PINNED as NVSHMEM_PINNED
+from ..core.nvshmem_home import nvshmem_home, nvshmem_version
+
 PINNED_CUDA = "13.0"
-PINNED_NVSHMEM = "3.8.0"  # distributed links: its device library and headers (pyproject.toml pins the wheel)
+PINNED_NVSHMEM = NVSHMEM_PINNED  # distributed links: its device library and headers (pyproject.toml pins the wheel)
 
 
 class ToolchainError(Exception):
@@ -86,15 +89,14 @@ def cuda_include_dirs() -> list[Path]:
 def nvshmem_root() -> Path:
     """NVSHMEM's folder in the pinned nvidia-nvshmem-cu13 wheel: include/ and lib/libnvshmem_device.a, what a
     distributed link's glue compiles and links against."""
-    try:
-        import nvidia  # namespace package of the NVIDIA wheels
-    except ImportError as exc:  # pragma: no cover - install problem
-        raise ToolchainError("the nvidia wheels are not installed") from exc
-    for base in getattr(nvidia, "__path__", []):
-        root = Path(base) / "nvshmem"
-        if (root / "include" / "nvshmem.h").exists() and (root / "lib" / "libnvshmem_device.a").exists():
-            return root
-    raise ToolchainError(f"NVSHMEM (the nvidia-nvshmem-cu13=={PINNED_NVSHMEM} wheel) was not found")
+    root = nvshmem_home()
+    if root is None or not (root / "lib" / "libnvshmem_device.a").exists():
+        raise ToolchainError(f"NVSHMEM (the nvidia-nvshmem-cu13=={PINNED_NVSHMEM} wheel) was not found")
+    found = nvshmem_version(root)
+    if found != PINNED_NVSHMEM:  # another package's NVSHMEM: its headers differ (and may not compile in the glue)
+        raise ToolchainError(f"the NVSHMEM found at {root} is release {found or 'unknown'}, not the pinned "
+                             f"{PINNED_NVSHMEM} that distributed links are built against")
+    return root
 
 
 def nvcc_env() -> dict:
