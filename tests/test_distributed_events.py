@@ -24,6 +24,7 @@ def contract(name: str, grid: list, events: dict, params=None) -> dict:
     return {
         "pipelink_contract": 1, "name": name, "version": "1.0.0", "owner": "tp-team",
         "entry": {"symbol": name, "params": params or [
+            {"name": "parts", "dtype": "f32", "pointer": True},
             {"name": "out", "dtype": "f32", "pointer": True},
             {"name": "TM", "dtype": "i32"}, {"name": "TN", "dtype": "i32"}]},
         "targets": {"archs": ["sm_90"]},
@@ -146,19 +147,31 @@ def test_without_nvshmem_a_distributed_link_is_a_located_diagnostic(monkeypatch)
 
 PARTIAL_SRC = r'''
 #include "tp_partial.pipelink.h"
-// A stand-in for the partial GEMM: writes its tile's slot on the owner rank through NVSHMEM's peer pointer.
+// A stand-in for the partial GEMM: rank r's partial of output tile (m, n) is r + 1, stored through NVSHMEM's
+// peer pointer into the owner's slot parts[r, m, n] (parts: symmetric [WORLD, TM, TN]).
 #include <nvshmem.h>
-extern "C" __device__ void tp_partial(pl::Tile tile, float* __restrict__ out, int TM, int TN) {
-  const int owner = tile.coord[0] / ((TM + nvshmem_n_pes() - 1) / nvshmem_n_pes());
-  float* peer = static_cast<float*>(nvshmem_ptr(out, owner));
-  if (pl_component::thread_rank() == 0 && peer) peer[tile.linear] = 1.0f;
+extern "C" __device__ void tp_partial(pl::Tile tile, float* __restrict__ parts, float* __restrict__ out, int TM,
+                                      int TN) {
+  const int world = nvshmem_n_pes(), me = nvshmem_my_pe(), rows = (TM + world - 1) / world;
+  const int m = tile.coord[0], n = tile.coord[1];
+  float* peer = static_cast<float*>(nvshmem_ptr(parts, m / rows));
+  if (pl_component::thread_rank() == 0 && peer) peer[((long long)me * TM + m) * TN + n] = (float)(me + 1);
 }
 '''
 
 REDUCE_SRC = r'''
 #include "rs_reduce.pipelink.h"
-extern "C" __device__ void rs_reduce(pl::Tile tile, float* __restrict__ out, int TM, int TN) {
-  if (pl_component::thread_rank() == 0) out[tile.linear] += 1.0f;
+// The owner's reduce: once every rank's partial of tile (m, n) is in (the wait), out[m, n] = their sum.
+#include <nvshmem.h>
+extern "C" __device__ void rs_reduce(pl::Tile tile, float* __restrict__ parts, float* __restrict__ out, int TM,
+                                     int TN) {
+  const int world = nvshmem_n_pes(), me = nvshmem_my_pe(), rows = (TM + world - 1) / world;
+  const int m = me * rows + tile.coord[0], n = tile.coord[1];
+  if (pl_component::thread_rank() == 0) {
+    float sum = 0.0f;
+    for (int r = 0; r < world; ++r) sum += __ldcv(parts + ((long long)r * TM + m) * TN + n);  // other GPUs wrote them
+    out[(long long)m * TN + n] = sum;
+  }
 }
 '''
 
@@ -231,54 +244,50 @@ def test_nvshmem_host_bindings_without_a_gpu():
     assert attr.version == (2 << 16) + 144 and attr.args.cuda_device_id == 3 and attr.args.uid_args.myrank == -1
 
 
-# One process, a world of one rank: NVSHMEM set up from the host library, the kernel's module initialized for
-# its device library, the event workspace on the symmetric heap, the partial's write through nvshmem_ptr and
-# its notification through nvshmemx_signal_op to its own rank, the reduce's system-scope wait; launched twice
-# (the workspace's second region, the barrier after each launch). A subprocess: NVSHMEM lives once a process.
-RUN_WORLD_OF_ONE = r"""
-import ctypes, math, struct, sys
-import pipelink
-from pipelink.runtime import nvshmem
-from pipelink.runtime import driver as cu
-partial, reduce, pipeline, TM, TN = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
-linked = pipelink.link([partial, reduce], pipeline=pipeline)
-assert linked.ok, [d.render() for d in linked.diagnostics]
-nvshmem.init(0, 1)
-kernel = linked.kernel()
-out = nvshmem.symmetric((TM * TN,), "f32")
-drv = cu.driver()
-for launch in range(2):
-    cu.call("cuMemsetD32", drv.cuMemsetD32, out.ptr, 0x7FC00000, TM * TN)  # NaN: an unwritten tile fails
-    kernel.launch(out=out, TM=TM, TN=TN)
-    cu.call("cuCtxSynchronize", drv.cuCtxSynchronize)
-    host = (ctypes.c_float * (TM * TN))()
-    cu.call("cuMemcpyDtoH", drv.cuMemcpyDtoH, ctypes.addressof(host), out.ptr, TM * TN * 4)
-    bad = [i for i, v in enumerate(host) if v != 2.0]
-    assert not bad, f"launch {launch}: tiles {bad[:8]} hold {[host[i] for i in bad[:8]]}, not 2.0 (the partial's 1 plus the reduce's 1)"
-kernel.unload()
-out.free()
-nvshmem.finalize()
-print("world of one: ok")
-"""
-
-
-@pytest.mark.gpu
-def test_a_distributed_kernel_runs_on_nvshmem_in_a_world_of_one(request):
-    import os
-    import subprocess
-    import sys
-
+def _pinned_nvshmem_or_skip():
     from pipelink import toolchain
     try:
         toolchain.nvshmem_root()
     except toolchain.ToolchainError as exc:  # e.g. only torch's own NVSHMEM, another release
         pytest.skip(f"the pinned NVSHMEM is not on this machine ({exc.message}; PIPELINK_NVSHMEM_HOME)")
-    objects = request.getfixturevalue("objects")
-    env = {**os.environ, "NVSHMEM_REMOTE_TRANSPORT": "none", "NVSHMEM_DISABLE_NVLS": "1"}
-    proc = subprocess.run([sys.executable, "-c", RUN_WORLD_OF_ONE, str(objects["tp_partial"]),
-                           str(objects["rs_reduce"]), str(objects["pipeline"]), "6", "40"],
-                          capture_output=True, text=True, env=env, timeout=240)
-    assert proc.returncode == 0 and "world of one: ok" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
+def _run_ranks(objects, nproc: int):
+    """tests/distributed_tp_rs.py on `nproc` ranks (one process per GPU; a world of one without torchrun)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    script = str(Path(__file__).with_name("distributed_tp_rs.py"))
+    args = [str(objects["tp_partial"]), str(objects["rs_reduce"]), str(objects["pipeline"]), "6", "40"]
+    launcher = [] if nproc == 1 else ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
+    env = {**os.environ, "NVSHMEM_DISABLE_NVLS": "1", "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
+    proc = subprocess.run([sys.executable, *launcher, script, *args], capture_output=True, text=True, env=env,
+                          timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    assert out.count("tp_rs: ok") == nproc, out[-4000:]
+
+
+# One process, a world of one rank: NVSHMEM set up from the host library, the kernel's module initialized for
+# its device library, the event workspace on the symmetric heap, the partial's store through nvshmem_ptr and
+# its notification through nvshmemx_signal_op to its own rank, the reduce's system-scope wait; launched twice
+# (the workspace's second region, the barrier after each launch). A subprocess: NVSHMEM lives once a process.
+@pytest.mark.gpu
+def test_a_distributed_kernel_runs_on_nvshmem_in_a_world_of_one(request):
+    _pinned_nvshmem_or_skip()
+    _run_ranks(request.getfixturevalue("objects"), 1)
+
+
+@pytest.mark.gpu
+def test_a_distributed_kernel_runs_across_every_gpu(request):
+    """Every GPU of the machine a rank (torchrun): each owner's tiles hold every rank's partial."""
+    torch = pytest.importorskip("torch")
+    gpus = torch.cuda.device_count()
+    if gpus < 2:
+        pytest.skip(f"{gpus} GPU on this machine: the ranks need two or more")
+    _pinned_nvshmem_or_skip()
+    _run_ranks(request.getfixturevalue("objects"), gpus)
 
 
 def test_a_distributed_component_links_alone_as_a_sequential_kernel(tmp_path):
@@ -292,8 +301,10 @@ def test_a_distributed_component_links_alone_as_a_sequential_kernel(tmp_path):
     doc["events"] = {}
     (tmp_path / "rs_reduce.cu").write_text(REDUCE_SRC)
     (tmp_path / "rs_reduce.json").write_text(json.dumps(doc))
+    from pipelink import toolchain
     proc = subprocess.run([sys.executable, "-m", "pipelink.cli", "build", str(tmp_path / "rs_reduce.cu"), "--contract",
-                           str(tmp_path / "rs_reduce.json"), "-o", str(tmp_path / "rs_reduce.o")],
+                           str(tmp_path / "rs_reduce.json"), "-I", str(toolchain.nvshmem_root() / "include"),
+                           "-o", str(tmp_path / "rs_reduce.o")],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     linked = pipelink.link([str(tmp_path / "rs_reduce.o")])
