@@ -247,12 +247,12 @@ class _SemanticCheck:
                                "tensor_map.shape; it has no `shape` of its own", ptr)
                 elif not p.get("pointer"):
                     self.error("PL020", f"parameter '{p['name']}' has a shape but is not a pointer", ptr)
-                shape = tuple(self.size_expr(e, f"{ptr}/{j}", shapes | provided, "tensor extent")
+                shape = tuple(self.size_expr(e, f"{ptr}/{j}", shapes | provided | DISTRIBUTED_NAMES, "tensor extent")
                               for j, e in enumerate(p["shape"]))
                 shape = None if None in shape else shape
             tmap = None
             if "tensor_map" in p:
-                tmap = self.tensor_map(p, f"{base}/{i}", shapes | provided, provided)
+                tmap = self.tensor_map(p, f"{base}/{i}", shapes | provided | DISTRIBUTED_NAMES, provided)
             out.append(Param(p["name"], p["dtype"], p.get("pointer", False), p.get("const", False),
                              f"{base}/{i}", shape, tmap))
         prefetch = raw_entry.get("prefetch") if isinstance(raw_entry := self.raw.get("entry"), dict) else None

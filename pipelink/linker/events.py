@@ -137,6 +137,10 @@ def distributed_use(comps, tensors) -> tuple[str, str] | None:
         seq = comp.contract.geometry.tile_sequence
         if seq and any(e.names & DISTRIBUTED for e in seq.grid):
             return comp.name, "/geometry/tile_sequence/grid"
+        for p in comp.contract.entry.params:  # a buffer sized by the world (a rank's slice, a slot per rank)
+            extents = (p.shape or ()) + (p.tensor_map.shape if p.tensor_map else ())
+            if any(e is not None and e.names & DISTRIBUTED for e in extents):
+                return comp.name, p.pointer_path + ("/tensor_map/shape" if p.tensor_map and not p.shape else "/shape")
     for t in tensors.values():
         for side in t.notifiers + t.waiters:
             if side.rank is not None or side.map.names & DISTRIBUTED or (

@@ -677,8 +677,14 @@ class Kernel:
         self._partials, self._retired_partials = None, []
 
     def shape_env(self, values: list) -> dict[str, int]:
-        """Integer scalar arguments by name: what the tile expressions are evaluated over."""
-        return {p.name: operator.index(v) for p, v in zip(self.user_params, values) if p.is_shape}
+        """Integer scalar arguments by name: what the tile expressions are evaluated over. A distributed kernel's
+        also hold this process's RANK and WORLD (NVSHMEM's), which its extents may use."""
+        env = {p.name: operator.index(v) for p, v in zip(self.user_params, values) if p.is_shape}
+        if self.manifest.distributed:
+            from . import nvshmem
+            if nvshmem.initialized():
+                env["RANK"], env["WORLD"] = nvshmem.rank(), nvshmem.world()
+        return env
 
     # --- launching -------------------------------------------------------------------------
 

@@ -1,0 +1,85 @@
+"""Build the tensor-parallel GEMM + reduce-scatter case study: the collective team's epilogue
+(collective/epi_rs_owner.cu, against NVSHMEM's headers) and the mainloop team's CUTLASS GEMM (components/
+hopper_gemm, one contract per tile shape), then link one kernel per tile shape (pipelines/tp_rs_*.json) into
+build/: cubin, manifest, link map. No GPU needed.
+
+    python case_studies/tp_gemm_rs/build.py
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+sys.path.insert(0, str(ROOT))
+
+from pipelink import toolchain  # noqa: E402
+from pipelink.authoring.builder import BuildOptions, build_component  # noqa: E402
+from pipelink.core.diagnostics import DiagnosticSink  # noqa: E402
+from pipelink.core.loader import load_contract_file  # noqa: E402
+from pipelink.core.pipeline import load_pipeline  # noqa: E402
+from pipelink.linker.passes import LinkOptions, link  # noqa: E402
+
+BUILD = HERE / "build"
+TILES = ("128x128", "128x256", "64x128")
+# component -> (contract, source)
+COMPONENTS = {
+    **{f"hopper_gemm_{t}": (ROOT / "contracts" / f"hopper_gemm_{t}.json", ROOT / "components" / "hopper_gemm" / "hopper_gemm.cu")
+       for t in TILES},
+    "epi_rs_owner": (HERE / "collective" / "epi_rs_owner.json", HERE / "collective" / "epi_rs_owner.cu"),
+}
+
+
+def fail(sink: DiagnosticSink) -> None:
+    for d in sink.items:
+        print(d.render(), file=sys.stderr)
+    sys.exit(1)
+
+
+def build_one(name: str) -> float:
+    sink = DiagnosticSink()
+    contract_path, source = COMPONENTS[name]
+    contract = load_contract_file(contract_path, sink)
+    if contract is None:
+        fail(sink)
+    # the epilogue calls NVSHMEM (nvshmem_ptr, nvshmemx_signal_op): its headers, the pinned release
+    opts = BuildOptions(include_dirs=(str(toolchain.nvshmem_root() / "include"),)) if name == "epi_rs_owner" else None
+    start = time.perf_counter()
+    if not build_component(contract, contract_path.read_bytes(), source, BUILD / f"{name}.o", sink, opts):
+        fail(sink)
+    return time.perf_counter() - start
+
+
+def link_one(tile: str):
+    sink = DiagnosticSink()
+    spec = load_pipeline(str(HERE / "pipelines" / f"tp_rs_{tile}.json"), sink)
+    if spec is None:
+        fail(sink)
+    result = link([str(BUILD / f"{c}.o") for c in spec.components], LinkOptions(pipeline=spec))
+    if not result.ok:
+        for d in result.diagnostics:
+            print(d.render(), file=sys.stderr)
+        sys.exit(1)
+    return result
+
+
+def main() -> None:
+    BUILD.mkdir(exist_ok=True)
+    for name in COMPONENTS:
+        print(f"built {name}.o in {build_one(name):.1f} s", flush=True)
+    for tile in TILES:
+        result = link_one(tile)
+        kernel = f"tp_rs_{tile}"
+        (BUILD / f"{kernel}.cubin").write_bytes(result.cubin)
+        (BUILD / f"{kernel}.json").write_text(json.dumps(result.manifest.to_json(), indent=1))
+        (BUILD / f"{kernel}.map").write_text(result.link_map)
+        m = result.manifest
+        print(f"linked {kernel}: {m.block[0]} threads, {m.dynamic_smem} B smem, {m.resources.registers} registers, "
+              f"frame {m.resources.frame_bytes} B, distributed {m.distributed}")
+
+
+if __name__ == "__main__":
+    main()

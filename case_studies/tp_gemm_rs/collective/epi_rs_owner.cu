@@ -1,0 +1,97 @@
+// epi_rs_owner: a tensor-parallel GEMM's reduce-scatter as the GEMM's epilogue. Every rank holds a K slice of
+// X and W and computes every output tile's partial; rank r owns the rows [r * OWN, (r + 1) * OWN) of Y,
+// OWN = M / WORLD (a whole number of tiles: the caller's M is a multiple of WORLD * TILE_M).
+//  - a tile this rank does not own: its partial, rounded to bf16, goes straight into the owner's slot
+//    parts[me] (NVLink stores through nvshmem_ptr); after the epilogue's barrier and a system-scope fence one
+//    thread signals the owner's flags[tile] (nvshmemx_signal_op);
+//  - an owned tile: one thread waits until flags[tile] holds every other rank's signal of this launch
+//    (WORLD - 1 a launch; `epoch` counts launches from 1, so the flags never need clearing), then
+//    y = acc + the other ranks' partials, rounded once, stored with TMA into this rank's [OWN, N] slice.
+// Every rank walks the tiles in the same order (the mainloop's static grouped order, the same grid), and
+// only the owner of a tile waits at it: the earliest tile any rank waits at is one every other rank reaches
+// without waiting, so no wait can close a cycle.
+#include PIPELINK_HEADER
+#include <pipelink/fragment.h>
+#include <cuda_bf16.h>
+#include <nvshmem.h>
+#include <nvshmemx.h>
+
+namespace self = pl_component;
+
+namespace {
+
+__device__ __forceinline__ unsigned long long load_acquire_sys(const unsigned long long* p) {
+  unsigned long long v;
+  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+
+template <int TM, int TN, int WG>
+__device__ __forceinline__ void rs_tile(const pl::Tile& tile, const float* acc, const pl::TensorMap* y,
+                                        __nv_bfloat16* parts, unsigned long long* flags, long long epoch, int M,
+                                        int N) {
+  using Acc = pl::frag::Sm90GmmaAcc<TM, TN, WG>;
+  const unsigned t = self::thread_rank();
+  const int world = nvshmem_n_pes(), me = nvshmem_my_pe();
+  const int own = M / world;                       // rows each rank owns
+  const int m0 = tile.coord[0] * TM, n0 = tile.coord[1] * TN;
+  const int owner = m0 / own;
+  const long long slot = (long long)own * N;       // one rank's partials of the owner's rows
+  const long long flag = (long long)tile.coord[0] * ((N + TN - 1) / TN) + tile.coord[1];
+  if (owner != me) {
+    __nv_bfloat16* dst = static_cast<__nv_bfloat16*>(nvshmem_ptr(parts, owner)) + me * slot;
+#pragma unroll
+    for (int i = 0; i < Acc::kBlocks * Acc::kPerBlock; i += 2) {
+      const int m = m0 + Acc::row(i, t), n = n0 + Acc::col(i, t);
+      if (m < M && n < N)
+        *reinterpret_cast<__nv_bfloat162*>(dst + (long long)(m - owner * own) * N + n) =
+            __floats2bfloat162_rn(acc[i], acc[i + 1]);
+    }
+    self::sync_stage();  // every thread's stores are issued before the one fence that releases them
+    if (t == 0) {
+      __threadfence_system();
+      nvshmemx_signal_op(reinterpret_cast<uint64_t*>(flags + flag), 1ull, NVSHMEM_SIGNAL_ADD, owner);
+    }
+    return;
+  }
+  if (t == 0) {
+    const unsigned long long want = (unsigned long long)epoch * (unsigned long long)(world - 1);
+    while (load_acquire_sys(flags + flag) < want) {
+    }
+  }
+  self::sync_stage();  // the other ranks' partials are in before anyone reads them
+  auto fill = [&](int mb, int c, unsigned char* chunk) {
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      const int i = mb * Acc::kPerBlock + 32 * c + 2 * j;
+      const int m = m0 + Acc::row(i, t), n = n0 + Acc::col(i, t);
+      float2 sum = make_float2(acc[i], acc[i + 1]);
+      if (m < M && n < N) {
+        const __nv_bfloat16* src = parts + (long long)(m - me * own) * N + n;
+        for (int r = 0; r < world; ++r) {
+          if (r == me) continue;
+          // written by other GPUs over NVLink in this launch: volatile loads, never a cached copy
+          const unsigned bits = __ldcv(reinterpret_cast<const unsigned*>(src + r * slot));
+          const float2 p = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&bits));
+          sum.x += p.x;
+          sum.y += p.y;
+        }
+      }
+      const unsigned row = Acc::row(i, t) % 64, cb = 2u * (Acc::col(i, t) - 64 * c);
+      *reinterpret_cast<__nv_bfloat162*>(chunk + pl::swizzle128_offset(row, cb)) = __floats2bfloat162_rn(sum.x, sum.y);
+    }
+  };
+  pl::tma_store_chunks<Acc::kBlocks, WG, TN / 64>(y, self::smem_stage(), t, m0 - me * own, n0, fill,
+                                                  [] { self::sync_stage(); });
+}
+
+}  // namespace
+
+extern "C" __device__ void epi_rs_owner(pl::Tile tile, float* acc, const pl::TensorMap* y,
+                                        __nv_bfloat16* __restrict__ parts, unsigned long long* __restrict__ flags,
+                                        long long epoch, int M, int N) {
+  const int tm = self::TILE_M(), tn = self::TILE_N(), wg = self::MMA_WARPGROUPS();
+  if (tm == 128 && tn == 256 && wg == 2) rs_tile<128, 256, 2>(tile, acc, y, parts, flags, epoch, M, N);
+  else if (tm == 128 && tn == 128 && wg == 1) rs_tile<128, 128, 1>(tile, acc, y, parts, flags, epoch, M, N);
+  else if (tm == 64 && tn == 128 && wg == 1) rs_tile<64, 128, 1>(tile, acc, y, parts, flags, epoch, M, N);
+}
