@@ -39,7 +39,9 @@ __device__ __forceinline__ void rs_tile(const pl::Tile& tile, const float* acc, 
   const long long slot = (long long)own * N;       // one rank's partials of the owner's rows
   const long long flag = (long long)tile.coord[0] * ((N + TN - 1) / TN) + tile.coord[1];
   if (owner != me) {
-    __nv_bfloat16* dst = static_cast<__nv_bfloat16*>(nvshmem_ptr(parts, owner)) + me * slot;
+    __nv_bfloat16* peer = static_cast<__nv_bfloat16*>(nvshmem_ptr(parts, owner));
+    if (peer == nullptr) __trap();  // the owner's memory is not reachable by loads and stores (no NVLink/P2P)
+    __nv_bfloat16* dst = peer + me * slot;
 #pragma unroll
     for (int i = 0; i < Acc::kBlocks * Acc::kPerBlock; i += 2) {
       const int m = m0 + Acc::row(i, t), n = n0 + Acc::col(i, t);
