@@ -252,21 +252,21 @@ def _pinned_nvshmem_or_skip():
         pytest.skip(f"the pinned NVSHMEM is not on this machine ({exc.message}; PIPELINK_NVSHMEM_HOME)")
 
 
-def _run_ranks(objects, nproc: int):
+def _run_ranks(objects, nproc: int, *extra: str, expect: str = "tp_rs: ok"):
     """tests/distributed_tp_rs.py on `nproc` ranks (one process per GPU; a world of one without torchrun)."""
     import os
     import subprocess
     import sys
     from pathlib import Path
     script = str(Path(__file__).with_name("distributed_tp_rs.py"))
-    args = [str(objects["tp_partial"]), str(objects["rs_reduce"]), str(objects["pipeline"]), "6", "40"]
+    args = [str(objects["tp_partial"]), str(objects["rs_reduce"]), str(objects["pipeline"]), "6", "40", *extra]
     launcher = [] if nproc == 1 else ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
     env = {**os.environ, "NVSHMEM_DISABLE_NVLS": "1", "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
     proc = subprocess.run([sys.executable, *launcher, script, *args], capture_output=True, text=True, env=env,
                           timeout=300)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
-    assert out.count("tp_rs: ok") == nproc, out[-4000:]
+    assert out.count(expect) == nproc, out[-4000:]
 
 
 # One process, a world of one rank: NVSHMEM set up from the host library, the kernel's module initialized for
@@ -288,6 +288,18 @@ def test_a_distributed_kernel_runs_across_every_gpu(request):
         pytest.skip(f"{gpus} GPU on this machine: the ranks need two or more")
     _pinned_nvshmem_or_skip()
     _run_ranks(request.getfixturevalue("objects"), gpus)
+
+
+@pytest.mark.gpu
+def test_a_remote_wait_that_never_completes_is_reported(request):
+    """One rank never launches: in a debug build every other rank's owners give up waiting for its partials
+    and the launch raises EventTimeout (which wait, how many notifications it saw) instead of hanging."""
+    torch = pytest.importorskip("torch")
+    gpus = torch.cuda.device_count()
+    if gpus < 2:
+        pytest.skip(f"{gpus} GPU on this machine: the ranks need two or more")
+    _pinned_nvshmem_or_skip()
+    _run_ranks(request.getfixturevalue("objects"), gpus, "--starve", "1", expect="tp_rs: starved ok")
 
 
 def test_a_distributed_component_links_alone_as_a_sequential_kernel(tmp_path):
