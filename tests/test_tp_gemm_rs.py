@@ -50,7 +50,7 @@ def linked(tmp_path_factory):
 def test_the_epilogue_reduce_scatter_links_with_the_cutlass_mainloop_into_one_distributed_kernel(linked):
     m = linked.manifest
     assert m.distributed and m.schedule == "warp_specialized" and m.target == "sm_90a"
-    assert [p.name for p in m.user_params] == ["a", "b", "M", "N", "K", "y", "parts", "flags", "epoch"]
+    assert [p.name for p in m.user_params] == ["a", "b", "M", "N", "K", "y", "parts", "flags", "epoch", "spin_bound", "report"]
     assert m.resources.frame_bytes <= 256  # NVSHMEM's calls keep a small stack
     assert "#include <pipelink/remote.h>" in linked.glue  # RANK and WORLD, NVSHMEM's device library linked
     y = next(p for p in m.params if p.name == "y")

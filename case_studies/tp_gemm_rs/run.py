@@ -70,13 +70,21 @@ class Fused:
         self.parts = nvshmem.symmetric((world, M // world, N), "bf16")
         self.flags = nvshmem.symmetric((-(-M // tm), -(-N // tn)), "u64")
         self.y = torch.empty(M // world, N, dtype=torch.bfloat16, device="cuda")
-        self.epoch = 0
+        self.report = torch.zeros(4, dtype=torch.uint64, device="cuda")
+        self.epoch, self.spin_bound = 0, 0
 
     def __call__(self, x, w):
         self.epoch += 1  # the flags count signals across launches: this launch waits for its own
         self.kernel.launch(a=x, b=w, M=self.M, N=N, K=x.shape[1], y=self.y, parts=self.parts, flags=self.flags,
-                           epoch=self.epoch)
+                           epoch=self.epoch, spin_bound=self.spin_bound, report=self.report)
         return self.y
+
+    def check_report(self, rank: int) -> None:
+        """After a launch with a spin bound: raise if an owned tile gave up waiting for the other ranks."""
+        tile, want, seen = (int(v) for v in self.report[:3].tolist())
+        if tile:
+            raise SystemExit(f"rank {rank}: owned tile {tile - 1} (launch {self.epoch}) waited for {want} signals "
+                             f"from the other ranks and saw {seen}: a rank's partials never arrived")
 
     def free(self):
         self.parts.free()
@@ -137,6 +145,8 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--rounds", type=int, default=3, help="alternating rounds of fused and unfused")
     ap.add_argument("--quick", action="store_true", help="M = 1024 only, 10 iterations")
+    ap.add_argument("--debug-spins", type=int, default=20_000_000,
+                    help="the correctness launches' owned tiles give up (and report) after this many polls; 0: never")
     ap.add_argument("--seed", type=int, default=int.from_bytes(os.urandom(4), "little"))
     ap.add_argument("--out", default=str(HERE / "results"))
     ap.add_argument("--name", default="tp_rs")
@@ -163,10 +173,16 @@ def main() -> None:
         out = torch.empty(M // world, N, dtype=torch.bfloat16, device="cuda")
         fused.y.fill_(float("nan"))
         out.fill_(float("nan"))
-        err_fused = check(f"pipelink M={M} rank {rank}", fused(x, w), ref)
+        fused.spin_bound = args.debug_spins  # a wait that never ends is reported, not a hang
+        y = fused(x, w)
+        fused.check_report(rank)
+        err_fused = check(f"pipelink M={M} rank {rank}", y, ref)
         err_unfused = check(f"cuBLAS + NCCL M={M} rank {rank}", unfused(x, w, out), ref)
         fused.y.fill_(float("nan"))  # again, after a second launch (the flags' next epoch)
-        err_fused = max(err_fused, check(f"pipelink M={M} rank {rank}, second launch", fused(x, w), ref))
+        y = fused(x, w)
+        fused.check_report(rank)
+        err_fused = max(err_fused, check(f"pipelink M={M} rank {rank}, second launch", y, ref))
+        fused.spin_bound = 0  # timed launches wait as long as it takes
         t_fused, t_unfused = [], []
         for _ in range(args.rounds):  # alternating: neither side always runs on a warmer GPU
             dist.barrier()

@@ -7,6 +7,8 @@
 //  - an owned tile: one thread waits until flags[tile] holds every other rank's signal of this launch
 //    (WORLD - 1 a launch; `epoch` counts launches from 1, so the flags never need clearing), then
 //    y = acc + the other ranks' partials, rounded once, stored with TMA into this rank's [OWN, N] slice.
+//    With spin_bound > 0 (a debug run) the wait gives up after that many polls, leaves the tile unstored and
+//    reports (tile + 1, signals wanted, signals seen) in report[0..2], the first tile to give up only.
 // Every rank walks the tiles in the same order (the mainloop's static grouped order, the same grid), and
 // only the owner of a tile waits at it: the earliest tile any rank waits at is one every other rank reaches
 // without waiting, so no wait can close a cycle.
@@ -28,8 +30,8 @@ __device__ __forceinline__ unsigned long long load_acquire_sys(const unsigned lo
 
 template <int TM, int TN, int WG>
 __device__ __forceinline__ void rs_tile(const pl::Tile& tile, const float* acc, const pl::TensorMap* y,
-                                        __nv_bfloat16* parts, unsigned long long* flags, long long epoch, int M,
-                                        int N) {
+                                        __nv_bfloat16* parts, unsigned long long* flags, long long epoch,
+                                        long long spin_bound, unsigned long long* report, int M, int N) {
   using Acc = pl::frag::Sm90GmmaAcc<TM, TN, WG>;
   const unsigned t = self::thread_rank();
   const int world = nvshmem_n_pes(), me = nvshmem_my_pe();
@@ -56,12 +58,28 @@ __device__ __forceinline__ void rs_tile(const pl::Tile& tile, const float* acc, 
     }
     return;
   }
+  // The waiting thread's verdict, for the whole role, in the first word of the staging buffer: thread 0 is
+  // the TMA issuer of warpgroup 0, whose last tile's stores have finished reading the buffer (tma_store_chunks
+  // waits for them before it returns), and the chunks are filled only after the barrier inside
+  // tma_store_chunks that every thread reaches after reading the verdict.
+  volatile int* const verdict = reinterpret_cast<volatile int*>(self::smem_stage());
   if (t == 0) {
     const unsigned long long want = (unsigned long long)epoch * (unsigned long long)(world - 1);
-    while (load_acquire_sys(flags + flag) < want) {
+    unsigned long long seen = load_acquire_sys(flags + flag), spins = 0;
+    while (seen < want && (spin_bound <= 0 || ++spins < (unsigned long long)spin_bound)) seen = load_acquire_sys(flags + flag);
+    *verdict = seen < want;
+    // A debug run bounds the wait: the first tile that gives up says which, what it waited for and saw
+    if (seen < want && atomicCAS(report, 0ull, (unsigned long long)flag + 1ull) == 0ull) {
+      report[1] = want;
+      report[2] = seen;
+      __threadfence_system();
     }
   }
   self::sync_stage();  // the other ranks' partials are in before anyone reads them
+  if (*verdict) {
+    self::sync_stage();  // every thread has read the verdict before the next tile may overwrite it
+    return;              // nothing stored: the caller reads the report
+  }
   auto fill = [&](int mb, int c, unsigned char* chunk) {
 #pragma unroll
     for (int j = 0; j < 16; ++j) {
@@ -91,9 +109,10 @@ __device__ __forceinline__ void rs_tile(const pl::Tile& tile, const float* acc, 
 
 extern "C" __device__ void epi_rs_owner(pl::Tile tile, float* acc, const pl::TensorMap* y,
                                         __nv_bfloat16* __restrict__ parts, unsigned long long* __restrict__ flags,
-                                        long long epoch, int M, int N) {
+                                        long long epoch, long long spin_bound, unsigned long long* report, int M,
+                                        int N) {
   const int tm = self::TILE_M(), tn = self::TILE_N(), wg = self::MMA_WARPGROUPS();
-  if (tm == 128 && tn == 256 && wg == 2) rs_tile<128, 256, 2>(tile, acc, y, parts, flags, epoch, M, N);
-  else if (tm == 128 && tn == 128 && wg == 1) rs_tile<128, 128, 1>(tile, acc, y, parts, flags, epoch, M, N);
-  else if (tm == 64 && tn == 128 && wg == 1) rs_tile<64, 128, 1>(tile, acc, y, parts, flags, epoch, M, N);
+  if (tm == 128 && tn == 256 && wg == 2) rs_tile<128, 256, 2>(tile, acc, y, parts, flags, epoch, spin_bound, report, M, N);
+  else if (tm == 128 && tn == 128 && wg == 1) rs_tile<128, 128, 1>(tile, acc, y, parts, flags, epoch, spin_bound, report, M, N);
+  else if (tm == 64 && tn == 128 && wg == 1) rs_tile<64, 128, 1>(tile, acc, y, parts, flags, epoch, spin_bound, report, M, N);
 }
