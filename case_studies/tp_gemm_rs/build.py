@@ -16,12 +16,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pipelink import toolchain  # noqa: E402
-from pipelink.authoring.builder import BuildOptions, build_component  # noqa: E402
-from pipelink.core.diagnostics import DiagnosticSink  # noqa: E402
-from pipelink.core.loader import load_contract_file  # noqa: E402
-from pipelink.core.pipeline import load_pipeline  # noqa: E402
-from pipelink.linker.passes import LinkOptions, link  # noqa: E402
+import pipelink  # noqa: E402
+from pipelink import PipelinkError, toolchain  # noqa: E402
 
 BUILD = HERE / "build"
 TILES = ("128x128", "128x256", "64x128")
@@ -33,41 +29,30 @@ COMPONENTS = {
 }
 
 
-def fail(sink: DiagnosticSink) -> None:
-    for d in sink.items:
-        print(d.render(), file=sys.stderr)
-    sys.exit(1)
-
-
 def build_one(name: str) -> float:
-    sink = DiagnosticSink()
-    contract_path, source = COMPONENTS[name]
-    contract = load_contract_file(contract_path, sink)
-    if contract is None:
-        fail(sink)
+    contract, source = COMPONENTS[name]
     # the epilogue calls NVSHMEM (nvshmem_ptr, nvshmemx_signal_op): its headers, the pinned release
-    opts = BuildOptions(include_dirs=(str(toolchain.nvshmem_root() / "include"),)) if name == "epi_rs_owner" else None
+    include = [str(toolchain.nvshmem_root() / "include")] if name == "epi_rs_owner" else []
     start = time.perf_counter()
-    if not build_component(contract, contract_path.read_bytes(), source, BUILD / f"{name}.o", sink, opts):
-        fail(sink)
+    pipelink.build(source, contract, BUILD / f"{name}.o", include_dirs=include)
     return time.perf_counter() - start
 
 
 def link_one(tile: str):
-    sink = DiagnosticSink()
-    spec = load_pipeline(str(HERE / "pipelines" / f"tp_rs_{tile}.json"), sink)
-    if spec is None:
-        fail(sink)
-    result = link([str(BUILD / f"{c}.o") for c in spec.components], LinkOptions(pipeline=spec))
-    if not result.ok:
-        for d in result.diagnostics:
-            print(d.render(), file=sys.stderr)
-        sys.exit(1)
-    return result
+    spec = json.loads((HERE / "pipelines" / f"tp_rs_{tile}.json").read_text())
+    return pipelink.link([str(BUILD / f"{c}.o") for c in spec["components"]], pipeline=spec, raise_on_error=True)
 
 
 def main() -> None:
     BUILD.mkdir(exist_ok=True)
+    try:
+        run()
+    except PipelinkError as exc:  # the diagnostics, located, as the CLI prints them
+        print(exc, file=sys.stderr)
+        sys.exit(1)
+
+
+def run() -> None:
     for name in COMPONENTS:
         print(f"built {name}.o in {build_one(name):.1f} s", flush=True)
     for tile in TILES:
