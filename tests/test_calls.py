@@ -283,6 +283,8 @@ def test_prefetch_entries_start_loading_before_the_waits(dispatch):
     assert "mbarrier_init" in glue          # the component's own mbarriers, before any task
     if dispatch == "static":                 # and the next task of the call while this one waits and runs
         assert "tile.iteration = pl_iteration_" in glue and "const int t = t_next;" in body[:main]
+        ahead = body[body.index("const int t = t_next;"):main]
+        assert "tile.continues = 1;" in ahead  # the next task's tile says it continues the call, as it will
     else:
         assert "t_next" not in glue
 

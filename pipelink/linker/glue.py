@@ -710,13 +710,15 @@ def _prefetches(r: Resolved, a: Allocation, k: int, name: str, indent: str, guar
     if r.dispatch != "static":
         return [f"{indent}// what no task of the launch writes starts loading before the waits", call]
     nested = indent + "  "
+    # The next task's tile says it continues the call (it will: static dispatch walks the call's tasks on a
+    # CTA one after another), as the task's own tile will when it runs.
     return ([f"{indent}// the call's first task on this CTA starts loading before its waits; each task starts the next's",
              f"{indent}if (t == (int)blockIdx.x)", "  " + call,
              f"{indent}if (t + (int)gridDim.x < c{k}_tasks) {{",
              f"{nested}const int t_next = t + (int)gridDim.x;",
              f"{nested}{{",
              f"{nested}  const int t = t_next;"]
-            + _decode(r, k, name, nested + "  ", f"{counter} + 1")
+            + _decode(r, k, name, nested + "  ", f"{counter} + 1", "1")
             + [call_args(nested + "  " + guard, symbol), f"{nested}}}", f"{indent}}}"])
 
 
