@@ -195,8 +195,8 @@ class Kernel:
                 raise ArgumentError(f"kernel '{kernel.name}' is a distributed link (every rank runs it on NVSHMEM): "
                                     "set NVSHMEM up first, on every rank (pipelink.runtime.nvshmem.init_from_torch(), "
                                     "or nvshmem.init(rank, world, unique_id))")
-            if nvshmem._state.device != device:
-                raise ArgumentError(f"kernel '{kernel.name}': NVSHMEM runs on device {nvshmem._state.device} in this "
+            if nvshmem.device() != device:
+                raise ArgumentError(f"kernel '{kernel.name}': NVSHMEM runs on device {nvshmem.device()} in this "
                                     f"process, the kernel was asked for device {device}")
         image = bytes(cubin)
         if not image:

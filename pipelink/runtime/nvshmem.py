@@ -140,6 +140,12 @@ def world() -> int:
     return _state.world
 
 
+def device() -> int:
+    """The CUDA device NVSHMEM runs on in this process."""
+    _require("the device")
+    return _state.device
+
+
 def _require(what: str) -> None:
     if not initialized():
         raise NvshmemError(f"{what}: NVSHMEM is not set up in this process; call pipelink.runtime.nvshmem."
@@ -303,6 +309,6 @@ def symmetric(shape, dtype: str) -> Symmetric:
     return buf
 
 
-__all__ = ["NvshmemError", "Symmetric", "barrier", "barrier_on_stream", "finalize", "free", "init", "init_from_torch",
+__all__ = ["NvshmemError", "Symmetric", "barrier", "barrier_on_stream", "device", "finalize", "free", "init", "init_from_torch",
            "initialized", "library", "malloc", "module_finalize", "module_init", "rank", "symmetric",
            "unique_id", "world"]
