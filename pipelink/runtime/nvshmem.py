@@ -309,6 +309,6 @@ def symmetric(shape, dtype: str) -> Symmetric:
     return buf
 
 
-__all__ = ["NvshmemError", "Symmetric", "barrier", "barrier_on_stream", "device", "finalize", "free", "init", "init_from_torch",
-           "initialized", "library", "malloc", "module_finalize", "module_init", "rank", "symmetric",
-           "unique_id", "world"]
+__all__ = ["NvshmemError", "Symmetric", "barrier", "barrier_on_stream", "device", "finalize", "free", "init",
+           "init_from_torch", "initialized", "library", "malloc", "module_finalize", "module_init", "rank",
+           "symmetric", "unique_id", "world"]
