@@ -2,8 +2,9 @@
 // X and W and computes every output tile's partial; rank r owns the rows [r * OWN, (r + 1) * OWN) of Y,
 // OWN = M / WORLD (a whole number of tiles: the caller's M is a multiple of WORLD * TILE_M).
 //  - a tile this rank does not own: its partial, rounded to bf16, goes straight into the owner's slot
-//    parts[me] (NVLink stores through nvshmem_ptr); after the epilogue's barrier and a system-scope fence one
-//    thread signals the owner's flags[tile] (nvshmemx_signal_op);
+//    parts[me] (NVLink stores through nvshmem_ptr, staged in shared memory so they go out as whole 128-byte
+//    rows); after the epilogue's barrier and a system-scope fence one thread signals the owner's
+//    flags[tile] (nvshmemx_signal_op);
 //  - an owned tile: one thread waits until flags[tile] holds every other rank's signal of this launch
 //    (WORLD - 1 a launch; `epoch` counts launches from 1, so the flags never need clearing), then
 //    y = acc + the other ranks' partials, rounded once, stored with TMA into this rank's [OWN, N] slice.
@@ -28,6 +29,35 @@ __device__ __forceinline__ unsigned long long load_acquire_sys(const unsigned lo
   return v;
 }
 
+// The tile's bf16 chunks to global memory at dst (leading dimension ld) by plain 16-byte stores: chunk (mb, c)
+// of warpgroup wg, 64 rows x 64 columns at (row0 + 64*WG*mb + 64*wg, col0 + 64c), is filled into this
+// warpgroup's staging (128B-swizzled, as for a TMA store), then its 128 threads copy it out a 16-byte
+// segment each, four times: 8 threads a 128-byte row. Rows at or past `rows` and columns past `cols` are
+// not stored (cols a multiple of 8). `sync()`: a barrier over the role's threads.
+template <int BLOCKS, int WG, int CHUNKS, class Fill, class Sync>
+__device__ __forceinline__ void copy_chunks(__nv_bfloat16* dst, int ld, int row0, int col0, int rows, int cols,
+                                            unsigned char* staging, unsigned role_thread, Fill fill, Sync sync) {
+  const unsigned wg = role_thread / 128, lt = role_thread % 128;
+  unsigned char* chunk = staging + wg * 16384u;
+#pragma unroll
+  for (int mb = 0; mb < BLOCKS; ++mb) {
+#pragma unroll
+    for (int c = 0; c < CHUNKS; ++c) {
+      sync();  // the chunk's last copy-out has read it
+      fill(mb, c, chunk);
+      sync();  // the whole chunk is in
+      const int r0 = row0 + 64 * WG * mb + 64 * static_cast<int>(wg), c0 = col0 + 64 * c;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const unsigned v = lt + 128u * k, row = v / 8, seg = v % 8;
+        const int m = r0 + static_cast<int>(row), n = c0 + 8 * static_cast<int>(seg);
+        const uint4 val = *reinterpret_cast<const uint4*>(chunk + pl::swizzle128_offset(row, 16u * seg));
+        if (m < rows && n + 8 <= cols) *reinterpret_cast<uint4*>(dst + (long long)m * ld + n) = val;
+      }
+    }
+  }
+}
+
 template <int TM, int TN, int WG>
 __device__ __forceinline__ void rs_tile(const pl::Tile& tile, const float* acc, const pl::TensorMap* y,
                                         __nv_bfloat16* parts, unsigned long long* flags, long long epoch,
@@ -43,14 +73,19 @@ __device__ __forceinline__ void rs_tile(const pl::Tile& tile, const float* acc, 
   if (owner != me) {
     __nv_bfloat16* peer = static_cast<__nv_bfloat16*>(nvshmem_ptr(parts, owner));
     if (peer == nullptr) __trap();  // the owner's memory is not reachable by loads and stores (no NVLink/P2P)
-    __nv_bfloat16* dst = peer + me * slot;
+    // The partial goes out in 64x64 chunks staged in shared memory, then as whole 128-byte rows of 16-byte
+    // stores: NVLink carries full lines, not the accumulator layout's scattered 4-byte pairs.
+    auto fill = [&](int mb, int c, unsigned char* chunk) {
 #pragma unroll
-    for (int i = 0; i < Acc::kBlocks * Acc::kPerBlock; i += 2) {
-      const int m = m0 + Acc::row(i, t), n = n0 + Acc::col(i, t);
-      if (m < M && n < N)
-        *reinterpret_cast<__nv_bfloat162*>(dst + (long long)(m - owner * own) * N + n) =
+      for (int j = 0; j < 16; ++j) {
+        const int i = mb * Acc::kPerBlock + 32 * c + 2 * j;
+        const unsigned row = Acc::row(i, t) % 64, cb = 2u * (Acc::col(i, t) - 64 * c);
+        *reinterpret_cast<__nv_bfloat162*>(chunk + pl::swizzle128_offset(row, cb)) =
             __floats2bfloat162_rn(acc[i], acc[i + 1]);
-    }
+      }
+    };
+    copy_chunks<Acc::kBlocks, WG, TN / 64>(peer + me * slot, N, m0 - owner * own, n0, own, N, self::smem_stage(), t,
+                                           fill, [] { self::sync_stage(); });
     self::sync_stage();  // every thread's stores are issued before the one fence that releases them
     if (t == 0) {
       __threadfence_system();
