@@ -369,3 +369,25 @@ def test_the_pinned_release_is_preferred_among_several(tmp_path, monkeypatch):
     assert home.nvshmem_home() == pinned
     monkeypatch.setattr(nvidia, "__path__", [str(other.parent)])
     assert home.nvshmem_home() == other  # found, but not the pinned one: the callers say so
+
+
+def test_symmetric_buffers_describe_themselves_to_kernels_and_torch():
+    from pipelink.runtime.nvshmem import Symmetric
+    buf = Symmetric(0x7f0000001000, (2, 3, 64), "bf16")
+    cai = buf.__cuda_array_interface__
+    assert cai["shape"] == (2, 3, 64) and cai["data"] == (0x7f0000001000, False) and cai["strides"] is None
+    assert cai["typestr"] == "<V2" and buf.nbytes == 2 * 3 * 64 * 2  # bf16: the launcher's 2-byte void
+
+
+def test_a_distributed_kernels_extents_see_nvshmems_rank_and_world(objects, monkeypatch):
+    # the launcher evaluates sizes (grids, buffer extents, tensor maps) with this process's RANK and WORLD
+    import pipelink
+    from pipelink.runtime import nvshmem
+    from pipelink.runtime.launch import Kernel
+    linked = pipelink.link([str(objects["tp_partial"]), str(objects["rs_reduce"])], pipeline=str(objects["pipeline"]))
+    kernel = Kernel(linked.manifest)
+    values = [None, None, 6, 40]  # parts, out, TM, TN
+    assert kernel.shape_env(values) == {"TM": 6, "TN": 40}  # NVSHMEM not set up: nothing to add
+    monkeypatch.setattr(nvshmem, "_state", nvshmem._State(rank=1, world=4, device=0))
+    assert kernel.shape_env(values) == {"TM": 6, "TN": 40, "RANK": 1, "WORLD": 4}
+    assert kernel.total_tiles(**kernel.shape_env(values)) == 6 * 40 + 2 * 40  # the partials, then rank 1's rows
