@@ -77,9 +77,7 @@ def test_the_case_study_is_correct_in_a_world_of_one(linked, tmp_path):
     except toolchain.ToolchainError as exc:
         pytest.skip(f"the pinned NVSHMEM is not on this machine ({exc.message}; PIPELINK_NVSHMEM_HOME)")
     pytest.importorskip("torch")
-    kernel = f"tp_rs_{TILE}"
-    (tmp_path / f"{kernel}.cubin").write_bytes(linked.cubin)
-    (tmp_path / f"{kernel}.json").write_text(json.dumps(linked.manifest.to_json()))
+    linked.save(tmp_path)  # as build.py saves it: run.py loads tp_rs_<tile>.cubin with its manifest
     env = {**os.environ, "NVSHMEM_DISABLE_NVLS": "1", "NCCL_NVLS_ENABLE": "0"}
     proc = subprocess.run([sys.executable, str(STUDY / "run.py"), "--quick", "--tile", TILE, "--build", str(tmp_path),
                            "--out", str(tmp_path)], capture_output=True, text=True, env=env,

@@ -1,7 +1,7 @@
 """Build the tensor-parallel GEMM + reduce-scatter case study: the collective team's epilogue
 (collective/epi_rs_owner.cu, against NVSHMEM's headers) and the mainloop team's CUTLASS GEMM (components/
 hopper_gemm, one contract per tile shape), then link one kernel per tile shape (pipelines/tp_rs_*.json) into
-build/: cubin, manifest, link map. No GPU needed.
+build/ (LinkResult.save: cubin, manifest, link map). No GPU needed.
 
     python case_studies/tp_gemm_rs/build.py
 """
@@ -57,12 +57,9 @@ def run() -> None:
         print(f"built {name}.o in {build_one(name):.1f} s", flush=True)
     for tile in TILES:
         result = link_one(tile)
-        kernel = f"tp_rs_{tile}"
-        (BUILD / f"{kernel}.cubin").write_bytes(result.cubin)
-        (BUILD / f"{kernel}.json").write_text(json.dumps(result.manifest.to_json(), indent=1))
-        (BUILD / f"{kernel}.map").write_text(result.link_map)
+        result.save(BUILD)  # tp_rs_<tile>.cubin, .json (the manifest), .map: all or none
         m = result.manifest
-        print(f"linked {kernel}: {m.block[0]} threads, {m.dynamic_smem} B smem, {m.resources.registers} registers, "
+        print(f"linked {m.kernel}: {m.block[0]} threads, {m.dynamic_smem} B smem, {m.resources.registers} registers, "
               f"frame {m.resources.frame_bytes} B, distributed {m.distributed}")
 
 

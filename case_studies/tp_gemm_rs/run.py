@@ -48,10 +48,8 @@ def setup():
 
 
 def load_kernel(local: int, tile: str, build: Path):
-    from pipelink.runtime.launch import Kernel
-    cubin = (build / f"tp_rs_{tile}.cubin").read_bytes()
-    manifest = json.loads((build / f"tp_rs_{tile}.json").read_text())
-    kernel = Kernel.load(cubin, manifest, local)
+    import pipelink
+    kernel = pipelink.load(build / f"tp_rs_{tile}.cubin", local)  # what build.py saved
     # Every rank must walk the tiles in the same order for the owners' waits to be cycle-free: whole tiles,
     # the same grid everywhere (no stream-K split, whose fix-ups wait across CTAs too).
     kernel.split_reduction = False
