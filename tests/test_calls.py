@@ -326,3 +326,4 @@ def test_malformed_calls_are_schema_errors(tmp_path, capsys, calls):
     rc = main(["check", *(str(DECODE / f) for f in CONTRACTS.values()), "--pipeline", str(p)])
     err = capsys.readouterr().err
     assert rc == 2 and "PL133" in err and "/calls" in err and "Traceback" not in err
+

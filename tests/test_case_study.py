@@ -117,7 +117,10 @@ def test_the_four_objects_link_one_kernel_each_as_the_separate_control(baseline)
     base, _ = baseline
     kernels = builds.link_separate(base.pipelink_objects)
     assert [k.manifest.kernel for k in kernels] == [f"{t.component}_alone" for t in builds.TEAMS]
-    assert all(k.manifest.dependent_launch and k.manifest.workspace is None for k in kernels)
+    assert all(k.manifest.dependent_launch for k in kernels)
+    # the router keeps its own chain (a token block's picking task after its slices), nobody else an event
+    assert [k.manifest.workspace is not None for k in kernels] == [True, False, False, False]
+    assert "wait_for" in kernels[0].glue and "routed" not in kernels[0].glue
     assert "pl::events" not in kernels[2].glue and "wait_for" not in kernels[2].glue
     from pipelink.core.pipeline import PipelineSpec
     from pipelink.linker.passes import LinkOptions, link
@@ -145,6 +148,33 @@ def test_expert_splits_fill_the_gpu_for_few_tokens_only():
     lay = layer.Layout(q, 16, dict(layer.AGREED_GEOMETRY), splits=4)
     assert lay.sizes()["part"] == 4 * lay.sizes()["ys"]
     assert "part" not in layer.Layout(q, 16, dict(layer.AGREED_GEOMETRY)).sizes()
+
+
+def test_router_slices_spread_the_gate_reads_at_few_tokens_only():
+    layer = case_module(CASE, 'layer')
+    q = layer.SHAPES["qwen3-30b-a3b"]
+    chunks = q.H // 64
+    got = {T: layer.router_slices(T, 32, chunks) for T in layer.TOKEN_COUNTS}
+    assert got == {16: 8, 128: 8, 1024: 4, 4096: 1}  # 1, 4, 32, 128 token blocks over 132 SMs
+    assert layer.router_slices(16, 32, 3) == 3  # never more slices than K chunks
+    assert all(1 <= layer.router_slices(T, rt, k, sms) <= min(layer.ROUTER_SLICES_MAX, k)
+               for T in (1, 31, 33, 5000) for rt in (16, 32) for k in (1, 2, 32) for sms in (1, 8, 132))
+    lay = layer.Layout(q, 16, dict(layer.AGREED_GEOMETRY), slices=8)
+    assert lay.sizes()["score_parts"] == 8 * 16 * q.E
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("slices", [1, 2, 3, 8])
+def test_every_router_slicing_routes_the_same(baseline, slices):
+    """The router's picking task sums its slices' partial logits: any slicing (forced here, whatever the
+    launcher would pick) routes like the fp32 reference, in the fused layer and in its separate kernels."""
+    layer = case_module(CASE, 'layer')
+    launchers = case_module(CASE, 'launchers')
+    base, _ = baseline
+    for impl in (launchers.PipelinkLayer.from_link(builds.link_pipelink(base.pipelink_objects)),
+                 launchers.PipelinkSeparate.from_links(builds.link_separate(base.pipelink_objects))):
+        impl.slices = lambda shape, T, n=slices: n
+        _two_fresh_launches_are_correct(impl, "small", 77)
 
 
 def _two_fresh_launches_are_correct(impl, shape, T):

@@ -196,7 +196,11 @@ def test_a_fixed_wait_is_met_once_per_cta_and_a_per_task_one_every_time():
     ctx = linked(comps, dispatch="dynamic")
     assert not ctx.sink.items, [d.render() for d in ctx.sink.items]
     body = ctx.glue.split("// moe_combine\n")[1]
-    guard, placed, done = body.index("if (!pl_ready_3_0)"), body.index("wait_for(e2 +"), body.index("wait_for(e4 +")
+    import re
+    evt = {name: f"e{j}" for j, name in enumerate(re.findall(r"// event '(\w+)'", ctx.glue))}  # in region order
+    assert {"placed", "done"} <= set(evt), evt
+    guard = body.index("if (!pl_ready_3_0)")
+    placed, done = body.index(f"wait_for({evt['placed']} +"), body.index(f"wait_for({evt['done']} +")
     assert guard < placed < done and body.index("pl_ready_3_0 = true;") > done
     assert body[placed:done].count("if (!pl_ready") == 0  # nothing guards the per-task wait
 
@@ -309,7 +313,7 @@ def test_debug_events_bound_every_wait():
     comps = _case_study()
     glue = linked(comps, dispatch="dynamic", debug_events=True).glue
     calls = re.findall(r"wait_for\(e\d+ \+ .*?, (\(unsigned\)\(.*?\)), pl_epoch, (\w+),", glue)
-    assert len(calls) == sum(len(c.contract.events.waits) for c in comps) == 5
+    assert len(calls) == sum(len(c.contract.events.waits) for c in comps) == 6  # the router's chain too
     assert {bound for _, bound in calls} == {f"{DEBUG_SPIN_BOUND}ull"}
     assert any("tile_rows[" in count for count, _ in calls)  # the count read from the device
 
@@ -351,3 +355,40 @@ def test_a_standalone_link_drops_the_events():
     assert not codes(ctx.sink), [d.render() for d in ctx.sink.items]
     assert ctx.resolved.events is None or not ctx.resolved.events.tensors
     assert "wait_for" not in ctx.glue and "add_one" not in ctx.glue
+
+
+def test_a_standalone_link_keeps_a_chain():
+    """block_scan waits on its own `carried` events (task i on task i - 1): alone it is a kernel of its own,
+    and the chain must stay in it, or a task reads a carry its predecessor has not written yet."""
+    ctx = linked([comp("block_scan")], standalone=True)
+    assert not codes(ctx.sink), [d.render() for d in ctx.sink.items]
+    assert set(ctx.resolved.events.tensors) == {"carried"}
+    assert "wait_for" in ctx.glue and "add_one" in ctx.glue
+    assert ctx.resolved.schedule == "persistent"
+
+
+def test_only_kernels_with_a_register_hungry_component_hold_their_sizes():
+    """The persistent glue reads its launch sizes (task counts, event extents and bases) from shared memory
+    only where a component asks for HOLD_SIZES_AT_REGISTERS or more (the MoE layer's expert, 255: in registers
+    they made its wgmma loop spill); the arena's glue words grow by one per held size. At 128 they stay in
+    registers, the glue as before."""
+    from dataclasses import replace
+    from pipelink.core.model import Component
+    from pipelink.linker.allocate import GLUE_FLAG_BYTES, HOLD_SIZES_AT_REGISTERS
+    comps = []
+    for team in ("router", "dispatch", "expert", "combine"):
+        path = REPO / "case_studies" / "moe_four_owners" / team / f"{team}.json"
+        comps.append(Component(load_contract_bytes(path.read_bytes(), Source(path.name), DiagnosticSink()), None))
+    assert max(c.contract.max_registers for c in comps) >= HOLD_SIZES_AT_REGISTERS
+    held = linked(comps, dispatch="dynamic")
+    assert "pl_held" in held.glue and "int const volatile& c0_tasks" in held.glue
+    words = held.glue.count("*reinterpret_cast<")  # one store per held size, one read-only view each
+    assert words > 0
+    flags = [p.item for p in held.allocation.smem if p.item.key == "buffer pl_glue.flags"][0]
+    assert flags.size > GLUE_FLAG_BYTES
+    modest = [replace(c, contract=replace(c.contract, max_registers=min(c.contract.max_registers or 128, 128)))
+              for c in comps]
+    plain = linked(modest, dispatch="dynamic")
+    assert "pl_held" not in plain.glue and "const int c0_tasks" in plain.glue
+    flags = [p.item for p in plain.allocation.smem if p.item.key == "buffer pl_glue.flags"][0]
+    assert flags.size == GLUE_FLAG_BYTES

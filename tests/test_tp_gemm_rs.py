@@ -34,6 +34,10 @@ def _build(name: str, contract: Path, source: Path, out: Path, opts=None) -> Pat
 def linked(tmp_path_factory):
     if cutlass_include_dir() is None:
         pytest.skip("the pinned nvidia-cutlass headers are not installed")
+    try:
+        toolchain.nvshmem_root()
+    except toolchain.ToolchainError as exc:  # the epilogue includes NVSHMEM's device headers
+        pytest.skip(f"the pinned NVSHMEM is not on this machine ({exc.message}; PIPELINK_NVSHMEM_HOME)")
     d = tmp_path_factory.mktemp("tp_rs")
     epi = _build("epi_rs_owner", STUDY / "collective" / "epi_rs_owner.json", STUDY / "collective" / "epi_rs_owner.cu",
                  d / "epi_rs_owner.o", BuildOptions(include_dirs=(str(toolchain.nvshmem_root() / "include"),)))

@@ -7,7 +7,7 @@ from __future__ import annotations
 import ctypes
 import math
 
-from layer import AGREED_GEOMETRY, Layout, ModelShape, expert_splits, kernel_args
+from layer import AGREED_GEOMETRY, Layout, ModelShape, expert_splits, kernel_args, router_slices
 
 CLASSIC_THREADS = 128
 # What the integrator computed at assembly time: the largest component's shared memory (the expert:
@@ -58,11 +58,17 @@ class PipelinkSeparate:
     def splits(self, shape: ModelShape, T: int) -> int:
         return _splits(self.expert, self.geometry, shape, T) if self.expert is not None else 0
 
+    def slices(self, shape: ModelShape, T: int) -> int:
+        """The router's K slices: the same in the fused layer and its separate kernels (the SMs, not the
+        resident blocks, which differ between them)."""
+        g = self.geometry
+        return router_slices(T, g["ROUTER_TOKENS"], shape.H // g["ROUTER_K_CHUNK"], self.kernels[0].num_sms())
+
     def layout(self, shape: ModelShape, T: int) -> Layout:
-        return Layout(shape, T, self.geometry, self.splits(shape, T))
+        return Layout(shape, T, self.geometry, self.splits(shape, T), self.slices(shape, T))
 
     def run(self, shape: ModelShape, x, weights: dict, buffers: dict) -> None:
-        args = kernel_args(shape, x.shape[0], x, weights, buffers)
+        args = kernel_args(shape, x.shape[0], x, weights, buffers, self.slices(shape, x.shape[0]))
         if self.expert is not None:
             args["splits"] = self.splits(shape, x.shape[0])
         launches = _prepared(self._prepared, args, lambda: [

@@ -68,14 +68,30 @@ def expert_splits(shape: ModelShape, T: int, tile_m: int = 32, sms: int = 132, s
     return min(range(max(1, least), blocks + 1), key=lambda n: (finish(n), n))
 
 
+# The router's picking task sums this many partial logits at most; past it a slice's fill dominates.
+ROUTER_SLICES_MAX = 8
+
+
+def router_slices(T: int, router_tokens: int, k_chunks: int, sms: int = 132) -> int:
+    """K slices per router token block (its `score_slices`): enough router tasks to spread the reads of the
+    router weight (every block reads all of it) over about `sms` CTAs, at most ROUTER_SLICES_MAX and one K
+    chunk a slice; 1 (a block's one task scores and picks, no partials) once the blocks fill half the SMs."""
+    blocks = math.ceil(T / router_tokens)
+    if 2 * blocks > sms:
+        return 1
+    return max(1, min(ROUTER_SLICES_MAX, k_chunks, sms // blocks))
+
+
 @dataclass(frozen=True)
 class Layout:
     """Element counts of every buffer of one launch, from the geometry the kernel was built with;
-    `splits` > 0 for the split expert (its fp32 shares, `part`)."""
+    `splits` > 0 for the split expert (its fp32 shares, `part`); `slices` the router's K slices (its
+    fp32 partial logits, `score_parts`)."""
     shape: ModelShape
     T: int
     geometry: dict
     splits: int = 0
+    slices: int = 1
 
     @property
     def tiles(self) -> int:  # expert tiles: every expert's segment padded to whole tiles
@@ -88,6 +104,7 @@ class Layout:
         return {"topk_ids": T * s.TOPK, "topk_w": T * s.TOPK, "slot": T * s.TOPK,
                 "pair_tile": math.ceil(T / dt) * dt * s.TOPK, "row_token": self.tiles * m,
                 "tile_expert": self.tiles, "tile_rows": self.tiles, "ys": self.tiles * m * s.H, "y": T * s.H,
+                "score_parts": self.slices * T * s.E,
                 **({"part": self.splits * self.tiles * m * s.H} if self.splits else {})}
 
 
@@ -117,7 +134,7 @@ def poisoned_buffers(layout: Layout) -> dict:
     for name, n in layout.sizes().items():
         if name in ("ys", "y"):
             out[name] = torch.empty((n,), dtype=torch.bfloat16, device="cuda")
-        elif name in ("topk_w", "part"):
+        elif name in ("topk_w", "part", "score_parts"):
             out[name] = torch.empty((n,), dtype=torch.float32, device="cuda")
         else:
             out[name] = torch.empty((n,), dtype=torch.int32, device="cuda")
@@ -131,8 +148,9 @@ def poison(buffers: dict) -> dict:
     return buffers
 
 
-def kernel_args(shape: ModelShape, T: int, x, weights: dict, buffers: dict) -> dict:
-    return dict(x=x, **weights, **buffers, T=T, H=shape.H, E=shape.E, TOPK=shape.TOPK, I=shape.I)
+def kernel_args(shape: ModelShape, T: int, x, weights: dict, buffers: dict, score_slices: int = 1) -> dict:
+    return dict(x=x, **weights, **buffers, T=T, H=shape.H, E=shape.E, TOPK=shape.TOPK, I=shape.I,
+                score_slices=score_slices)
 
 
 @dataclass

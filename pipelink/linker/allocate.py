@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from ..core.diagnostics import DiagnosticSink
 from ..core.model import DTYPE_BYTES
 from ..core.targets import TARGETS, residency
+from . import event_glue
 from .resolve import Resolved
 
 ARENA_ALIGN = 128
@@ -92,6 +93,7 @@ class Allocation:
 
 
 def allocate(r: Resolved, arch: str, sink: DiagnosticSink) -> Allocation | None:
+    held = held_words(r)  # over every call: each call's sizes are held apart
     firsts = {}
     for c in r.components:
         firsts.setdefault(c.code.name, c.name)
@@ -100,11 +102,11 @@ def allocate(r: Resolved, arch: str, sink: DiagnosticSink) -> Allocation | None:
         # once (a persistent CTA runs one task at a time, so one placement serves every call).
         keep = set(firsts.values())
         alloc = _allocate(replace(r, components=[c for c in r.components if c.name in keep],
-                                  order=[n for n in r.order if n in keep]), arch, sink)
+                                  order=[n for n in r.order if n in keep]), arch, sink, held)
         if alloc is not None:
             _alias_calls(alloc, {c.name: firsts[c.code.name] for c in r.components if c.name not in keep})
         return alloc
-    return _allocate(r, arch, sink)
+    return _allocate(r, arch, sink, held)
 
 
 def _alias_calls(alloc: Allocation, first_of: dict[str, str]) -> None:
@@ -122,7 +124,7 @@ def _alias_calls(alloc: Allocation, first_of: dict[str, str]) -> None:
                 table[call] = table[first]
 
 
-def _allocate(r: Resolved, arch: str, sink: DiagnosticSink) -> Allocation | None:
+def _allocate(r: Resolved, arch: str, sink: DiagnosticSink, held_words: int = 0) -> Allocation | None:
     target = TARGETS[arch]
     if r.dependent_launch and int(arch[3:5]) < 90:
         sink.error("PL165", f"the pipeline asks for programmatic dependent launch, which {arch} does not have",
@@ -130,7 +132,7 @@ def _allocate(r: Resolved, arch: str, sink: DiagnosticSink) -> Allocation | None
         return None
     steps = _steps(r)
     copies = {c.name: (r.roles.copies(c.contract) if r.roles is not None else 1) for c in r.components}
-    items, strides = _smem_items(r, steps, copies)
+    items, strides = _smem_items(r, steps, copies, held_words)
     placed = pack(items)
     total = _round_up(max((p.end for p in placed), default=0), ARENA_ALIGN)
     alloc = Allocation(placed, total, steps=steps, copies=copies, smem_stride=strides)
@@ -175,7 +177,7 @@ def _steps(r: Resolved) -> dict[str, int]:
     return {name: 2 * k + 1 for k, name in enumerate(r.order)}
 
 
-def _smem_items(r: Resolved, steps: dict[str, int], copies: dict[str, int]):
+def _smem_items(r: Resolved, steps: dict[str, int], copies: dict[str, int], held_words: int = 0):
     """Every item of the arena; a component with several copies (one per instance of its role) gets
     each buffer and mbarrier array that many times, `stride` bytes apart."""
     ws = r.schedule == "warp_specialized"
@@ -222,8 +224,9 @@ def _smem_items(r: Resolved, steps: dict[str, int], copies: dict[str, int]):
         s = steps[w.consumer]
         items.append(SmemItem(f"port {w.consumer}.{w.in_port.name}", "port", w.consumer, size,
                               max(PORT_ALIGN, w.in_port.align or 0), Lifetime(frozenset({s - 1, s}))))
-    if r.schedule == "persistent":  # the glue's own words: the wait verdict and the claimed task
-        items.append(SmemItem("buffer pl_glue.flags", "buffer", "pl_glue", 16, 16, Lifetime(None)))
+    if r.schedule == "persistent":  # the glue's own words: the wait verdict, the claimed task, the held sizes
+        items.append(SmemItem("buffer pl_glue.flags", "buffer", "pl_glue", GLUE_FLAG_BYTES + 8 * held_words, 16,
+                              Lifetime(None)))
     for g in (r.roles.groups if r.roles is not None else ()):
         if g.instances > 1:  # one mbarrier per instance: whose turn it is on the owner's entries
             items.append(SmemItem(f"mbarrier pl_glue.turn_{g.name}", "mbarrier", "pl_glue", 8 * g.instances, 8,
@@ -427,3 +430,33 @@ def kernel_register_budget(target, threads: int, smem_bytes: int, caps: list[int
 
 def _round_up(x: int, a: int) -> int:
     return (x + a - 1) // a * a
+
+
+GLUE_FLAG_BYTES = 16  # pl_glue.flags: the wait verdict and the claimed task; the held sizes follow
+
+
+# A component asking for this many registers a thread or more (a wgmma mainloop's accumulators) makes the
+# glue hold the launch's sizes in shared memory instead of registers (`held_words`).
+HOLD_SIZES_AT_REGISTERS = 192
+
+
+def holds_sizes(r: Resolved) -> bool:
+    """Whether the persistent glue reads its launch sizes (task counts, event extents and bases) from shared
+    memory at each use rather than keeping them in registers for the whole loop. Measured on the H200
+    (2026-12-02): the MoE Hopper layer (components at 255) went from a 40-byte frame with local loads in its
+    wgmma loop to none, 1357 -> 1229 us at T=4096 and 265 -> 241 us at T=16; the Llama decode megakernel
+    (components at 128, ~60 short tasks a CTA a step, each reading several sizes) went 1117 -> 1151 us. So
+    only kernels with a register-hungry component hold them."""
+    return r.schedule == "persistent" and r.events is not None and \
+        any((c.contract.max_registers or 0) >= HOLD_SIZES_AT_REGISTERS for c in r.components)
+
+
+def held_words(r: Resolved) -> int:
+    """Shared-memory words a persistent kernel's glue holds its launch sizes in (at most: link-time constants
+    are not held): per component its grid extents and task count, per event its extents (and per-layer size)
+    and base; none unless `holds_sizes`."""
+    if not holds_sizes(r):
+        return 0
+    comps = sum(len(r.component(n).contract.geometry.tile_sequence.grid) + 1 for n in r.events.order)
+    layers = 1 if event_glue.has_layers(r) else 0
+    return comps + sum(len(t.shape) + layers + 1 for t in r.events.tensors.values())

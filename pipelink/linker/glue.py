@@ -16,7 +16,7 @@ from ..core.model import DTYPE_C, dtype_includes
 from ..runtime.manifest import IMPLICIT_PARAMS, STREAM_K_PARAMS, WORKSPACE
 from ..runtime.profile import LAUNCH_SYMBOL as PROFILE_LAUNCH, NEXT_SYMBOL as PROFILE_NEXT, RING_SYMBOL as PROFILE_RING
 from . import event_glue
-from .allocate import ARENA_ALIGN, Allocation, task_groups
+from .allocate import ARENA_ALIGN, GLUE_FLAG_BYTES, Allocation, held_words, holds_sizes, task_groups
 from .calls import layered_events
 from .resolve import Resolved, Wire
 
@@ -472,8 +472,6 @@ def _warp_specialized(r: Resolved, a: Allocation) -> list[str]:
 # --- the persistent schedule: tasks of every component, ordered by events ------------------------
 
 DEBUG_SPIN_BOUND = 20_000_000
-
-
 def _persistent(r: Resolved, a: Allocation) -> list[str]:
     from .events import EventPlan
     plan: EventPlan = r.events
@@ -492,11 +490,29 @@ def _persistent(r: Resolved, a: Allocation) -> list[str]:
            "  const unsigned pl_epoch = (unsigned)(pl_launch % 0xFFFFFFFFull) + 1u;  // names the launch in a debug report"]
     if r.profile_tasks:  # read by every CTA before any leaves; the last one out moves it on
         out.append(f"  const unsigned long long pl_profile_launch_id = *reinterpret_cast<volatile unsigned long long*>(&{PROFILE_LAUNCH});")
+    # The launch's sizes and event bases are read from shared memory at each use (`pl_held`, one word each,
+    # written once by thread 0): kept in registers they would stay live across every task of the loop and
+    # crowd the components' own (in the MoE layer, one more runtime-sized event put the Hopper expert's wgmma
+    # loop over the register budget: 48 bytes of frame, local loads every k-step). Link-time constants stay
+    # constants, folded into the code.
+    held, holding = [], holds_sizes(r)
+
+    def size(ctype: str, name: str, value: str, constant: bool) -> None:
+        if constant or not holding:
+            out.append(f"  const {ctype} {name} = {value};")
+        else:
+            out.append(f"  {ctype} const volatile& {name} = *reinterpret_cast<{ctype} volatile*>(pl_held + {len(held)});")
+            held.append((ctype, value))
+    if holding:
+        out.append(f"  unsigned long long* const pl_held = reinterpret_cast<unsigned long long*>(pl::dynamic_smem() + "
+                   f"{flags + GLUE_FLAG_BYTES}u);")
+    runtime = lambda e: any(n not in r.geometry for n in e.names)  # noqa: E731
     for k, name in enumerate(plan.order):
         seq = r.component(name).contract.geometry.tile_sequence
         for d, e in enumerate(seq.grid):
-            out.append(f"  const int c{k}_tiles_{d} = {e.to_c(geo)};")
-        out.append(f"  const int c{k}_tasks = " + " * ".join(f"c{k}_tiles_{d}" for d in range(len(seq.grid))) + ";")
+            size("int", f"c{k}_tiles_{d}", e.to_c(geo), not runtime(e))
+        size("int", f"c{k}_tasks", " * ".join(f"c{k}_tiles_{d}" for d in range(len(seq.grid))),
+             not any(runtime(e) for e in seq.grid))
     out += ["  // The next launch counts in the region the last one used: zero it now, a slice per CTA.",
             "  for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < pl_clear_words;",
             "       i += (unsigned long long)gridDim.x * blockDim.x)",
@@ -505,15 +521,24 @@ def _persistent(r: Resolved, a: Allocation) -> list[str]:
     layered = layered_events(r.calls, r.events)
     for j, t in enumerate(plan.tensors.values()):
         for d, e in enumerate(t.shape):
-            out.append(f"  const long long e{j}_extent_{d} = {e.to_c(geo)};")
-        size = " * ".join(f"e{j}_extent_{d}" for d in range(len(t.shape)))
+            size("long long", f"e{j}_extent_{d}", e.to_c(geo), not runtime(e))
+        extent = " * ".join(f"e{j}_extent_{d}" for d in range(len(t.shape)))
         if event_glue.has_layers(r):
-            out.append(f"  const long long e{j}_size = {size};")
-            size = f"e{j}_size"
+            size("long long", f"e{j}_size", extent, not any(runtime(e) for e in t.shape))
+            extent = f"e{j}_size"
         copies = f" * (long long)({r.calls.layers_c()})" if t.name in layered else ""
-        out.append(f"  unsigned long long* const e{j} = pl_events + {base};  // event '{t.name}'"
-                   + (", one copy per layer" if copies else ""))
-        base = f"{base} + {size}{copies}"
+        if holding:
+            out.append(f"  // event '{t.name}'" + (", one copy per layer" if copies else ""))
+            size("unsigned long long*", f"e{j}", f"pl_events + {base}", False)
+        else:
+            out.append(f"  unsigned long long* const e{j} = pl_events + {base};  // event '{t.name}'"
+                       + (", one copy per layer" if copies else ""))
+        base = f"{base} + {extent}{copies}"
+    assert len(held) <= held_words(r), (len(held), held_words(r))
+    if held:
+        out.append("  if (threadIdx.x == 0) {")
+        out += [f"    *reinterpret_cast<{ctype}*>(pl_held + {i}) = {value};" for i, (ctype, value) in enumerate(held)]
+        out += ["  }", "  __syncthreads();  // the held sizes are written"]
     out += [f"  const unsigned long long pl_words = (unsigned long long)({base});",
             "  if (pl_words > pl_region_words) __trap();  // the launcher sizes the regions for the shapes it is given",
             f"  if (blockIdx.x == 0 && threadIdx.x == 0) {ws_at(f'{ws.used_words} + (pl_launch & 1ull)')} = pl_words;"]

@@ -231,10 +231,17 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
 
 def standalone(c: Component) -> Component:
     """The component as a kernel of its own that runs after the kernels its waits are on (a separate-kernel
-    control, or a pipeline split into launches): its waits are met by the launch order and its notifications
-    have no waiter in the kernel, so its events are dropped. The object still carries its own contract."""
+    control, or a pipeline split into launches): its waits on other components' events are met by the launch
+    order and those events are dropped. A chain stays: the events it both notifies and waits on order its
+    own tasks inside the one launch (a scan's carry, a router's picking task after its slices), and without
+    them a task would read what its predecessors have not written yet. The object still carries its own
+    contract."""
     from ..core.model import Events
-    return replace(c, contract=replace(c.contract, events=Events()), base=c.code)
+    ev = c.contract.events
+    own = {n.name for n in ev.notifies} & {w.name for w in ev.waits}
+    kept = Events(notifies=tuple(n for n in ev.notifies if n.name in own),
+                  waits=tuple(w for w in ev.waits if w.name in own))
+    return replace(c, contract=replace(c.contract, events=kept), base=c.code)
 
 
 def _roles_at(comps, name: str):

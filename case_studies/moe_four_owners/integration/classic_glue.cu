@@ -13,7 +13,8 @@ constexpr int EXPERT_TILE_M = 32;
 constexpr int COMBINE_TILE_N = 2048;
 }  // namespace agreed
 
-extern "C" __device__ void moe_router(pl::Tile, const bf16*, const bf16*, int*, float*, int, int, int, int);
+// The router team added a K-sliced mode (score_parts, score_slices); this glue keeps one task a token block.
+extern "C" __device__ void moe_router(pl::Tile, const bf16*, const bf16*, int*, float*, float*, int, int, int, int, int);
 extern "C" __device__ void moe_dispatch(pl::Tile, const int*, int*, int*, int*, int*, int*, int, int, int);
 extern "C" __device__ void moe_expert(pl::Tile, const bf16*, const bf16*, const bf16*, const bf16*, const int*,
                                       const int*, const int*, bf16*, int, int, int, int, int);
@@ -65,7 +66,7 @@ extern "C" __global__ void __maxnreg__(128) moe_classic_fused(MoeArgs a, unsigne
     if (task >= total) return;
     if (task < (unsigned)n_router) {
       const int r = task;
-      moe_router(tile_of(r, 0), a.x, a.w_router, a.topk_ids, a.topk_w, a.T, a.H, a.E, a.TOPK);
+      moe_router(tile_of(r, 0), a.x, a.w_router, a.topk_ids, a.topk_w, nullptr, a.T, a.H, a.E, a.TOPK, 1);
       __syncthreads();
       if (threadIdx.x == 0) __threadfence(), atomicAdd(routed, 1u);
     } else if (task < (unsigned)(n_router + n_dispatch)) {
@@ -107,7 +108,7 @@ extern "C" __global__ void __maxnreg__(128) moe_classic_fused(MoeArgs a, unsigne
 
 // The same components as four kernels, one task per block, ordered by the stream.
 extern "C" __global__ void __maxnreg__(128) moe_classic_router(MoeArgs a) {
-  moe_router(tile_of(blockIdx.x, 0), a.x, a.w_router, a.topk_ids, a.topk_w, a.T, a.H, a.E, a.TOPK);
+  moe_router(tile_of(blockIdx.x, 0), a.x, a.w_router, a.topk_ids, a.topk_w, nullptr, a.T, a.H, a.E, a.TOPK, 1);
 }
 extern "C" __global__ void __maxnreg__(128) moe_classic_dispatch(MoeArgs a) {
   moe_dispatch(tile_of(blockIdx.x, 0), a.topk_ids, a.pair_tile, a.slot, a.row_token, a.tile_expert, a.tile_rows,

@@ -4,6 +4,10 @@
 // The scores stream K in chunks of ROUTER_K_CHUNK through a ring of ROUTER_STAGES cp.async stages (the
 // tokens' chunk and every expert's): a task reads the whole router weight, and at small T one task is
 // the layer's critical path, so its loads must be many and in flight together, not one fragment at a time.
+// With score_slices = S > 1 the K chunks are cut into S slices: tasks (r, 0..S-1) each score one slice and
+// store their fp32 partial logits in score_parts; task (r, S) waits for them (a chain: event `scored`), sums
+// the S partials in slice order and picks. One CTA reading the whole 512 KB gate took 40 us whatever T
+// (qwen3-30b-a3b, H200): at small T that was the layer's critical path, now cut S ways.
 #include <cuda_bf16.h>
 #ifdef MOE_CLASSIC
 #include "classic.h"  // the values this team hard-coded when the layer was first assembled
@@ -44,107 +48,10 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const unsigned (&a)[4],
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-extern "C" __device__ void moe_router(pl::Tile tile, const bf16* __restrict__ x, const bf16* __restrict__ w_router,
-                                      int* __restrict__ topk_ids, float* __restrict__ topk_w, int T, int H, int E,
-                                      int TOPK) {
-  bf16* ring = smem_stages<bf16>();
-  float* logits = reinterpret_cast<float*>(ring);  // after the last stage is consumed
-  const int t0 = tile.coord[0] * ROUTER_TOKENS;
-  const int warp = warp_rank();
-  const int steps = H / ROUTER_K_CHUNK;
-
-  // Stage `step`: the tokens' and the experts' columns [k0, k0 + ROUTER_K_CHUNK); rows past T or E are zeros.
-  // A thread stages the same rows and 16-byte chunk of every stage: token rows row0 + kRowStep * i of the
-  // task's, expert rows row0 + kRowStep * i. Their addresses are one base each and a fixed stride, so a load
-  // is an add. (Computed per load, with a division, a 64-bit multiply and a select each, they made the task
-  // issue-bound: one warp per scheduler issuing every 3.5 cycles, 57 us a task whatever its tokens. Kept
-  // as a pointer per row, they spilled in the layer kernel.)
-  constexpr int kVecs = ROUTER_K_CHUNK / 8;
-  constexpr int kRowStep = THREADS / kVecs;
-  constexpr int kTokenLoads = (ROUTER_TOKENS + kRowStep - 1) / kRowStep;
-  constexpr int kExpertLoads = (ROUTER_MAX_EXPERTS + kRowStep - 1) / kRowStep;
-  static_assert(THREADS % kVecs == 0, "whole rows per pass of the block");
-  const int row0 = thread_rank() / kVecs, chunk = thread_rank() % kVecs;
-  const bf16* const xs = x + (long long)(t0 + row0) * H + 8 * chunk;
-  const bf16* const ws = w_router + (long long)row0 * H + 8 * chunk;
-  const long long stride = (long long)kRowStep * H;
-  const unsigned ring_base = static_cast<unsigned>(__cvta_generic_to_shared(ring));
-  const unsigned tokens_at = ring_base + 2 * (row0 * kLd + 8 * chunk);
-  const unsigned experts_at = tokens_at + 2 * ROUTER_TOKENS * kLd;
-  auto load = [&](int step) {
-    const unsigned s = 2 * (step % ROUTER_STAGES) * kStageElems;
-    const int k0 = step * ROUTER_K_CHUNK;
-#pragma unroll
-    for (int i = 0; i < kTokenLoads; ++i) {
-      const int row = row0 + kRowStep * i;
-      const bool valid = t0 + row < T;
-      if (row < ROUTER_TOKENS)
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(tokens_at + s + 2 * kRowStep * kLd * i),
-                     "l"(valid ? xs + i * stride + k0 : x), "r"(valid ? 16 : 0) : "memory");
-    }
-#pragma unroll
-    for (int i = 0; i < kExpertLoads; ++i) {
-      const int row = row0 + kRowStep * i;
-      const bool valid = row < E;
-      if (row < ROUTER_MAX_EXPERTS)
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(experts_at + s + 2 * kRowStep * kLd * i),
-                     "l"(valid ? ws + i * stride + k0 : w_router), "r"(valid ? 16 : 0) : "memory");
-    }
-  };
-  // Per k16 slice a warp takes its tokens' A fragments and its experts' B fragments with one ldmatrix each
-  // (4 x 8x8), then kTokenFrags x kExpertTiles mma.sync: 16 fragment loads a stage a warp where wmma's were
-  // 64 generic ones. Token tiles past T are skipped.
-  const int lane = pl::lane_index();
-  const int live_frags = min(kTokenFrags, (T - t0 + 15) / 16);
-  const unsigned a_at = 2 * (((lane % 8) + 8 * ((lane / 8) % 2)) * kLd + 8 * (lane / 16));
-  const unsigned b_at = 2 * ((ROUTER_TOKENS + warp * kExpertsPerWarp + 8 * (lane / 16) + lane % 8) * kLd +
-                             8 * ((lane / 8) % 2));
-  float acc[kTokenFrags][kExpertTiles][4] = {};
-  for (int s = 0; s < ROUTER_STAGES - 1; ++s) {
-    if (s < steps) load(s);
-    asm volatile("cp.async.commit_group;" ::: "memory");
-  }
-  for (int step = 0; step < steps; ++step) {
-    asm volatile("cp.async.wait_group %0;" ::"n"(ROUTER_STAGES - 2) : "memory");
-    __syncthreads();  // stage `step` landed for every thread; stage `step - 1` is free again
-    if (step + ROUTER_STAGES - 1 < steps) load(step + ROUTER_STAGES - 1);
-    asm volatile("cp.async.commit_group;" ::: "memory");
-    const unsigned stage = ring_base + 2 * (step % ROUTER_STAGES) * kStageElems;
-#pragma unroll
-    for (int kk = 0; kk < ROUTER_K_CHUNK; kk += 16) {
-      unsigned a[kTokenFrags][4];
-#pragma unroll
-      for (int f = 0; f < kTokenFrags; ++f)
-        if (f < live_frags) ldmatrix_x4(stage + a_at + 2 * (16 * f * kLd + kk), a[f]);
-#pragma unroll
-      for (int p = 0; p < kExpertTiles / 2; ++p) {
-        // B(k, e) = w_router[e, k]: the experts' rows, K-contiguous, are the col-major B of two n8 tiles
-        unsigned b[4];
-        ldmatrix_x4(stage + b_at + 2 * (16 * p * kLd + kk), b);
-#pragma unroll
-        for (int f = 0; f < kTokenFrags; ++f) {
-          if (f < live_frags) {
-            mma_16816(acc[f][2 * p], a[f], b[0], b[1]);
-            mma_16816(acc[f][2 * p + 1], a[f], b[2], b[3]);
-          }
-        }
-      }
-    }
-  }
-  asm volatile("cp.async.wait_group 0;" ::: "memory");
-  __syncthreads();  // every warp is done with the ring: the logits take its place
-#pragma unroll
-  for (int f = 0; f < kTokenFrags; ++f) {
-#pragma unroll
-    for (int n = 0; n < kExpertTiles; ++n) {  // d[0..1]: token row lane / 4, d[2..3]: 8 rows below
-      const int row = 16 * f + lane / 4, e = warp * kExpertsPerWarp + 8 * n + 2 * (lane % 4);
-      logits[row * kLdl + e] = acc[f][n][0], logits[row * kLdl + e + 1] = acc[f][n][1];
-      logits[(row + 8) * kLdl + e] = acc[f][n][2], logits[(row + 8) * kLdl + e + 1] = acc[f][n][3];
-    }
-  }
-  __syncthreads();
-
-  // One warp per token: softmax over the experts, then TOPK rounds of a warp arg-max.
+// One warp per token of the task: softmax over the experts of logits[ROUTER_TOKENS][kLdl] (shared memory),
+// then TOPK rounds of a warp arg-max.
+__device__ __forceinline__ void pick_topk(const float* logits, int t0, int warp, int lane, int* __restrict__ topk_ids,
+                                          float* __restrict__ topk_w, int T, int E, int TOPK) {
   constexpr int kPerLane = ROUTER_MAX_EXPERTS / 32;
   for (int row = warp; row < ROUTER_TOKENS; row += WARPS) {
     const int t = t0 + row;
@@ -189,4 +96,145 @@ extern "C" __device__ void moe_router(pl::Tile tile, const bf16* __restrict__ x,
       topk_w[(long long)t * TOPK + lane] = my_p / sum;
     }
   }
+}
+
+extern "C" __device__ void moe_router(pl::Tile tile, const bf16* __restrict__ x, const bf16* __restrict__ w_router,
+                                      int* __restrict__ topk_ids, float* __restrict__ topk_w,
+                                      float* __restrict__ score_parts, int T, int H, int E, int TOPK,
+                                      int score_slices) {
+  bf16* ring = smem_stages<bf16>();
+  float* logits = reinterpret_cast<float*>(ring);  // after the last stage is consumed
+  const int t0 = tile.coord[0] * ROUTER_TOKENS;
+  const int warp = warp_rank();
+  const int lane = pl::lane_index();
+  const int slice = tile.coord[1];
+  const bool sliced = score_slices > 1;
+  if (sliced && slice == score_slices) {
+    // The picking task: its slices' partial logits (written by other CTAs in this launch, so through L2),
+    // summed in slice order: the same sum whichever CTA ran which slice.
+    for (int i = thread_rank(); i < ROUTER_TOKENS * ROUTER_MAX_EXPERTS; i += THREADS) {
+      const int row = i / ROUTER_MAX_EXPERTS, e = i % ROUTER_MAX_EXPERTS, t = t0 + row;
+      float v = 0.0f;
+      if (t < T && e < E)
+        for (int s = 0; s < score_slices; ++s) v += __ldcg(score_parts + ((long long)s * T + t) * E + e);
+      logits[row * kLdl + e] = v;
+    }
+    __syncthreads();
+    pick_topk(logits, t0, warp, lane, topk_ids, topk_w, T, E, TOPK);
+    return;
+  }
+  // This task's K chunks: all of them, or slice `slice` of score_slices (balanced; an empty one stores zeros).
+  const int chunks = H / ROUTER_K_CHUNK;
+  const int first = sliced ? chunks * slice / score_slices : 0;
+  const int steps = (sliced ? chunks * (slice + 1) / score_slices : chunks) - first;
+
+  // Stage `step`: the tokens' and the experts' columns [k0, k0 + ROUTER_K_CHUNK); rows past T or E are zeros.
+  // A thread stages the same rows and 16-byte chunk of every stage: token rows row0 + kRowStep * i of the
+  // task's, expert rows row0 + kRowStep * i. Their addresses are one base each and a fixed stride, so a load
+  // is an add. (Computed per load, with a division, a 64-bit multiply and a select each, they made the task
+  // issue-bound: one warp per scheduler issuing every 3.5 cycles, 57 us a task whatever its tokens. Kept
+  // as a pointer per row, they spilled in the layer kernel.)
+  constexpr int kVecs = ROUTER_K_CHUNK / 8;
+  constexpr int kRowStep = THREADS / kVecs;
+  constexpr int kTokenLoads = (ROUTER_TOKENS + kRowStep - 1) / kRowStep;
+  constexpr int kExpertLoads = (ROUTER_MAX_EXPERTS + kRowStep - 1) / kRowStep;
+  static_assert(THREADS % kVecs == 0, "whole rows per pass of the block");
+  const int row0 = thread_rank() / kVecs, chunk = thread_rank() % kVecs;
+  const bf16* const xs = x + (long long)(t0 + row0) * H + 8 * chunk;
+  const bf16* const ws = w_router + (long long)row0 * H + 8 * chunk;
+  const long long stride = (long long)kRowStep * H;
+  const unsigned ring_base = static_cast<unsigned>(__cvta_generic_to_shared(ring));
+  const unsigned tokens_at = ring_base + 2 * (row0 * kLd + 8 * chunk);
+  const unsigned experts_at = tokens_at + 2 * ROUTER_TOKENS * kLd;
+  auto load = [&](int step) {
+    const unsigned s = 2 * (step % ROUTER_STAGES) * kStageElems;
+    const int k0 = (first + step) * ROUTER_K_CHUNK;
+#pragma unroll
+    for (int i = 0; i < kTokenLoads; ++i) {
+      const int row = row0 + kRowStep * i;
+      const bool valid = t0 + row < T;
+      if (row < ROUTER_TOKENS)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(tokens_at + s + 2 * kRowStep * kLd * i),
+                     "l"(valid ? xs + i * stride + k0 : x), "r"(valid ? 16 : 0) : "memory");
+    }
+#pragma unroll
+    for (int i = 0; i < kExpertLoads; ++i) {
+      const int row = row0 + kRowStep * i;
+      const bool valid = row < E;
+      if (row < ROUTER_MAX_EXPERTS)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(experts_at + s + 2 * kRowStep * kLd * i),
+                     "l"(valid ? ws + i * stride + k0 : w_router), "r"(valid ? 16 : 0) : "memory");
+    }
+  };
+  // Per k16 slice a warp takes its tokens' A fragments and its experts' B fragments with one ldmatrix each
+  // (4 x 8x8), then kTokenFrags x kExpertTiles mma.sync: 16 fragment loads a stage a warp where wmma's were
+  // 64 generic ones. Token tiles past T are skipped.
+  const int live_frags = min(kTokenFrags, (T - t0 + 15) / 16);
+  const unsigned a_at = 2 * (((lane % 8) + 8 * ((lane / 8) % 2)) * kLd + 8 * (lane / 16));
+  const unsigned b_at = 2 * ((ROUTER_TOKENS + warp * kExpertsPerWarp + 8 * (lane / 16) + lane % 8) * kLd +
+                             8 * ((lane / 8) % 2));
+  float acc[kTokenFrags][kExpertTiles][4] = {};
+  for (int s = 0; s < ROUTER_STAGES - 1; ++s) {
+    if (s < steps) load(s);
+    asm volatile("cp.async.commit_group;" ::: "memory");
+  }
+  for (int step = 0; step < steps; ++step) {
+    asm volatile("cp.async.wait_group %0;" ::"n"(ROUTER_STAGES - 2) : "memory");
+    __syncthreads();  // stage `step` landed for every thread; stage `step - 1` is free again
+    if (step + ROUTER_STAGES - 1 < steps) load(step + ROUTER_STAGES - 1);
+    asm volatile("cp.async.commit_group;" ::: "memory");
+    const unsigned stage = ring_base + 2 * (step % ROUTER_STAGES) * kStageElems;
+#pragma unroll
+    for (int kk = 0; kk < ROUTER_K_CHUNK; kk += 16) {
+      unsigned a[kTokenFrags][4];
+#pragma unroll
+      for (int f = 0; f < kTokenFrags; ++f)
+        if (f < live_frags) ldmatrix_x4(stage + a_at + 2 * (16 * f * kLd + kk), a[f]);
+#pragma unroll
+      for (int p = 0; p < kExpertTiles / 2; ++p) {
+        // B(k, e) = w_router[e, k]: the experts' rows, K-contiguous, are the col-major B of two n8 tiles
+        unsigned b[4];
+        ldmatrix_x4(stage + b_at + 2 * (16 * p * kLd + kk), b);
+#pragma unroll
+        for (int f = 0; f < kTokenFrags; ++f) {
+          if (f < live_frags) {
+            mma_16816(acc[f][2 * p], a[f], b[0], b[1]);
+            mma_16816(acc[f][2 * p + 1], a[f], b[2], b[3]);
+          }
+        }
+      }
+    }
+  }
+  asm volatile("cp.async.wait_group 0;" ::: "memory");
+  if (sliced) {  // this slice's partial logits, [slice][t][e] fp32, for the picking task
+#pragma unroll
+    for (int f = 0; f < kTokenFrags; ++f) {
+#pragma unroll
+      for (int n = 0; n < kExpertTiles; ++n) {
+        const int row = 16 * f + lane / 4, e = warp * kExpertsPerWarp + 8 * n + 2 * (lane % 4);
+        if (e >= E) continue;  // E is a multiple of 16: e and e + 1 are both in or both out
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int t = t0 + row + 8 * h;
+          if (t < T)
+            __stcg(reinterpret_cast<float2*>(score_parts + ((long long)slice * T + t) * E + e),
+                   make_float2(acc[f][n][2 * h], acc[f][n][2 * h + 1]));
+        }
+      }
+    }
+    return;
+  }
+  __syncthreads();  // every warp is done with the ring: the logits take its place
+#pragma unroll
+  for (int f = 0; f < kTokenFrags; ++f) {
+#pragma unroll
+    for (int n = 0; n < kExpertTiles; ++n) {  // d[0..1]: token row lane / 4, d[2..3]: 8 rows below
+      const int row = 16 * f + lane / 4, e = warp * kExpertsPerWarp + 8 * n + 2 * (lane % 4);
+      logits[row * kLdl + e] = acc[f][n][0], logits[row * kLdl + e + 1] = acc[f][n][1];
+      logits[(row + 8) * kLdl + e] = acc[f][n][2], logits[(row + 8) * kLdl + e + 1] = acc[f][n][3];
+    }
+  }
+  __syncthreads();
+
+  pick_topk(logits, t0, warp, lane, topk_ids, topk_w, T, E, TOPK);
 }
