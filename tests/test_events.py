@@ -386,9 +386,12 @@ def test_only_kernels_with_a_register_hungry_component_hold_their_sizes():
     assert words > 0
     flags = [p.item for p in held.allocation.smem if p.item.key == "buffer pl_glue.flags"][0]
     assert flags.size > GLUE_FLAG_BYTES
+    assert "launch sizes (task counts, event extents and bases) read from shared memory" in \
+        linked(comps, dispatch="dynamic", until="map").link_map
     modest = [replace(c, contract=replace(c.contract, max_registers=min(c.contract.max_registers or 128, 128)))
               for c in comps]
     plain = linked(modest, dispatch="dynamic")
     assert "pl_held" not in plain.glue and "const int c0_tasks" in plain.glue
+    assert "launch sizes" not in linked(modest, dispatch="dynamic", until="map").link_map
     flags = [p.item for p in plain.allocation.smem if p.item.key == "buffer pl_glue.flags"][0]
     assert flags.size == GLUE_FLAG_BYTES

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from .. import __version__
 from ..core.expr import Expr, parse
-from .allocate import Allocation, task_groups
+from .allocate import HOLD_SIZES_AT_REGISTERS, Allocation, held_words, holds_sizes, task_groups
 from .calls import layered_events
 from .events import task_invariant
 from ..runtime.manifest import (IMPLICIT_PARAMS, STREAM_K_PARAMS, WORKSPACE, StreamKSpec, ComponentRecord, EventRecord, Manifest, ParamSpec, Resources,
@@ -116,6 +116,11 @@ def _residency_rows(r: Resolved, a: Allocation, arch: str, kernel_info: KernelIn
         if ends:
             owner = max(ends, key=ends.get)
             out.append(f"  the arena's size is set by {owner} (its buffers end at {ends[owner]} B)")
+    if holds_sizes(r):  # the glue's own register footprint, and why
+        hungry = [c.name for c in r.components if (c.contract.max_registers or 0) >= HOLD_SIZES_AT_REGISTERS]
+        out.append(f"  launch sizes (task counts, event extents and bases) read from shared memory (pl_glue.flags, "
+                   f"{held_words(r)} words), not kept in registers: {', '.join(hungry)} asks for >= "
+                   f"{HOLD_SIZES_AT_REGISTERS} registers a thread")
     return out
 
 
