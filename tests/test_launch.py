@@ -15,7 +15,7 @@ import pytest
 from pipelink.runtime import driver as driver_mod
 from pipelink.runtime import launch
 from pipelink.runtime import scalars
-from pipelink.runtime.launch import Kernel, LaunchError, gpu_available
+from pipelink.runtime.launch import ArgumentError, Kernel, LaunchError, gpu_available
 from pipelink.runtime.scalars import float_to_bf16_bits, float_to_f16_bits, float_to_fp8_e4m3_bits, float_to_fp8_e5m2_bits
 
 MANIFEST = {
@@ -911,3 +911,17 @@ def test_balanced_grid_keeps_the_rounds_and_evens_them_out():
     for tiles in range(1, 2000, 37):
         g = balanced_grid(tiles, 132)
         assert g <= 132 and -(-tiles // g) == -(-tiles // 132)
+
+
+def test_a_negative_tile_extent_of_one_component_is_refused_not_summed():
+    """A persistent kernel's tiles are the sum of its components' task counts: a router whose grid is
+    `slices + min(slices - 1, 1)` gets -1 columns for slices = 0, which the other components' tasks would hide.
+    Each extent is checked, and the error names the component."""
+    k = Kernel({"kernel": "layer", "block": [128], "schedule": "persistent",
+                "tiles": ["(ceil_div(T, 32)) * (slices + min(slices - 1, 1)) + (T)"],
+                "tasks": {"router": "(ceil_div(T, 32)) * (slices + min(slices - 1, 1))", "combine": "(T)"}})
+    assert k.total_tiles(T=64, slices=4) == 2 * 5 + 64
+    assert k.total_tiles(T=64, slices=1) == 2 + 64
+    with pytest.raises(ArgumentError, match=r"component 'router' of kernel 'layer' has a tile extent "
+                                            r"slices \+ min\(slices - 1, 1\) = -1"):
+        k.total_tiles(T=64, slices=0)

@@ -11,6 +11,8 @@ are pure and are unit-tested without one. Neither torch nor numpy is imported at
 """
 from __future__ import annotations
 
+import ast
+
 import ctypes
 import math
 import operator
@@ -126,6 +128,13 @@ def _stream_handle(stream) -> int:
         return int(stream)  # cuda.bindings CUstream
     except (TypeError, ValueError):
         raise TypeError(f"cannot take a CUDA stream handle from {type(stream).__name__}") from None
+
+
+def _factors(node) -> list:
+    """The factors of a product expression's tree (the node itself when it is not a product)."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+        return _factors(node.left) + _factors(node.right)
+    return [node]
 
 
 def _grid_dims(grid) -> tuple[int, int, int]:
@@ -581,6 +590,7 @@ class Kernel:
         return [tile.evaluate(shapes) for tile in self.tiles] or [1]
 
     def _total_tiles(self, shapes: dict) -> int:
+        self._check_task_extents(shapes)
         total = 1
         for tile in self.tiles:
             try:
@@ -591,6 +601,23 @@ class Kernel:
                 raise ArgumentError(f"tile count {tile.text!r} of kernel '{self.name}' is {n} for {shapes}")
             total *= n
         return total
+
+    def _check_task_extents(self, shapes: dict) -> None:
+        """A persistent kernel's tile count is the sum of its components' task counts, each a product of grid
+        extents: one extent below zero (a runtime value out of its range, such as 0 slices where the grid adds
+        a task for slices > 1) would hide in the sum, and its tasks would be claimed as another component's.
+        Each extent must be >= 0, named with its component."""
+        for name, text in (self.manifest.tasks or {}).items():
+            for factor in _factors(_expr.parse(text).tree):
+                extent = _expr.parse(ast.unparse(factor))
+                try:
+                    n = extent.evaluate(shapes)
+                except _expr.ExprError:
+                    continue  # a name the shapes do not give, or a division by zero: the total reports it
+                if n < 0:
+                    raise ArgumentError(f"component '{name}' of kernel '{self.name}' has a tile extent "
+                                        f"{extent.text} = {n} for {shapes}: a runtime value is out of the range "
+                                        "its contract describes")
 
     def num_sms(self) -> int:
         """Multiprocessors on the device (monkeypatch in tests)."""
