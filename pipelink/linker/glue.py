@@ -472,6 +472,8 @@ def _warp_specialized(r: Resolved, a: Allocation) -> list[str]:
 # --- the persistent schedule: tasks of every component, ordered by events ------------------------
 
 DEBUG_SPIN_BOUND = 20_000_000
+
+
 def _persistent(r: Resolved, a: Allocation) -> list[str]:
     from .events import EventPlan
     plan: EventPlan = r.events
@@ -490,11 +492,9 @@ def _persistent(r: Resolved, a: Allocation) -> list[str]:
            "  const unsigned pl_epoch = (unsigned)(pl_launch % 0xFFFFFFFFull) + 1u;  // names the launch in a debug report"]
     if r.profile_tasks:  # read by every CTA before any leaves; the last one out moves it on
         out.append(f"  const unsigned long long pl_profile_launch_id = *reinterpret_cast<volatile unsigned long long*>(&{PROFILE_LAUNCH});")
-    # The launch's sizes and event bases are read from shared memory at each use (`pl_held`, one word each,
-    # written once by thread 0): kept in registers they would stay live across every task of the loop and
-    # crowd the components' own (in the MoE layer, one more runtime-sized event put the Hopper expert's wgmma
-    # loop over the register budget: 48 bytes of frame, local loads every k-step). Link-time constants stay
-    # constants, folded into the code.
+    # Where `holds_sizes` (allocate.py says why), the launch's sizes and event bases are read from shared
+    # memory at each use (`pl_held`, one word each, written once by thread 0) instead of staying live in
+    # registers across every task. Link-time constants stay constants, folded into the code.
     held, holding = [], holds_sizes(r)
 
     def size(ctype: str, name: str, value: str, constant: bool) -> None:

@@ -12,7 +12,6 @@ are pure and are unit-tested without one. Neither torch nor numpy is imported at
 from __future__ import annotations
 
 import ast
-
 import ctypes
 import math
 import operator
