@@ -108,13 +108,13 @@ extern "C" __device__ void moe_expert_hopper(pl::Tile tile, const bf16* __restri
   // warp's instructions, the one warp of each scheduler always ready, DRAM 11% busy).
   const int chunk = t % 8, row_base = t / 8;                    // rows row_base + 16 q, q = 0..3 (or 0..7)
   const unsigned dst0 = row_base * 128 + ((chunk ^ (row_base & 7)) << 4);  // + 2048 q: row + 16 q
-  const bf16* xrow[4];
-  bool xvalid[4];
+  // Each row's element offset in x (T * H < 2^31), -1 for a padding row: 4 registers where pointers and
+  // flags took 12, so the layer kernel keeps them instead of recomputing them from the tokens every step.
+  int xoff[4];
 #pragma unroll
   for (int q = 0; q < 4; ++q) {
     const int tok = token[row_base + 16 * q];
-    xvalid[q] = tok >= 0;
-    xrow[q] = x + (long long)(xvalid[q] ? tok : 0) * H + 8 * chunk;
+    xoff[q] = tok >= 0 ? tok * H + 8 * chunk : -1;
   }
   const long long wrow = (long long)row_base * H + 8 * chunk, wstep = 16ll * H;  // gate/up rows: + 16 q rows
 
@@ -131,7 +131,7 @@ extern "C" __device__ void moe_expert_hopper(pl::Tile tile, const bf16* __restri
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
       const unsigned d = s + dst0 + 2048 * q;
-      cp_async16(d, xvalid[q] ? xrow[q] + k0 : x, xvalid[q]);
+      cp_async16(d, x + (xoff[q] >= 0 ? xoff[q] + k0 : 0), xoff[q] >= 0);
       cp_async16(d + kTileBytes, wg + n0 + wrow + q * wstep + k0, true);
       cp_async16(d + 2 * kTileBytes, wu + n0 + wrow + q * wstep + k0, true);
     }

@@ -48,54 +48,81 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const unsigned (&a)[4],
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// One warp per token of the task: softmax over the experts of logits[ROUTER_TOKENS][kLdl] (shared memory),
-// then TOPK rounds of a warp arg-max.
-__device__ __forceinline__ void pick_topk(const float* logits, int t0, int warp, int lane, int* __restrict__ topk_ids,
+// Warp w picks for the task's token rows w, w + WARPS, ...: the softmax over the experts of
+// logits[ROUTER_TOKENS][kLdl] (shared memory), then TOPK rounds of a warp arg-max. kRowsPerWarp rows of a
+// warp go through each step together, so their shuffle chains interleave (one row after another, the
+// picking was a chain of 80 dependent shuffles a row, ~7 us for a warp's rows). Four at a time: eight
+// held the layer kernel's registers (it spilled).
+constexpr int kRowsPerWarp = 4;
+__device__ __forceinline__ void pick_rows(const float* logits, int t0, int first, int lane, int* __restrict__ topk_ids,
                                           float* __restrict__ topk_w, int T, int E, int TOPK) {
   constexpr int kPerLane = ROUTER_MAX_EXPERTS / 32;
-  for (int row = warp; row < ROUTER_TOKENS; row += WARPS) {
-    const int t = t0 + row;
-    if (t >= T) break;
-    float v[kPerLane];
-    float mx = -INFINITY;
+  float v[kRowsPerWarp][kPerLane], mx[kRowsPerWarp], sum[kRowsPerWarp], my_p[kRowsPerWarp];
+  int my_e[kRowsPerWarp];
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r) {
+    const int row = first + WARPS * r;
+    const bool live = row < ROUTER_TOKENS && t0 + row < T;
+    mx[r] = -INFINITY, sum[r] = 0.0f, my_p[r] = 0.0f, my_e[r] = 0;
 #pragma unroll
     for (int j = 0; j < kPerLane; ++j) {
       const int e = lane + 32 * j;
-      v[j] = e < E ? logits[row * kLdl + e] : -INFINITY;
-      mx = fmaxf(mx, v[j]);
+      v[r][j] = live && e < E ? logits[row * kLdl + e] : -INFINITY;
+      mx[r] = fmaxf(mx[r], v[r][j]);
     }
-    for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-    // TOPK <= kMaxTopk rounds, unrolled so the picks stay in registers; lane k keeps pick k.
-    float sum = 0.0f, my_p = 0.0f;
-    int my_e = 0;
+  }
 #pragma unroll
-    for (int k = 0; k < kMaxTopk; ++k) {
-      if (k >= TOPK) break;
-      float best = -INFINITY;
-      int best_e = 0x7fffffff;
+  for (int off = 16; off > 0; off >>= 1)
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r) mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], off));
+  // TOPK <= kMaxTopk rounds, unrolled so the picks stay in registers; lane k keeps pick k.
+#pragma unroll
+  for (int k = 0; k < kMaxTopk; ++k) {
+    if (k >= TOPK) break;
+    float best[kRowsPerWarp];
+    int best_e[kRowsPerWarp];
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r) {
+      best[r] = -INFINITY, best_e[r] = 0x7fffffff;
 #pragma unroll
       for (int j = 0; j < kPerLane; ++j) {
         const int e = lane + 32 * j;
-        if (v[j] > best || (v[j] == best && e < best_e)) best = v[j], best_e = e;
+        if (v[r][j] > best[r] || (v[r][j] == best[r] && e < best_e[r])) best[r] = v[r][j], best_e[r] = e;
       }
+    }
 #pragma unroll
-      for (int off = 16; off > 0; off >>= 1) {
-        const float ob = __shfl_xor_sync(0xffffffffu, best, off);
-        const int oe = __shfl_xor_sync(0xffffffffu, best_e, off);
-        if (ob > best || (ob == best && oe < best_e)) best = ob, best_e = oe;
+    for (int off = 16; off > 0; off >>= 1) {
+#pragma unroll
+      for (int r = 0; r < kRowsPerWarp; ++r) {
+        const float ob = __shfl_xor_sync(0xffffffffu, best[r], off);
+        const int oe = __shfl_xor_sync(0xffffffffu, best_e[r], off);
+        if (ob > best[r] || (ob == best[r] && oe < best_e[r])) best[r] = ob, best_e[r] = oe;
       }
+    }
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r) {
 #pragma unroll
       for (int j = 0; j < kPerLane; ++j)
-        if (lane + 32 * j == best_e) v[j] = -INFINITY;  // taken
-      const float p = __expf(best - mx);  // the softmax denominator cancels in the renormalization
-      sum += p;
-      if (lane == k) my_p = p, my_e = best_e;
-    }
-    if (lane < TOPK) {
-      topk_ids[(long long)t * TOPK + lane] = my_e;
-      topk_w[(long long)t * TOPK + lane] = my_p / sum;
+        if (lane + 32 * j == best_e[r]) v[r][j] = -INFINITY;  // taken
+      const float p = __expf(best[r] - mx[r]);  // the softmax denominator cancels in the renormalization
+      sum[r] += p;
+      if (lane == k) my_p[r] = p, my_e[r] = best_e[r];
     }
   }
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r) {
+    const int row = first + WARPS * r, t = t0 + row;
+    if (row < ROUTER_TOKENS && t < T && lane < TOPK) {
+      topk_ids[(long long)t * TOPK + lane] = my_e[r];
+      topk_w[(long long)t * TOPK + lane] = my_p[r] / sum[r];
+    }
+  }
+}
+
+__device__ __forceinline__ void pick_topk(const float* logits, int t0, int warp, int lane, int* __restrict__ topk_ids,
+                                          float* __restrict__ topk_w, int T, int E, int TOPK) {
+  for (int first = warp; first < ROUTER_TOKENS && t0 + first < T; first += WARPS * kRowsPerWarp)
+    pick_rows(logits, t0, first, lane, topk_ids, topk_w, T, E, TOPK);
 }
 
 extern "C" __device__ void moe_router(pl::Tile tile, const bf16* __restrict__ x, const bf16* __restrict__ w_router,
@@ -111,13 +138,26 @@ extern "C" __device__ void moe_router(pl::Tile tile, const bf16* __restrict__ x,
   const bool sliced = score_slices > 1;
   if (sliced && slice == score_slices) {
     // The picking task: its slices' partial logits (written by other CTAs in this launch, so through L2),
-    // summed in slice order: the same sum whichever CTA ran which slice.
-    for (int i = thread_rank(); i < ROUTER_TOKENS * ROUTER_MAX_EXPERTS; i += THREADS) {
-      const int row = i / ROUTER_MAX_EXPERTS, e = i % ROUTER_MAX_EXPERTS, t = t0 + row;
-      float v = 0.0f;
-      if (t < T && e < E)
-        for (int s = 0; s < score_slices; ++s) v += __ldcg(score_parts + ((long long)s * T + t) * E + e);
-      logits[row * kLdl + e] = v;
+    // summed in slice order: the same sum whichever CTA ran which slice. Four experts a load, and a thread's
+    // loads of up to kSumSlices slices issued before any sum (a load, then its sum, slice after slice, was a
+    // chain of L2 round trips on the layer's critical path at small T).
+    constexpr int kSumSlices = 4;
+    const int quads = E / 4, entries = min(ROUTER_TOKENS, T - t0) * quads;  // E is a multiple of 16
+    const float4* const parts = reinterpret_cast<const float4*>(score_parts);
+    for (int i = thread_rank(); i < entries; i += THREADS) {
+      const float4* const at = parts + ((long long)t0 + i / quads) * quads + i % quads;
+      const long long slice_step = (long long)T * quads;
+      float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      for (int s0 = 0; s0 < score_slices; s0 += kSumSlices) {
+        float4 p[kSumSlices];
+#pragma unroll
+        for (int j = 0; j < kSumSlices; ++j)
+          if (s0 + j < score_slices) p[j] = __ldcg(at + (s0 + j) * slice_step);
+#pragma unroll
+        for (int j = 0; j < kSumSlices; ++j)
+          if (s0 + j < score_slices) v.x += p[j].x, v.y += p[j].y, v.z += p[j].z, v.w += p[j].w;
+      }
+      *reinterpret_cast<float4*>(logits + (i / quads) * kLdl + 4 * (i % quads)) = v;
     }
     __syncthreads();
     pick_topk(logits, t0, warp, lane, topk_ids, topk_w, T, E, TOPK);
