@@ -44,6 +44,14 @@ def test_each_variant_propagates_or_is_refused_at_link_time(variant, tmp_path, c
         assert code == 0, capsys.readouterr().err
 
 
+def test_an_odd_dispatch_block_is_refused_for_the_combine(tmp_path, capsys):
+    """The combine reads its two tokens' picks as one row of pair_tile, which the dispatch pads to whole
+    DISPATCH_TOKENS blocks: an odd block would leave the last row short, so the link says so first."""
+    code = main(["check", "--set", *_contracts(tmp_path, variants.Change("dispatch", "DISPATCH_TOKENS", 33))])
+    err = capsys.readouterr().err
+    assert code == 1 and "DISPATCH_TOKENS" in err and "moe_combine" in err, err
+
+
 @pytest.fixture(scope="module")
 def baseline(tmp_path_factory):
     out = tmp_path_factory.mktemp("moe")
