@@ -126,6 +126,10 @@ def _parser() -> argparse.ArgumentParser:
     lnk.add_argument("--name", help="the kernel's name (default: the pipeline's, or pipelink_fused)")
     lnk.add_argument("--arch", help="the link target (default: the first target every component supports)")
     lnk.add_argument("--map", metavar="FILE", help="write the link map (- for stdout)")
+    lnk.add_argument("--loops", action="store_true",
+                     help="also link each component alone and compare its streaming loops with the same loops in "
+                          "the kernel (a link map section; PL183 where one grew: the kernel's one register "
+                          "allocation left it fewer registers); such a link bypasses the link cache")
     lnk.add_argument("--manifest", metavar="FILE", help="where to write the manifest (default: the cubin's path "
                      "with .json, or <kernel>.json when the cubin goes to stdout)")
     lnk.add_argument("--emit-glue", metavar="FILE", help="also write the generated glue source")
@@ -462,7 +466,7 @@ def cmd_link(args) -> int:
     if not check_outputs(list(outputs.values()), object_inputs(args.files, args.pipeline), sink,
                          _report(args.format)):
         return _finish(sink, args.format, {"ok": False}, [])
-    result = link(args.files, options)
+    result = link(args.files, options, extra=("loops",) if args.loops else ())
     sink.extend(result.diagnostics)
     ctx = result.context
     if args.verbose and ctx.cache_hit:

@@ -244,6 +244,26 @@ def test_the_hopper_expert_links_as_an_sm90a_kernel_of_unserialized_wgmma(hopper
     assert sass.count("WARPGROUP.DEPBAR.LE gsb0, 0x1") == 2 and sass.count("WARPGROUP.DEPBAR.LE gsb0, 0x0") == 3
 
 
+def test_the_hopper_experts_loops_keep_their_length_in_the_layer(baseline):
+    """The layer kernel has one register allocation: what the other components keep live must not make the
+    expert recompute inside its k-steps (the combine's register-held loads made its gate/up loop 20% longer
+    than linked alone, and the layer 6% slower at T=4096). `link --loops` compares them."""
+    from pipelink.linker.loops import GROWTH_WARN
+    from pipelink.linker.passes import LinkOptions, link
+    from pipelink.core.diagnostics import DiagnosticSink
+    from pipelink.core.pipeline import load_pipeline
+    base, out = baseline
+    objects = builds.build_hopper(out / "hopper", base)
+    spec = load_pipeline(str(builds.HOPPER_PIPELINE), DiagnosticSink())
+    linked = link([str(o) for o in objects], LinkOptions(pipeline=spec), extra=("loops",))
+    assert linked.ok, [d.render() for d in linked.diagnostics]
+    section = linked.link_map[linked.link_map.index("## streaming loops"):]
+    lines = [ln for ln in section.splitlines() if ln.startswith("  moe_expert_hopper: ")]
+    assert len(lines) == 2, linked.link_map  # gate/up (12 cp.async, 8 wgmma a k-step) and down (8 and 8)
+    assert not [d for d in linked.diagnostics if d.code == "PL183" and "moe_expert_hopper" in d.message], \
+        f"grew more than {GROWTH_WARN:.0%}: " + "\n".join(lines)
+
+
 def test_the_hopper_layer_has_a_separate_control_tiled_like_it(baseline):
     """Its five objects linked one kernel each take the layer's geometry (the pipeline's `geometry`): the
     dispatch lays rows out in the Hopper expert's 64-row tiles, not its contract's default of 32."""

@@ -240,6 +240,10 @@ CODES = _codes(
     Code("PL182", "distributed link without NVSHMEM", L,
          "contracts that use RANK or WORLD, or notify another rank's copy of an event (`rank`), link against "
          "NVSHMEM's headers and device library: the pinned nvidia-nvshmem-cu13 wheel must be installed"),
+    Code("PL183", "a streaming loop is longer in the kernel than alone", L,
+         "lower what the other components keep live across their code (loads held in registers: stage them in "
+         "shared memory; per-thread values: derive them at use), or what this loop keeps (narrower offsets "
+         "instead of pointers)", warning="always a warning (`pipelink link --loops`)"),
 )
 
 

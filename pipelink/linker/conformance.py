@@ -199,10 +199,26 @@ _BRANCH = re.compile(r"BRA `\((\.L_x_\d+)\)")
 STREAMING_OPS = ("LDGSTS", "HMMA", "HGMMA", "LDG.E.128", "LDG.E.64", "UTMALDG")
 
 
-def spills_in_streaming_loops(sass: str) -> list[tuple[int, int, int]]:
-    """(first line, last line, local loads) of each innermost loop of SASS text (a branch back to a label
-    above it, with no such branch inside) that streams and also loads from local memory: a spill there is
-    paid every iteration; one at a task's start is not. An event's polling (it sleeps) is not streaming."""
+_INSTRUCTION = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)")
+
+
+@dataclass(frozen=True)
+class StreamingLoop:
+    """An innermost loop of SASS text (a branch back to a label above it, with no such branch inside) that
+    streams: its lines, its instructions, how many of each streaming instruction it holds (what tells the
+    same loop apart in two links of one component) and its local loads."""
+    first: int
+    last: int
+    instructions: int
+    ops: tuple[tuple[str, int], ...]
+    local_loads: int
+
+    def describe(self) -> str:
+        return ", ".join(f"{n} {op}" for op, n in self.ops)
+
+
+def streaming_loops(sass: str) -> list[StreamingLoop]:
+    """The innermost loops of SASS text that stream. An event's polling (it sleeps) is not streaming."""
     lines = sass.splitlines()
     labels = {m.group(1): i for i, line in enumerate(lines) if (m := _LABEL.match(line))}
     loops = [(labels[m.group(1)], i) for i, line in enumerate(lines)
@@ -211,10 +227,51 @@ def spills_in_streaming_loops(sass: str) -> list[tuple[int, int, int]]:
     for start, end in loops:
         if any(start <= s and e < end for s, e in loops if (s, e) != (start, end)):
             continue  # not innermost: a task loop, or a phase around its k-steps
-        body = "\n".join(lines[start:end + 1])
-        if "NANOSLEEP" not in body and any(op in body for op in STREAMING_OPS) and "LDL" in body:
-            out.append((start, end, len(re.findall(r"\bLDL\b", body))))
+        body = lines[start:end + 1]
+        opcodes = [m.group(1) for line in body if (m := _INSTRUCTION.search(line))]
+        if "NANOSLEEP" in opcodes:
+            continue
+        ops = tuple((op, n) for op in STREAMING_OPS if (n := sum(o.startswith(op) for o in opcodes)))
+        if ops:
+            out.append(StreamingLoop(start, end, len(opcodes), ops, sum(o == "LDL" or o.startswith("LDL.")
+                                                                         for o in opcodes)))
     return out
+
+
+def spills_in_streaming_loops(sass: str) -> list[tuple[int, int, int]]:
+    """(first line, last line, local loads) of each innermost loop of SASS text that streams and also loads
+    from local memory: a spill there is paid every iteration; one at a task's start is not."""
+    return [(loop.first, loop.last, loop.local_loads) for loop in streaming_loops(sass) if loop.local_loads]
+
+
+@dataclass(frozen=True)
+class LoopGrowth:
+    component: str
+    loop: StreamingLoop   # linked alone
+    linked: int           # instructions of the kernel's loop with the same streaming instructions (the longest)
+
+    @property
+    def growth(self) -> float:
+        return self.linked / self.loop.instructions - 1.0
+
+
+def loop_growth(alone: dict[str, list[StreamingLoop]], kernel: list[StreamingLoop]) -> list[LoopGrowth]:
+    """Each component's streaming loops (linked alone) against the fused kernel's loops with the same count of
+    each streaming instruction. The kernel's register allocation is one for all its components, so what the
+    others keep live can leave a component's loop fewer registers than it had alone, and ptxas then
+    recomputes inside it what it kept before. A loop whose streaming instructions another component's loop
+    has too, or that no kernel loop has (unrolled or versioned differently), is left out: no claim without
+    one match."""
+    owners: dict[tuple, list[tuple[str, StreamingLoop]]] = {}
+    for name, loops in alone.items():
+        for loop in loops:
+            owners.setdefault(loop.ops, []).append((name, loop))
+    out = []
+    for ops, found in owners.items():
+        same = [k.instructions for k in kernel if k.ops == ops]
+        if len(found) == 1 and same:
+            out.append(LoopGrowth(found[0][0], found[0][1], max(same)))
+    return sorted(out, key=lambda g: (g.component, g.loop.first))
 
 
 def usage_of(cubin: bytes, sass: str) -> Usage:
@@ -234,6 +291,7 @@ class ProbeResult:
     usage: Usage | None       # None: the probe did not link, or the marker is missing
     plan: Probe
     log: str = ""
+    loops: tuple[StreamingLoop, ...] = ()  # the component's streaming loops, linked alone
 
 
 def probe(comp, arch: str) -> ProbeResult:
@@ -255,7 +313,8 @@ def probe(comp, arch: str) -> ProbeResult:
     if marker_symbol(c) not in toolchain.defined_symbols(out.cubin):
         return ProbeResult(None, plan, f"undefined reference to '{marker_symbol(c)}'")
     try:
-        return ProbeResult(usage_of(out.cubin, toolchain.disassemble(out.cubin)), plan)
+        sass = toolchain.disassemble(out.cubin)
+        return ProbeResult(usage_of(out.cubin, sass), plan, loops=tuple(streaming_loops(sass)))
     except (CubinError, KeyError) as exc:
         return ProbeResult(None, plan, f"cannot read the probe cubin: {exc}")
 

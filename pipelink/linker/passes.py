@@ -195,10 +195,18 @@ def pass_emit(ctx: LinkContext) -> None:
     ctx.link_picture = svg(ctx.resolved, ctx.allocation, ctx.target)
 
 
+def pass_loops(ctx: LinkContext) -> None:
+    """Optional (`pipelink link --loops`): each component linked alone (conformance's probe), its streaming
+    loops against the same loops in the kernel; a section of the link map, and PL183 where one grew."""
+    from .loops import compare_loops
+    ctx.link_map = (ctx.link_map or "") + compare_loops(ctx.resolved, ctx.cubin, ctx.target, ctx.sink)
+
+
 PASSES = [("read", pass_read), ("check", pass_check), ("probe", pass_probe), ("resolve", pass_resolve),
           ("allocate", pass_allocate), ("map", pass_map), ("generate", pass_generate), ("compile", pass_compile),
-          ("link", pass_link), ("control", pass_control), ("verify", pass_verify), ("emit", pass_emit)]
-OPTIONAL = frozenset({"probe", "map", "control"})  # run only when asked for (`extra`, or as `until`)
+          ("link", pass_link), ("control", pass_control), ("verify", pass_verify), ("emit", pass_emit),
+          ("loops", pass_loops)]
+OPTIONAL = frozenset({"probe", "map", "control", "loops"})  # run only when asked for (`extra`, or as `until`)
 
 
 def run_passes(inputs: list[str | NamedBytes] = (), options: LinkOptions | None = None, *, until: str | None = None,
