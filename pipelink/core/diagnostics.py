@@ -243,7 +243,8 @@ CODES = _codes(
     Code("PL183", "a streaming loop is longer in the kernel than alone", L,
          "lower what the other components keep live across their code (loads held in registers: stage them in "
          "shared memory; per-thread values: derive them at use), or what this loop keeps (narrower offsets "
-         "instead of pointers)", warning="always a warning (`pipelink link --loops`)"),
+         "instead of pointers); where the kernel's register budget is below what the component used alone, a "
+         "component's registers.max_per_thread sets it", warning="always a warning (`pipelink link --loops`)"),
 )
 
 

@@ -19,28 +19,30 @@ GROWTH_WARN = 0.15
 MIN_EXTRA = 16
 
 
-def compare_loops(r: Resolved, cubin: bytes, arch: str, sink: DiagnosticSink) -> str:
-    """The link map's section on streaming loops; PL183 for each loop that grew past GROWTH_WARN."""
+def compare_loops(r: Resolved, cubin: bytes, arch: str, registers: int, sink: DiagnosticSink) -> str:
+    """The link map's section on streaming loops; PL183 for each loop that grew past GROWTH_WARN.
+    `registers`: what the kernel uses a thread."""
     try:
         kernel = streaming_loops(toolchain.disassemble(cubin))
     except toolchain.ToolchainError as exc:  # no nvdisasm: say so, the link itself is fine
         sink.warning("PL183", f"cannot compare the streaming loops: {exc.message}")
         return ""
-    alone, unlinked = {}, []
+    alone, used, unlinked = {}, {}, []
     components = {c.name: c for c in objects_of(r)}
     for name, comp in components.items():
         result = probe(comp, arch) if comp.obj is not None else None
         if result is None or result.usage is None:
             unlinked.append(name)
         else:
-            alone[name] = list(result.loops)
+            alone[name], used[name] = list(result.loops), result.usage.registers
     growths = loop_growth(alone, kernel)
     for g in growths:
         if g.growth > GROWTH_WARN and g.linked - g.loop.instructions >= MIN_EXTRA:
             sink.warning("PL183", f"{g.component}'s streaming loop ({g.loop.describe()}) is {g.linked} instructions "
-                         f"in this kernel and {g.loop.instructions} linked alone (+{g.growth:.0%}): the kernel has "
-                         "one register allocation, and what other components keep live leaves this loop fewer "
-                         "registers, so it recomputes what it kept alone",
+                         f"in this kernel and {g.loop.instructions} linked alone (+{g.growth:.0%}); alone it used "
+                         f"{used[g.component]} registers, the kernel uses {registers}: the kernel has one register "
+                         "allocation, and what other components keep live (or a budget below what it used alone) "
+                         "leaves this loop fewer registers, so it recomputes what it kept alone",
                          components[g.component].contract.at("/registers"))
     return render(growths, [n for n in alone if not any(g.component == n for g in growths)], unlinked)
 

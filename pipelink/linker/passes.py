@@ -199,7 +199,8 @@ def pass_loops(ctx: LinkContext) -> None:
     """Optional (`pipelink link --loops`): each component linked alone (conformance's probe), its streaming
     loops against the same loops in the kernel; a section of the link map, and PL183 where one grew."""
     from .loops import compare_loops
-    ctx.link_map = (ctx.link_map or "") + compare_loops(ctx.resolved, ctx.cubin, ctx.target, ctx.sink)
+    ctx.link_map = (ctx.link_map or "") + compare_loops(ctx.resolved, ctx.cubin, ctx.target,
+                                                        ctx.kernel_info.registers, ctx.sink)
 
 
 PASSES = [("read", pass_read), ("check", pass_check), ("probe", pass_probe), ("resolve", pass_resolve),
