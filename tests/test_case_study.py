@@ -247,7 +247,7 @@ def test_the_hopper_expert_links_as_an_sm90a_kernel_of_unserialized_wgmma(hopper
 def test_the_hopper_experts_loops_keep_their_length_in_the_layer(baseline):
     """The layer kernel has one register allocation: what the other components keep live must not make the
     expert recompute inside its k-steps (the combine's register-held loads made its gate/up loop 20% longer
-    than linked alone, and the layer 6% slower at T=4096). `link --loops` compares them."""
+    than linked alone, and the layer 5% slower at T=4096). `link --loops` compares them."""
     from pipelink.linker.loops import GROWTH_WARN
     from pipelink.linker.passes import LinkOptions, link
     from pipelink.core.diagnostics import DiagnosticSink

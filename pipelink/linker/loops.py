@@ -2,8 +2,8 @@
 
 A fused kernel has one register allocation. What one component keeps live (loads it holds in registers,
 per-thread values LTO hoists out of the task loop) is pressure in every other component's loops, and
-ptxas then recomputes there what it kept before: the MoE Hopper expert's k-step loop went from 154
-instructions alone to 199 in the layer kernel, because of the combine's 32 register-held loads
+ptxas then recomputes there what it kept before: the MoE Hopper expert's gate/up loop went from 523
+instructions alone to 630 in the layer kernel, because of the combine's 32 register-held loads
 (docs/architecture.md). Each component is linked alone (conformance's probe kernel), its streaming loops
 are matched with the kernel's by their streaming instructions, and the lengths compared."""
 from __future__ import annotations
