@@ -53,6 +53,12 @@ def test_loops_match_by_their_streaming_instructions_or_not_at_all():
     assert loop_growth(alone, []) == [] and loop_growth({}, kernel) == []
 
 
+def test_one_components_loops_of_the_same_instructions_compare_longest_with_longest():
+    """A template instantiated twice (two ring depths) has two loops of the same streaming instructions."""
+    got = loop_growth({"expert": [_loop(A, 100), _loop(A, 110, 200)]}, [_loop(A, 105), _loop(A, 140)])
+    assert [(g.component, g.loop.instructions, g.linked) for g in got] == [("expert", 110, 140)]
+
+
 def test_the_map_section_says_what_matched():
     growths = loop_growth({"expert": [_loop(A, 100)]}, [_loop(A, 100 + MIN_EXTRA)])
     text = render(growths, ["dispatch"], ["stale"])

@@ -259,9 +259,10 @@ def loop_growth(alone: dict[str, list[StreamingLoop]], kernel: list[StreamingLoo
     """Each component's streaming loops (linked alone) against the fused kernel's loops with the same count of
     each streaming instruction. The kernel's register allocation is one for all its components, so what the
     others keep live can leave a component's loop fewer registers than it had alone, and ptxas then
-    recomputes inside it what it kept before. A loop whose streaming instructions another component's loop
-    has too, or that no kernel loop has (unrolled or versioned differently), is left out: no claim without
-    one match."""
+    recomputes inside it what it kept before. Loops of one component with the same streaming instructions (a
+    template instantiated for two ring depths) compare longest with longest. A loop whose streaming
+    instructions another component's loop has too, or that no kernel loop has (unrolled or versioned
+    differently), is left out: no claim without one owner."""
     owners: dict[tuple, list[tuple[str, StreamingLoop]]] = {}
     for name, loops in alone.items():
         for loop in loops:
@@ -269,8 +270,9 @@ def loop_growth(alone: dict[str, list[StreamingLoop]], kernel: list[StreamingLoo
     out = []
     for ops, found in owners.items():
         same = [k.instructions for k in kernel if k.ops == ops]
-        if len(found) == 1 and same:
-            out.append(LoopGrowth(found[0][0], found[0][1], max(same)))
+        if len({name for name, _ in found}) == 1 and same:
+            longest = max((loop for _, loop in found), key=lambda loop: loop.instructions)
+            out.append(LoopGrowth(found[0][0], longest, max(same)))
     return sorted(out, key=lambda g: (g.component, g.loop.first))
 
 

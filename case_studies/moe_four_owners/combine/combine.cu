@@ -11,29 +11,24 @@ using bf16 = __nv_bfloat16;
 constexpr int kMaxTopk = 8;
 
 #ifndef MOE_CLASSIC
-// A task combines COMBINE_TOKENS tokens over COMBINE_TILE_N columns. Every row it reads (TOPK a token) is
-// staged into shared memory with cp.async, one commit group a token: all of a task's rows are in flight
-// at once and no register waits for a load; token u is summed as soon as its group lands, while the later
-// tokens' rows still stream. (Loaded into registers one token a task, the bytes in flight were bounded by
-// the registers, 32 KB an SM with the layer kernel's one 4-warp block an SM: at T = 4096 its 4096 tasks ran
-// about 120 us after the experts' last tile, about 3.5 us a token.)
+// A task combines COMBINE_TOKENS tokens over COMBINE_TILE_N columns. A token's TOPK rows are staged into
+// shared memory with cp.async, one commit group a token, through a ring of COMBINE_STAGES token slots: the
+// next tokens' rows stream while token u is summed, and no register waits for a load. A task's claim, its
+// event waits and its picks' loads are a chain of dependent round trips (about 3 us), so a task takes
+// several tokens. (Loaded into registers one token a task, the bytes in flight were bounded by the
+// registers, 32 KB an SM with the layer kernel's one 4-warp block an SM: at T = 4096 its 4096 tasks ran
+// about 120 us after the experts' last tile, about 3.5 us a token; staged, two tokens a task, 89 us.)
 static_assert(COMBINE_TILE_N % 8 == 0, "COMBINE_TILE_N: whole 16-byte chunks");
-static_assert(smem_rows_bytes >= COMBINE_TOKENS * kMaxTopk * COMBINE_TILE_N * 2, "contract: smem.buffers.rows too small");
+static_assert(COMBINE_STAGES >= 1 && COMBINE_STAGES <= 8, "COMBINE_STAGES: 1..8 token slots");
+static_assert(smem_rows_bytes >= COMBINE_STAGES * kMaxTopk * COMBINE_TILE_N * 2, "contract: smem.buffers.rows too small");
 static_assert(smem_picks_bytes >= COMBINE_TOKENS * kMaxTopk * 8, "contract: smem.buffers.picks too small");
 
 __device__ __forceinline__ void cp_async16(unsigned dst, const void* src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
 }
-// Wait until at most `pending` commit groups are in flight (an immediate operand: one case per value).
-__device__ __forceinline__ void cp_async_wait_pending(int pending) {
-  switch (pending) {
-    case 0: asm volatile("cp.async.wait_group 0;" ::: "memory"); break;
-    case 1: asm volatile("cp.async.wait_group 1;" ::: "memory"); break;
-    case 2: asm volatile("cp.async.wait_group 2;" ::: "memory"); break;
-    default: asm volatile("cp.async.wait_group 3;" ::: "memory"); break;
-  }
-}
-static_assert(COMBINE_TOKENS <= 4, "cp_async_wait_pending covers up to 3 groups behind");
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 
 extern "C" __device__ void moe_combine(pl::Tile tile, const bf16* __restrict__ ys, const int* __restrict__ slot,
                                        const int* __restrict__ pair_tile, const float* __restrict__ topk_w, bf16* __restrict__ y,
@@ -41,7 +36,7 @@ extern "C" __device__ void moe_combine(pl::Tile tile, const bf16* __restrict__ y
   if (TOPK > kMaxTopk || H % 8 != 0) __trap();  // the contract: TOPK <= 8, H a multiple of 8
   const int t0 = tile.coord[0] * COMBINE_TOKENS, tokens = min(COMBINE_TOKENS, T - t0);
   const int c0 = tile.coord[1] * COMBINE_TILE_N, width = min(H, c0 + COMBINE_TILE_N) - c0;
-  bf16* const rows = smem_rows<bf16>();  // [COMBINE_TOKENS][kMaxTopk][COMBINE_TILE_N]
+  bf16* const rows = smem_rows<bf16>();  // [COMBINE_STAGES][kMaxTopk][COMBINE_TILE_N]: token u in slot u % stages
   int* const row_of = smem_picks<int>();  // [COMBINE_TOKENS][kMaxTopk]: ys row of pick k, then its weight
   float* const weight = reinterpret_cast<float*>(row_of + COMBINE_TOKENS * kMaxTopk);
   const int tid = thread_rank();
@@ -53,19 +48,20 @@ extern "C" __device__ void moe_combine(pl::Tile tile, const bf16* __restrict__ y
   }
   __syncthreads();
   const unsigned rows_at = static_cast<unsigned>(__cvta_generic_to_shared(rows));
-  for (int u = 0; u < COMBINE_TOKENS; ++u) {  // a commit group a token, empty past the last one
+  auto stage = [&](int u) {  // token u's rows into its slot, one commit group (empty past the last token)
     if (u < tokens)
       for (int k = 0; k < TOPK; ++k) {
         const bf16* src = ys + (long long)row_of[u * kMaxTopk + k] * H + c0;
-        const unsigned dst = rows_at + 2u * (u * kMaxTopk + k) * COMBINE_TILE_N;
+        const unsigned dst = rows_at + 2u * ((u % COMBINE_STAGES) * kMaxTopk + k) * COMBINE_TILE_N;
         for (int c = 8 * tid; c < width; c += 8 * THREADS) cp_async16(dst + 2u * c, src + c);
       }
-    asm volatile("cp.async.commit_group;" ::: "memory");
-  }
+    cp_async_commit();
+  };
+  for (int u = 0; u < COMBINE_STAGES; ++u) stage(u);
   for (int u = 0; u < tokens; ++u) {
-    cp_async_wait_pending(COMBINE_TOKENS - 1 - u);
-    __syncthreads();  // token u's rows landed, every thread's part of them
-    const bf16* const mine = rows + u * kMaxTopk * COMBINE_TILE_N;
+    cp_async_wait<COMBINE_STAGES - 1>();  // groups 0..u landed: COMBINE_STAGES were committed ahead of u
+    __syncthreads();                      // token u's rows landed, every thread's part of them
+    const bf16* const mine = rows + (u % COMBINE_STAGES) * kMaxTopk * COMBINE_TILE_N;
     bf16* const out = y + (long long)(t0 + u) * H + c0;
     for (int c = 4 * tid; c < width; c += 4 * THREADS) {
       float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -79,8 +75,10 @@ extern "C" __device__ void moe_combine(pl::Tile tile, const bf16* __restrict__ y
       __nv_bfloat162 o[2] = {__floats2bfloat162_rn(acc.x, acc.y), __floats2bfloat162_rn(acc.z, acc.w)};
       *reinterpret_cast<uint2*>(out + c) = *reinterpret_cast<const uint2*>(o);
     }
+    if (u + COMBINE_STAGES < tokens) __syncthreads();  // every thread is done with the slot it refills
+    stage(u + COMBINE_STAGES);
   }
-  cp_async_wait_pending(0);  // nothing of this task still lands in the arena when the next task starts
+  cp_async_wait<0>();  // nothing of this task still lands in the arena when the next task starts
 }
 #else
 // The classic build: what the integrator's hand-written glue launches, one token a block and no shared memory.

@@ -33,6 +33,12 @@ constexpr int kLdl = ROUTER_MAX_EXPERTS + 4;   // f32 row pitch of the logits
 constexpr int kMaxTopk = 8;
 static_assert(ROUTER_TOKENS * kLdl * 4 <= ROUTER_STAGES * kStageElems * 2, "the logits fit in the ring");
 static_assert((kLd * 2) % 16 == 0, "ldmatrix reads 16-byte rows");
+// The picking task: the logits, then its slices' partials staged past them (at least one slice's rows).
+constexpr int kPickQuads = ROUTER_TOKENS * ROUTER_MAX_EXPERTS / 4 / THREADS;  // float4s of the sum a thread keeps
+constexpr int kStagingQuads = (ROUTER_STAGES * kStageElems * 2 - ROUTER_TOKENS * kLdl * 4) / 16;
+static_assert(ROUTER_TOKENS * ROUTER_MAX_EXPERTS % (4 * THREADS) == 0, "whole float4s of the logits a thread");
+static_assert(kStagingQuads >= ROUTER_TOKENS * ROUTER_MAX_EXPERTS / 4, "a slice's partials fit past the logits");
+static_assert((kLdl * 4) % 16 == 0, "float4 rows of the logits");
 
 // Four 8x8 bf16 matrices from shared memory; lane l gives the address of row l % 8 of matrix l / 8. Volatile
 // with a memory clobber: a stage is read again after the ring comes round, at the same addresses.
@@ -75,10 +81,11 @@ __device__ __forceinline__ void pick_rows(const float* logits, int t0, int first
   for (int off = 16; off > 0; off >>= 1)
 #pragma unroll
     for (int r = 0; r < kRowsPerWarp; ++r) mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], off));
-  // TOPK <= kMaxTopk rounds, unrolled so the picks stay in registers; lane k keeps pick k.
-#pragma unroll
-  for (int k = 0; k < kMaxTopk; ++k) {
-    if (k >= TOPK) break;
+  // TOPK rounds; lane k keeps pick k. A loop, not unrolled: the picking task runs once a launch, its code
+  // cold in the instruction cache of a kernel that holds every component, and unrolled (4 rows x 8 rounds)
+  // it is thousands of straight-line instructions to fetch.
+#pragma unroll 1
+  for (int k = 0; k < TOPK; ++k) {
     float best[kRowsPerWarp];
     int best_e[kRowsPerWarp];
 #pragma unroll
@@ -137,27 +144,44 @@ extern "C" __device__ void moe_router(pl::Tile tile, const bf16* __restrict__ x,
   const int slice = tile.coord[1];
   const bool sliced = score_slices > 1;
   if (sliced && slice == score_slices) {
-    // The picking task: its slices' partial logits (written by other CTAs in this launch, so through L2),
-    // summed in slice order: the same sum whichever CTA ran which slice. Four experts a load, and a thread's
-    // loads of up to kSumSlices slices issued before any sum (a load, then its sum, slice after slice, was a
-    // chain of L2 round trips on the layer's critical path at small T).
-    constexpr int kSumSlices = 4;
-    const int quads = E / 4, entries = min(ROUTER_TOKENS, T - t0) * quads;  // E is a multiple of 16
+    // The picking task: its slices' partial logits (written by other CTAs in this launch) staged into shared
+    // memory with cp.async (through L2), as many slices at once as fit past the logits, then summed in slice
+    // order: the same sum whichever CTA ran which slice. (Loaded into registers a few at a time, the picking
+    // task was a chain of L2 round trips, ~20 us of the layer's critical path at T = 16.)
+    const int rows = min(ROUTER_TOKENS, T - t0), quads = rows * E / 4;  // float4s of a slice's rows; E % 16 == 0
     const float4* const parts = reinterpret_cast<const float4*>(score_parts);
-    for (int i = thread_rank(); i < entries; i += THREADS) {
-      const float4* const at = parts + ((long long)t0 + i / quads) * quads + i % quads;
-      const long long slice_step = (long long)T * quads;
-      float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      for (int s0 = 0; s0 < score_slices; s0 += kSumSlices) {
-        float4 p[kSumSlices];
+    float4* const staged = reinterpret_cast<float4*>(logits + ROUTER_TOKENS * kLdl);
+    const int group = max(1, kStagingQuads / max(quads, 1));  // slices staged at once
+    const unsigned staged_at = static_cast<unsigned>(__cvta_generic_to_shared(staged));
+    float4 acc[kPickQuads];
 #pragma unroll
-        for (int j = 0; j < kSumSlices; ++j)
-          if (s0 + j < score_slices) p[j] = __ldcg(at + (s0 + j) * slice_step);
-#pragma unroll
-        for (int j = 0; j < kSumSlices; ++j)
-          if (s0 + j < score_slices) v.x += p[j].x, v.y += p[j].y, v.z += p[j].z, v.w += p[j].w;
+    for (int k = 0; k < kPickQuads; ++k) acc[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int s0 = 0; s0 < score_slices; s0 += group) {
+      const int count = min(group, score_slices - s0);
+      for (int s = 0; s < count; ++s) {
+        const float4* const src = parts + ((long long)(s0 + s) * T + t0) * (E / 4);
+        for (int q = thread_rank(); q < quads; q += THREADS)
+          asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(staged_at + 16u * (s * quads + q)),
+                       "l"(src + q) : "memory");
       }
-      *reinterpret_cast<float4*>(logits + (i / quads) * kLdl + 4 * (i % quads)) = v;
+      asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;" ::: "memory");
+      __syncthreads();  // every thread's slices landed
+      for (int s = 0; s < count; ++s) {
+#pragma unroll
+        for (int k = 0; k < kPickQuads; ++k) {
+          const int q = thread_rank() + k * THREADS;
+          if (q < quads) {
+            const float4 v = staged[s * quads + q];
+            acc[k].x += v.x, acc[k].y += v.y, acc[k].z += v.z, acc[k].w += v.w;
+          }
+        }
+      }
+      __syncthreads();  // every thread is done with the staged slices before the next group lands
+    }
+#pragma unroll
+    for (int k = 0; k < kPickQuads; ++k) {
+      const int q = thread_rank() + k * THREADS;
+      if (q < quads) *reinterpret_cast<float4*>(logits + (q / (E / 4)) * kLdl + 4 * (q % (E / 4))) = acc[k];
     }
     __syncthreads();
     pick_topk(logits, t0, warp, lane, topk_ids, topk_w, T, E, TOPK);
