@@ -62,10 +62,12 @@ def test_one_components_loops_of_the_same_instructions_compare_longest_with_long
 def test_the_map_section_says_what_matched():
     growths = loop_growth({"expert": [_loop(A, 100)]}, [_loop(A, 100 + MIN_EXTRA)])
     text = render(growths, ["dispatch"], ["stale"])
-    assert "## streaming loops (each component linked alone, and in this kernel)" in text
+    assert "## streaming loops (each component linked as a kernel of its own, and in this kernel)" in text
     assert "expert: 12 LDGSTS, 8 HGMMA: 100 instructions alone, 116 in this kernel (+16%)" in text
     assert "no loop matched for: dispatch" in text and "could not be linked alone: stale" in text
     assert "none matched" in render([], [], [])
+    sized = render(growths, [], [], {"router": 20480, "expert": 40960}, 163840)
+    assert "machine code, KB: this kernel 160.0; each component in a kernel of its own: expert 40.0, router 20.0" in sized
 
 
 def test_link_loops_adds_the_section_to_the_map(capsys, shipped_objects, tmp_path):
@@ -74,7 +76,7 @@ def test_link_loops_adds_the_section_to_the_map(capsys, shipped_objects, tmp_pat
                  "-o", str(tmp_path / "k.cubin"), "--loops", "--map", str(tmp_path / "k.map")])
     assert code == 0, capsys.readouterr().err
     text = (tmp_path / "k.map").read_text()
-    assert "## streaming loops (each component linked alone, and in this kernel)" in text
+    assert "## streaming loops (each component linked as a kernel of its own, and in this kernel)" in text
     code = main(["link", "--pipeline", str(REPO / "pipelines" / "rowsum.json"), *map(str, objects),
                  "-o", str(tmp_path / "k2.cubin"), "--map", str(tmp_path / "k2.map")])
     assert code == 0 and "## streaming loops" not in (tmp_path / "k2.map").read_text()

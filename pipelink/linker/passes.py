@@ -196,11 +196,17 @@ def pass_emit(ctx: LinkContext) -> None:
 
 
 def pass_loops(ctx: LinkContext) -> None:
-    """Optional (`pipelink link --loops`): each component linked alone (conformance's probe), its streaming
-    loops against the same loops in the kernel; a section of the link map, and PL183 where one grew."""
+    """Optional (`pipelink link --loops`): each component linked as a kernel of its own (else the bare probe),
+    its streaming loops against the same loops in the kernel; a section of the link map, and PL183 where one
+    grew."""
     from .loops import compare_loops
+
+    def link_alone(comp, spec: PipelineSpec) -> tuple[bytes, str] | None:  # the passes run on one component
+        alone = run_passes(options=LinkOptions(arch=ctx.target, pipeline=spec, cache=False), components=[comp])
+        ok = not alone.sink.has_errors and alone.cubin is not None and alone.manifest is not None
+        return (alone.cubin, alone.manifest.kernel) if ok else None
     ctx.link_map = (ctx.link_map or "") + compare_loops(ctx.resolved, ctx.cubin, ctx.target,
-                                                        ctx.kernel_info.registers, ctx.sink)
+                                                        ctx.kernel_info.registers, ctx.sink, link_alone)
 
 
 PASSES = [("read", pass_read), ("check", pass_check), ("probe", pass_probe), ("resolve", pass_resolve),
