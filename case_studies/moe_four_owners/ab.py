@@ -4,6 +4,10 @@ alternating (GPU only), with the separate-kernel graph of the first folders; opt
 
     python case_studies/moe_four_owners/ab.py DIR [DIR ...] [--separate N] [--rounds R] [--profile]
     python case_studies/moe_four_owners/ab.py DIR --out-of-line moe_expert_hopper
+    python case_studies/moe_four_owners/ab.py DIR --splits 2 --splits 4
+
+`--splits N` also times DIR's layer with N expert shares a tile at every T (the launcher's `expert_splits`
+chooses otherwise).
 
 `--out-of-line NAME` also links DIR's layer with NAME's entry called through a `__noinline__` glue wrapper
 (its own register allocation; an experiment, not a linker option: results/ab_combine_expert_2026-12-02.txt,
@@ -52,6 +56,16 @@ def link_out_of_line(objects: list[Path], entries: list[str]):
         passes.PASSES = saved
 
 
+def with_splits(impl, n: int):
+    """`impl`'s kernel launched with n expert shares a tile whatever T (its buffers sized for n)."""
+    import launchers
+
+    class FixedSplits(launchers.PipelinkLayer):
+        def splits(self, shape, T):
+            return n
+    return FixedSplits(impl.kernel, impl.geometry)
+
+
 def print_profile(impl, shape, weights) -> None:
     """When the router, dispatch, experts and combine ran, T = 16 and 4096 (the third launch)."""
     for T in (16, 4096):
@@ -63,7 +77,8 @@ def print_profile(impl, shape, weights) -> None:
         t0 = min(r.start for r in records)
         us = lambda v: (v - t0) / 1000  # noqa: E731
         of = lambda c: [r for r in records if r.component == c]  # noqa: E731
-        print(f"  T={T}: router done {max(us(r.done) for r in of('moe_router')):.1f} us, dispatch done "
+        last = max(of("moe_router"), key=lambda r: r.done)  # at T <= 1024 the picking task
+        print(f"  T={T}: router's last task ready {us(last.ready):.1f} us, done {us(last.done):.1f}; dispatch done "
               f"{max(us(r.done) for r in of('moe_dispatch')):.1f}")
         work = sorted(us(r.done) for r in of("moe_expert_hopper") if r.done - r.ready > 2000)
         print(f"  T={T}: {len(work)} expert tasks with work, 90% done at {work[int(0.9 * len(work))]:.1f}, "
@@ -77,6 +92,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--out-of-line", action="append", default=[], metavar="ENTRY")
     ap.add_argument("--profile", action="store_true", help="also a task profile of the first folder's layer")
+    ap.add_argument("--splits", type=int, action="append", default=[], metavar="N",
+                    help="also the first folder's layer with N expert shares a tile at every T")
     args = ap.parse_args()
     objects = {d.name: [d / f"moe_{n}.o" for n in NAMES] for d in args.dirs}
     links = {name: builds.link_hopper(objs) for name, objs in objects.items()}
@@ -98,6 +115,9 @@ def main() -> int:
     import launchers
     import run
     impls = {n: launchers.PipelinkLayer.from_link(r) for n, r in links.items()}
+    first = args.dirs[0].name
+    for n in args.splits:
+        impls[f"{first} splits={n}"] = with_splits(impls[first], n)
     for n, kernels in separates.items():
         impls[f"{n} separate graph"] = launchers.CapturedLayer(launchers.PipelinkSeparate.from_links(kernels))
     shape = layer.SHAPES["qwen3-30b-a3b"]
