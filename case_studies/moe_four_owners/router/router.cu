@@ -56,9 +56,9 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const unsigned (&a)[4],
 
 // Warp w picks for the task's token rows w, w + WARPS, ...: the softmax over the experts of
 // logits[ROUTER_TOKENS][kLdl] (shared memory), then TOPK rounds of a warp arg-max. kRowsPerWarp rows of a
-// warp go through each step together, so their shuffle chains interleave (one row after another, the
-// picking was a chain of 80 dependent shuffles a row, ~7 us for a warp's rows). Four at a time: eight
-// held the layer kernel's registers (it spilled).
+// warp go through each step together, so their chains of dependent shuffles (about 80 a row) interleave.
+// Four at a time: eight held the layer kernel's registers (it spilled). (What the picking task's time went
+// to at T = 16 was fetching its code, unrolled: see the rounds' loop below.)
 constexpr int kRowsPerWarp = 4;
 __device__ __forceinline__ void pick_rows(const float* logits, int t0, int first, int lane, int* __restrict__ topk_ids,
                                           float* __restrict__ topk_w, int T, int E, int TOPK) {
