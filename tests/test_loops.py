@@ -77,6 +77,10 @@ def test_link_loops_adds_the_section_to_the_map(capsys, shipped_objects, tmp_pat
     assert code == 0, capsys.readouterr().err
     text = (tmp_path / "k.map").read_text()
     assert "## streaming loops (each component linked as a kernel of its own, and in this kernel)" in text
+    # the loader links as a kernel of its own; the consumers of its tile, their input unwired, only into the probe
+    assert "tile_load: 4 LDG.E.128" in text and "machine code, KB: this kernel" in text
+    probed = next(ln for ln in text.splitlines() if ln.startswith("  alone means the bare probe kernel"))
+    assert "block_rowsum" in probed and "tile_load" not in probed
     code = main(["link", "--pipeline", str(REPO / "pipelines" / "rowsum.json"), *map(str, objects),
                  "-o", str(tmp_path / "k2.cubin"), "--map", str(tmp_path / "k2.map")])
     assert code == 0 and "## streaming loops" not in (tmp_path / "k2.map").read_text()

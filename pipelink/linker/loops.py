@@ -33,7 +33,7 @@ def compare_loops(r: Resolved, cubin: bytes, arch: str, registers: int, sink: Di
     except toolchain.ToolchainError as exc:  # no nvdisasm: say so, the link itself is fine
         sink.warning("PL183", f"cannot compare the streaming loops: {exc.message}")
         return ""
-    alone, used, unlinked, code = {}, {}, [], {}
+    alone, used, unlinked, code, probed = {}, {}, [], {}, []
     components = {c.name: c for c in objects_of(r)}
     for name, comp in components.items():
         own = own_kernel_loops(r, comp, link_alone) if link_alone is not None else None
@@ -45,6 +45,7 @@ def compare_loops(r: Resolved, cubin: bytes, arch: str, registers: int, sink: Di
             unlinked.append(name)
         else:
             alone[name], used[name] = list(result.loops), result.usage.registers
+            probed.append(name)
     growths = loop_growth(alone, kernel)
     for g in growths:
         if g.growth > GROWTH_WARN and g.linked - g.loop.instructions >= MIN_EXTRA:
@@ -55,7 +56,7 @@ def compare_loops(r: Resolved, cubin: bytes, arch: str, registers: int, sink: Di
                          "leaves this loop fewer registers, so it recomputes what it kept alone",
                          components[g.component].contract.at("/registers"))
     return render(growths, [n for n in alone if not any(g.component == n for g in growths)], unlinked,
-                  code, kernel_code_bytes(cubin))
+                  code, kernel_code_bytes(cubin), probed)
 
 
 def kernel_code_bytes(cubin: bytes) -> int | None:
@@ -91,7 +92,7 @@ def own_kernel_loops(r: Resolved, comp, link_alone) -> tuple[list, int, int] | N
 
 
 def render(growths: list[LoopGrowth], unmatched: list[str], unlinked: list[str], code: dict[str, int] | None = None,
-           kernel_code: int | None = None) -> str:
+           kernel_code: int | None = None, probed: list[str] = ()) -> str:
     """The map section. `code`: each component's machine code in a kernel of its own, and `kernel_code` the
     fused kernel's, in bytes: a component's task runs its code cold in the instruction cache when the
     other components' tasks ran on the SM in between (the MoE router's picking task, unrolled, spent most
@@ -104,6 +105,8 @@ def render(growths: list[LoopGrowth], unmatched: list[str], unlinked: list[str],
                      f"{g.linked} in this kernel ({g.growth:+.0%})")
     if unmatched:
         lines.append("  no loop matched for: " + ", ".join(unmatched))
+    if probed:
+        lines.append("  alone means the bare probe kernel (no kernel of its own links) for: " + ", ".join(probed))
     if unlinked:
         lines.append("  could not be linked alone: " + ", ".join(unlinked))
     if code and kernel_code:
