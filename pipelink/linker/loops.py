@@ -24,9 +24,9 @@ GROWTH_WARN = 0.15
 MIN_EXTRA = 16
 
 
-def compare_loops(r: Resolved, cubin: bytes, arch: str, registers: int, sink: DiagnosticSink, link_alone=None) -> str:
+def compare_loops(r: Resolved, cubin: bytes, arch: str, kernel_info, sink: DiagnosticSink, link_alone=None) -> str:
     """The link map's section on streaming loops; PL183 for each loop that grew past GROWTH_WARN.
-    `registers`: what the kernel uses a thread; `link_alone(component, pipeline spec)`: the passes run on
+    `kernel_info`: the kernel's KernelInfo (its registers, its machine code); `link_alone(component, pipeline spec)`: the passes run on
     that one component, (cubin, kernel name) or None (without it, the bare probe only)."""
     try:
         kernel = streaming_loops(toolchain.disassemble(cubin))
@@ -51,21 +51,12 @@ def compare_loops(r: Resolved, cubin: bytes, arch: str, registers: int, sink: Di
         if g.growth > GROWTH_WARN and g.linked - g.loop.instructions >= MIN_EXTRA:
             sink.warning("PL183", f"{g.component}'s streaming loop ({g.loop.describe()}) is {g.linked} instructions "
                          f"in this kernel and {g.loop.instructions} linked alone (+{g.growth:.0%}); alone it used "
-                         f"{used[g.component]} registers, the kernel uses {registers}: the kernel has one register "
+                         f"{used[g.component]} registers, the kernel uses {kernel_info.registers}: the kernel has one register "
                          "allocation, and what other components keep live (or a budget below what it used alone) "
                          "leaves this loop fewer registers, so it recomputes what it kept alone",
                          components[g.component].contract.at("/registers"))
     return render(growths, [n for n in alone if not any(g.component == n for g in growths)], unlinked,
-                  code, kernel_code_bytes(cubin), probed)
-
-
-def kernel_code_bytes(cubin: bytes) -> int | None:
-    """The machine code of the cubin's kernel (its largest .text), in bytes; None if unreadable."""
-    from ..formats.cubin import CubinError, read_cubin
-    try:
-        return max((len(k.text) for k in read_cubin(cubin).values()), default=None)
-    except CubinError:
-        return None
+                  code, len(kernel_info.text), probed)
 
 
 def own_kernel_loops(r: Resolved, comp, link_alone) -> tuple[list, int, int] | None:

@@ -205,8 +205,8 @@ def pass_loops(ctx: LinkContext) -> None:
         alone = run_passes(options=LinkOptions(arch=ctx.target, pipeline=spec, cache=False), components=[comp])
         ok = not alone.sink.has_errors and alone.cubin is not None and alone.manifest is not None
         return (alone.cubin, alone.manifest.kernel) if ok else None
-    ctx.link_map = (ctx.link_map or "") + compare_loops(ctx.resolved, ctx.cubin, ctx.target,
-                                                        ctx.kernel_info.registers, ctx.sink, link_alone)
+    ctx.link_map = (ctx.link_map or "") + compare_loops(ctx.resolved, ctx.cubin, ctx.target, ctx.kernel_info,
+                                                        ctx.sink, link_alone)
 
 
 PASSES = [("read", pass_read), ("check", pass_check), ("probe", pass_probe), ("resolve", pass_resolve),

@@ -99,7 +99,6 @@ __device__ __forceinline__ void expert_task(int i, int j, const ExpertShare& sha
                                             const bf16* __restrict__ w_down, const int* __restrict__ row_token,
                                             const int* __restrict__ tile_rows, float* __restrict__ part,
                                             bf16* __restrict__ ys, int T, int H, int I, int E, int TOPK) {
-  static_assert(STAGES >= 3, "a ring of one stage in the products, one being read by the products before, one loading");
   const int e = share.expert, c0 = share.c0, c1 = share.c1;
   const int rows = __ldcg(tile_rows + i);  // written by moe_dispatch in this launch: through L2
   const long long row0 = (long long)i * BM;
