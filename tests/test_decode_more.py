@@ -44,8 +44,8 @@ def test_the_contracts_agree_with_the_test_helpers():
     qkv = json.loads((CASE / "linear" / "qkv_rope.json").read_text())
     (w,) = [p for p in qkv["entry"]["params"] if p["name"] == "w"]
     assert w["shape"][0] == decode_parts.QKV
-    # one task per 4 rotary pairs of each of the 48 heads: 8 tasks of 8 rows cover a head's 64 rows
-    assert qkv["geometry"]["tile_sequence"]["grid"] == [decode_parts.QKV // decode_parts.HEAD_DIM, 8]
+    # one task per GEMV_ROWS / 2 rotary pairs of each of the 48 heads: 64 // GEMV_ROWS tasks cover a head's 64 rows
+    assert qkv["geometry"]["tile_sequence"]["grid"] == [decode_parts.QKV // decode_parts.HEAD_DIM, "64 // GEMV_ROWS"]
 
 
 def _no_spills(m):
@@ -65,7 +65,7 @@ def test_each_component_links_alone(objects, name):
     if name == "qkv_rope":
         assert params == ["w", "x", "pos", "inv_freq", "q", "k_cache", "v_cache", "B", "K", "Lmax"]
         assert m.geometry == GEMV_GEOMETRY
-        assert "grid [48, 8]" in linked.link_map
+        assert "grid [48, 64 // 8]" in linked.link_map
         assert "buffer qkv_rope.xs" in linked.link_map and "buffer qkv_rope.res" in linked.link_map
     elif name == "gemv_swiglu":
         assert params == ["w", "x", "h", "B", "I", "K"]

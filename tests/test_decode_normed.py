@@ -68,7 +68,7 @@ def test_each_links_alone(objects, name):
     if name == "qkv_rope_normed":
         assert params == ["w", "x", "norm_w", "eps", "pos", "inv_freq", "q", "k_cache", "v_cache", "B", "K", "Lmax"]
         assert m.geometry == GEMV_GEOMETRY
-        assert "grid [48, 8]" in linked.link_map
+        assert "grid [48, 64 // 8]" in linked.link_map
     else:
         assert params == ["w", "x", "norm_w", "eps", "h", "B", "I", "K"]
         assert m.geometry == {**GEMV_GEOMETRY, "SWIGLU_COLS": 4}

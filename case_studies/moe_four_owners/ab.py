@@ -67,22 +67,26 @@ def with_splits(impl, n: int):
 
 
 def print_profile(impl, shape, weights) -> None:
-    """When the router, dispatch, experts and combine ran, T = 16 and 4096 (the third launch)."""
+    """When each component's tasks ran, T = 16 and 4096 (the third launch): first start, first met waits, last
+    done, us. `impl` is the fused layer or its separate kernels (the records of those linked with a profile:
+    a sequential kernel has none; the global timer is one clock for all)."""
     for T in (16, 4096):
         x = layer.make_tokens(shape, T, 4)
         buffers = layer.poisoned_buffers(impl.layout(shape, T))
         for _ in range(3):
             impl.run(shape, x, weights, buffers)
-        records = impl.kernel.task_profile()
+        records = [r for k in impl.kernels if k.manifest.profile_tasks for r in k.task_profile()]
         t0 = min(r.start for r in records)
         us = lambda v: (v - t0) / 1000  # noqa: E731
-        of = lambda c: [r for r in records if r.component == c]  # noqa: E731
-        last = max(of("moe_router"), key=lambda r: r.done)  # at T <= 1024 the picking task
-        print(f"  T={T}: router's last task ready {us(last.ready):.1f} us, done {us(last.done):.1f}; dispatch done "
-              f"{max(us(r.done) for r in of('moe_dispatch')):.1f}")
-        work = sorted(us(r.done) for r in of("moe_expert_hopper") if r.done - r.ready > 2000)
-        print(f"  T={T}: {len(work)} expert tasks with work, 90% done at {work[int(0.9 * len(work))]:.1f}, "
-              f"last {work[-1]:.1f}; combine last done {max(us(r.done) for r in of('moe_combine')):.1f}")
+        parts = []
+        for c in dict.fromkeys(r.component for r in records):
+            mine = [r for r in records if r.component == c]
+            parts.append(f"{c.removeprefix('moe_')} {min(us(r.start) for r in mine):.1f}/"
+                         f"{min(us(r.ready) for r in mine):.1f}-{max(us(r.done) for r in mine):.1f}")
+        work = sorted(us(r.done) for r in records if r.component == "moe_expert_hopper" and r.done - r.ready > 2000)
+        if work:
+            parts.append(f"experts with work {len(work)}, 90% done at {work[int(0.9 * len(work))]:.1f}")
+        print(f"  T={T}: " + "; ".join(parts), flush=True)
 
 
 def main() -> int:
@@ -91,7 +95,8 @@ def main() -> int:
     ap.add_argument("--separate", type=int, default=2, help="separate-kernel graphs of the first N folders")
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--out-of-line", action="append", default=[], metavar="ENTRY")
-    ap.add_argument("--profile", action="store_true", help="also a task profile of the first folder's layer")
+    ap.add_argument("--profile", action="store_true",
+                    help="also a task profile of the first folder's layer, fused and as separate kernels")
     ap.add_argument("--splits", type=int, action="append", default=[], metavar="N",
                     help="also the first folder's layer with N expert shares a tile at every T")
     args = ap.parse_args()
@@ -140,7 +145,11 @@ def main() -> int:
     if args.profile:
         first = args.dirs[0].name
         profiled = builds.link_pipelink(objects[first], pipeline=builds.HOPPER_PIPELINE, profile_tasks=1 << 16)
+        print(f"task profile, {first} fused:")
         print_profile(launchers.PipelinkLayer.from_link(profiled), shape, weights)
+        alone = builds.link_separate(objects[first], profiled.manifest.geometry, profile_tasks=1 << 16)
+        print(f"task profile, {first} as separate kernels (launched in order, not captured):")
+        print_profile(launchers.PipelinkSeparate.from_links(alone), shape, weights)
     return 0
 
 

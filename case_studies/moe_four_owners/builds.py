@@ -152,12 +152,15 @@ def link_split(objects: list[Path], profile_tasks: int = 0):
     return link_pipelink(objects, pipeline=SPLIT_PIPELINE, profile_tasks=profile_tasks)
 
 
-def link_separate(objects: list[Path], layer_geometry: dict | None = None) -> list:
+def link_separate(objects: list[Path], layer_geometry: dict | None = None, profile_tasks: int = 0) -> list:
     """Each object linked as a kernel of its own (`standalone`: the launch order meets its waits), with
     programmatic dependent launch: the fair separate-kernel control of a fused layer. Linked alone, a
     component takes its range's default for what another component of the layer provides; with
     `layer_geometry` (the fused layer's manifest geometry) it takes the layer's value (the pipeline's
-    `geometry`), so the control of the Hopper layer tiles its dispatch for the Hopper expert's 64 rows."""
+    `geometry`), so the control of the Hopper layer tiles its dispatch for the Hopper expert's 64 rows.
+    `profile_tasks`: each persistent kernel with a task profile of that many records (a sequential one has none)."""
+    import dataclasses
+
     from pipelink.core.pipeline import PipelineSpec
     from pipelink.linker.passes import LinkOptions, link, run_passes
     out = []
@@ -168,8 +171,11 @@ def link_separate(objects: list[Path], layer_geometry: dict | None = None) -> li
             geometry = read.components[0].contract.geometry if read.components else None
             given = {k: layer_geometry[k] for k in (geometry.consumes if geometry else ())
                      if k not in geometry.provides and k in layer_geometry}
-        spec = PipelineSpec(name=f"{name}_alone", standalone=True, dependent_launch=True, geometry=given)
+        spec = PipelineSpec(name=f"{name}_alone", standalone=True, dependent_launch=True, geometry=given,
+                            profile_tasks=profile_tasks)
         result = link([str(obj)], LinkOptions(pipeline=spec))
+        if profile_tasks and any(d.code == "PL179" for d in result.diagnostics):  # a sequential kernel: no records
+            result = link([str(obj)], LinkOptions(pipeline=dataclasses.replace(spec, profile_tasks=0)))
         if not result.ok:
             raise RuntimeError(f"linking {name} alone failed:\n" + "\n".join(d.render() for d in result.diagnostics))
         out.append(result)

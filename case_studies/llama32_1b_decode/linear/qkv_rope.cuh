@@ -24,7 +24,8 @@ __device__ __forceinline__ void task_from(int hd, int j, const WSrc& wsrc, const
                                      __nv_bfloat16* __restrict__ v_cache, int B, int K, int Lmax,
                                      uint4* __restrict__ xs, float* __restrict__ res, float* __restrict__ sums,
                                      int continues, Sync sync) {
-  static_assert(ROWS == 8 && WARPS == 8, "qkv_rope: a task is 4 rotary pairs (8 rows of W) over 8 warps");
+  static_assert(ROWS % 2 == 0 && HALF % (ROWS / 2) == 0 && WARPS == 8,
+                "qkv_rope: a task is ROWS / 2 rotary pairs of a head (the grid's 64 // ROWS tasks a head), over 8 warps");
   constexpr int PAIRS = ROWS / 2;
   const int t = threadIdx.x % (WARPS * 32);
   gemv_body::rows_from<WARPS, ROWS, KCHUNK, BATCH>(
