@@ -69,14 +69,14 @@ def test_each_component_links_alone(objects, name):
         assert "buffer qkv_rope.xs" in linked.link_map and "buffer qkv_rope.res" in linked.link_map
     elif name == "gemv_swiglu":
         assert params == ["w", "x", "h", "B", "I", "K"]
-        assert m.geometry == {**GEMV_GEOMETRY, "SWIGLU_COLS": 4}
-        assert "grid [ceil_div(I, 4)]" in linked.link_map
+        assert m.geometry == {"GEMV_KCHUNK": 2048, "GEMV_BATCH": 8, "SWIGLU_COLS": 8}  # its rows: 2 * SWIGLU_COLS
+        assert "grid [ceil_div(I, 8)]" in linked.link_map
         assert "buffer gemv_swiglu.res" in linked.link_map
     else:
         assert params == ["w", "x", "logits", "part", "B", "V", "K"]
-        assert m.geometry == {"LM_ROWS": 8, "GEMV_KCHUNK": 2048, "GEMV_BATCH": 8}  # its rows: a name of its own
+        assert m.geometry == {"LM_ROWS": 16, "GEMV_KCHUNK": 2048, "GEMV_BATCH": 8}  # its rows: a name of its own
         assert m.schedule == "persistent"  # its notification makes it a persistent kernel, with nobody waiting
-        assert "grid [ceil_div(V, 8)]" in linked.link_map
+        assert "grid [ceil_div(V, 16)]" in linked.link_map
         assert "buffer lm_head.keys" in linked.link_map
     assert m.dynamic_smem >= 8 * 2048 * 2  # x staged a K chunk of 8 batch rows at a time
     assert f"{name}.stage" in linked.link_map
@@ -92,13 +92,13 @@ def test_lm_head_then_argmax_links_into_one_persistent_kernel(objects):
     assert [p.name for p in m.user_params] == ["w", "x", "logits", "part", "B", "V", "K", "token"]
     part = next(p for p in m.params if p.name == "part")
     assert part.pointer and not part.const  # written by lm_head in the launch: no read-only cache for the merge
-    assert m.geometry == {"LM_ROWS": 8, "GEMV_KCHUNK": 2048, "GEMV_BATCH": 8}
+    assert m.geometry == {"LM_ROWS": 16, "GEMV_KCHUNK": 2048, "GEMV_BATCH": 8}
     (event,) = m.workspace.events
     assert event.name == "partials" and event.shape == ("1",)
     assert [s.split()[0] for s in event.notified_by] == ["lm_head"]
     assert [s.split()[0] for s in event.waited_by] == ["argmax_merge"]
-    assert "lm_head notifies n->:; argmax_merge waits b->0 for ((V + 8 - 1) / 8)" in linked.link_map
-    assert "lm_head: grid [ceil_div(V, 8)]" in linked.link_map and "argmax_merge: grid [B]" in linked.link_map
+    assert "lm_head notifies n->:; argmax_merge waits b->0 for ((V + 16 - 1) / 16)" in linked.link_map
+    assert "lm_head: grid [ceil_div(V, 16)]" in linked.link_map and "argmax_merge: grid [B]" in linked.link_map
     _no_spills(m)
     assert "buffer lm_head.xs" in linked.link_map and "buffer argmax_merge.best" in linked.link_map
     assert "lm_head.stage" in linked.link_map and "argmax_merge.reduce" in linked.link_map
@@ -114,8 +114,8 @@ def test_the_gemvs_still_link_on_the_shared_body(tmp_path):
 
 
 def test_the_workspace_shape_helper():
-    assert decode_parts.argmax_workspace_shape(1, decode_parts.VOCAB) == (1, 16032)
-    assert decode_parts.argmax_workspace_shape(3, 1001) == (3, 126)
+    assert decode_parts.argmax_workspace_shape(1, decode_parts.VOCAB) == (1, 8016)
+    assert decode_parts.argmax_workspace_shape(3, 1001) == (3, 63)
     assert decode_parts.argmax_workspace_shape(8, 8) == (8, 1)
 
 

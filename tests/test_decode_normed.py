@@ -71,8 +71,8 @@ def test_each_links_alone(objects, name):
         assert "grid [48, 64 // 8]" in linked.link_map
     else:
         assert params == ["w", "x", "norm_w", "eps", "h", "B", "I", "K"]
-        assert m.geometry == {**GEMV_GEOMETRY, "SWIGLU_COLS": 4}
-        assert "grid [ceil_div(I, 4)]" in linked.link_map
+        assert m.geometry == {"GEMV_KCHUNK": 2048, "GEMV_BATCH": 8, "SWIGLU_COLS": 8}
+        assert "grid [ceil_div(I, 8)]" in linked.link_map
     assert m.schedule != "persistent"  # no events: a plain kernel
     for buffer in ("xs", "res", "norm"):
         assert f"buffer {name}.{buffer}" in linked.link_map

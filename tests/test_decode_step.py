@@ -30,8 +30,9 @@ def test_step_links_into_one_kernel(linked, variant):
     assert result.ok, [d.render() for d in result.diagnostics]
     m = result.manifest
     assert m.schedule == "persistent" and m.block == (256, 1, 1)
-    # two CTAs an SM: every buffer is per-task scratch, shared across the calls' components
-    assert m.dynamic_smem <= (100 * 1024 if variant == "ring" else 36 * 1024)
+    # two CTAs an SM: every buffer is per-task scratch, shared across the calls' components (the ring step's
+    # LM head slots, two of 16 rows x 2048 columns, leave it one)
+    assert m.dynamic_smem <= (170 * 1024 if variant == "ring" else 40 * 1024)
     assert m.tasks["down"].startswith("(NL) * ") and not m.tasks["lm_head"].startswith("(NL)")
 
 

@@ -48,7 +48,7 @@ def test_config_is_llama32_1b():
 def test_scratch_shapes_and_workspaces():
     s = model.scratch_shapes(8, 1000)
     assert s["attn_part"] == (64, 4, 264)
-    assert s["head_part"] == (8, 16032)
+    assert s["head_part"] == (8, 8016)
     assert s["q"] == s["o"] == (8, 32, 64) and s["h"] == (8, 8192) and s["logits"] == (8, 128256)
     assert set(s) == set(model.scratch_dtypes())
     import decode_parts

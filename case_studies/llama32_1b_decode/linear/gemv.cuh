@@ -183,6 +183,13 @@ __device__ __forceinline__ void rows_from(const WSrc& wsrc, const Stage& stage, 
   constexpr int MT = (ROWS + 15) / 16;            // m16 tiles of the task's rows
   constexpr int KPW = KCHUNK / 32 / WARPS;        // 32-wide blocks of a chunk per warp
   constexpr int CHUNK_VECS = KCHUNK / 8;          // 16-byte vectors of one staged x row
+  // A lane holds at most 8 of its W vectors (32 registers) at once: a task of more than 8 rows takes a chunk's
+  // W in PASSES rounds of loads (16 rows: two), so its registers stay those of an 8-row task. 64 registers
+  // of W made the decode step spill (a 40-byte frame) and run 5% slower; in two passes it ran 7% faster.
+  constexpr int HALVES = (ROWS + 7) / 8;          // 8-row halves of mma tiles that hold rows
+  constexpr int PASSES = (HALVES * KPW + 7) / 8;
+  static_assert(KPW % PASSES == 0, "gemv: a chunk's blocks split evenly into the passes");
+  constexpr int UPP = KPW / PASSES;               // a warp's 32-wide blocks per pass
   const int t = threadIdx.x % THREADS, warp = t / 32, lane = t % 32;
   const int g = lane / 4, q = lane % 4;           // the lane's row (A, D) or batch column (B), and k quarter
   const int kvecs = K / 8;
@@ -197,16 +204,17 @@ __device__ __forceinline__ void rows_from(const WSrc& wsrc, const Stage& stage, 
     for (int h = 0; h < 2; ++h) row_n[mt][h] = mt * 16 + h * 8 < ROWS ? row_of(mt * 16 + h * 8 + g) : -1;
   wsrc.begin();
 
-  // The lane's W vectors of the chunk at v0 (zeros past the chunk's cv vectors and for rows that are none).
-  uint4 wv[MT][2][KPW];
-  const auto load_w = [&](int v0, int cv) {
+  // The lane's W vectors of pass p of the chunk at v0 (zeros past the chunk's cv vectors and for rows that are
+  // none).
+  uint4 wv[MT][2][UPP];
+  const auto load_w = [&](int v0, int cv, int p) {
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
       for (int h = 0; h < 2; ++h)
 #pragma unroll
-        for (int u = 0; u < KPW; ++u) {
-          const int v = (u * WARPS + warp) * 4 + q;
+        for (int u = 0; u < UPP; ++u) {
+          const int v = ((p * UPP + u) * WARPS + warp) * 4 + q;
           const int n = row_n[mt][h];
           wv[mt][h][u] = (mt * 16 + h * 8 < ROWS && n >= 0 && v < cv) ? wsrc.load(mt * 16 + h * 8 + g, n, v0, v)
                                                                        : make_uint4(0u, 0u, 0u, 0u);
@@ -235,25 +243,28 @@ __device__ __forceinline__ void rows_from(const WSrc& wsrc, const Stage& stage, 
 
     for (int v0 = 0, c = 0; v0 < kvecs; v0 += CHUNK_VECS, ++c) {
       const int cv = min(CHUNK_VECS, kvecs - v0);  // vectors of this chunk
-      load_w(v0, cv);
       const uint4* const xc = resident ? xs + c * B * CHUNK_VECS : xs;
-      if (!resident) {
-        for (int idx = t; idx < nb * cv; idx += THREADS) {
-          const int b = idx / cv, v = idx - b * cv;
-          xs[xs_slot(b, v, CHUNK_VECS)] = stage.load(bg + b, v0 + v);
+#pragma unroll 1  // a loop, not unrolled: the scheduler would hoist the next pass's loads (and spill)
+      for (int p = 0; p < PASSES; ++p) {
+        load_w(v0, cv, p);
+        if (p == 0 && !resident) {
+          for (int idx = t; idx < nb * cv; idx += THREADS) {
+            const int b = idx / cv, v = idx - b * cv;
+            xs[xs_slot(b, v, CHUNK_VECS)] = stage.load(bg + b, v0 + v);
+          }
+          sync();
         }
-        sync();
-      }
 #pragma unroll
-      for (int u = 0; u < KPW; ++u) {
-        const int v = (u * WARPS + warp) * 4 + q;
-        const uint4 xv = (g < nb && v < cv) ? xc[xs_slot(g, v, CHUNK_VECS)] : make_uint4(0u, 0u, 0u, 0u);
+        for (int u = 0; u < UPP; ++u) {
+          const int v = ((p * UPP + u) * WARPS + warp) * 4 + q;
+          const uint4 xv = (g < nb && v < cv) ? xc[xs_slot(g, v, CHUNK_VECS)] : make_uint4(0u, 0u, 0u, 0u);
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-          const uint4& lo = wv[mt][0][u];
-          const uint4& hi = wv[mt][1][u];
-          mma_16816(acc[mt][0], lo.x, hi.x, lo.y, hi.y, xv.x, xv.y);  // k = 8q .. 8q+3 of the block
-          mma_16816(acc[mt][1], lo.z, hi.z, lo.w, hi.w, xv.z, xv.w);  // k = 8q+4 .. 8q+7
+          for (int mt = 0; mt < MT; ++mt) {
+            const uint4& lo = wv[mt][0][u];
+            const uint4& hi = wv[mt][1][u];
+            mma_16816(acc[mt][0], lo.x, hi.x, lo.y, hi.y, xv.x, xv.y);  // k = 8q .. 8q+3 of the block
+            mma_16816(acc[mt][1], lo.z, hi.z, lo.w, hi.w, xv.z, xv.w);  // k = 8q+4 .. 8q+7
+          }
         }
       }
       if (!resident) sync();  // every warp is done with this chunk of x before the next one is staged
