@@ -279,6 +279,10 @@ def test_the_hopper_layer_has_a_separate_control_tiled_like_it(baseline):
                                                     "moe_expert_merge_alone", "moe_combine_alone"]
     assert {k.manifest.geometry.get("EXPERT_TILE_M") for k in kernels} == {None, 64}
     assert builds.link_separate(objects[1:2])[0].manifest.geometry["EXPERT_TILE_M"] == 32  # alone: the default
+    # with a task profile (ab.py --profile): the kernels that link persistent carry one, the sequential ones none
+    profiled = builds.link_separate(objects, layer.manifest.geometry, profile_tasks=1024)
+    assert [k.manifest.profile_tasks for k in profiled] == [1024, 0, 0, 0, 0]
+    assert [k.manifest.kernel for k in profiled] == [k.manifest.kernel for k in kernels]
 
 
 def test_a_dispatch_change_propagates_into_the_hopper_layer_too(baseline, hopper_layer):
