@@ -156,6 +156,15 @@ struct WGlobal {
   }
 };
 
+// A warp's 32-wide blocks of a chunk per round of W loads: the most that divides the chunk's `kpw` and keeps a
+// lane's vectors of `halves` 8-row halves within 8 (32 registers); at least one.
+constexpr int blocks_per_pass(int kpw, int halves) {
+  int best = 1;
+  for (int u = 1; u <= kpw; ++u)
+    if (kpw % u == 0 && halves * u <= 8) best = u;
+  return best;
+}
+
 // The floats of rows_from's `sums` buffer: every warp's fp32 sums of the task's rows for 8 batch columns.
 template <int WARPS, int ROWS>
 constexpr int sums_floats = WARPS * ROWS * 8;
@@ -187,9 +196,8 @@ __device__ __forceinline__ void rows_from(const WSrc& wsrc, const Stage& stage, 
   // W in PASSES rounds of loads (16 rows: two), so its registers stay those of an 8-row task. 64 registers
   // of W made the decode step spill (a 40-byte frame) and run 5% slower; in two passes it ran 7% faster.
   constexpr int HALVES = (ROWS + 7) / 8;          // 8-row halves of mma tiles that hold rows
-  constexpr int PASSES = (HALVES * KPW + 7) / 8;
-  static_assert(KPW % PASSES == 0, "gemv: a chunk's blocks split evenly into the passes");
-  constexpr int UPP = KPW / PASSES;               // a warp's 32-wide blocks per pass
+  constexpr int UPP = blocks_per_pass(KPW, HALVES);  // a warp's 32-wide blocks per pass
+  constexpr int PASSES = KPW / UPP;
   const int t = threadIdx.x % THREADS, warp = t / 32, lane = t % 32;
   const int g = lane / 4, q = lane % 4;           // the lane's row (A, D) or batch column (B), and k quarter
   const int kvecs = K / 8;
