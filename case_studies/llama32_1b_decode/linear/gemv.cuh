@@ -193,8 +193,9 @@ __device__ __forceinline__ void rows_from(const WSrc& wsrc, const Stage& stage, 
   constexpr int KPW = KCHUNK / 32 / WARPS;        // 32-wide blocks of a chunk per warp
   constexpr int CHUNK_VECS = KCHUNK / 8;          // 16-byte vectors of one staged x row
   // A lane holds at most 8 of its W vectors (32 registers) at once: a task of more than 8 rows takes a chunk's
-  // W in PASSES rounds of loads (16 rows: two), so its registers stay those of an 8-row task. 64 registers
-  // of W made the decode step spill (a 40-byte frame) and run 5% slower; in two passes it ran 7% faster.
+  // W in PASSES rounds of loads (16 rows: two), so its registers stay those of an 8-row task. With 64
+  // registers of W the decode step spilled (a 40-byte frame) and ran 5% slower than with 8-row tasks; in two
+  // passes the 16-row tasks ran 7% faster than the 8-row ones.
   constexpr int HALVES = (ROWS + 7) / 8;          // 8-row halves of mma tiles that hold rows
   constexpr int UPP = blocks_per_pass(KPW, HALVES);  // a warp's 32-wide blocks per pass
   constexpr int PASSES = KPW / UPP;

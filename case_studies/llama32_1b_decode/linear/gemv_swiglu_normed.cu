@@ -7,9 +7,10 @@
 #include "swiglu.cuh"
 
 using namespace pl::gemv_swiglu_normed;
+constexpr int TASK_ROWS = 2 * SWIGLU_COLS;  // a task's gate rows, then as many up rows
 static_assert(smem_xs_bytes >= GEMV_BATCH * GEMV_KCHUNK * 2, "contract gemv_swiglu_normed: smem.buffers.xs is too small");
-static_assert(smem_sums_bytes >= gemv_body::sums_floats<WARPS, (2 * SWIGLU_COLS)> * 4, "contract gemv_swiglu_normed: smem.buffers.sums is too small");
-static_assert(smem_res_bytes >= GEMV_BATCH * (2 * SWIGLU_COLS) * 4, "contract gemv_swiglu_normed: smem.buffers.res is too small");
+static_assert(smem_sums_bytes >= gemv_body::sums_floats<WARPS, TASK_ROWS> * 4, "contract gemv_swiglu_normed: smem.buffers.sums is too small");
+static_assert(smem_res_bytes >= GEMV_BATCH * TASK_ROWS * 4, "contract gemv_swiglu_normed: smem.buffers.res is too small");
 static_assert(smem_norm_bytes >= (WARPS + 1) * GEMV_BATCH * 4,
               "contract gemv_swiglu_normed: smem.buffers.norm is too small");
 
@@ -19,7 +20,7 @@ extern "C" __device__ void gemv_swiglu_normed(pl::Tile tile, const __nv_bfloat16
                                               __nv_bfloat16* __restrict__ h, int B, int I, int K) {
   const auto sync = [] { sync_stage(); };
   const gemv_body::StageNormed<WARPS, GEMV_BATCH, decltype(sync)> stage{x, norm_w, eps, K, smem_norm<float>(), sync};
-  swiglu_body::task<WARPS, (2 * SWIGLU_COLS), GEMV_KCHUNK, GEMV_BATCH, SWIGLU_COLS>(
+  swiglu_body::task<WARPS, TASK_ROWS, GEMV_KCHUNK, GEMV_BATCH, SWIGLU_COLS>(
       tile.coord[0] * SWIGLU_COLS, w, stage, h, B, I, K, smem_xs<uint4>(), smem_res<float>(), smem_sums<float>(),
       tile.continues, sync);
 }

@@ -6,12 +6,13 @@
 #include "swiglu.cuh"
 
 using namespace pl::gemv_swiglu_normed_ring;
+constexpr int TASK_ROWS = 2 * SWIGLU_COLS;  // a task's gate rows, then as many up rows
 static_assert(smem_xs_bytes >= GEMV_BATCH * GEMV_KCHUNK * 2, "contract gemv_swiglu_normed_ring: smem.buffers.xs is too small");
-static_assert(smem_sums_bytes >= gemv_body::sums_floats<WARPS, (2 * SWIGLU_COLS)> * 4, "contract gemv_swiglu_normed_ring: smem.buffers.sums is too small");
-static_assert(smem_res_bytes >= GEMV_BATCH * (2 * SWIGLU_COLS) * 4, "contract gemv_swiglu_normed_ring: smem.buffers.res is too small");
+static_assert(smem_sums_bytes >= gemv_body::sums_floats<WARPS, TASK_ROWS> * 4, "contract gemv_swiglu_normed_ring: smem.buffers.sums is too small");
+static_assert(smem_res_bytes >= GEMV_BATCH * TASK_ROWS * 4, "contract gemv_swiglu_normed_ring: smem.buffers.res is too small");
 static_assert(smem_norm_bytes >= (WARPS + 1) * GEMV_BATCH * 4,
               "contract gemv_swiglu_normed_ring: smem.buffers.norm is too small");
-static_assert(smem_ring_bytes >= 2 * (2 * SWIGLU_COLS) * GEMV_KCHUNK * 2,
+static_assert(smem_ring_bytes >= 2 * TASK_ROWS * GEMV_KCHUNK * 2,
               "contract gemv_swiglu_normed_ring: smem.buffers.ring is too small");
 
 
@@ -20,7 +21,7 @@ extern "C" __device__ void gemv_swiglu_normed_ring_prefetch(pl::Tile tile, const
                                                             const __nv_bfloat16* __restrict__, float,
                                                             __nv_bfloat16* __restrict__, int, int I, int K) {
   const int n0 = tile.coord[0] * SWIGLU_COLS;
-  ring_body::fill<(2 * SWIGLU_COLS), GEMV_KCHUNK>(w, K, [=](int i) { return swiglu_body::row_of<SWIGLU_COLS>(n0, I, i); },
+  ring_body::fill<TASK_ROWS, GEMV_KCHUNK>(w, K, [=](int i) { return swiglu_body::row_of<SWIGLU_COLS>(n0, I, i); },
                                           smem_ring<__nv_bfloat16>(), mbar_loaded(),
                                           tile.iteration);
 }
@@ -31,9 +32,9 @@ extern "C" __device__ void gemv_swiglu_normed_ring(pl::Tile tile, const __nv_bfl
                                                    __nv_bfloat16* __restrict__ h, int B, int I, int K) {
   const auto sync = [] { sync_stage(); };
   const gemv_body::StageNormed<WARPS, GEMV_BATCH, decltype(sync)> stage{x, norm_w, eps, K, smem_norm<float>(), sync};
-  const auto wsrc = ring_body::source<(2 * SWIGLU_COLS), GEMV_KCHUNK>(w, K, smem_ring<__nv_bfloat16>(), mbar_loaded(),
+  const auto wsrc = ring_body::source<TASK_ROWS, GEMV_KCHUNK>(w, K, smem_ring<__nv_bfloat16>(), mbar_loaded(),
                                                                tile.iteration);
-  swiglu_body::task_from<WARPS, (2 * SWIGLU_COLS), GEMV_KCHUNK, GEMV_BATCH, SWIGLU_COLS>(
+  swiglu_body::task_from<WARPS, TASK_ROWS, GEMV_KCHUNK, GEMV_BATCH, SWIGLU_COLS>(
       tile.coord[0] * SWIGLU_COLS, wsrc, stage, h, B, I, K, smem_xs<uint4>(), smem_res<float>(), smem_sums<float>(),
       tile.continues, sync);
 }
