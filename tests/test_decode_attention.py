@@ -69,15 +69,15 @@ def test_split_then_merge_links_into_one_persistent_kernel(objects):
     assert [p.name for p in m.user_params] == ["q", "k", "v", "part", "B", "L", "Lmax", "o"]
     part = next(p for p in m.params if p.name == "part")
     assert part.pointer and not part.const  # written by attn_split in the launch
-    assert m.geometry == {"SPLIT_TASKS": 256, "SPLIT_MIN_L": 32, "ATTN_UNROLL": 2, "PART_RECORD": 264}
+    assert m.geometry == {"SPLIT_TASKS": 256, "SPLIT_MIN_L": 64, "ATTN_UNROLL": 2, "PART_RECORD": 264}
     (event,) = m.workspace.events
     assert event.name == "splits" and event.shape == ("B", "8")
     assert [s.split()[0] for s in event.notified_by] == ["attn_split"]
     assert [s.split()[0] for s in event.waited_by] == ["attn_merge"]
     # the merge waits for every split: the count is the split grid's extent, min(by length, by tasks)
-    assert ("attn_split notifies bhs->bh; attn_merge waits bh->bh for ((((L + 32 - 1) / 32)) < "
-            "(((256 + (B * 8) - 1) / (B * 8))) ? (((L + 32 - 1) / 32)) : (((256 + (B * 8) - 1) / (B * 8))))") in linked.link_map
-    assert "attn_split: grid [B, 8, min(ceil_div(L, 32), ceil_div(256, B * 8))]" in linked.link_map
+    assert ("attn_split notifies bhs->bh; attn_merge waits bh->bh for ((((L + 64 - 1) / 64)) < "
+            "(((256 + (B * 8) - 1) / (B * 8))) ? (((L + 64 - 1) / 64)) : (((256 + (B * 8) - 1) / (B * 8))))") in linked.link_map
+    assert "attn_split: grid [B, 8, min(ceil_div(L, 64), ceil_div(256, B * 8))]" in linked.link_map
     assert "attn_merge: grid [B, 8]" in linked.link_map
     _no_spills(m)
     assert "buffer attn_split.red" in linked.link_map and "attn_split.merge" in linked.link_map
@@ -91,12 +91,14 @@ def test_attn_split_alone_links_with_nobody_waiting(objects):
 
 
 def test_the_workspace_shape_helper():
-    # S = min(ceil_div(L, 32), ceil_div(256, 8 B)) splits: by length at short contexts, by tasks at long ones
+    # S = min(ceil_div(L, 64), ceil_div(256, 8 B)) splits: by length at short contexts, by tasks at long ones
     assert decode_parts.attn_workspace_shape(1, 1) == (8, 1, 264)
-    assert decode_parts.attn_workspace_shape(1, 33) == (8, 2, 264)
-    assert decode_parts.attn_workspace_shape(1, 1024) == (8, 32, 264)
+    assert decode_parts.attn_workspace_shape(1, 64) == (8, 1, 264)
+    assert decode_parts.attn_workspace_shape(1, 65) == (8, 2, 264)
+    assert decode_parts.attn_workspace_shape(1, 1024) == (8, 16, 264)
+    assert decode_parts.attn_workspace_shape(1, 2048) == (8, 32, 264)
     assert decode_parts.attn_workspace_shape(1, 16384) == (8, 32, 264)
-    assert decode_parts.attn_workspace_shape(3, 256) == (24, 8, 264)
+    assert decode_parts.attn_workspace_shape(3, 256) == (24, 4, 264)
     assert decode_parts.attn_workspace_shape(3, 4097) == (24, 11, 264)
     assert decode_parts.attn_workspace_shape(8, 4097) == (64, 4, 264)
 

@@ -17,6 +17,7 @@ sys.path.insert(0, str(CASE))
 import decode_parts  # noqa: E402
 
 GEMV_GEOMETRY = {"GEMV_ROWS": 8, "GEMV_KCHUNK": 2048, "GEMV_BATCH": 8}
+QKV_GEOMETRY = {"QKV_ROWS": 16, "GEMV_KCHUNK": 2048, "GEMV_BATCH": 8}  # q/k/v rows a task: a name of its own
 
 
 @pytest.fixture(scope="module")
@@ -44,8 +45,8 @@ def test_the_contracts_agree_with_the_test_helpers():
     qkv = json.loads((CASE / "linear" / "qkv_rope.json").read_text())
     (w,) = [p for p in qkv["entry"]["params"] if p["name"] == "w"]
     assert w["shape"][0] == decode_parts.QKV
-    # one task per GEMV_ROWS / 2 rotary pairs of each of the 48 heads: 64 // GEMV_ROWS tasks cover a head's 64 rows
-    assert qkv["geometry"]["tile_sequence"]["grid"] == [decode_parts.QKV // decode_parts.HEAD_DIM, "64 // GEMV_ROWS"]
+    # one task per QKV_ROWS / 2 rotary pairs of each of the 48 heads: 64 // QKV_ROWS tasks cover a head's 64 rows
+    assert qkv["geometry"]["tile_sequence"]["grid"] == [decode_parts.QKV // decode_parts.HEAD_DIM, "64 // QKV_ROWS"]
 
 
 def _no_spills(m):
@@ -64,8 +65,8 @@ def test_each_component_links_alone(objects, name):
     params = [p.name for p in m.user_params]
     if name == "qkv_rope":
         assert params == ["w", "x", "pos", "inv_freq", "q", "k_cache", "v_cache", "B", "K", "Lmax"]
-        assert m.geometry == GEMV_GEOMETRY
-        assert "grid [48, 64 // 8]" in linked.link_map
+        assert m.geometry == QKV_GEOMETRY
+        assert "grid [48, 64 // 16]" in linked.link_map
         assert "buffer qkv_rope.xs" in linked.link_map and "buffer qkv_rope.res" in linked.link_map
     elif name == "gemv_swiglu":
         assert params == ["w", "x", "h", "B", "I", "K"]

@@ -1,4 +1,4 @@
-// The task body qkv_rope and qkv_rope_normed share (see qkv_rope.cu): gemv.cuh's walk over the 8 rows of
+// The task body qkv_rope and qkv_rope_normed share (see qkv_rope.cu): gemv.cuh's walk over the ROWS rows of
 // task (hd, j) with x staged by `stage`, then the rotation and the stores.
 #pragma once
 #include "gemv.cuh"

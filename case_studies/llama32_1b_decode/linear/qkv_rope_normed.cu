@@ -8,8 +8,8 @@
 
 using namespace pl::qkv_rope_normed;
 static_assert(smem_xs_bytes >= GEMV_BATCH * GEMV_KCHUNK * 2, "contract qkv_rope_normed: smem.buffers.xs is too small");
-static_assert(smem_sums_bytes >= gemv_body::sums_floats<WARPS, GEMV_ROWS> * 4, "contract qkv_rope_normed: smem.buffers.sums is too small");
-static_assert(smem_res_bytes >= GEMV_BATCH * GEMV_ROWS * 4, "contract qkv_rope_normed: smem.buffers.res is too small");
+static_assert(smem_sums_bytes >= gemv_body::sums_floats<WARPS, QKV_ROWS> * 4, "contract qkv_rope_normed: smem.buffers.sums is too small");
+static_assert(smem_res_bytes >= GEMV_BATCH * QKV_ROWS * 4, "contract qkv_rope_normed: smem.buffers.res is too small");
 static_assert(smem_norm_bytes >= (WARPS + 1) * GEMV_BATCH * 4,
               "contract qkv_rope_normed: smem.buffers.norm is too small");
 
@@ -21,7 +21,7 @@ extern "C" __device__ void qkv_rope_normed(pl::Tile tile, const __nv_bfloat16* _
                                            __nv_bfloat16* __restrict__ v_cache, int B, int K, int Lmax) {
   const auto sync = [] { sync_stage(); };
   const gemv_body::StageNormed<WARPS, GEMV_BATCH, decltype(sync)> stage{x, norm_w, eps, K, smem_norm<float>(), sync};
-  qkv_body::task<WARPS, GEMV_ROWS, GEMV_KCHUNK, GEMV_BATCH>(tile.coord[0], tile.coord[1], w, stage, pos, inv_freq,
+  qkv_body::task<WARPS, QKV_ROWS, GEMV_KCHUNK, GEMV_BATCH>(tile.coord[0], tile.coord[1], w, stage, pos, inv_freq,
                                                             q, k_cache, v_cache, B, K, Lmax, smem_xs<uint4>(),
                                                             smem_res<float>(), smem_sums<float>(), tile.continues,
                                                             sync);
