@@ -210,3 +210,56 @@ def test_the_ring_control_swaps_the_same_gemvs_as_the_ring_step():
     assert {names[0] for names in kernels.RING_UNITS.values()} == swapped
     assert set(kernels.RING_UNITS) <= set(kernels.PART_UNITS)
 
+
+
+# --- contract values as an experiment (run.py --values) -----------------------------------------------------
+
+def test_a_value_set_names_components_and_values_they_provide():
+    import decode_parts as parts
+    vs = parts.parse_value_set("qkv8:qkv_rope_normed.QKV_ROWS=8,attn_split.SPLIT_MIN_L=128")
+    assert vs.name == "qkv8" and vs.values == (("qkv_rope_normed", "QKV_ROWS", 8), ("attn_split", "SPLIT_MIN_L", 128))
+    assert vs.components() == ["attn_split", "qkv_rope_normed"]
+    for bad, says in (("qkv8", "expected NAME:"), ("a b:attn_split.SPLIT_MIN_L=1", "expected NAME:"),
+                      ("x:attn_split=1", "component.KEY=VALUE"), ("x:nobody.K=1", "no component 'nobody'"),
+                      ("x:attn_split.SPLIT_MIN_L=big", "not an integer"),
+                      ("x:attn_split.QKV_ROWS=8", "attn_split provides no QKV_ROWS")):
+        with pytest.raises(ValueError, match=says):
+            parts.parse_value_set(bad)
+
+
+def test_with_values_copies_and_leaves_the_contract_alone():
+    import decode_parts as parts
+    doc = {"geometry": {"provides": {"A": 1, "B": {"default": 2, "min": 1}}}}
+    out = parts.with_values(doc, {"A": 3, "B": 4}, "c")
+    assert out["geometry"]["provides"] == {"A": 3, "B": {"default": 4, "min": 1}}
+    assert doc["geometry"]["provides"] == {"A": 1, "B": {"default": 2, "min": 1}}
+
+
+def test_run_refuses_a_bad_value_set_as_a_usage_error(capsys):
+    import run
+    with pytest.raises(SystemExit) as exc:
+        run.main(["--values", "x:attn_split.NOPE=1"])
+    assert exc.value.code == 2 and "attn_split provides no NOPE" in capsys.readouterr().err
+
+
+def test_the_report_compares_each_value_set_with_the_files_values():
+    res = _results()
+    res["value_sets"] = {"minl128": [["attn_split", "SPLIT_MIN_L", 128]]}
+    res["latency"] = res["latency"] + [dict(r, variant="pipelink_split@minl128", median_us=r["median_us"] * 0.9)
+                                       for r in res["latency"] if r["variant"] == "pipelink_split"]
+    md = report.render(res)
+    section = md.split("## Contract values tried")[1].split("##")[0]
+    assert "`minl128`: attn_split.SPLIT_MIN_L = 128" in section and "| 1 | 1024 | 0.900 |" in section
+    assert report.summary_line(res) == report.summary_line(_results())  # the summary is the files' values'
+
+
+def test_a_value_set_builds_the_component_with_its_values(tmp_path):
+    import decode_parts as parts
+    from pipelink.core.diagnostics import DiagnosticSink
+    from pipelink.formats.inputs import read_input
+    vs = parts.parse_value_set("m:attn_split.SPLIT_MIN_L=128")
+    objects = parts.build_value_set(tmp_path, vs, {"attn_merge": Path("/unchanged.o")})
+    assert objects["attn_merge"] == Path("/unchanged.o") and objects["attn_split"].parent == tmp_path
+    (obj,) = read_input(objects["attn_split"], DiagnosticSink())
+    assert json.loads(obj.embedded_contract)["geometry"]["provides"]["SPLIT_MIN_L"] == 128
+    assert json.loads((CASE / "attention" / "attn_split.json").read_text())["geometry"]["provides"]["SPLIT_MIN_L"] != 128

@@ -201,3 +201,82 @@ def build_normed(out_dir: Path) -> dict[str, Path]:
 def build_embedding(out_dir: Path) -> dict[str, Path]:
     """Build the embedding team's component (embed) into out_dir/embed.o."""
     return build_all(out_dir, EMBED_PARTS)
+
+
+# --- contract values as an experiment ------------------------------------------------------------------------
+# A team tunes its components by changing numbers in its contracts (rows a task, splits). `run.py --values`
+# builds the step a second time with other numbers, from copies of the contracts, so both versions alternate
+# in one run; the team's files stay as they are.
+
+@dataclass(frozen=True)
+class ValueSet:
+    """Contract values to build some components with instead of their files': `name` labels the variant
+    (`pipelink_split@name`), `values` is ((component, geometry name, value), ...)."""
+    name: str
+    values: tuple
+
+    def components(self) -> list[str]:
+        return sorted({c for c, _, _ in self.values})
+
+
+def parse_value_set(text: str) -> ValueSet:
+    """'NAME:component.KEY=VALUE[,component.KEY=VALUE...]' (e.g. 'qkv8:qkv_rope_normed.QKV_ROWS=8');
+    ValueError says what is wrong."""
+    name, sep, rest = text.partition(":")
+    if not sep or not name or not all(ch.isalnum() or ch in "_-" for ch in name):
+        raise ValueError(f"{text!r}: expected NAME:component.KEY=VALUE[,...] with a name of letters, digits, _ or -")
+    known = {p.name for p in ALL_PARTS}
+    values = []
+    for item in rest.split(","):
+        target, eq, value = item.partition("=")
+        component, dot, key = target.partition(".")
+        if not eq or not dot or not key:
+            raise ValueError(f"{item!r}: expected component.KEY=VALUE")
+        if component not in known:
+            raise ValueError(f"{item!r}: no component {component!r} (one of: {', '.join(sorted(known))})")
+        try:
+            number = int(value)
+        except ValueError:
+            raise ValueError(f"{item!r}: {value!r} is not an integer") from None
+        part = next(p for p in ALL_PARTS if p.name == component)
+        with_values(json.loads(part.contract.read_text()), {key: number}, component)  # a name it provides
+        values.append((component, key, number))
+    return ValueSet(name, tuple(values))
+
+
+def with_values(contract: dict, values: dict[str, int], component: str) -> dict:
+    """A copy of `contract` with geometry values replaced; every name must be one the contract provides."""
+    doc = json.loads(json.dumps(contract))
+    provides = doc.get("geometry", {}).get("provides", {})
+    for key, value in values.items():
+        if key not in provides:
+            raise ValueError(f"{component} provides no {key} (it provides: {', '.join(sorted(provides)) or 'nothing'})")
+        if isinstance(provides[key], dict):
+            provides[key]["default"] = value
+        else:
+            provides[key] = value
+    return doc
+
+
+@dataclass(frozen=True)
+class _PartAt:
+    """A part whose contract is a copy elsewhere (build_all reads name, source, contract)."""
+    name: str
+    source: Path
+    contract: Path
+
+
+def build_value_set(out_dir: Path, vset: ValueSet, objects: dict[str, Path]) -> dict[str, Path]:
+    """`objects` with the components `vset` names rebuilt from copies of their contracts carrying its values
+    (written to out_dir/<component>.json)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    by_name = {p.name: p for p in ALL_PARTS}
+    copies = []
+    for component in vset.components():
+        part = by_name[component]
+        values = {k: v for c, k, v in vset.values if c == component}
+        doc = with_values(json.loads(part.contract.read_text()), values, component)
+        path = out_dir / f"{component}.json"
+        path.write_text(json.dumps(doc, indent=2) + "\n")
+        copies.append(_PartAt(component, part.source, path))
+    return {**objects, **build_all(out_dir, tuple(copies))}

@@ -109,6 +109,7 @@ def render(results: dict) -> str:
     out += _swap(results)
     out += _bandwidth(results)
     out += _all_latency(results)
+    out += _value_sets(results)
     errors = results.get("errors") or {}
     if errors:
         out += ["## Errors", ""] + [f"- {k}: `{v.splitlines()[0] if v else ''}`" for k, v in sorted(errors.items())] + [""]
@@ -202,6 +203,30 @@ def _all_latency(results: dict) -> list[str]:
     out = ["## Latency, every variant (median us per step)", ""]
     rows = [[B, ctx] + [_us(latency(results, v, B, ctx)) for v in variants] for B, ctx in configs]
     out += _table(["B", "ctx"] + variants, rows)
+    return out + [""]
+
+
+def _value_sets(results: dict) -> list[str]:
+    """Each `variant@name` (the variant built with other contract values, run.py --values) over its variant
+    built from the files: below 1 it is faster."""
+    sets = results.get("value_sets") or {}
+    configs, variants = _configs(results), _variants(results)
+    tried = [v for v in variants if "@" in v and v.split("@", 1)[0] in variants]
+    if not sets or not tried:
+        return []
+    out = ["## Contract values tried", "",
+           "Each variant also built with other values in its components' contracts (`run.py --values`), timed in "
+           "the same round-robin: time with the values over time with the files' own.", ""]
+    out += [f"- `{name}`: " + ", ".join(f"{c}.{k} = {v}" for c, k, v in values) for name, values in sorted(sets.items())]
+    out.append("")
+    rows = []
+    for B, ctx in configs:
+        row = [B, ctx]
+        for v in tried:
+            base, mine = latency(results, v.split("@", 1)[0], B, ctx), latency(results, v, B, ctx)
+            row.append("n/a" if base is None or mine is None else f"{mine / base:.3f}")
+        rows.append(row)
+    out += _table(["B", "ctx"] + tried, rows)
     return out + [""]
 
 

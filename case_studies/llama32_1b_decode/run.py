@@ -30,6 +30,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent.parent))
 
+import decode_parts  # noqa: E402
 import decode_report as report  # noqa: E402
 from decode_model import DecodeModel, DecodeState, build_reference  # noqa: E402
 
@@ -273,6 +274,13 @@ def bench_config(model, dm, variants, B, ctx, warmup, iters, torch_variants, err
 
 # --- main -------------------------------------------------------------------------------------------------
 
+def _value_set(text: str):
+    try:
+        return decode_parts.parse_value_set(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--checkpoint", help="a safetensors file or directory to load instead of random weights")
@@ -286,6 +294,9 @@ def main(argv=None) -> int:
     ap.add_argument("--atol", type=float, default=0.1)
     ap.add_argument("--rtol", type=float, default=0.02)
     ap.add_argument("--variants", nargs="+", default=list(PIPELINK_VARIANTS) + ["torch_eager", "torch_graph"])
+    ap.add_argument("--values", action="append", default=[], type=_value_set, metavar="NAME:COMPONENT.KEY=VALUE[,...]",
+                    help="also build every pipelink variant with these contract values (e.g. "
+                         "qkv8:qkv_rope_normed.QKV_ROWS=8), timed as VARIANT@NAME in the same round-robin; repeatable")
     ap.add_argument("--skip-correctness", action="store_true")
     ap.add_argument("--skip-bench", action="store_true")
     ap.add_argument("--quick", action="store_true", help="B=1 only, contexts 16 and 1024, 50 iterations")
@@ -318,7 +329,18 @@ def main(argv=None) -> int:
     from decode_kernels import build_objects
     build = Path(tempfile.mkdtemp(prefix="llama_decode_build_"))
     objects = build_objects(build)
-    variants = load_variants(objects, [v for v in args.variants if v in PIPELINK_VARIANTS], errors)
+    wanted = [v for v in args.variants if v in PIPELINK_VARIANTS]
+    variants = load_variants(objects, wanted, errors)
+    results["value_sets"] = {vs.name: [list(v) for v in vs.values] for vs in args.values}
+    for vs in args.values:
+        log(f"building and linking with {vs.name}: " + ", ".join(f"{c}.{k} = {v}" for c, k, v in vs.values))
+        try:
+            objs = decode_parts.build_value_set(build / vs.name, vs, objects)
+        except Exception as exc:
+            errors[vs.name] = f"{type(exc).__name__}: {exc}"
+            log(f"{vs.name}: not available: {errors[vs.name]}")
+            continue
+        variants.update({f"{name}@{vs.name}": step for name, step in load_variants(objs, wanted, errors).items()})
     torch_variants = [v for v in args.variants if v.startswith("torch_")]
     results["kernels"] = describe(variants)
 
