@@ -32,13 +32,16 @@ def test_step_links_into_one_kernel(linked, variant):
     assert m.schedule == "persistent" and m.block == (256, 1, 1)
     # two CTAs an SM: every buffer is per-task scratch, shared across the calls' components (the ring step's
     # LM head slots, two of 16 rows x 2048 columns, leave it one)
-    assert m.dynamic_smem <= (170 * 1024 if variant == "ring" else 40 * 1024)
+    assert m.dynamic_smem <= (170 * 1024 if variant == "ring" else 110 * 1024 if variant == "ring_od" else 40 * 1024)
+    if variant == "ring_od":  # the output and down projections' two 8-row slots keep two CTAs an SM
+        assert "  2 blocks of 256 threads" in result.link_map, result.link_map.split("## residency")[1][:300]
     assert m.tasks["down"].startswith("(NL) * ") and not m.tasks["lm_head"].startswith("(NL)")
     # no spills under the joint 128-register cap (16 rows of W in registers at once made a 40-byte frame and a
     # 5% slower step: gemv.cuh loads a 16-row task's chunk in two rounds). The ring step spills (48 bytes
-    # before the 16-row tasks, 88 with 16-row q/k/v): its GEMVs also hold their slots' addresses and barriers.
+    # before the 16-row tasks, 80 with 16-row q/k/v; ring_od 8): its GEMVs also hold their slots' addresses and
+    # barriers.
     assert m.resources.registers <= 128
-    assert m.resources.frame_bytes == 0 or variant == "ring", m.resources
+    assert m.resources.frame_bytes == 0 or variant in ("ring", "ring_od"), m.resources
 
 
 @pytest.mark.parametrize("variant", sorted(decode_kernels.MEGA_PIPELINES))
@@ -82,3 +85,17 @@ def test_the_ring_step_differs_from_the_plain_one_only_in_its_gemvs():
             a = dict(a, component=swap[comp])
         assert a == b
     assert {p.name for p in decode_parts.RING_PARTS} == set(swap.values())
+
+
+def test_the_ring_od_step_swaps_only_the_output_and_down_projections():
+    import json
+    plain = json.loads((CASE / "pipelines" / "decode_step.json").read_text())
+    mixed = json.loads((CASE / "pipelines" / "decode_step_ring_od.json").read_text())
+    assert len(plain["calls"]) == len(mixed["calls"])
+    swapped = []
+    for a, b in zip(plain["calls"], mixed["calls"]):
+        if a.get("component") == "gemv_residual":
+            a = dict(a, component="gemv_residual_ring")
+            swapped.append(a["name"])
+        assert a == b
+    assert swapped == ["o_proj", "down"]

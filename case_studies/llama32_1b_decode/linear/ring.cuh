@@ -1,10 +1,11 @@
 // A task's W through a two-slot shared-memory ring that the TMA unit fills (the `_ring` GEMVs). The prefetch
 // entry runs before the task waits on its inputs and, under static dispatch, for the CTA's next task while
-// this one runs: thread 0 starts one bulk copy per row of the task's first K chunk (ROWS x KCHUNK bf16, 32 KB)
-// into slot iteration % 2 and arms the slot's mbarrier with the bytes; the entry waits on that mbarrier
-// (phase (iteration / 2) % 2: a slot's fills alternate) and reads the chunk from shared memory. Further K
-// chunks (down: K = 8192) stream from global memory as in the plain walk. The slot's last reader is the
-// task two before, which the glue's barrier ended before this prefetch.
+// this one runs: thread 0 starts bulk copies of the task's first K chunk (ROWS x KCHUNK bf16: one copy per
+// run of consecutive rows when K == KCHUNK, else one per row) into slot iteration % 2 and arms the slot's
+// mbarrier with the bytes; the entry waits on that mbarrier (phase (iteration / 2) % 2: a slot's fills
+// alternate) and reads the chunk from shared memory. Further K chunks (down: K = 8192) stream from global
+// memory as in the plain walk. The slot's last reader is the task two before, which the glue's barrier ended
+// before this prefetch.
 #pragma once
 #include "gemv.cuh"
 
@@ -38,14 +39,21 @@ __device__ __forceinline__ void fill(const bf16* __restrict__ w, int K, RowOf ro
   // calls, another's scratch): order them before the bulk copies write.
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(total) : "memory");
-#pragma unroll
-  for (int i = 0; i < ROWS; ++i) {
+  // Consecutive rows of W that land in consecutive slot rows are one copy when W's rows are as long as the
+  // slot's (K == KCHUNK): an 8-row output projection task is one 32 KB copy, not eight of 4 KB. One thread
+  // issues the copies before the task waits, and the block's barrier waits for it.
+  const bool whole_rows = K == KCHUNK;
+  for (int i = 0; i < ROWS;) {
     const int n = row_of(i);
+    int run = 1;
+    if (n >= 0 && whole_rows)
+      while (i + run < ROWS && row_of(i + run) == n + run) ++run;
     if (n >= 0)
       asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-                   ::"r"(smem_u32(dst + (long long)i * KCHUNK)), "l"(w + (long long)n * K), "r"(row_bytes),
+                   ::"r"(smem_u32(dst + (long long)i * KCHUNK)), "l"(w + (long long)n * K), "r"(run * row_bytes),
                    "r"(smem_u32(bar))
                    : "memory");
+    i += run;
   }
 }
 
