@@ -146,14 +146,18 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], unsigned a0, unsigned a
 // eight lanes of a quarter warp (two batch rows, four vectors each) read distinct banks.
 __device__ __forceinline__ int xs_slot(int b, int v, int chunk_vecs) { return b * chunk_vecs + (v ^ ((b & 1) << 2)); }
 
-// W straight from global memory (each element read once: streamed past L1).
+// W straight from global memory (each element read once: streamed past L1). A W source also says how many of
+// a task's first rows it holds in shared memory for the first K chunk (kSlotRows, a multiple of 8: ring.cuh's
+// WRing holds 8, WGlobal none); rows_from reads those with slot() at the mma, so they take no register.
 struct WGlobal {
+  static constexpr int kSlotRows = 0;
   const bf16* w;
   int K;
   __device__ __forceinline__ void begin() const {}
   __device__ __forceinline__ uint4 load(int, int n, int v0, int v) const {
     return load_stream(w + (long long)n * K + (long long)(v0 + v) * 8);
   }
+  __device__ __forceinline__ uint4 slot(int, int) const { return make_uint4(0u, 0u, 0u, 0u); }
 };
 
 // A warp's 32-wide blocks of a chunk per round of W loads: the most that divides the chunk's `kpw` and keeps a
@@ -176,8 +180,9 @@ constexpr int sums_floats = WARPS * ROWS * 8;
 // stores left in shared memory).
 // Sync: a callable that synchronizes the component's THREADS threads (its named barrier).
 // stage: StageRaw, StageNormed or any type with their begin and load.
-// wsrc: where W comes from (WGlobal; ring.cuh's WRing takes the first K chunk from shared memory): load(i, n,
-// v0, v) is the 16-byte vector v0 + v of row n, local row i.
+// wsrc: where W comes from (WGlobal; ring.cuh's WRing holds the first K chunk of the task's first 8 rows in
+// shared memory): load(i, n, v0, v) is the 16-byte vector v0 + v of row n, local row i; slot(i, v) vector v of
+// local row i < kSlotRows in the first chunk.
 // xs: BATCH * KCHUNK bf16 of shared memory; sums: WARPS * ROWS * 8 floats (sums_floats).
 // continues: the CTA's previous task was of the same call and left xs as it was (pass tile.continues).
 template <int WARPS, int ROWS, int KCHUNK, int BATCH, class WSrc, class Stage, class RowOf, class Store, class Flush,
@@ -199,6 +204,10 @@ __device__ __forceinline__ void rows_from(const WSrc& wsrc, const Stage& stage, 
   constexpr int HALVES = (ROWS + 7) / 8;          // 8-row halves of mma tiles that hold rows
   constexpr int UPP = blocks_per_pass(KPW, HALVES);  // a warp's 32-wide blocks per pass
   constexpr int PASSES = KPW / UPP;
+  // A source's slot rows are read from shared memory at the mma in the first chunk: only the other halves take
+  // registers there, so a 16-row task with 8 slot rows walks that chunk in one pass (one round trip), not two.
+  constexpr int SLOT_HALVES = (WSrc::kSlotRows < ROWS ? WSrc::kSlotRows : ROWS) / 8;
+  constexpr int UPP_SLOT = blocks_per_pass(KPW, HALVES - SLOT_HALVES > 0 ? HALVES - SLOT_HALVES : 1);
   const int t = threadIdx.x % THREADS, warp = t / 32, lane = t % 32;
   const int g = lane / 4, q = lane % 4;           // the lane's row (A, D) or batch column (B), and k quarter
   const int kvecs = K / 8;
@@ -253,6 +262,52 @@ __device__ __forceinline__ void rows_from(const WSrc& wsrc, const Stage& stage, 
     for (int v0 = 0, c = 0; v0 < kvecs; v0 += CHUNK_VECS, ++c) {
       const int cv = min(CHUNK_VECS, kvecs - v0);  // vectors of this chunk
       const uint4* const xc = resident ? xs + c * B * CHUNK_VECS : xs;
+      if constexpr (SLOT_HALVES > 0) {
+        if (c == 0) {  // the source's slot rows from shared memory, the others in passes of UPP_SLOT blocks
+          uint4 wr[MT][2][UPP_SLOT];
+#pragma unroll 1
+          for (int p = 0; p < KPW / UPP_SLOT; ++p) {
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+              for (int h = 0; h < 2; ++h)
+#pragma unroll
+                for (int u = 0; u < UPP_SLOT; ++u) {
+                  const int v = ((p * UPP_SLOT + u) * WARPS + warp) * 4 + q;
+                  const int n = row_n[mt][h];
+                  if (mt * 2 + h >= SLOT_HALVES)
+                    wr[mt][h][u] = (mt * 16 + h * 8 < ROWS && n >= 0 && v < cv) ? wsrc.load(mt * 16 + h * 8 + g, n, v0, v)
+                                                                                 : make_uint4(0u, 0u, 0u, 0u);
+                }
+            if (p == 0 && !resident) {
+              for (int idx = t; idx < nb * cv; idx += THREADS) {
+                const int b = idx / cv, v = idx - b * cv;
+                xs[xs_slot(b, v, CHUNK_VECS)] = stage.load(bg + b, v0 + v);
+              }
+              sync();
+            }
+#pragma unroll
+            for (int u = 0; u < UPP_SLOT; ++u) {
+              const int v = ((p * UPP_SLOT + u) * WARPS + warp) * 4 + q;
+              const uint4 xv = (g < nb && v < cv) ? xc[xs_slot(g, v, CHUNK_VECS)] : make_uint4(0u, 0u, 0u, 0u);
+#pragma unroll
+              for (int mt = 0; mt < MT; ++mt) {
+                uint4 half[2];
+#pragma unroll
+                for (int h = 0; h < 2; ++h)
+                  half[h] = mt * 2 + h >= SLOT_HALVES ? wr[mt][h][u]
+                            : (row_n[mt][h] >= 0 && v < cv) ? wsrc.slot(mt * 16 + h * 8 + g, v)
+                                                            : make_uint4(0u, 0u, 0u, 0u);
+                // the blocks in the order of the passes below: the same sums
+                mma_16816(acc[mt][0], half[0].x, half[1].x, half[0].y, half[1].y, xv.x, xv.y);
+                mma_16816(acc[mt][1], half[0].z, half[1].z, half[0].w, half[1].w, xv.z, xv.w);
+              }
+            }
+          }
+          if (!resident) sync();
+          continue;
+        }
+      }
 #pragma unroll 1  // a loop, not unrolled: the scheduler would hoist the next pass's loads (and spill)
       for (int p = 0; p < PASSES; ++p) {
         load_w(v0, cv, p);

@@ -1,13 +1,13 @@
 // gemv_residual_ring: gemv_residual (gemv_residual.cu) with W through ring.cuh's two-slot shared-memory ring:
 // the prefetch entry starts the task's bulk copies before the task waits for its input (and, under static
-// dispatch, while the CTA's previous task of the call runs); the entry reads the first K chunk from the slot.
+// dispatch, while the CTA's previous task of the call runs); the entry reads the first K chunk of its first 8 rows from the slot.
 #include "gemv_residual_ring.pipelink.h"
 #include "ring.cuh"
 
 using namespace pl::gemv_residual_ring;
 static_assert(smem_xs_bytes >= GEMV_BATCH * GEMV_KCHUNK * 2, "contract gemv_residual_ring: smem.buffers.xs is too small");
 static_assert(smem_sums_bytes >= gemv_body::sums_floats<WARPS, GEMV_ROWS> * 4, "contract gemv_residual_ring: smem.buffers.sums is too small");
-static_assert(smem_ring_bytes >= 2 * GEMV_ROWS * GEMV_KCHUNK * 2, "contract gemv_residual_ring: smem.buffers.ring is too small");
+static_assert(smem_ring_bytes >= 2 * ring_body::kRingRows * GEMV_KCHUNK * 2, "contract gemv_residual_ring: smem.buffers.ring is too small");
 
 
 extern "C" __device__ void gemv_residual_ring_prefetch(pl::Tile tile, const __nv_bfloat16* __restrict__ w,

@@ -1,6 +1,6 @@
 // gemv_swiglu_normed_ring: gemv_swiglu_normed (gemv_swiglu_normed.cu) with W through ring.cuh's two-slot
-// shared-memory ring: the prefetch entry starts the task's bulk copies of its gate and up rows before the task
-// waits (and, under static dispatch, while the CTA's previous task of the call runs).
+// shared-memory ring: the prefetch entry starts the task's bulk copies of its 8 gate rows before the task
+// waits (its up rows stream from memory in the same pass) (and, under static dispatch, while the CTA's previous task of the call runs).
 #include "gemv_swiglu_normed_ring.pipelink.h"
 #include "ring.cuh"
 #include "swiglu.cuh"
@@ -12,7 +12,7 @@ static_assert(smem_sums_bytes >= gemv_body::sums_floats<WARPS, TASK_ROWS> * 4, "
 static_assert(smem_res_bytes >= GEMV_BATCH * TASK_ROWS * 4, "contract gemv_swiglu_normed_ring: smem.buffers.res is too small");
 static_assert(smem_norm_bytes >= (WARPS + 1) * GEMV_BATCH * 4,
               "contract gemv_swiglu_normed_ring: smem.buffers.norm is too small");
-static_assert(smem_ring_bytes >= 2 * TASK_ROWS * GEMV_KCHUNK * 2,
+static_assert(smem_ring_bytes >= 2 * ring_body::kRingRows * GEMV_KCHUNK * 2,
               "contract gemv_swiglu_normed_ring: smem.buffers.ring is too small");
 
 

@@ -1,6 +1,6 @@
 // lm_head_ring: lm_head (lm_head.cu) with W through ring.cuh's two-slot shared-memory ring: the prefetch entry
-// starts the task's bulk copies of its vocabulary rows before the task waits (and, under static dispatch,
-// while the CTA's previous task runs); the entry reads the first K chunk from the slot.
+// starts the task's bulk copies of its first 8 vocabulary rows before the task waits (and, under static
+// dispatch, while the CTA's previous task runs); the entry reads them from the slot, its other rows from memory.
 #include "lm_head_ring.pipelink.h"
 #include "lm_head.cuh"
 #include "ring.cuh"
@@ -9,7 +9,7 @@ using namespace pl::lm_head_ring;
 static_assert(smem_xs_bytes >= GEMV_BATCH * GEMV_KCHUNK * 2, "contract lm_head_ring: smem.buffers.xs is too small");
 static_assert(smem_sums_bytes >= gemv_body::sums_floats<WARPS, LM_ROWS> * 4, "contract lm_head_ring: smem.buffers.sums is too small");
 static_assert(smem_keys_bytes >= GEMV_BATCH * LM_ROWS * 8, "contract lm_head_ring: smem.buffers.keys is too small");
-static_assert(smem_ring_bytes >= 2 * LM_ROWS * GEMV_KCHUNK * 2, "contract lm_head_ring: smem.buffers.ring is too small");
+static_assert(smem_ring_bytes >= 2 * ring_body::kRingRows * GEMV_KCHUNK * 2, "contract lm_head_ring: smem.buffers.ring is too small");
 
 
 extern "C" __device__ void lm_head_ring_prefetch(pl::Tile tile, const __nv_bfloat16* __restrict__ w,

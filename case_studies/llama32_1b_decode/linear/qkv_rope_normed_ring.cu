@@ -1,5 +1,5 @@
 // qkv_rope_normed_ring: qkv_rope_normed (qkv_rope_normed.cu) with W_qkv through ring.cuh's two-slot
-// shared-memory ring: the prefetch entry starts the task's bulk copies of its QKV_ROWS rows before the task waits
+// shared-memory ring: the prefetch entry starts the task's bulk copies of its first 8 rows before the task waits
 // (and, under static dispatch, while the CTA's previous task of the call runs).
 #include "qkv_rope_normed_ring.pipelink.h"
 #include "qkv_rope.cuh"
@@ -11,7 +11,7 @@ static_assert(smem_sums_bytes >= gemv_body::sums_floats<WARPS, QKV_ROWS> * 4, "c
 static_assert(smem_res_bytes >= GEMV_BATCH * QKV_ROWS * 4, "contract qkv_rope_normed_ring: smem.buffers.res is too small");
 static_assert(smem_norm_bytes >= (WARPS + 1) * GEMV_BATCH * 4,
               "contract qkv_rope_normed_ring: smem.buffers.norm is too small");
-static_assert(smem_ring_bytes >= 2 * QKV_ROWS * GEMV_KCHUNK * 2,
+static_assert(smem_ring_bytes >= 2 * ring_body::kRingRows * GEMV_KCHUNK * 2,
               "contract qkv_rope_normed_ring: smem.buffers.ring is too small");
 
 
