@@ -259,6 +259,24 @@ __device__ __forceinline__ void rows_from(const WSrc& wsrc, const Stage& stage, 
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[mt][0][e] = acc[mt][1][e] = 0.0f;
 
+    // Stage the chunk of x at v0 (cv vectors a row) when it is not resident.
+    const auto stage_chunk = [&](int v0, int cv) {
+      for (int idx = t; idx < nb * cv; idx += THREADS) {
+        const int b = idx / cv, v = idx - b * cv;
+        xs[xs_slot(b, v, CHUNK_VECS)] = stage.load(bg + b, v0 + v);
+      }
+      sync();
+    };
+    // The lane's vector v of its batch column's x in the chunk xc (zeros past the rows and the chunk).
+    const auto x_vec = [&](const uint4* xc, int v, int cv) {
+      return (g < nb && v < cv) ? xc[xs_slot(g, v, CHUNK_VECS)] : make_uint4(0u, 0u, 0u, 0u);
+    };
+    // One 32-wide block of an m16 tile: rows 0-7 (lo) and 8-15 (hi) of A against x, two chains.
+    const auto mma_block = [](float (&a)[2][4], const uint4& lo, const uint4& hi, const uint4& xv) {
+      mma_16816(a[0], lo.x, hi.x, lo.y, hi.y, xv.x, xv.y);  // k = 8q .. 8q+3 of the block
+      mma_16816(a[1], lo.z, hi.z, lo.w, hi.w, xv.z, xv.w);  // k = 8q+4 .. 8q+7
+    };
+
     for (int v0 = 0, c = 0; v0 < kvecs; v0 += CHUNK_VECS, ++c) {
       const int cv = min(CHUNK_VECS, kvecs - v0);  // vectors of this chunk
       const uint4* const xc = resident ? xs + c * B * CHUNK_VECS : xs;
@@ -279,17 +297,11 @@ __device__ __forceinline__ void rows_from(const WSrc& wsrc, const Stage& stage, 
                     wr[mt][h][u] = (mt * 16 + h * 8 < ROWS && n >= 0 && v < cv) ? wsrc.load(mt * 16 + h * 8 + g, n, v0, v)
                                                                                  : make_uint4(0u, 0u, 0u, 0u);
                 }
-            if (p == 0 && !resident) {
-              for (int idx = t; idx < nb * cv; idx += THREADS) {
-                const int b = idx / cv, v = idx - b * cv;
-                xs[xs_slot(b, v, CHUNK_VECS)] = stage.load(bg + b, v0 + v);
-              }
-              sync();
-            }
+            if (p == 0 && !resident) stage_chunk(v0, cv);
 #pragma unroll
             for (int u = 0; u < UPP_SLOT; ++u) {
               const int v = ((p * UPP_SLOT + u) * WARPS + warp) * 4 + q;
-              const uint4 xv = (g < nb && v < cv) ? xc[xs_slot(g, v, CHUNK_VECS)] : make_uint4(0u, 0u, 0u, 0u);
+              const uint4 xv = x_vec(xc, v, cv);
 #pragma unroll
               for (int mt = 0; mt < MT; ++mt) {
                 uint4 half[2];
@@ -298,9 +310,7 @@ __device__ __forceinline__ void rows_from(const WSrc& wsrc, const Stage& stage, 
                   half[h] = mt * 2 + h >= SLOT_HALVES ? wr[mt][h][u]
                             : (row_n[mt][h] >= 0 && v < cv) ? wsrc.slot(mt * 16 + h * 8 + g, v)
                                                             : make_uint4(0u, 0u, 0u, 0u);
-                // the blocks in the order of the passes below: the same sums
-                mma_16816(acc[mt][0], half[0].x, half[1].x, half[0].y, half[1].y, xv.x, xv.y);
-                mma_16816(acc[mt][1], half[0].z, half[1].z, half[0].w, half[1].w, xv.z, xv.w);
+                mma_block(acc[mt], half[0], half[1], xv);  // the blocks in the plain walk's order: the same sums
               }
             }
           }
@@ -311,23 +321,14 @@ __device__ __forceinline__ void rows_from(const WSrc& wsrc, const Stage& stage, 
 #pragma unroll 1  // a loop, not unrolled: the scheduler would hoist the next pass's loads (and spill)
       for (int p = 0; p < PASSES; ++p) {
         load_w(v0, cv, p);
-        if (p == 0 && !resident) {
-          for (int idx = t; idx < nb * cv; idx += THREADS) {
-            const int b = idx / cv, v = idx - b * cv;
-            xs[xs_slot(b, v, CHUNK_VECS)] = stage.load(bg + b, v0 + v);
-          }
-          sync();
-        }
+        if (p == 0 && !resident) stage_chunk(v0, cv);
 #pragma unroll
         for (int u = 0; u < UPP; ++u) {
           const int v = ((p * UPP + u) * WARPS + warp) * 4 + q;
-          const uint4 xv = (g < nb && v < cv) ? xc[xs_slot(g, v, CHUNK_VECS)] : make_uint4(0u, 0u, 0u, 0u);
+          const uint4 xv = x_vec(xc, v, cv);
 #pragma unroll
           for (int mt = 0; mt < MT; ++mt) {
-            const uint4& lo = wv[mt][0][u];
-            const uint4& hi = wv[mt][1][u];
-            mma_16816(acc[mt][0], lo.x, hi.x, lo.y, hi.y, xv.x, xv.y);  // k = 8q .. 8q+3 of the block
-            mma_16816(acc[mt][1], lo.z, hi.z, lo.w, hi.w, xv.z, xv.w);  // k = 8q+4 .. 8q+7
+            mma_block(acc[mt], wv[mt][0][u], wv[mt][1][u], xv);
           }
         }
       }
