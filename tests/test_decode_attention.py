@@ -30,7 +30,7 @@ def test_the_contracts_check_one_by_one_and_as_the_pipeline(capsys):
 
 def test_the_objects_check(objects, capsys):
     assert main(["check", *map(str, objects.values())]) == 0, capsys.readouterr().err
-    assert "3 components" in capsys.readouterr().out
+    assert "4 components" in capsys.readouterr().out
 
 
 def test_the_contracts_agree_with_the_test_helpers():
@@ -57,6 +57,24 @@ def test_attn_head_links_alone(objects):
     assert m.dynamic_smem >= 32 * 264 * 4  # the 32 position groups' softmax states
     assert "buffer attn_head.red" in linked.link_map and "attn_head.merge" in linked.link_map
     assert "grid [B, 8]" in linked.link_map
+
+
+def test_attn_last_links_alone_and_merges_without_an_event(objects):
+    # flash-decoding in one component: the last split of (b, h) merges, so there is no event to wait on
+    linked = decode_parts.link_alone(objects["attn_last"])
+    assert linked.ok, [d.render() for d in linked.diagnostics]
+    m = linked.manifest
+    _no_spills(m)
+    assert [p.name for p in m.user_params] == ["q", "k", "v", "part", "arrived", "o", "B", "L", "Lmax"]
+    assert m.geometry == {"SPLIT_TASKS": 256, "SPLIT_MIN_L": 64, "ATTN_UNROLL": 2, "PART_RECORD": 264}
+    assert "buffer attn_last.last" in linked.link_map
+    # the same cut of the context as attn_split's (its grid and workspace), its own count per (b, h)
+    split = json.loads((CASE / "attention" / "attn_split.json").read_text())
+    last = json.loads((CASE / "attention" / "attn_last.json").read_text())
+    assert last["geometry"] == split["geometry"]
+    shapes = {p["name"]: p.get("shape") for p in last["entry"]["params"]}
+    assert shapes["part"] == next(p["shape"] for p in split["entry"]["params"] if p["name"] == "part")
+    assert shapes["arrived"] == ["B * 8"] and "events" not in last
 
 
 def test_split_then_merge_links_into_one_persistent_kernel(objects):

@@ -85,6 +85,18 @@ def test_the_ring_step_differs_from_the_plain_one_only_in_its_gemvs():
     assert {p.name for p in decode_parts.RING_PARTS} == set(swap.values())
 
 
+def test_the_last_step_swaps_only_the_attention():
+    import json
+    plain = json.loads((CASE / "pipelines" / "decode_step.json").read_text())
+    last = json.loads((CASE / "pipelines" / "decode_step_last.json").read_text())
+    names = [c["name"] for c in last["calls"]]
+    assert names == [c["name"] for c in plain["calls"] if c["name"] not in ("attn_split", "attn_merge")][:2] + ["attn"] + \
+        [c["name"] for c in plain["calls"] if c["name"] not in ("attn_split", "attn_merge")][2:]
+    attn = last["calls"][names.index("attn")]
+    assert attn["component"] == "attn_last" and attn["after"] == ["qkv"]
+    assert last["calls"][names.index("o_proj")]["after"] == ["attn"]
+
+
 def test_the_ring_od_step_swaps_only_the_output_and_down_projections():
     import json
     plain = json.loads((CASE / "pipelines" / "decode_step.json").read_text())

@@ -1,11 +1,12 @@
 """The Llama-3.2-1B decode attention (case_studies/llama32_1b_decode/attention) on a GPU against torch in
-float64: attn_head linked alone, and attn_split -> attn_merge (flash-decoding) as one persistent kernel.
+float64: attn_head linked alone, attn_split -> attn_merge (flash-decoding) as one persistent kernel, and
+attn_last (flash-decoding whose last split merges) linked alone.
 
 GQA with 32 query heads over 8 KV heads of 64 (query head 4h + g reads KV head h), q [B, 32, 64], k and v
 [B, 8, Lmax, 64] (a cache of capacity Lmax, positions 0..L-1 attended; the positions past L are NaN, so a
 read of one fails), o [B, 32, 64], all bf16. Fresh random inputs every run (the seed is in the failure message),
 the output and the split workspace poisoned with NaN so an unwritten element fails, batches 1, 3 and 8,
-context lengths from one position to 4097 (cut into 1, 2, 8, 11 or 32 splits of uneven lengths: the split count
+context lengths from one position to 4097 (cut into 1, 4, 11, 16 or 32 splits of uneven lengths: the split count
 depends on B and L), every kernel launched twice
 (the persistent one keeps its place in its event counters between launches)."""
 import os
@@ -23,7 +24,7 @@ pytestmark = pytest.mark.gpu
 
 BATCHES = [1, 3, 8]
 LENGTHS = [1, 7, 33, 256, 1000, 4097]
-VARIANTS = ["attn_head", "attn_split"]
+VARIANTS = ["attn_head", "attn_split", "attn_last"]
 # bf16 outputs: a relative half-ulp of 2^-9 from the one rounding; the fp32 softmax and sums add far less.
 RTOL, ATOL = 1e-2, 1e-2
 
@@ -42,6 +43,9 @@ def kernels(tmp_path_factory):
     linked = decode_parts.link_attn_split(objects)
     assert linked.ok, [d.render() for d in linked.diagnostics]
     out["attn_split"] = linked.kernel()
+    linked = decode_parts.link_alone(objects["attn_last"])
+    assert linked.ok, [d.render() for d in linked.diagnostics]
+    out["attn_last"] = linked.kernel()
     yield out
     for k in out.values():
         k.unload()
@@ -94,9 +98,15 @@ def _run(kernels, variant, q, k, v, B, L):
     o = _poisoned(B, decode_parts.Q_HEADS, decode_parts.HEAD_DIM)
     if variant == "attn_head":
         kernels["attn_head"].launch(q=q, k=k, v=v, o=o, B=B, L=L, Lmax=Lmax)
-    else:
+    elif variant == "attn_split":
         part = _poisoned(*decode_parts.attn_workspace_shape(B, L), dtype=torch.float32)
         kernels["attn_split"].launch(q=q, k=k, v=v, part=part, B=B, L=L, Lmax=Lmax, o=o)
+    else:  # attn_last: the last split of (b, h) merges, and puts its count back to 0
+        part = _poisoned(*decode_parts.attn_workspace_shape(B, L), dtype=torch.float32)
+        arrived = torch.zeros(B * decode_parts.KV_HEADS, dtype=torch.int32, device="cuda")
+        kernels["attn_last"].launch(q=q, k=k, v=v, part=part, arrived=arrived, o=o, B=B, L=L, Lmax=Lmax)
+        torch.cuda.synchronize()
+        assert not arrived.any(), f"attn_last left counts {arrived.tolist()}"
     torch.cuda.synchronize()
     return o
 
@@ -147,3 +157,14 @@ def test_the_variants_agree(kernels):
     a = _run(kernels, "attn_head", q, k, v, B, L).double()
     b = _run(kernels, "attn_split", q, k, v, B, L).double()
     assert torch.allclose(a, b, rtol=RTOL, atol=ATOL), f"seed={seed}: max difference {float((a - b).abs().max()):.3g}"
+
+
+def test_the_last_split_merges_as_attn_merge_does(kernels):
+    # the same records merged in the same order: bit for bit the two-component pipeline's output
+    import torch
+    seed = fresh_seed()
+    for B, L in ((1, 1024), (8, 4097), (3, 33)):
+        q, k, v = _inputs(seed, B, L)
+        a = _run(kernels, "attn_split", q, k, v, B, L)
+        b = _run(kernels, "attn_last", q, k, v, B, L)
+        assert torch.equal(a, b), f"seed={seed} B={B} L={L}: max difference {float((a.double() - b.double()).abs().max()):.3g}"

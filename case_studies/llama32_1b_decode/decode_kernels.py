@@ -27,7 +27,8 @@ from decode_model import ceil_div  # noqa: E402
 MEGA_PIPELINES = {"split": HERE / "pipelines" / "decode_step.json",
                   "head": HERE / "pipelines" / "decode_step_head.json",
                   "ring": HERE / "pipelines" / "decode_step_ring.json",
-                  "ring_od": HERE / "pipelines" / "decode_step_ring_od.json"}
+                  "ring_od": HERE / "pipelines" / "decode_step_ring_od.json",
+                  "last": HERE / "pipelines" / "decode_step_last.json"}
 
 
 def all_parts() -> tuple:
@@ -58,7 +59,7 @@ def _checked(result, what: str):
 
 
 def link_mega(objects: dict[str, Path], variant: str, profile_tasks: int = 0):
-    """The whole decode step as one kernel (variant 'split', 'head', 'ring' or 'ring_od'); `profile_tasks`: with a task
+    """The whole decode step as one kernel (variant 'split', 'head', 'ring', 'ring_od' or 'last'); `profile_tasks`: with a task
     profile of that many records (Kernel.task_profile)."""
     import pipelink
     from pipelink.core.diagnostics import DiagnosticSink

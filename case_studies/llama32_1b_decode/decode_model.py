@@ -85,12 +85,13 @@ def scratch_shapes(B: int, Lmax: int, H: int = HIDDEN, I: int = INTERMEDIATE, V:
         "x": (B, H), "x1": (B, H), "xn": (B, H),
         "q": (B, Q_HEADS, HEAD_DIM), "o": (B, Q_HEADS, HEAD_DIM), "h": (B, I),
         "attn_part": attn_workspace_shape(B, Lmax), "logits": (B, V), "head_part": argmax_workspace_shape(B, V),
+        "attn_arrived": (B * KV_HEADS,),  # attn_last's counts: zeros, and zeros again after every launch
     }
 
 
 def scratch_dtypes() -> dict[str, str]:
     return {"x": "bf16", "x1": "bf16", "xn": "bf16", "q": "bf16", "o": "bf16", "h": "bf16",
-            "attn_part": "f32", "logits": "bf16", "head_part": "u64"}
+            "attn_part": "f32", "logits": "bf16", "head_part": "u64", "attn_arrived": "i32"}
 
 
 def cache_shape(B: int, Lmax: int, NL: int = LAYERS) -> tuple[int, int, int, int]:
@@ -255,7 +256,7 @@ class DecodeState:
     @classmethod
     def allocate(cls, dm: DecodeModel, B: int, Lmax: int, device: str = "cuda") -> "DecodeState":
         import torch
-        dtypes = {"bf16": torch.bfloat16, "f32": torch.float32, "u64": torch.int64}
+        dtypes = {"bf16": torch.bfloat16, "f32": torch.float32, "u64": torch.int64, "i32": torch.int32}
         t = {}
         for name, shape in scratch_shapes(B, Lmax, dm.H, dm.I, dm.V).items():
             dtype = scratch_dtypes()[name]

@@ -95,7 +95,8 @@ PARTS = (Part("norm", "rmsnorm"), Part("linear", "gemv_bf16"), Part("linear", "g
 ALONE = ("rmsnorm", "gemv_bf16", "gemv_residual")   # each linked alone as its own kernel
 PIPELINED = ("rmsnorm", "gemv_normed")              # linked by pipelines/norm_gemv.json
 
-ATTENTION_PARTS = (Part("attention", "attn_head"), Part("attention", "attn_split"), Part("attention", "attn_merge"))
+ATTENTION_PARTS = (Part("attention", "attn_head"), Part("attention", "attn_split"), Part("attention", "attn_merge"),
+                   Part("attention", "attn_last"))
 ATTN_PIPELINED = ("attn_split", "attn_merge")       # linked by pipelines/attn_split.json
 PART_RECORD = provided(ATTENTION_PARTS[1], "PART_RECORD")  # f32 per (b, h, split): acc [4][64], m [4], l [4]
 

@@ -40,8 +40,8 @@ PROMPT = [128000, 791, 4062, 14198, 39935, 35308, 927, 279, 16053, 5679, 13]
 BATCHES = [1, 8]
 CONTEXTS = [16, 256, 1024, 4096, 16384]
 
-PIPELINK_VARIANTS = ("pipelink_split", "pipelink_head", "pipelink_ring", "pipelink_ring_od", "parts_graph",
-                     "parts_ring_graph")
+PIPELINK_VARIANTS = ("pipelink_split", "pipelink_head", "pipelink_ring", "pipelink_ring_od", "pipelink_last",
+                     "parts_graph", "parts_ring_graph")
 
 
 def log(*a):
@@ -73,6 +73,8 @@ def load_variants(objects, wanted, errors):
                 made[name] = MegaStep(objects, "ring")
             elif name == "pipelink_ring_od":  # the ring for the output and down projections only
                 made[name] = MegaStep(objects, "ring_od")
+            elif name == "pipelink_last":  # flash-decoding whose last split merges (attn_last)
+                made[name] = MegaStep(objects, "last")
             elif name == "parts_graph":
                 made[name] = PartsStep(objects, "split", dependent=True)
                 log(f"parts_graph: dependent launch {made[name].dependent}")

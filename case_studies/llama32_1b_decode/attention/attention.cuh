@@ -175,4 +175,52 @@ __device__ __forceinline__ State attend(const bf16* __restrict__ q, const bf16* 
   return st;
 }
 
+// A split's state to its workspace record part[b, h, s, :] (f32: acc [4][64], then m [4] in the log2 domain,
+// then l [4]); thread t = 64 * head + d holds head's (m, l, acc[d]) as attend returns them.
+__device__ __forceinline__ void write_record(float* __restrict__ part, int b, int h, int s, int splits,
+                                             const State& st, int t) {
+  const int head = t / HEAD_DIM, d = t % HEAD_DIM;
+  float* rec = part + (((long long)b * KV_HEADS + h) * splits + s) * RECORD;
+  rec[t] = st.acc;
+  if (d == 0) {
+    rec[GROUP * HEAD_DIM + head] = st.m;
+    rec[GROUP * HEAD_DIM + GROUP + head] = st.l;
+  }
+}
+
+// The second half of flash-decoding for (b, h): thread t = 64 * g + d merges the `splits` records of query
+// head 4h + g in split order and writes o = acc / l, rounded once to bf16. The records were written in this
+// launch by other CTAs: loads through L2 (__ldcg), never the read-only cache.
+__device__ __forceinline__ void merge_records(const float* __restrict__ part, bf16* __restrict__ o, int b, int h,
+                                              int splits, int t) {
+  const int head = t / HEAD_DIM;
+  const float* rec = part + ((long long)b * KV_HEADS + h) * splits * RECORD;
+  float m = -CUDART_INF_F, l = 0.0f, acc = 0.0f;
+  // IN_FLIGHT records' loads are issued before any is combined: the merge is a chain of L2 round trips
+  // otherwise (up to SPLIT_TASKS / 8 splits at batch 1)
+  constexpr int IN_FLIGHT = 8;
+  for (int s0 = 0; s0 < splits; s0 += IN_FLIGHT, rec += IN_FLIGHT * RECORD) {
+    float ms[IN_FLIGHT], ls[IN_FLIGHT], as[IN_FLIGHT];
+#pragma unroll
+    for (int i = 0; i < IN_FLIGHT; ++i) {
+      const bool in = s0 + i < splits;
+      const float* r = rec + i * RECORD;
+      ms[i] = in ? __ldcg(r + GROUP * HEAD_DIM + head) : -CUDART_INF_F;
+      ls[i] = in ? __ldcg(r + GROUP * HEAD_DIM + GROUP + head) : 0.0f;
+      as[i] = in ? __ldcg(r + t) : 0.0f;
+    }
+#pragma unroll
+    for (int i = 0; i < IN_FLIGHT; ++i) {
+      if (s0 + i >= splits) break;  // every split covers at least one position: its m is finite
+      const float mn = fmaxf(m, ms[i]);
+      const float c = exp2f(m - mn);  // 0 for the first split
+      const float w = exp2f(ms[i] - mn);
+      l = fmaf(l, c, ls[i] * w);
+      acc = fmaf(acc, c, as[i] * w);
+      m = mn;
+    }
+  }
+  o[((long long)b * Q_HEADS + h * GROUP) * HEAD_DIM + t] = __float2bfloat16_rn(acc / l);
+}
+
 }  // namespace attn_body

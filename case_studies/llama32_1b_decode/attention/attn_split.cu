@@ -18,12 +18,5 @@ extern "C" __device__ void attn_split(pl::Tile tile, const __nv_bfloat16* __rest
   const int l0 = attn_body::split_begin(s, splits, L), l1 = attn_body::split_begin(s + 1, splits, L);
   const attn_body::State st =
       attn_body::attend<ATTN_UNROLL>(q, k, v, b, h, l0, l1, Lmax, smem_red<float>(), [] { sync_merge(); });
-  const int t = thread_rank();
-  const int head = t / attn_body::HEAD_DIM, d = t % attn_body::HEAD_DIM;
-  float* rec = part + (((long long)b * attn_body::KV_HEADS + h) * splits + s) * PART_RECORD;
-  rec[t] = st.acc;
-  if (d == 0) {
-    rec[attn_body::GROUP * attn_body::HEAD_DIM + head] = st.m;
-    rec[attn_body::GROUP * attn_body::HEAD_DIM + attn_body::GROUP + head] = st.l;
-  }
+  attn_body::write_record(part, b, h, s, splits, st, thread_rank());
 }
