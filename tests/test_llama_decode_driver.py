@@ -263,3 +263,11 @@ def test_a_value_set_builds_the_component_with_its_values(tmp_path):
     (obj,) = read_input(objects["attn_split"], DiagnosticSink())
     assert json.loads(obj.embedded_contract)["geometry"]["provides"]["SPLIT_MIN_L"] == 128
     assert json.loads((CASE / "attention" / "attn_split.json").read_text())["geometry"]["provides"]["SPLIT_MIN_L"] != 128
+
+
+def test_run_refuses_an_unknown_variant(capsys):
+    import run
+    with pytest.raises(SystemExit) as exc:
+        run.main(["--variants", "pipelink_splt"])
+    assert exc.value.code == 2 and "pipelink_splt" in capsys.readouterr().err
+    assert set(run.DEFAULT_VARIANTS) <= set(run.PIPELINK_VARIANTS + run.TORCH_VARIANTS)

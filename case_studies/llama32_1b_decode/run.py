@@ -42,6 +42,9 @@ CONTEXTS = [16, 256, 1024, 4096, 16384]
 
 PIPELINK_VARIANTS = ("pipelink_split", "pipelink_head", "pipelink_ring", "pipelink_ring_od", "pipelink_last",
                      "parts_graph", "parts_ring_graph")
+TORCH_VARIANTS = ("torch_eager", "torch_graph")
+# What the results table compares; the ring and last-arriver steps are experiments, asked for by name.
+DEFAULT_VARIANTS = ("pipelink_split", "pipelink_head", "parts_graph") + TORCH_VARIANTS
 
 
 def log(*a):
@@ -298,7 +301,9 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--atol", type=float, default=0.1)
     ap.add_argument("--rtol", type=float, default=0.02)
-    ap.add_argument("--variants", nargs="+", default=list(PIPELINK_VARIANTS) + ["torch_eager", "torch_graph"])
+    ap.add_argument("--variants", nargs="+", default=list(DEFAULT_VARIANTS), choices=PIPELINK_VARIANTS + TORCH_VARIANTS,
+                    metavar="VARIANT", help=f"of {', '.join(PIPELINK_VARIANTS + TORCH_VARIANTS)} (default: "
+                                            f"{' '.join(DEFAULT_VARIANTS)})")
     ap.add_argument("--values", action="append", default=[], type=_value_set, metavar="NAME:COMPONENT.KEY=VALUE[,...]",
                     help="also build every pipelink variant with these contract values (e.g. "
                          "qkv8:qkv_rope_normed.QKV_ROWS=8), timed as VARIANT@NAME in the same round-robin; repeatable")
