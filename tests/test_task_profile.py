@@ -125,6 +125,34 @@ def test_decode_keeps_the_latest_launch_and_summarize_splits_the_time():
     assert "3 tasks on 2 SMs over 9.1 us" in profile.render(got)
 
 
+def _rec(component, task, start, ready, done, notified):
+    return profile.TaskRecord(launch=1, component=component, task=task, sm=0, start=start, ready=ready, done=done,
+                              notified=notified)
+
+
+def test_phases_split_layered_calls_by_layer_and_measure_the_hand_offs():
+    # two layers of a -> b (2 tasks a layer each, layer-major task numbers), then c once after the loop
+    recs = []
+    for layer in range(2):
+        base = layer * 10_000
+        recs += [_rec("a", 2 * layer + i, base, base + 100 * i, base + 1000, base + 1100 + 100 * i) for i in range(2)]
+        recs += [_rec("b", 2 * layer + i, base + 1200, base + 1500 + 50 * i, base + 3000, base + 3200 + i) for i in range(2)]
+    recs.append(_rec("c", 0, 20_000, 20_500, 21_000, 21_100))
+    ps = profile.phases(recs, 2, {"a", "b"})
+    assert [(p.component, p.layer) for p in ps] == [("a", 0), ("b", 0), ("a", 1), ("b", 1), ("c", -1)]
+    a0, b0, a1 = ps[0], ps[1], ps[2]
+    assert (a0.ready_us, a0.done_us) == (0.0, 1.2)          # first waits met, last notification
+    assert (b0.ready_us, b0.done_us) == (1.5, 3.201)
+    text = profile.render_phases(ps)
+    rows = {line.split()[0]: line.split()[1:] for line in text.splitlines()[1:3]}
+    assert rows["a"] == ["2", "1.20", "6.80"]                 # a of layer 1 starts 6.8 us after b of layer 0
+    assert rows["b"] == ["2", "1.70", "0.30"]                 # b waits 0.3 us past a's last notification
+    assert text.splitlines()[-1].endswith("median 10.00 us")
+    with pytest.raises(ValueError, match="not 2 layers"):
+        profile.phases(recs + [_rec("a", 4, 0, 0, 0, 0)], 2, {"a", "b"})
+    assert profile.phases([], 2, {"a"}) == [] and profile.render_phases([]) == "no layered components"
+
+
 def test_decode_refuses_a_ring_the_launch_overran():
     comps = ["c"]
     recs = [(1, "c", 0, t, (t, t, t, t)) for t in range(10)]

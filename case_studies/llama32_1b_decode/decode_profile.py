@@ -104,11 +104,18 @@ def main(argv=None) -> int:
         records = step.kernel.task_profile()
         print(f"megakernel {args.tasks}, B={args.B} ctx={args.ctx}, step {args.times}:")
         print(profile.render(records))
+        # per layer: each call's span and the hand-off before it
+        from decode_kernels import MEGA_PIPELINES
+        calls = json.loads(MEGA_PIPELINES[args.tasks].read_text())["calls"]
+        layered = {c["name"] for c in calls if c.get("per_layer")}
+        phases = profile.phases(records, dm.NL, layered)
+        print(profile.render_phases(phases))
         if args.out:
             span, sms, per = profile.summarize(records)
             Path(args.out).write_text(json.dumps(dict(**provenance(), B=args.B, ctx=args.ctx, variant=args.tasks,
                                                       span_us=span, sms=sms,
-                                                      components=[c.__dict__ for c in per]), indent=1) + "\n")
+                                                      components=[c.__dict__ for c in per],
+                                                      phases=[p.__dict__ for p in phases]), indent=1) + "\n")
         step.unload()
         return 0
     if args.launch:

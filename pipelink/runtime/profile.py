@@ -109,3 +109,69 @@ def render(records: list[TaskRecord]) -> str:
         lines.append(f"{c.component:24s} {c.tasks:7d} {c.first_start_us:9.1f} {c.last_end_us:9.1f} {c.wait_us:10.1f} "
                      f"{c.run_us:10.1f} {c.notify_us:10.1f} {c.median_run_us:10.2f}")
     return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One call's tasks in one layer: from its first task's waits met to its last task's notifications."""
+    component: str
+    layer: int
+    ready_us: float  # from the launch's first task start
+    done_us: float
+
+
+def phases(records: list[TaskRecord], layers: int, layered: set[str]) -> list[Phase]:
+    """Each component's span per layer, in order of start. A component in `layered` runs once a layer and
+    numbers its tasks layer-major (the glue's `pl_layer * tasks + t`), so its records split into `layers`
+    equal runs; any other is one phase (layer -1). Raises ValueError when a layered component's task count
+    is not a multiple of `layers`."""
+    if not records:
+        return []
+    t0 = min(r.start for r in records)
+    by: dict[tuple[str, int], list[TaskRecord]] = {}
+    count: dict[str, int] = {}
+    for r in records:
+        count[r.component] = count.get(r.component, 0) + 1
+    for r in records:
+        if r.component in layered:
+            if count[r.component] % layers:
+                raise ValueError(f"{r.component}: {count[r.component]} tasks are not {layers} layers of equal size")
+            layer = r.task // (count[r.component] // layers)
+        else:
+            layer = -1
+        by.setdefault((r.component, layer), []).append(r)
+    out = [Phase(c, layer, (min(r.ready for r in rs) - t0) / 1000.0, (max(r.notified for r in rs) - t0) / 1000.0)
+           for (c, layer), rs in by.items()]
+    return sorted(out, key=lambda p: p.ready_us)
+
+
+def render_phases(ps: list[Phase]) -> str:
+    """Per layered component, medians over the layers: how long its phase lasts (first waits met to last
+    notification), and the gap before it: its first waits met less the latest notification of the phases
+    that started before it (a hand-off's cost where it waits for them; negative where phases overlap). Then
+    the median layer: from one layer's first waits met to the next one's."""
+    layered = [p for p in ps if p.layer >= 0]
+    if not layered:
+        return "no layered components"
+    order = list(dict.fromkeys(p.component for p in layered))
+    spans: dict[str, list[float]] = {c: [] for c in order}
+    gaps: dict[str, list[float]] = {c: [] for c in order}
+    latest = None  # the latest notification of the phases so far (ps is in order of start)
+    for p in ps:
+        if p.layer >= 0:
+            spans[p.component].append(p.done_us - p.ready_us)
+            if latest is not None:
+                gaps[p.component].append(p.ready_us - latest)
+        latest = p.done_us if latest is None else max(latest, p.done_us)
+    lines = [f"{'component':24s} {'layers':>6s} {'median span us':>15s} {'median gap before us':>21s}"]
+    for c in order:
+        gap = f"{statistics.median(gaps[c]):21.2f}" if gaps[c] else f"{'-':>21s}"
+        lines.append(f"{c:24s} {len(spans[c]):6d} {statistics.median(spans[c]):15.2f} {gap}")
+    starts: dict[int, float] = {}
+    for p in layered:
+        starts[p.layer] = min(starts.get(p.layer, p.ready_us), p.ready_us)
+    ks = sorted(starts)
+    if len(ks) > 1:
+        lengths = [starts[b] - starts[a] for a, b in zip(ks, ks[1:])]
+        lines.append(f"a layer (its first waits met to the next layer's): median {statistics.median(lengths):.2f} us")
+    return "\n".join(lines)
