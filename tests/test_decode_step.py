@@ -109,3 +109,19 @@ def test_the_ring_od_step_swaps_only_the_output_and_down_projections():
             swapped.append(a["name"])
         assert a == b
     assert swapped == ["o_proj", "down"]
+
+
+def test_counts_per_cta_adds_each_whole_call_event_once_per_cta(objects, linked):
+    # decode_step.json with counts_per_cta: the `after` events and the head's `partials` (n->:) are added once
+    # per CTA and call, by the count of its tasks; `splits` (bhs->bh: one element per (b, h)) still per task
+    cta = decode_kernels.link_mega(objects, "split_cta")
+    assert cta.ok, [d.render() for d in cta.diagnostics]
+    glue, plain = cta.context.glue, linked["split"].context.glue
+    assert "pl_count_" not in plain
+    batched = [ln for ln in glue.splitlines() if "atomicAdd(" in ln and "this CTA's tasks of the call" in ln]
+    names = {ln.split("'")[1] for ln in batched}
+    assert {"pl_after_qkv", "pl_after_o_proj", "pl_after_gate_up", "pl_after_down", "partials"} <= names
+    assert not [ln for ln in glue.splitlines() if "add_one(" in ln and ("pl_after_" in ln or "'partials'" in ln)]
+    assert [ln for ln in glue.splitlines() if "add_one(" in ln and "'splits'" in ln]
+    m = cta.manifest
+    assert m.resources.frame_bytes == 0 and m.resources.registers <= 128

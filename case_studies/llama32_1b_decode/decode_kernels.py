@@ -29,6 +29,8 @@ MEGA_PIPELINES = {"split": HERE / "pipelines" / "decode_step.json",
                   "ring": HERE / "pipelines" / "decode_step_ring.json",
                   "ring_od": HERE / "pipelines" / "decode_step_ring_od.json",
                   "last": HERE / "pipelines" / "decode_step_last.json"}
+# Steps linked from one of those pipelines with other link options: variant -> (pipeline variant, fields).
+MEGA_OPTIONS = {"split_cta": ("split", {"counts_per_cta": True})}
 
 
 def all_parts() -> tuple:
@@ -59,19 +61,20 @@ def _checked(result, what: str):
 
 
 def link_mega(objects: dict[str, Path], variant: str, profile_tasks: int = 0):
-    """The whole decode step as one kernel (variant 'split', 'head', 'ring', 'ring_od' or 'last'); `profile_tasks`: with a task
-    profile of that many records (Kernel.task_profile)."""
+    """The whole decode step as one kernel (variant: a key of MEGA_PIPELINES or MEGA_OPTIONS); `profile_tasks`:
+    with a task profile of that many records (Kernel.task_profile)."""
     import pipelink
     from pipelink.core.diagnostics import DiagnosticSink
     from pipelink.core.pipeline import load_pipeline
-    path = MEGA_PIPELINES[variant]
+    base, options = MEGA_OPTIONS.get(variant, (variant, {}))
+    path = MEGA_PIPELINES[base]
     names = pipeline_components(path)
     missing = [n for n in names if n not in objects]
     if missing:
         raise RuntimeError(f"{path.name} lists {missing}, which were not built")
     pipeline = str(path)
-    if profile_tasks:
-        pipeline = dataclasses.replace(load_pipeline(path, DiagnosticSink()), profile_tasks=profile_tasks)
+    if profile_tasks or options:
+        pipeline = dataclasses.replace(load_pipeline(path, DiagnosticSink()), profile_tasks=profile_tasks, **options)
     return _checked(pipelink.link([str(objects[n]) for n in names], pipeline=pipeline), path.name)
 
 

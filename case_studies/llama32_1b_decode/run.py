@@ -41,7 +41,7 @@ BATCHES = [1, 8]
 CONTEXTS = [16, 256, 1024, 4096, 16384]
 
 PIPELINK_VARIANTS = ("pipelink_split", "pipelink_head", "pipelink_ring", "pipelink_ring_od", "pipelink_last",
-                     "parts_graph", "parts_ring_graph")
+                     "pipelink_split_cta", "parts_graph", "parts_ring_graph")
 TORCH_VARIANTS = ("torch_eager", "torch_graph")
 # What the results table compares; the ring and last-arriver steps are experiments, asked for by name.
 DEFAULT_VARIANTS = ("pipelink_split", "pipelink_head", "parts_graph") + TORCH_VARIANTS
@@ -78,6 +78,8 @@ def load_variants(objects, wanted, errors):
                 made[name] = MegaStep(objects, "ring_od")
             elif name == "pipelink_last":  # flash-decoding whose last split merges (attn_last)
                 made[name] = MegaStep(objects, "last")
+            elif name == "pipelink_split_cta":  # decode_step.json with counts_per_cta
+                made[name] = MegaStep(objects, "split_cta")
             elif name == "parts_graph":
                 made[name] = PartsStep(objects, "split", dependent=True)
                 log(f"parts_graph: dependent launch {made[name].dependent}")

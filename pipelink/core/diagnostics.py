@@ -245,6 +245,9 @@ CODES = _codes(
          "shared memory; per-thread values: derive them at use), or what this loop keeps (narrower offsets "
          "instead of pointers); where the kernel's register budget is below what the component used alone, a "
          "component's registers.max_per_thread sets it", warning="always a warning (`pipelink link --loops`)"),
+    Code("PL184", "counts_per_cta outside a static persistent schedule", L,
+         "counting a call's tasks once per CTA needs each CTA's fixed task order: a persistent schedule with "
+         "static dispatch"),
 )
 
 

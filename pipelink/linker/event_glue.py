@@ -203,10 +203,17 @@ def wait_block(r, waits, tensor_index: dict, comp_index: int, threads: int, boun
     return out
 
 
+def whole_call(side) -> bool:
+    """Whether every task of the notifying call adds to every element of the event (a map onto ':' only, on
+    this rank): the adds of a CTA's tasks can then be one add of their count (counts_per_cta)."""
+    return side.rank is None and all(term.kind == "all" for term in side.map.terms)
+
+
 def notify_block(r, notifies, tensor_index: dict, threads: int, indent: str, bases: dict | None = None,
-                 tid: str = "threadIdx.x") -> list[str]:
+                 tid: str = "threadIdx.x", amount: str | None = None) -> list[str]:
     """Every notification of a task, after its writes (the caller's barrier) are made visible. `tid`: the
-    thread's index among the task's `threads` (a group's own when a block runs several tasks at once)."""
+    thread's index among the task's `threads` (a group's own when a block runs several tasks at once).
+    `amount`: what each add adds (a CTA's count of a call's tasks, counts_per_cta); one when None."""
     spaces, slot = [], 0
     for tensor, side in notifies:
         space = element_space(r, tensor_index[tensor.name], side)
@@ -222,7 +229,9 @@ def notify_block(r, notifies, tensor_index: dict, threads: int, indent: str, bas
         out = [f"{indent}if ({who}) __threadfence();  // the task's writes are visible to every CTA before any count moves"]
     for tensor, side, space, sl in spaces:
         at = f"{event_base(tensor_index, bases, tensor.name)} + {space.index}"
-        if side.rank is None:
+        if side.rank is None and amount is not None:
+            body = f"atomicAdd({at}, {amount});  // '{tensor.name}' {side.map.text}: this CTA's tasks of the call"
+        elif side.rank is None:
             body = f"pl::events::add_one({at});  // '{tensor.name}' {side.map.text}"
         else:
             letters = {d: f"tile.coord[{i}]" for i, d in enumerate(side.map.task_dims)}

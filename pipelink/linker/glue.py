@@ -567,9 +567,18 @@ def _persistent(r: Resolved, a: Allocation) -> list[str]:
                 out.append(f"  for (int pl_layer = 0; pl_layer < (int)({r.calls.layers_c()}); ++pl_layer) {{")
             for name in names:
                 k = plan.order.index(name)
+                batched = _batched_notifies(r, name)
+                if batched:
+                    out.append(f"{inner}unsigned long long pl_count_{k} = 0;  // this CTA's tasks of '{name}' (counts_per_cta)")
                 out.append(f"{inner}for (int t = blockIdx.x; t < c{k}_tasks; t += gridDim.x) {{  // {name}")
-                out += _task_body(r, a, k, name, inner + "  ")
+                out += _task_body(r, a, k, name, inner + "  ", skip={t.name for t, _ in batched})
+                if batched:
+                    out.append(f"{inner}  ++pl_count_{k};")
                 out.append(f"{inner}}}")
+                if batched:  # the last task's barrier ordered every task's writes before these fences
+                    out.append(f"{inner}if (pl_count_{k} != 0ull) {{")
+                    out += _batched_notify_block(r, a, name, batched, f"pl_count_{k}", inner + "  ")
+                    out.append(f"{inner}}}")
             if layered:
                 out.append("  }")
     elif not event_glue.has_layers(r):
@@ -655,6 +664,19 @@ def _persistent(r: Resolved, a: Allocation) -> list[str]:
         f"      atomicExch(pl_workspace + {ws.launch_word}, pl_launch + 1ull);",
         "    }",
         "  }"]
+
+
+def _batched_notifies(r: Resolved, name: str) -> list:
+    """The notifications of `name` that counts_per_cta makes one add per CTA (event_glue.whole_call)."""
+    if not r.counts_per_cta or r.dispatch != "static" or r.events is None:
+        return []
+    return [(t, side) for t, side in r.events.notifies_of(name) if event_glue.whole_call(side)]
+
+
+def _batched_notify_block(r: Resolved, a: Allocation, name: str, notifies: list, amount: str, indent: str) -> list[str]:
+    tensor_index = {t.name: j for j, t in enumerate(r.events.tensors.values())}
+    return event_glue.notify_block(r, notifies, tensor_index, a.block_threads, indent,
+                                   _event_bases(r, name, tensor_index), amount=amount)
 
 
 def _segments(r: Resolved) -> list[tuple[tuple[str, ...], bool]]:
@@ -751,7 +773,7 @@ def _prefetches(r: Resolved, a: Allocation, k: int, name: str, indent: str, guar
             + [call_args(nested + "  " + guard, symbol), f"{nested}}}", f"{indent}}}"])
 
 
-def _task_body(r: Resolved, a: Allocation, k: int, name: str, indent: str) -> list[str]:
+def _task_body(r: Resolved, a: Allocation, k: int, name: str, indent: str, skip: set | None = None) -> list[str]:
     comp = r.component(name)
     plan = r.events
     tensor_index = {t.name: j for j, t in enumerate(plan.tensors.values())}
@@ -774,7 +796,7 @@ def _task_body(r: Resolved, a: Allocation, k: int, name: str, indent: str) -> li
         bound = f"{DEBUG_SPIN_BOUND}ull" if r.debug_events else "0ull"
         out += event_glue.wait_block(r, waits, tensor_index, comp_index, a.block_threads, bound, indent, bases)
     out += _run_task(r, name, tensor_index, _call(comp, indent + guard, stacked, bind), "__syncthreads();",
-                     a.block_threads, indent, bases)
+                     a.block_threads, indent, bases, skip=skip)
     if counter:
         out.append(f"{indent}++{counter};")
     if r.dispatch != "static":
@@ -821,15 +843,16 @@ def _profile_record(r: Resolved, comp_index: int, first: str, task: str, indent:
 
 
 def _run_task(r: Resolved, name: str, tensor_index: dict, call: str, barrier: str, threads: int, indent: str,
-              bases: dict | None = None, tid: str = "threadIdx.x") -> list[str]:
+              bases: dict | None = None, tid: str = "threadIdx.x", skip: set | None = None) -> list[str]:
     """What a task does once its waits are met, whether it has the block or a warp group: the entry call,
     the barrier that ends its writes (`barrier`: the block's or the group's), its notifications by its
-    `threads` (`tid` ranks them), and the profile's stamps between."""
+    `threads` (`tid` ranks them; none to the events in `skip`, which the CTA adds to once for the call), and
+    the profile's stamps between."""
     stamp = (lambda step, what: [f"{indent}if (pl_record) pl::profile::stamp(pl_record, {step});  // {what}"]
              if r.profile_tasks else [])
     out = stamp(2, "its waits are met") + [call, f"{indent}{barrier}  // the task's writes are done"]
     out += stamp(3, "it is done")
-    notifies = r.events.notifies_of(name)
+    notifies = [(t, side) for t, side in r.events.notifies_of(name) if t.name not in (skip or ())]
     if notifies:
         out += event_glue.notify_block(r, notifies, tensor_index, threads, indent, bases, tid=tid)
     return out + stamp(4, "its notifications are out")

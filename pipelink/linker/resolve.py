@@ -78,6 +78,7 @@ class Resolved:
     # Where a contract uses RANK or WORLD or notifies another rank: (component, JSON pointer) of the first
     # use. Every rank runs the kernel on NVSHMEM (glue, link and manifest follow it).
     distributed: tuple[str, str] | None = None
+    counts_per_cta: bool = False       # static persistent: whole-call events added once per CTA (glue.py)
 
     def inner_grid(self, name: str) -> tuple:
         return (self.nested or {}).get(name, ())
@@ -173,6 +174,13 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
         if spec.name in c.contract.symbols:
             sink.error("PL077", f"the kernel name '{spec.name}' is an entry symbol of '{c.name}'",
                        Location(file=spec.source, pointer="/name"), hint="name the pipeline differently")
+    if spec.counts_per_cta and (schedule != "persistent" or role_structured or spec.dispatch != "static"):
+        sink.error("PL184", "counts_per_cta counts a call's tasks once per CTA after its last one, which only a "
+                   "persistent schedule with static dispatch knows; this pipeline's is "
+                   f"{'role-structured' if role_structured else schedule}"
+                   + (f" with {spec.dispatch} dispatch" if schedule == "persistent" and not role_structured else ""),
+                   Location(file=spec.source, pointer="/counts_per_cta") if spec.source else None,
+                   hint="drop counts_per_cta, or use a persistent schedule with \"dispatch\": \"static\"")
     if spec.profile_tasks and (schedule != "persistent" or role_structured):
         sink.error("PL179", f"profile_tasks records the tasks of a persistent kernel; this pipeline's schedule is "
                    f"{'role-structured' if role_structured else schedule}",
@@ -226,7 +234,7 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
                     spec.dispatch, spec.debug_events, dict(spec.specialize), roles,
                     tuple(list(cluster) + [1] * (3 - len(cluster))) if cluster else None, stream_k, nested,
                     spec.dependent_launch, calls, spec.profile_tasks,
-                    distributed_use(comps, events.tensors if events else {}))
+                    distributed_use(comps, events.tensors if events else {}), spec.counts_per_cta)
 
 
 def standalone(c: Component) -> Component:
