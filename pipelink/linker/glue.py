@@ -668,7 +668,7 @@ def _persistent(r: Resolved, a: Allocation) -> list[str]:
 
 def _batched_notifies(r: Resolved, name: str) -> list:
     """The notifications of `name` that counts_per_cta makes one add per CTA (event_glue.whole_call)."""
-    if not r.counts_per_cta or r.dispatch != "static" or r.events is None:
+    if not r.counts_per_cta or r.events is None:  # resolve refused it outside static dispatch (PL184)
         return []
     return [(t, side) for t, side in r.events.notifies_of(name) if event_glue.whole_call(side)]
 

@@ -188,6 +188,19 @@ __device__ __forceinline__ void write_record(float* __restrict__ part, int b, in
   }
 }
 
+// Flash-decoding's first half for task (b, h, s): attend split s of the S = split_count(B, L, tasks, min_len)
+// splits of the context and write the state to its workspace record (write_record). Returns S.
+template <int UNROLL, class Sync>
+__device__ __forceinline__ int attend_split(const bf16* __restrict__ q, const bf16* __restrict__ k,
+                                            const bf16* __restrict__ v, float* __restrict__ part, int b, int h, int s,
+                                            int B, int L, int Lmax, int tasks, int min_len, float* red, Sync sync,
+                                            int t) {
+  const int splits = split_count(B, L, tasks, min_len);
+  const int l0 = split_begin(s, splits, L), l1 = split_begin(s + 1, splits, L);
+  write_record(part, b, h, s, splits, attend<UNROLL>(q, k, v, b, h, l0, l1, Lmax, red, sync), t);
+  return splits;
+}
+
 // The second half of flash-decoding for (b, h): thread t = 64 * g + d merges the `splits` records of query
 // head 4h + g in split order and writes o = acc / l, rounded once to bf16. The records were written in this
 // launch by other CTAs: loads through L2 (__ldcg), never the read-only cache.

@@ -17,13 +17,9 @@ extern "C" __device__ void attn_last(pl::Tile tile, const __nv_bfloat16* __restr
                                      const __nv_bfloat16* __restrict__ k, const __nv_bfloat16* __restrict__ v,
                                      float* __restrict__ part, int* __restrict__ arrived, __nv_bfloat16* __restrict__ o,
                                      int B, int L, int Lmax) {
-  const int b = tile.coord[0], h = tile.coord[1], s = tile.coord[2];
-  const int splits = attn_body::split_count(B, L, SPLIT_TASKS, SPLIT_MIN_L);
-  const int l0 = attn_body::split_begin(s, splits, L), l1 = attn_body::split_begin(s + 1, splits, L);
-  const attn_body::State st =
-      attn_body::attend<ATTN_UNROLL>(q, k, v, b, h, l0, l1, Lmax, smem_red<float>(), [] { sync_merge(); });
-  const int t = thread_rank();
-  attn_body::write_record(part, b, h, s, splits, st, t);
+  const int b = tile.coord[0], h = tile.coord[1], t = thread_rank();
+  const int splits = attn_body::attend_split<ATTN_UNROLL>(q, k, v, part, b, h, tile.coord[2], B, L, Lmax, SPLIT_TASKS,
+                                                          SPLIT_MIN_L, smem_red<float>(), [] { sync_merge(); }, t);
   int* const last = smem_last<int>();
   sync_merge();  // every thread's record is written
   if (t == 0) {

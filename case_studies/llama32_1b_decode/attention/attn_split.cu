@@ -13,10 +13,6 @@ static_assert(PART_RECORD == attn_body::RECORD, "contract attn_split: a workspac
 extern "C" __device__ void attn_split(pl::Tile tile, const __nv_bfloat16* __restrict__ q,
                                       const __nv_bfloat16* __restrict__ k, const __nv_bfloat16* __restrict__ v,
                                       float* __restrict__ part, int B, int L, int Lmax) {
-  const int b = tile.coord[0], h = tile.coord[1], s = tile.coord[2];
-  const int splits = attn_body::split_count(B, L, SPLIT_TASKS, SPLIT_MIN_L);
-  const int l0 = attn_body::split_begin(s, splits, L), l1 = attn_body::split_begin(s + 1, splits, L);
-  const attn_body::State st =
-      attn_body::attend<ATTN_UNROLL>(q, k, v, b, h, l0, l1, Lmax, smem_red<float>(), [] { sync_merge(); });
-  attn_body::write_record(part, b, h, s, splits, st, thread_rank());
+  attn_body::attend_split<ATTN_UNROLL>(q, k, v, part, tile.coord[0], tile.coord[1], tile.coord[2], B, L, Lmax,
+                                       SPLIT_TASKS, SPLIT_MIN_L, smem_red<float>(), [] { sync_merge(); }, thread_rank());
 }
