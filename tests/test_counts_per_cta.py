@@ -39,3 +39,15 @@ def test_a_pipeline_file_takes_counts_per_cta(tmp_path):
     path.write_text(json.dumps(raw))
     sink = DiagnosticSink()
     assert load_pipeline(path, sink) is None and sink.has_errors
+
+
+@pytest.mark.parametrize("name,kw,on", [("splitk_gemv", {}, True), ("splitk_gemv", {"dispatch": "dynamic"}, False),
+                                        ("splitk_gemv", {"counts_per_cta": False}, False), ("rowsum", {}, False)])
+def test_absent_it_is_on_wherever_the_schedule_allows_it(name, kw, on):
+    # None (the default): on under a static persistent schedule, off elsewhere without a diagnostic
+    pipe, spec = _spec(name, **kw)
+    assert "counts_per_cta" in kw or spec.counts_per_cta is None
+    ctx = run_passes(options=LinkOptions(arch="sm_90", pipeline=spec),
+                     components=[shipped_component(n) for n in pipe.components], until="resolve")
+    assert not [d for d in ctx.sink.items if d.severity == "error"]
+    assert ctx.resolved.counts_per_cta is on

@@ -112,12 +112,13 @@ def test_the_ring_od_step_swaps_only_the_output_and_down_projections():
 
 
 def test_counts_per_cta_adds_each_whole_call_event_once_per_cta(objects, linked):
-    # decode_step.json with counts_per_cta: the `after` events and the head's `partials` (n->:) are added once
-    # per CTA and call, by the count of its tasks; `splits` (bhs->bh: one element per (b, h)) still per task
-    cta = decode_kernels.link_mega(objects, "split_cta")
-    assert cta.ok, [d.render() for d in cta.diagnostics]
-    glue, plain = cta.context.glue, linked["split"].context.glue
-    assert "pl_count_" not in plain
+    # decode_step.json (counts_per_cta on by default under its static schedule): the `after` events and the
+    # head's `partials` (n->:) are added once per CTA and call, by the count of its tasks; `splits` (bhs->bh:
+    # one element per (b, h)) still per task. "counts_per_cta": false keeps one add per task.
+    per_task = decode_kernels.link_mega(objects, "split_per_task")
+    assert per_task.ok, [d.render() for d in per_task.diagnostics]
+    cta, glue, plain = linked["split"], linked["split"].context.glue, per_task.context.glue
+    assert "pl_count_" not in plain and "pl_count_" in glue
     batched = [ln for ln in glue.splitlines() if "atomicAdd(" in ln and "this CTA's tasks of the call" in ln]
     names = {ln.split("'")[1] for ln in batched}
     assert {"pl_after_qkv", "pl_after_o_proj", "pl_after_gate_up", "pl_after_down", "partials"} <= names

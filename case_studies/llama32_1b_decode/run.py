@@ -40,8 +40,10 @@ PROMPT = [128000, 791, 4062, 14198, 39935, 35308, 927, 279, 16053, 5679, 13]
 BATCHES = [1, 8]
 CONTEXTS = [16, 256, 1024, 4096, 16384]
 
-PIPELINK_VARIANTS = ("pipelink_split", "pipelink_head", "pipelink_ring", "pipelink_ring_od", "pipelink_last",
-                     "pipelink_split_cta", "parts_graph", "parts_ring_graph")
+MEGA_VARIANTS = ("split", "head", "ring", "ring_od", "last")  # decode_kernels.MEGA_PIPELINES
+# pipelink_X: the megakernel of pipeline X; pipelink_X_per_task: the same with one event add per task.
+PIPELINK_VARIANTS = (tuple(f"pipelink_{v}" for v in MEGA_VARIANTS) + tuple(f"pipelink_{v}_per_task" for v in MEGA_VARIANTS)
+                     + ("parts_graph", "parts_ring_graph"))
 TORCH_VARIANTS = ("torch_eager", "torch_graph")
 # What the results table compares; the ring and last-arriver steps are experiments, asked for by name.
 DEFAULT_VARIANTS = ("pipelink_split", "pipelink_head", "parts_graph") + TORCH_VARIANTS
@@ -68,18 +70,8 @@ def load_variants(objects, wanted, errors):
     made = {}
     for name in wanted:
         try:
-            if name == "pipelink_split":
-                made[name] = MegaStep(objects, "split")
-            elif name == "pipelink_head":
-                made[name] = MegaStep(objects, "head")
-            elif name == "pipelink_ring":
-                made[name] = MegaStep(objects, "ring")
-            elif name == "pipelink_ring_od":  # the ring for the output and down projections only
-                made[name] = MegaStep(objects, "ring_od")
-            elif name == "pipelink_last":  # flash-decoding whose last split merges (attn_last)
-                made[name] = MegaStep(objects, "last")
-            elif name == "pipelink_split_cta":  # decode_step.json with counts_per_cta
-                made[name] = MegaStep(objects, "split_cta")
+            if name.startswith("pipelink_"):  # a megakernel: decode_kernels.MEGA_PIPELINES / MEGA_OPTIONS
+                made[name] = MegaStep(objects, name[len("pipelink_"):])
             elif name == "parts_graph":
                 made[name] = PartsStep(objects, "split", dependent=True)
                 log(f"parts_graph: dependent launch {made[name].dependent}")

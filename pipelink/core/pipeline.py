@@ -64,7 +64,8 @@ class PipelineSpec:
     wires: tuple[WireSpec, ...] = ()
     schedule: str | None = None         # None: inferred
     dispatch: str = "static"            # persistent schedule: static per-CTA order, or a global task counter
-    counts_per_cta: bool = False        # static: a call's whole-call events counted once per CTA, not per task
+    counts_per_cta: bool | None = None  # static: a call's whole-call events counted once per CTA, not per task
+                                        # (None: wherever the schedule allows it; False: one add per task)
     debug_events: bool = False          # a wait that spins too long stops the kernel and is reported
     dependent_launch: bool = False      # programmatic dependent launch: overlap with the kernel before
     profile_tasks: int = 0              # persistent: a ring of this many task records (timestamps), 0: none
