@@ -280,3 +280,11 @@ def test_run_refuses_an_unknown_variant(capsys):
         run.main(["--variants", "pipelink_splt"])
     assert exc.value.code == 2 and "pipelink_splt" in capsys.readouterr().err
     assert set(run.DEFAULT_VARIANTS) <= set(run.PIPELINK_VARIANTS + run.TORCH_VARIANTS)
+
+
+@pytest.mark.parametrize("arg", ["head", "1x:/tmp", "head:/no/such/folder"])
+def test_run_refuses_a_bad_objects_folder_as_a_usage_error(capsys, arg):
+    run = _decode_run()
+    with pytest.raises(SystemExit) as exc:
+        run.main(["--objects", arg])
+    assert exc.value.code == 2 and "NAME:DIR" in capsys.readouterr().err

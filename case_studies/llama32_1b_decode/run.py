@@ -283,6 +283,13 @@ def _value_set(text: str):
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _objects_dir(text: str):
+    name, sep, folder = text.partition(":")
+    if not sep or not name.isidentifier() or not Path(folder).is_dir():
+        raise argparse.ArgumentTypeError(f"'{text}': expected NAME:DIR, DIR a folder of component objects")
+    return name, Path(folder)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--checkpoint", help="a safetensors file or directory to load instead of random weights")
@@ -301,6 +308,9 @@ def main(argv=None) -> int:
     ap.add_argument("--values", action="append", default=[], type=_value_set, metavar="NAME:COMPONENT.KEY=VALUE[,...]",
                     help="also build every pipelink variant with these contract values (e.g. "
                          "qkv8:qkv_rope_normed.QKV_ROWS=8), timed as VARIANT@NAME in the same round-robin; repeatable")
+    ap.add_argument("--objects", action="append", default=[], type=_objects_dir, metavar="NAME:DIR",
+                    help="also link every pipelink variant from the components' objects in DIR (NAME.o each, e.g. "
+                         "another commit's build), timed as VARIANT@NAME in the same round-robin; repeatable")
     ap.add_argument("--skip-correctness", action="store_true")
     ap.add_argument("--skip-bench", action="store_true")
     ap.add_argument("--quick", action="store_true", help="B=1 only, contexts 16 and 1024, 50 iterations")
@@ -345,6 +355,11 @@ def main(argv=None) -> int:
             log(f"{vs.name}: not available: {errors[vs.name]}")
             continue
         variants.update({f"{name}@{vs.name}": step for name, step in load_variants(objs, wanted, errors).items()})
+    results["object_sets"] = {name: str(folder) for name, folder in args.objects}
+    for name, folder in args.objects:
+        objs = {p.stem: p for p in sorted(folder.glob("*.o"))}
+        log(f"linking with the objects of {folder} as @{name}: {len(objs)} objects")
+        variants.update({f"{v}@{name}": step for v, step in load_variants(objs, wanted, errors).items()})
     torch_variants = [v for v in args.variants if v.startswith("torch_")]
     results["kernels"] = describe(variants)
 

@@ -9,6 +9,9 @@ alternating (GPU only), with the separate-kernel graph of the first folders; opt
 `--splits N` also times DIR's layer with N expert shares a tile at every T (the launcher's `expert_splits`
 chooses otherwise).
 
+`--static` also links the first folder's layer with static dispatch (each CTA's fixed task order, so the
+linker counts whole-call events once per CTA) in place of the pipeline's dynamic dispatch.
+
 `--out-of-line NAME` also links DIR's layer with NAME's entry called through a `__noinline__` glue wrapper
 (its own register allocation; an experiment, not a linker option: results/ab_combine_expert_2026-12-02.txt,
 docs/architecture.md)."""
@@ -97,6 +100,7 @@ def main() -> int:
     ap.add_argument("--out-of-line", action="append", default=[], metavar="ENTRY")
     ap.add_argument("--profile", action="store_true",
                     help="also a task profile of the first folder's layer, fused and as separate kernels")
+    ap.add_argument("--static", action="store_true", help="also the first folder's layer with static dispatch")
     ap.add_argument("--splits", type=int, action="append", default=[], metavar="N",
                     help="also the first folder's layer with N expert shares a tile at every T")
     args = ap.parse_args()
@@ -105,6 +109,9 @@ def main() -> int:
     if args.out_of_line:
         first = args.dirs[0].name
         links[f"{first} out of line"] = link_out_of_line(objects[first], args.out_of_line)
+    if args.static:
+        first = args.dirs[0].name
+        links[f"{first} static"] = builds.link_pipelink(objects[first], pipeline=builds.HOPPER_PIPELINE, dispatch="static")
     for name, r in links.items():
         if not r.ok:
             sys.exit("\n".join(d.render() for d in r.diagnostics))

@@ -109,16 +109,18 @@ def build_classic(team: Team | None, out_dir: Path, change: Change | None = None
     return out
 
 
-def link_pipelink(objects: list[Path], debug_events: bool = False, pipeline: Path = PIPELINE, profile_tasks: int = 0):
+def link_pipelink(objects: list[Path], debug_events: bool = False, pipeline: Path = PIPELINE, profile_tasks: int = 0,
+                  dispatch: str | None = None):
     from pipelink.core.diagnostics import DiagnosticSink
     from pipelink.core.pipeline import load_pipeline
     from pipelink.linker.passes import LinkOptions, link
     sink = DiagnosticSink()
     spec = load_pipeline(str(pipeline), sink)
     assert spec is not None, [d.render() for d in sink.items]
-    if debug_events or profile_tasks:
+    if debug_events or profile_tasks or dispatch:
         import dataclasses
-        spec = dataclasses.replace(spec, debug_events=debug_events, profile_tasks=profile_tasks)
+        spec = dataclasses.replace(spec, debug_events=debug_events, profile_tasks=profile_tasks,
+                                   dispatch=dispatch or spec.dispatch)
     return link([str(o) for o in objects], LinkOptions(pipeline=spec))
 
 
