@@ -189,3 +189,17 @@ def test_a_launch_records_each_task_once_in_order(shipped_objects, name, dispatc
             assert set(per) == set(pipe.components)
     finally:
         kernel.unload()
+
+
+def test_first_and_later_tells_a_ctas_first_task_of_a_call_from_the_rest():
+    # grid 2: tasks 0 and 1 of each layer are their CTAs' first, 2 and 3 later ones; c is not layered
+    recs = []
+    for layer in range(2):
+        recs += [_rec("a", 4 * layer + t, 0, 0, 3000 if t < 2 else 1000, 0) for t in range(4)]
+    recs.append(_rec("c", 0, 0, 0, 500, 0))
+    split = profile.first_and_later(recs, 2, {"a"}, grid=2)
+    assert split == {"a": (3.0, 1.0, 4, 4)}
+    text = profile.render_first_and_later(split)
+    assert text.splitlines()[1].split() == ["a", "4", "3.00", "4", "1.00"]
+    assert profile.first_and_later(recs, 2, {"a"}, grid=4) == {"a": (2.0, None, 8, 0)}
+    assert "-" in profile.render_first_and_later(profile.first_and_later(recs, 2, {"a"}, grid=4)).splitlines()[1]

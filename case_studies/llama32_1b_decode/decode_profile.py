@@ -111,12 +111,16 @@ def main(argv=None) -> int:
         layered = {c["name"] for c in calls if c.get("per_layer")}
         phases = profile.phases(records, dm.NL, layered)
         print(profile.render_phases(phases))
+        # static dispatch: what a CTA's first task of a call costs over its later ones (x staged, the norm)
+        split = profile.first_and_later(records, dm.NL, layered, step.kernel.resident_blocks())
+        print(profile.render_first_and_later(split))
         if args.out:
             span, sms, per = profile.summarize(records)
             Path(args.out).write_text(json.dumps(dict(**provenance(), B=args.B, ctx=args.ctx, variant=args.tasks,
                                                       span_us=span, sms=sms,
                                                       components=[c.__dict__ for c in per],
-                                                      phases=[p.__dict__ for p in phases]), indent=1) + "\n")
+                                                      phases=[p.__dict__ for p in phases],
+                                                      first_and_later=split), indent=1) + "\n")
         step.unload()
         return 0
     if args.launch:

@@ -175,3 +175,29 @@ def render_phases(ps: list[Phase]) -> str:
         lengths = [starts[b] - starts[a] for a, b in zip(ks, ks[1:])]
         lines.append(f"a layer (its first waits met to the next layer's): median {statistics.median(lengths):.2f} us")
     return "\n".join(lines)
+
+
+def first_and_later(records: list[TaskRecord], layers: int, layered: set[str], grid: int) -> dict[str, tuple]:
+    """Per layered component, (median run us of a CTA's first task of the call in a layer, median of its later
+    ones or None, how many of each): under static dispatch CTA c runs tasks c, c + grid, .. of each call, so
+    a task numbered below `grid` within its layer is its CTA's first. What the first pays and the later ones
+    do not (a GEMV staging x for the call) is the difference."""
+    count: dict[str, int] = {}
+    for r in records:
+        count[r.component] = count.get(r.component, 0) + 1
+    runs: dict[str, tuple[list, list]] = {}
+    for r in records:
+        if r.component not in layered or count[r.component] % layers:
+            continue
+        per_layer = count[r.component] // layers
+        first, later = runs.setdefault(r.component, ([], []))
+        (first if r.task % per_layer < grid else later).append(r.run_ns / 1000.0)
+    return {c: (statistics.median(f) if f else None, statistics.median(lt) if lt else None, len(f), len(lt))
+            for c, (f, lt) in runs.items()}
+
+
+def render_first_and_later(split: dict[str, tuple]) -> str:
+    lines = [f"{'component':24s} {'first tasks':>11s} {'median run us':>14s} {'later tasks':>11s} {'median run us':>14s}"]
+    for c, (first, later, nf, nl) in split.items():
+        lines.append(f"{c:24s} {nf:11d} {first:14.2f} {nl:11d} " + (f"{later:14.2f}" if later is not None else f"{'-':>14s}"))
+    return "\n".join(lines)
