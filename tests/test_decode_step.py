@@ -29,6 +29,14 @@ def test_step_links_into_one_kernel(linked, variant):
     result = linked[variant]
     assert result.ok, [d.render() for d in result.diagnostics]
     m = result.manifest
+    if variant == "lr":
+        # the loader ring: 6 slots of 16 rows x 512 columns (padded rows) beside the tasks' scratch, and the loader
+        # warp after the 8 compute warps: one CTA an SM, the GEMVs' caps (168) its register budget, no spills
+        assert m.schedule == "persistent" and m.block == (288, 1, 1)
+        assert 6 * 16 * (512 * 2 + 64) <= m.dynamic_smem <= 150 * 1024
+        assert "  1 block of 288 threads" in result.link_map, result.link_map.split("## residency")[1][:300]
+        assert m.resources.registers <= 168 and m.resources.frame_bytes == 0, m.resources
+        return
     assert m.schedule == "persistent" and m.block == (256, 1, 1)
     # two CTAs an SM: every buffer is per-task scratch, shared across the calls' components (the ring steps add
     # two slots of a task's first 8 rows x 2048 columns)
@@ -95,6 +103,20 @@ def test_the_last_step_swaps_only_the_attention():
     attn = last["calls"][names.index("attn")]
     assert attn["component"] == "attn_last" and attn["after"] == ["qkv"]
     assert last["calls"][names.index("o_proj")]["after"] == ["attn"]
+
+
+def test_the_loader_step_swaps_only_the_gemvs():
+    """decode_step_lr.json is decode_step.json with the four GEMV components' `_lr` versions (one team's folder)
+    and the ring's slot count: the same calls, bindings and events."""
+    import json
+    plain = json.loads((CASE / "pipelines" / "decode_step.json").read_text())
+    lr = json.loads((CASE / "pipelines" / "decode_step_lr.json").read_text())
+    swap = {n: n + "_lr" for n in ("gemv_residual", "gemv_swiglu_normed", "qkv_rope_normed", "lm_head")}
+    assert lr["loader_slots"] >= 2 and len(plain["calls"]) == len(lr["calls"])
+    for a, b in zip(plain["calls"], lr["calls"]):
+        name = a.get("component", a["name"])
+        assert b.get("component", b["name"]) == swap.get(name, name)
+        assert {k: v for k, v in a.items() if k != "component"} == {k: v for k, v in b.items() if k != "component"}
 
 
 def test_the_ring_od_step_swaps_only_the_output_and_down_projections():

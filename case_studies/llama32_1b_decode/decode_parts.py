@@ -175,7 +175,10 @@ RING_PARTS = (Part("linear", "gemv_residual_ring"), Part("linear", "gemv_swiglu_
               Part("linear", "qkv_rope_normed_ring"), Part("linear", "lm_head_ring"))
 EMBED_COLS = provided(EMBED_PARTS[0], "EMBED_COLS")  # embed's columns per task: 256 threads, 16 bytes each
 # Every component of the case study, once.
-ALL_PARTS = EMBED_PARTS + PARTS + ATTENTION_PARTS + MORE_PARTS + NORMED_PARTS + RING_PARTS
+# The same GEMVs with W from the kernel's loader ring (entry.load; pipelines/decode_step_lr.json).
+LOADER_PARTS = (Part("linear", "gemv_residual_lr"), Part("linear", "gemv_swiglu_normed_lr"),
+                Part("linear", "qkv_rope_normed_lr"), Part("linear", "lm_head_lr"))
+ALL_PARTS = EMBED_PARTS + PARTS + ATTENTION_PARTS + MORE_PARTS + NORMED_PARTS + RING_PARTS + LOADER_PARTS
 
 
 def argmax_workspace_shape(B: int, V: int) -> tuple[int, int]:

@@ -54,7 +54,7 @@ def entry_prototype(c: Contract) -> str:
     if c.entry.invocation == "per_tile":
         params.insert(0, "pl::Tile tile")
     protos = [f'extern "C" __device__ void {s}({", ".join(params) or "void"})'
-              for s in (c.entry.symbol, c.entry.prefetch) if s]
+              for s in (c.entry.symbol, c.entry.prefetch, c.entry.load) if s]
     return ";\n".join(protos)
 
 

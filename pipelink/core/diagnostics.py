@@ -248,6 +248,14 @@ CODES = _codes(
     Code("PL184", "counts_per_cta outside a static persistent schedule", L,
          "counting a call's tasks once per CTA needs each CTA's fixed task order: a persistent schedule with "
          "static dispatch"),
+    Code("PL185", "load entry or loader section malformed", L,
+         "`entry.load` and `loader` come together, on a single per_tile `entry` (not the `entries` form); the load "
+         "entry is its own function; `loader.slot_bytes` is a positive multiple of 16 over provided geometry, "
+         "`loader.slots` an expression over the entry's integer parameters and geometry"),
+    Code("PL186", "load entry outside a static persistent schedule", L,
+         "a loader warp walks each CTA's tasks in their fixed order ahead of their waits: link the component in a "
+         "persistent schedule with static dispatch (a load entry alone infers it), with as many warps as the "
+         "block's other task-running components"),
 )
 
 

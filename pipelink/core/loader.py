@@ -12,7 +12,7 @@ from . import jsonread, validate
 from .diagnostics import DiagnosticSink, Location
 from .indexmap import MapError, parse_map
 from .model import (ALL_THREADS, DTYPE_BYTES, INTEGER_DTYPES, SWIZZLE_BYTES, Barriers, Buffer, CompileFlags,
-                    Contract, Entry, EntryPoint, EventNotify, Events, EventWait, Geometry, MBarrier, NamedBarrier,
+                    Contract, Entry, EntryPoint, EventNotify, Events, EventWait, Geometry, Loader, MBarrier, NamedBarrier,
                     Param, ParamRange, Port, Reduction, Role, Source, Targets, TensorMapSpec, Threads,
                     TileSequence)
 from .targets import TARGETS
@@ -166,6 +166,7 @@ class _SemanticCheck:
         events = self.events(raw.get("events", {}), geometry, entry)
         self.reduction(geometry, ports, entries)
         self.concurrent(threads, buffers, barriers, ports, entries)
+        loader = self.loader(raw, entry, link_names, env)
         cluster = tuple(raw["cluster"]["dims"]) if "cluster" in raw else None
         if cluster is not None and (len(cluster) > 3 or cluster[0] * (cluster[1:2] or [1])[0] * (cluster[2:3] or [1])[0] > 8):
             self.error("PL107", f"cluster {list(cluster)} has more than the 8 CTAs a portable cluster may hold",
@@ -176,7 +177,43 @@ class _SemanticCheck:
             name=self.name, version=raw["version"], owner=raw.get("owner"), description=raw.get("description"),
             entry=entry, targets=targets, threads=threads, max_registers=max_regs, buffers=buffers,
             barriers=barriers, ports=ports, geometry=geometry, events=events, source=self.source, raw=raw,
-            entries=entries, cluster=cluster)
+            entries=entries, cluster=cluster, loader=loader)
+
+    def loader(self, raw: dict, entry: Entry, link_names: set[str], env: dict) -> Loader | None:
+        """entry.load and `loader` come together (PL185): the load entry fills `slots` slots of
+        `slot_bytes` each per task, and the linker sizes the ring from them."""
+        section = raw.get("loader")
+        if "entries" in raw:
+            if section is not None:
+                self.error("PL185", "`loader` goes with a single `entry` and its load entry; the `entries` form has "
+                           "its own roles", "/loader")
+            return None
+        if entry.load is None and section is None:
+            return None
+        if entry.load is None:
+            self.error("PL185", "`loader` without entry.load: nothing fills the slots it asks for", "/loader",
+                       hint="name the loader warp's function in entry.load, or drop `loader`")
+            return None
+        if section is None:
+            self.error("PL185", f"entry.load '{entry.load}' without `loader`: how many slots of how many bytes a task "
+                       "fills is not said", "/entry/load", hint='add "loader": {"slot_bytes": ..., "slots": ...}')
+            return None
+        if entry.invocation != "per_tile":
+            self.error("PL185", f"the load entry '{entry.load}' needs a per_tile entry: it loads a task's data",
+                       "/entry/load")
+        if entry.load in (entry.symbol, entry.prefetch):
+            self.error("PL185", f"the load entry '{entry.load}' is also the entry or its prefetch", "/entry/load")
+        slot_bytes = self.size_expr(section["slot_bytes"], "/loader/slot_bytes", set(self.raw.get("geometry", {})
+                                    .get("provides", {})), "loader slot size")
+        ints = {p.name for p in entry.params if p.is_shape}
+        slots = self.size_expr(section["slots"], "/loader/slots", ints | link_names, "loader slots per task")
+        if slot_bytes is None or slots is None:
+            return None
+        size = self.positive(slot_bytes, env, "/loader/slot_bytes", "loader slot size")
+        if size is not None and size % 16:
+            self.error("PL185", f"loader.slot_bytes is {size}, not a multiple of 16 (bulk copies move 16-byte units)",
+                       "/loader/slot_bytes")
+        return None if size is None or size % 16 else Loader(size, slots)
 
     def concurrent(self, threads: Threads, buffers, barriers, ports, entries) -> None:
         """Tasks that run several to a block (threads.concurrent) share it with each other: nothing of
@@ -256,7 +293,8 @@ class _SemanticCheck:
             out.append(Param(p["name"], p["dtype"], p.get("pointer", False), p.get("const", False),
                              f"{base}/{i}", shape, tmap))
         prefetch = raw_entry.get("prefetch") if isinstance(raw_entry := self.raw.get("entry"), dict) else None
-        return Entry(symbol=symbol, invocation=invocation, params=tuple(out), prefetch=prefetch)
+        load = raw_entry.get("load") if isinstance(raw_entry, dict) else None
+        return Entry(symbol=symbol, invocation=invocation, params=tuple(out), prefetch=prefetch, load=load)
 
     def tensor_map(self, p: dict, ptr: str, names: set[str], geometry: set[str]) -> TensorMapSpec | None:
         t = p["tensor_map"]

@@ -103,6 +103,16 @@ class Entry:
     invocation: str
     params: tuple[Param, ...]
     prefetch: str | None = None   # persistent: called before the task's waits with the same arguments
+    load: str | None = None       # persistent, static: the loader warp's entry, filling the task's ring slots
+
+
+@dataclass(frozen=True)
+class Loader:
+    """What a task of a component with a load entry takes of the kernel's loader ring."""
+
+    slot_bytes: int      # one slot, over provided geometry
+    slots: Expr          # slots a task fills and drains, over the entry's integer parameters and geometry
+    pointer_path: str = "/loader"
 
 
 ALL_THREADS = "*"  # an entry point every thread of the block runs, before the roles split
@@ -320,12 +330,13 @@ class Contract:
     raw: dict = field(repr=False, compare=False, default_factory=dict)
     entries: tuple[EntryPoint, ...] = ()   # the `entries` form; empty for a single `entry`
     cluster: tuple[int, ...] | None = None
+    loader: Loader | None = None
 
     @property
     def symbols(self) -> tuple[str, ...]:
         """Every entry symbol the object must define."""
-        return tuple(e.symbol for e in self.entries) or (self.entry.symbol,) + (
-            (self.entry.prefetch,) if self.entry.prefetch else ())
+        return tuple(e.symbol for e in self.entries) or (self.entry.symbol,) + tuple(
+            s for s in (self.entry.prefetch, self.entry.load) if s)
 
     def param(self, name: str) -> Param | None:
         return next((p for p in self.entry.params if p.name == name), None)

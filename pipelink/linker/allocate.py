@@ -227,6 +227,11 @@ def _smem_items(r: Resolved, steps: dict[str, int], copies: dict[str, int], held
     if r.schedule == "persistent":  # the glue's own words: the wait verdict, the claimed task, the held sizes
         items.append(SmemItem("buffer pl_glue.flags", "buffer", "pl_glue", GLUE_FLAG_BYTES + 8 * held_words, 16,
                               Lifetime(None)))
+    if r.loader is not None:  # the loader warp's ring: slots, then full and empty mbarriers per slot and an abort word
+        items.append(SmemItem("buffer pl_glue.ring", "buffer", "pl_glue", r.loader.slots * r.loader.slot_bytes,
+                              ARENA_ALIGN, Lifetime(None)))
+        items.append(SmemItem("mbarrier pl_glue.ring_bars", "mbarrier", "pl_glue", 16 * r.loader.slots + 8, 8,
+                              Lifetime(None)))
     for g in (r.roles.groups if r.roles is not None else ()):
         if g.instances > 1:  # one mbarrier per instance: whose turn it is on the owner's entries
             items.append(SmemItem(f"mbarrier pl_glue.turn_{g.name}", "mbarrier", "pl_glue", 8 * g.instances, 8,
@@ -312,7 +317,8 @@ def _warps(r: Resolved, alloc: Allocation, sink: DiagnosticSink) -> None:
         for c in r.components:
             alloc.warp_begin[c.name] = 0
             place_roles(c, 0)
-        alloc.block_warps = max(c.contract.threads.warps for c in r.components)
+        # The loader warp, when there is one, comes after the compute warps (glue.py branches it off).
+        alloc.block_warps = max(c.contract.threads.warps for c in r.components) + (r.loader is not None)
         return
     # Concurrent components get disjoint warp ranges; warpgroup-aligned ones first, on multiples of 4.
     needs_wg = lambda c: any(role.warpgroup_aligned for role in c.contract.threads.roles)  # noqa: E731

@@ -351,6 +351,8 @@ def _renamed_raw(comp: Component, call: CallSpec, plan: CallPlan, waited: set[st
             port["tile"] = [rename_expr(e, names) for e in port["tile"]]
         if "stages" in port:
             port["stages"] = rename_expr(port["stages"], names)
+    if "loader" in raw:
+        raw["loader"]["slots"] = rename_expr(raw["loader"]["slots"], names)
     seq = raw.get("geometry", {}).get("tile_sequence")
     if seq:
         seq["grid"] = [rename_expr(e, names) for e in seq["grid"]]

@@ -100,7 +100,35 @@ def _constants(r: Resolved, a: Allocation) -> list[str]:
         for sym, ctype in types.items():
             suffix = "u" if ctype == "unsigned" else ""
             out.append(f"__device__ extern const {ctype} {sym} = {values[sym]}{suffix};")
+    if r.loader is not None:  # pipelink/component.h's pl::ring reads these
+        out += [f"__device__ extern const unsigned {sym} = {value}u;" for sym, value in ring_constants(r, a).items()]
     out.append("}")
+    return out
+
+
+def ring_constants(r: Resolved, a: Allocation) -> dict[str, int]:
+    """The loader ring's place in the arena (pipelink/component.h): slots, then full[slots], empty[slots] and
+    the abort word."""
+    return {"pl_ring__base": a.buffer_offset[("pl_glue", "ring")], "pl_ring__slot_bytes": r.loader.slot_bytes,
+            "pl_ring__slots": r.loader.slots, "pl_ring__bars": a.mbar_offset[("pl_glue", "ring_bars")]}
+
+
+def compute_threads(r: Resolved, a: Allocation) -> int:
+    """The threads that run tasks: all of the block, or all but the loader warp."""
+    return a.block_threads - (32 if r.loader is not None else 0)
+
+
+def _compute_barriers(lines: list[str], threads: int) -> list[str]:
+    """With a loader warp the compute warps meet at barrier 0 without it: bar.sync (and bar.red) with their
+    count in place of __syncthreads."""
+    out = []
+    for line in lines:
+        line = (line.replace("__syncthreads()", f"pl::glue::compute_sync<{threads}>()")
+                .replace("__syncthreads_and(", f"pl::glue::compute_sync_and<{threads}>(")
+                .replace("__syncthreads_or(", f"pl::glue::compute_sync_or<{threads}>("))
+        if "compute_sync" in line and ") return;" in line:  # a debug abort: the loader must not wait on slots
+            line = line.replace(") return;", ") { pl::ring::leave(); return; }", 1)  # nobody will free
+        out.append(line)
     return out
 
 
@@ -517,6 +545,9 @@ def _persistent(r: Resolved, a: Allocation) -> list[str]:
             size("int", f"c{k}_tiles_{d}", e.to_c(geo), not runtime(e))
         size("int", f"c{k}_tasks", " * ".join(f"c{k}_tiles_{d}" for d in range(len(seq.grid))),
              not any(runtime(e) for e in seq.grid))
+        loader = r.component(name).contract.loader
+        if r.loader is not None and loader is not None:  # the slots one task fills and drains
+            size("int", f"c{k}_ring_slots", loader.slots.to_c(geo), not runtime(loader.slots))
     out += ["  // The next launch counts in the region the last one used: zero it now, a slice per CTA.",
             "  for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < pl_clear_words;",
             "       i += (unsigned long long)gridDim.x * blockDim.x)",
@@ -557,9 +588,15 @@ def _persistent(r: Resolved, a: Allocation) -> list[str]:
     if r.dispatch != "static":
         out.append("  int pl_last_call = -1;  // the call (and layer) of this CTA's previous task: tile.continues")
     init = _init_component_mbarriers(r, a, "  ")
+    if r.loader is not None:
+        init += _ring_init(r, a, "  ")
     if init:  # the components' own mbarriers (a prefetch's completion), ready before any task
         out += init + ["  __syncthreads();"]
     segments = _segments(r)
+    if r.loader is not None:
+        out += _loader_walk(r, a, segments, "  ")
+        out.append("  int pl_ring_pos = 0;  // the next task's first slot of the loader ring, as the loader counts")
+        walk_from = len(out)
     if r.dispatch == "static":
         for names, layered in segments:
             inner = "    " if layered else "  "
@@ -648,7 +685,7 @@ def _persistent(r: Resolved, a: Allocation) -> list[str]:
             out.append("    }")
             out.append(f"    task -= {span};")
         out.append("  }")
-    return out + [
+    out += [
         "  // Leave the workspace as the next launch needs it: the last CTA out zeroes the task counter and",
         "  // the count of CTAs out, then moves the launch on (every CTA has read it by now).",
         "  __syncthreads();",
@@ -664,6 +701,57 @@ def _persistent(r: Resolved, a: Allocation) -> list[str]:
         f"      atomicExch(pl_workspace + {ws.launch_word}, pl_launch + 1ull);",
         "    }",
         "  }"]
+    if r.loader is not None:
+        out[walk_from:] = _compute_barriers(out[walk_from:], compute_threads(r, a))
+    return out
+
+
+def _ring_init(r: Resolved, a: Allocation, indent: str) -> list[str]:
+    """The loader ring's mbarriers: full[i] completes with the loader's one arrival and the slot's bytes,
+    empty[i] with one arrival from each compute warp once it has read the slot; the abort word at zero."""
+    bars, n = a.mbar_offset[("pl_glue", "ring_bars")], r.loader.slots
+    warps = compute_threads(r, a) // 32
+    return [f"{indent}if (threadIdx.x == 0) {{",
+            f"{indent}  for (unsigned i = 0; i < {n}u; ++i) {{",
+            f"{indent}    pl::glue::mbarrier_init({bars}u + 8u * i, 1u);  // loader ring full[i]",
+            f"{indent}    pl::glue::mbarrier_init({bars + 8 * n}u + 8u * i, {warps}u);  // loader ring empty[i]",
+            f"{indent}  }}",
+            f"{indent}  *pl::glue::mbarrier_at({bars + 16 * n}u) = 0ull;  // the compute warps left (a debug abort)",
+            f"{indent}  pl::glue::mbarrier_init_fence();",
+            f"{indent}}}"]
+
+
+def _loader_walk(r: Resolved, a: Allocation, segments, indent: str) -> list[str]:
+    """The loader warp: the CTA's tasks in the compute warps' static order, without their waits; each task of
+    a component with a load entry fills its slots (waiting for each to be free), and the position moves on
+    by the task's slots, as the compute side's does."""
+    plan = r.events
+    abort = a.mbar_offset[("pl_glue", "ring_bars")] + 16 * r.loader.slots
+    out = [f"{indent}if (threadIdx.x >= {compute_threads(r, a)}u) {{  // the loader warp",
+           f"{indent}  int pl_ring_pos = 0;"]
+    inner = indent + "  "
+    for names, layered in segments:
+        loading = [n for n in names if r.component(n).code.entry.load]
+        if not loading:
+            continue
+        body = inner + ("  " if layered else "")
+        if layered:
+            out.append(f"{inner}for (int pl_layer = 0; pl_layer < (int)({r.calls.layers_c()}); ++pl_layer) {{")
+        for name in loading:
+            k = plan.order.index(name)
+            comp = r.component(name)
+            stacked, bind = _stacked_args(r, name), (r.calls.bind.get(name) if r.calls else None)
+            out.append(f"{body}for (int t = blockIdx.x; t < c{k}_tasks; t += gridDim.x) {{  // {name}")
+            out += _decode(r, k, name, body + "  ", "0", _continues(r, k))
+            out += [f"{body}  tile.ring = pl_ring_pos;",
+                    _call(comp, body + "  ", stacked, bind, comp.code.entry.load),
+                    f"{body}  pl_ring_pos += c{k}_ring_slots;",
+                    f"{body}  if (*reinterpret_cast<volatile unsigned long long*>(pl::glue::mbarrier_at({abort}u))) "
+                    "return;  // the compute warps left",
+                    f"{body}}}"]
+        if layered:
+            out.append(f"{inner}}}")
+    return out + [f"{inner}return;", f"{indent}}}"]
 
 
 def _batched_notifies(r: Resolved, name: str) -> list:
@@ -675,7 +763,7 @@ def _batched_notifies(r: Resolved, name: str) -> list:
 
 def _batched_notify_block(r: Resolved, a: Allocation, name: str, notifies: list, amount: str, indent: str) -> list[str]:
     tensor_index = {t.name: j for j, t in enumerate(r.events.tensors.values())}
-    return event_glue.notify_block(r, notifies, tensor_index, a.block_threads, indent,
+    return event_glue.notify_block(r, notifies, tensor_index, compute_threads(r, a), indent,
                                    _event_bases(r, name, tensor_index), amount=amount)
 
 
@@ -780,12 +868,15 @@ def _task_body(r: Resolved, a: Allocation, k: int, name: str, indent: str, skip:
     comp_index = [c.name for c in r.components].index(name)
     counter = prefetch_counter(r, name)
     out = _decode(r, k, name, indent, counter or "0", _continues(r, k))
+    loads = r.loader is not None and comp.code.entry.load
+    if loads:  # the task drains the slots the loader filled for it
+        out.append(f"{indent}tile.ring = pl_ring_pos;")
     if r.profile_tasks:  # thread 0 records the task (its slot, then a stamp at each step)
         task = f"(long long)pl_layer * (long long)c{k}_tasks + t" if event_glue.has_layers(r) else "t"
         out.append(_profile_record(r, comp_index, "threadIdx.x == 0", task, indent))
     stacked, bind = _stacked_args(r, name), (r.calls.bind.get(name) if r.calls else None)
     threads = comp.contract.threads.count
-    guard = f"if (threadIdx.x < {threads}) " if threads < a.block_threads else ""
+    guard = f"if (threadIdx.x < {threads}) " if threads < compute_threads(r, a) else ""
     if counter:
         out += _prefetches(r, a, k, name, indent, guard,
                            lambda ind, symbol: _call(comp, ind, stacked, bind, symbol))
@@ -794,11 +885,13 @@ def _task_body(r: Resolved, a: Allocation, k: int, name: str, indent: str, skip:
     waits = plan.waits_of(name)
     if waits:
         bound = f"{DEBUG_SPIN_BOUND}ull" if r.debug_events else "0ull"
-        out += event_glue.wait_block(r, waits, tensor_index, comp_index, a.block_threads, bound, indent, bases)
+        out += event_glue.wait_block(r, waits, tensor_index, comp_index, compute_threads(r, a), bound, indent, bases)
     out += _run_task(r, name, tensor_index, _call(comp, indent + guard, stacked, bind), "__syncthreads();",
-                     a.block_threads, indent, bases, skip=skip)
+                     compute_threads(r, a), indent, bases, skip=skip)
     if counter:
         out.append(f"{indent}++{counter};")
+    if loads:
+        out.append(f"{indent}pl_ring_pos += c{k}_ring_slots;")
     if r.dispatch != "static":
         out.append(f"{indent}pl_last_call = {_call_key(r, k)};")
     return out

@@ -79,12 +79,50 @@ class Resolved:
     # use. Every rank runs the kernel on NVSHMEM (glue, link and manifest follow it).
     distributed: tuple[str, str] | None = None
     counts_per_cta: bool = False       # static persistent: whole-call events added once per CTA (glue.py)
+    loader: "LoaderPlan | None" = None  # components with a load entry: the loader warp and its ring
 
     def inner_grid(self, name: str) -> tuple:
         return (self.nested or {}).get(name, ())
 
     def component(self, name: str) -> Component:
         return next(c for c in self.components if c.name == name)
+
+
+@dataclass(frozen=True)
+class LoaderPlan:
+    """The kernel's loader role: one warp after the compute warps walks the CTA's tasks in their static order
+    and calls each load entry, which fills the task's slots of one shared-memory ring of `slots` slots of
+    `slot_bytes` (the largest any component asks for) while the compute warps run earlier tasks."""
+
+    slots: int
+    slot_bytes: int
+    components: tuple[str, ...]  # the calls with a load entry
+
+
+def plan_loader(comps: list, spec: PipelineSpec, schedule: str, role_structured: bool,
+                sink: DiagnosticSink) -> LoaderPlan | None:
+    """A load entry runs ahead of its task's waits on its own warp, which only a persistent kernel with static
+    dispatch can place: the loader must know the CTA's next tasks before they are claimed (PL186)."""
+    loading = [c for c in comps if c.contract.entry.load]
+    if not loading:
+        return None
+    if schedule != "persistent" or role_structured or spec.dispatch != "static":
+        how = "role-structured" if role_structured else schedule + (
+            f" with {spec.dispatch} dispatch" if schedule == "persistent" else "")
+        sink.error("PL186", f"'{loading[0].name}' has a load entry, which a loader warp calls for the CTA's tasks in "
+                   f"their static order; this pipeline's schedule is {how}", loading[0].contract.at("/entry/load"),
+                   hint='use a persistent schedule with "dispatch": "static", or link the component\'s variant '
+                        "without a load entry")
+        return None
+    warps = max(c.contract.threads.warps for c in comps)
+    for c in loading:
+        if c.contract.threads.warps != warps:
+            sink.error("PL186", f"'{c.name}' has a load entry and {c.contract.threads.warps} warps; the block's compute "
+                       f"warps are {warps}, and every one of them releases each ring slot it read",
+                       c.contract.at("/threads"), hint=f"give '{c.name}' {warps} warps")
+            return None
+    return LoaderPlan(spec.loader_slots, max(c.contract.loader.slot_bytes for c in loading),
+                      tuple(c.name for c in loading))
 
 
 SAMPLE_SHAPES = (1, 2, 3, 17, 64, 100, 129, 1000, 4096, 5003)
@@ -131,7 +169,8 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
     if calls is None:  # calls meet through events only
         wires_spec += _auto_wires(comps, wires_spec, sink)
     has_events = any(c.contract.events.notifies or c.contract.events.waits for c in comps)
-    schedule = spec.schedule or ("persistent" if has_events else "warp_specialized" if role_structured
+    has_loader = any(c.contract.entry.load for c in comps)  # a loader warp walks a persistent CTA's tasks
+    schedule = spec.schedule or ("persistent" if has_events or has_loader else "warp_specialized" if role_structured
                                  else _infer_schedule(wires_spec, by_name, geometry))
     if role_structured:
         _role_structured_only(comps, schedule, spec, sink)
@@ -208,6 +247,7 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
             if c.contract.threads.uses_syncthreads and len(comps) > 1:
                 sink.error("PL071", f"'{c.name}' calls __syncthreads, which would wait for the warps of the other "
                            "components too", c.contract.at("/threads/uses_syncthreads"))
+    loader = plan_loader(comps, spec, schedule, role_structured, sink)
     roles = None
     if role_structured and not sink.has_errors:
         from .roles import plan_roles
@@ -239,7 +279,7 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
                     spec.dispatch, spec.debug_events, dict(spec.specialize), roles,
                     tuple(list(cluster) + [1] * (3 - len(cluster))) if cluster else None, stream_k, nested,
                     spec.dependent_launch, calls, spec.profile_tasks,
-                    distributed_use(comps, events.tensors if events else {}), counts_per_cta)
+                    distributed_use(comps, events.tensors if events else {}), counts_per_cta, loader)
 
 
 def standalone(c: Component) -> Component:

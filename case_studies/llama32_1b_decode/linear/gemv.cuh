@@ -32,6 +32,7 @@
 // *_normed components: no separate norm task, no hand-off).
 #pragma once
 #include <cuda_bf16.h>
+#include <pipelink/component.h>  // pl::Tile, pl::ring
 
 namespace gemv_body {
 
@@ -151,6 +152,7 @@ __device__ __forceinline__ int xs_slot(int b, int v, int chunk_vecs) { return b 
 // WRing holds 8, WGlobal none); rows_from reads those with slot() at the mma, so they take no register.
 struct WGlobal {
   static constexpr int kSlotRows = 0;
+  static constexpr bool kLoaderRing = false;
   const bf16* w;
   int K;
   __device__ __forceinline__ void begin() const {}
@@ -173,6 +175,149 @@ constexpr int blocks_per_pass(int kpw, int halves) {
 template <int WARPS, int ROWS>
 constexpr int sums_floats = WARPS * ROWS * 8;
 
+// W through the kernel's loader ring (pipelink/component.h's pl::ring; the `_lr` components): the load entry
+// (the loader warp) copies a task's W, SLOT_K columns of its ROWS rows per slot, slot after slot in K order (and
+// again per group of BATCH batch rows), before the task waits; the entry reads each slot at the mma and releases
+// it. A slot row is SLOT_K bf16 plus 64 bytes, so the two rows a quarter warp reads sit in different banks.
+template <int ROWS, int SLOT_K>
+struct WLoaderRing {
+  static constexpr int kSlotRows = 0;
+  static constexpr bool kLoaderRing = true;
+  static constexpr int kPitch = SLOT_K * 2 + 64;      // bytes of one row in a slot
+  static constexpr int kSlotBytes = ROWS * kPitch;
+  static constexpr int kSlotK = SLOT_K;
+  pl::Tile tile;
+  // rows_from's register walk (compiled, never run: rows_from hands a loader ring to rows_ring)
+  __device__ __forceinline__ void begin() const {}
+  __device__ __forceinline__ uint4 load(int, int, int, int) const { return make_uint4(0u, 0u, 0u, 0u); }
+  __device__ __forceinline__ uint4 slot(int, int) const { return make_uint4(0u, 0u, 0u, 0u); }
+};
+
+// The load entry's body (every lane of the loader warp): the task's slots, in the order rows_from drains them.
+template <int ROWS, int SLOT_K, int BATCH, class RowOf>
+__device__ __forceinline__ void load_slots(const pl::Tile& tile, const bf16* __restrict__ w, int B, int K,
+                                           RowOf row_of) {
+  static_assert(ROWS <= 32, "gemv: one lane copies one row of a slot");
+  constexpr int PITCH = WLoaderRing<ROWS, SLOT_K>::kPitch;
+  const int lane = threadIdx.x % 32;
+  const int n = lane < ROWS ? row_of(lane) : -1;
+  int valid = 0;
+#pragma unroll
+  for (int i = 0; i < ROWS; ++i) valid += row_of(i) >= 0;
+  const int slots = (K + SLOT_K - 1) / SLOT_K;
+  for (int bg = 0, s = 0; bg < B; bg += BATCH) {
+    for (int j = 0; j < slots; ++j, ++s) {
+      if (!pl::ring::acquire(tile, s)) return;
+      const unsigned bytes = (unsigned)min(SLOT_K, K - j * SLOT_K) * 2u;
+      if (lane == 0) pl::ring::expect(tile, s, bytes * (unsigned)valid);
+      __syncwarp();
+      if (n >= 0) pl::ring::copy(tile, s, (unsigned)(lane * PITCH), w + (long long)n * K + (long long)j * SLOT_K, bytes);
+    }
+  }
+}
+
+// rows_from's walk with W from the loader ring: per slot, wait for it, each warp multiplies its 32-wide blocks
+// of the slot (SLOT_K / 32 / WARPS of them) against x, and releases it. x, the sums and the epilogue as in
+// rows_from.
+template <int WARPS, int ROWS, int KCHUNK, int BATCH, int SLOT_K, class Stage, class RowOf, class Store,
+          class Flush, class Sync>
+__device__ __forceinline__ void rows_ring(const pl::Tile& tile, const Stage& stage, int B, int K,
+                                          uint4* __restrict__ xs, float* __restrict__ sums, int continues,
+                                          RowOf row_of, Store store, Flush flush, Sync sync) {
+  static_assert(ROWS % 8 == 0, "gemv: a task is a whole number of 8-row halves of an mma tile");
+  static_assert(KCHUNK % SLOT_K == 0 && SLOT_K % (32 * WARPS) == 0,
+                "gemv: a K chunk is whole slots, and a slot whole 32-wide blocks for every warp");
+  static_assert(BATCH >= 1 && BATCH <= 8, "gemv: the batch rows of a group are the 8 columns of the mma");
+  constexpr int THREADS = WARPS * 32;
+  constexpr int MT = (ROWS + 15) / 16;
+  constexpr int CHUNK_VECS = KCHUNK / 8;
+  constexpr int SLOT_VECS = SLOT_K / 8;
+  constexpr int BPW = SLOT_K / 32 / WARPS;  // a warp's 32-wide blocks of a slot
+  constexpr int PITCH = WLoaderRing<ROWS, SLOT_K>::kPitch;
+  const int t = threadIdx.x % THREADS, warp = t / 32, lane = t % 32;
+  const int g = lane / 4, q = lane % 4;
+  const int kvecs = K / 8;
+  const int chunks = (kvecs + CHUNK_VECS - 1) / CHUNK_VECS;
+  const bool resident = B <= BATCH && B * chunks <= BATCH;
+  bool row_ok[MT][2];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) row_ok[mt][h] = mt * 16 + h * 8 < ROWS && row_of(mt * 16 + h * 8 + g) >= 0;
+
+  if (resident && !continues) {  // the call's first task on this CTA: all of x, once (the loader is already
+    stage.begin(0, B);           // streaming this task's W into the ring)
+    for (int idx = t; idx < B * kvecs; idx += THREADS) {
+      const int b = idx / kvecs, v = idx - b * kvecs, c = v / CHUNK_VECS;
+      xs[c * B * CHUNK_VECS + xs_slot(b, v - c * CHUNK_VECS, CHUNK_VECS)] = stage.load(b, v);
+    }
+    sync();
+  }
+
+  int s = 0;  // the task's next slot
+  for (int bg = 0; bg < B; bg += BATCH) {
+    const int nb = min(BATCH, B - bg);
+    if (!resident) stage.begin(bg, nb);
+    float acc[MT][2][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mt][0][e] = acc[mt][1][e] = 0.0f;
+    for (int v0 = 0, c = 0; v0 < kvecs; v0 += CHUNK_VECS, ++c) {
+      const int cv = min(CHUNK_VECS, kvecs - v0);
+      if (!resident) {
+        for (int idx = t; idx < nb * cv; idx += THREADS) {
+          const int b = idx / cv, v = idx - b * cv;
+          xs[xs_slot(b, v, CHUNK_VECS)] = stage.load(bg + b, v0 + v);
+        }
+        sync();
+      }
+      const uint4* const xc = resident ? xs + c * B * CHUNK_VECS : xs;
+      for (int sv = 0; sv < cv; sv += SLOT_VECS, ++s) {
+        pl::ring::wait(tile, s);
+        const unsigned char* const slot = pl::ring::slot(tile, s);
+#pragma unroll
+        for (int u = 0; u < BPW; ++u) {
+          const int blk = u * WARPS + warp;
+          const int v = sv + blk * 4 + q;  // the lane's vector of the chunk
+          const bool in = v < cv;
+          const uint4 xv = (g < nb && in) ? xc[xs_slot(g, v, CHUNK_VECS)] : make_uint4(0u, 0u, 0u, 0u);
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            uint4 half[2];
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+              half[h] = (row_ok[mt][h] && in)
+                            ? *reinterpret_cast<const uint4*>(slot + (mt * 16 + h * 8 + g) * PITCH + (blk * 32 + 8 * q) * 2)
+                            : make_uint4(0u, 0u, 0u, 0u);
+            mma_16816(acc[mt][0], half[0].x, half[1].x, half[0].y, half[1].y, xv.x, xv.y);
+            mma_16816(acc[mt][1], half[0].z, half[1].z, half[0].w, half[1].w, xv.z, xv.w);
+          }
+        }
+        pl::ring::release(tile, s);
+      }
+      if (!resident) sync();
+    }
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        if (mt * 16 + h * 8 < ROWS)
+          *reinterpret_cast<float2*>(sums + (warp * ROWS + mt * 16 + h * 8 + g) * 8 + 2 * q) =
+              make_float2(acc[mt][0][2 * h] + acc[mt][1][2 * h], acc[mt][0][2 * h + 1] + acc[mt][1][2 * h + 1]);
+    sync();
+    for (int idx = t; idx < ROWS * nb; idx += THREADS) {
+      const int b = idx / ROWS, i = idx - b * ROWS;
+      float sum = 0.0f;
+#pragma unroll
+      for (int w = 0; w < WARPS; ++w) sum += sums[(w * ROWS + i) * 8 + b];
+      store(i, bg, b, sum);
+    }
+    flush(bg, nb);
+    if (bg + BATCH < B) sync();
+  }
+}
+
 // The general form: local row i (0 .. ROWS - 1) of the task is row row_of(i) of W (-1: none, it sums to
 // 0 and is not stored). For each group of up to BATCH batch rows starting at bg, some thread of the block
 // calls store(i, bg, b, s) with the fp32 sum s of batch row bg + b (b < nb), once for every local row, valid
@@ -190,6 +335,11 @@ template <int WARPS, int ROWS, int KCHUNK, int BATCH, class WSrc, class Stage, c
 __device__ __forceinline__ void rows_from(const WSrc& wsrc, const Stage& stage, int B, int K,
                                           uint4* __restrict__ xs, float* __restrict__ sums, int continues,
                                           RowOf row_of, Store store, Flush flush, Sync sync) {
+  if constexpr (WSrc::kLoaderRing) {
+    rows_ring<WARPS, ROWS, KCHUNK, BATCH, WSrc::kSlotK>(wsrc.tile, stage, B, K, xs, sums, continues, row_of, store,
+                                                        flush, sync);
+    return;
+  }
   static_assert(ROWS % 8 == 0, "gemv: a task is a whole number of 8-row halves of an mma tile");
   static_assert(KCHUNK % (32 * WARPS) == 0, "gemv: a K chunk deals whole 32-wide blocks to every warp");
   static_assert(BATCH >= 1 && BATCH <= 8, "gemv: the batch rows of a group are the 8 columns of the mma");

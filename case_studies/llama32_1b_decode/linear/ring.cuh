@@ -74,6 +74,7 @@ __device__ __forceinline__ void wait(unsigned long long* bar, unsigned parity) {
 template <int KCHUNK>
 struct WRing {
   static constexpr int kSlotRows = kRingRows;
+  static constexpr bool kLoaderRing = false;
   const bf16* w;
   int K;
   const uint4* slot_base;  // [kRingRows][KCHUNK / 8]

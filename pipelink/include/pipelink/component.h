@@ -21,6 +21,9 @@ struct Tile {
   // of the call reads, staged once per CTA). Set by persistent schedules and by a sequential kernel of one
   // component; 0 everywhere else.
   int continues = 0;
+  // A component with a load entry: the position of the task's first slot in the kernel's loader ring (the
+  // same for the loader's call and the entry's; pl::ring below).
+  int ring = 0;
 };
 
 // The block's dynamic shared memory. Every component sees the same base; the linker hands out
@@ -52,4 +55,89 @@ struct alignas(64) TensorMap {
   unsigned long long opaque[16];
 };
 
+}  // namespace pl
+
+// The loader ring of a kernel whose components have load entries (contract `entry.load`, `loader`): one warp
+// after the compute warps calls each task's load entry, which fills the task's `loader.slots` slots in order,
+// ahead of the task's waits; the entry drains them in the same order. Slot i of a task is ring position
+// tile.ring + i. The glue defines these constants only in such a kernel.
+extern "C" __device__ const unsigned pl_ring__base;       // arena offset of slot 0
+extern "C" __device__ const unsigned pl_ring__slot_bytes;  // one slot (the largest any component asks for)
+extern "C" __device__ const unsigned pl_ring__slots;       // slots in the ring
+extern "C" __device__ const unsigned pl_ring__bars;        // full[slots], empty[slots], then the abort word
+
+namespace pl {
+namespace ring {
+
+__device__ __forceinline__ unsigned position(const Tile& tile, int i) { return (unsigned)tile.ring + (unsigned)i; }
+__device__ __forceinline__ unsigned index(unsigned pos) { return pos % pl_ring__slots; }
+__device__ __forceinline__ unsigned phase(unsigned pos) { return (pos / pl_ring__slots) & 1u; }
+__device__ __forceinline__ unsigned smem_u32(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
+__device__ __forceinline__ unsigned full_bar(unsigned pos) {
+  return smem_u32(dynamic_smem() + pl_ring__bars) + 8u * index(pos);
+}
+__device__ __forceinline__ unsigned empty_bar(unsigned pos) {
+  return smem_u32(dynamic_smem() + pl_ring__bars) + 8u * (pl_ring__slots + index(pos));
+}
+__device__ __forceinline__ volatile unsigned long long* abort_word() {
+  return reinterpret_cast<volatile unsigned long long*>(dynamic_smem() + pl_ring__bars + 16u * pl_ring__slots);
+}
+
+// Slot i of the task (pl_ring__slot_bytes bytes, 128-byte aligned).
+__device__ __forceinline__ unsigned char* slot(const Tile& tile, int i) {
+  return dynamic_smem() + pl_ring__base + index(position(tile, i)) * pl_ring__slot_bytes;
+}
+
+__device__ __forceinline__ bool try_wait(unsigned bar, unsigned parity) {
+  unsigned done;
+  asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [%1], %2;\n"
+               " selp.u32 %0, 1, 0, p;\n}" : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+  return done != 0u;
+}
+
+// The entry (every compute thread): wait until slot i of the task holds what the load entry copied there.
+__device__ __forceinline__ void wait(const Tile& tile, int i) {
+  const unsigned pos = position(tile, i);
+  while (!try_wait(full_bar(pos), phase(pos))) {
+  }
+}
+
+// The entry (every thread of each compute warp, once the warp has read slot i): the loader may refill it.
+__device__ __forceinline__ void release(const Tile& tile, int i) {
+  __syncwarp();
+  if ((threadIdx.x & 31u) == 0u)
+    asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];" ::"r"(empty_bar(position(tile, i))) : "memory");
+}
+
+// The load entry (the loader warp): wait until slot i of the task is free (its previous task released it);
+// false when the compute warps left the kernel (a debug build's event timeout): return without loading.
+__device__ __forceinline__ bool acquire(const Tile& tile, int i) {
+  const unsigned pos = position(tile, i);
+  while (!try_wait(empty_bar(pos), phase(pos) ^ 1u))  // a slot's first use waits for nothing
+    if (*abort_word()) return false;
+  // The compute warps read the slot with ordinary loads; the bulk copies that refill it are the async proxy's.
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  return true;
+}
+
+// The load entry, one lane: slot i of the task completes when `bytes` have landed in it.
+__device__ __forceinline__ void expect(const Tile& tile, int i, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(full_bar(position(tile, i))), "r"(bytes)
+               : "memory");
+}
+
+// The load entry, any lane: a bulk copy of `bytes` (a multiple of 16, from a 16-byte aligned global address)
+// to byte `offset` (16-byte aligned) of slot i, counted against the slot's expect().
+__device__ __forceinline__ void copy(const Tile& tile, int i, unsigned offset, const void* src, unsigned bytes) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+               ::"r"(smem_u32(slot(tile, i) + offset)), "l"(src), "r"(bytes), "r"(full_bar(position(tile, i)))
+               : "memory");
+}
+
+// The glue, when the compute warps leave early (a debug build's event timeout): the loader stops too.
+__device__ __forceinline__ void leave() {
+  if (threadIdx.x == 0) *abort_word() = 1ull;
+}
+
+}  // namespace ring
 }  // namespace pl

@@ -46,6 +46,27 @@ __device__ __forceinline__ void mbarrier_wait(unsigned offset, unsigned parity) 
 
 __device__ __forceinline__ int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
+// A kernel with a loader warp: the compute warps (the first N threads) meet at barrier 0 without it, in place
+// of __syncthreads (which would wait for the loader, busy in its own walk).
+template <unsigned N>
+__device__ __forceinline__ void compute_sync() {
+  asm volatile("bar.sync 0, %0;" ::"n"(N) : "memory");
+}
+template <unsigned N>
+__device__ __forceinline__ int compute_sync_and(int v) {
+  unsigned all;
+  asm volatile("{\n.reg .pred p, q;\nsetp.ne.s32 p, %1, 0;\nbar.red.and.pred q, 0, %2, p;\nselp.u32 %0, 1, 0, q;\n}"
+               : "=r"(all) : "r"(v), "n"(N) : "memory");
+  return all != 0u;
+}
+template <unsigned N>
+__device__ __forceinline__ int compute_sync_or(int v) {
+  unsigned any;
+  asm volatile("{\n.reg .pred p, q;\nsetp.ne.s32 p, %1, 0;\nbar.red.or.pred q, 0, %2, p;\nselp.u32 %0, 1, 0, q;\n}"
+               : "=r"(any) : "r"(v), "n"(N) : "memory");
+  return any != 0u;
+}
+
 // A group of warps running a task of its own beside the block's other groups (threads.concurrent): group g
 // (of N) meets at named barrier g + 1 with its `threads` threads (a multiple of 32). Each call below gets
 // a constant id, picked by the group's index: an id that stays a register makes ptxas reserve all sixteen.

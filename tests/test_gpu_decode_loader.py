@@ -1,0 +1,139 @@
+"""The loader-ring GEMVs (case_studies/llama32_1b_decode/linear: gemv_residual_lr, gemv_swiglu_normed_lr,
+qkv_rope_normed_lr, lm_head_lr) on a GPU, bit for bit against the plain ones: the same products in the same order,
+W read from the kernel's loader ring, which the loader warp fills ahead of the compute warps (each linked alone: a
+persistent kernel with one loader warp a CTA; the first launch runs on 8 CTAs, so each walks many tasks around
+the ring and through both mbarrier phases of every slot, partial slots included: K = 40 and 2056).
+
+Fresh random inputs every run (the seed is in the failure message), outputs poisoned with NaN, batches 1, 3, 8
+and 11, K below, at and above the 2048-column chunk (8192: three chunks stream from global memory), N and I
+giving several tiles per CTA, every kernel launched twice."""
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+CASE = Path(__file__).resolve().parent.parent / "case_studies" / "llama32_1b_decode"
+sys.path.insert(0, str(CASE))
+
+import decode_parts  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+EPS = decode_parts.RMS_EPS
+PAIRS = {"gemv_residual_lr": "gemv_residual", "gemv_swiglu_normed_lr": "gemv_swiglu_normed",
+         "qkv_rope_normed_lr": "qkv_rope_normed", "lm_head_lr": "lm_head"}
+
+
+@pytest.fixture(scope="module")
+def kernels(tmp_path_factory):
+    parts = decode_parts.LOADER_PARTS + tuple(p for p in decode_parts.PARTS + decode_parts.NORMED_PARTS
+                                            + decode_parts.MORE_PARTS if p.name in PAIRS.values())
+    objects = decode_parts.build_all(tmp_path_factory.mktemp("loader"), parts)
+    out = {}
+    for name in list(PAIRS) + list(PAIRS.values()):
+        linked = decode_parts.link_alone(objects[name])
+        assert linked.ok, [d.render() for d in linked.diagnostics]
+        assert linked.manifest.schedule == ("persistent" if name in PAIRS else "sequential")
+        out[name] = linked.kernel()
+    yield out
+    for k in out.values():
+        k.unload()
+
+
+def _gen(seed):
+    import torch
+    return torch.Generator(device="cuda").manual_seed(seed)
+
+
+def _nan(*shape):
+    import torch
+    return torch.full(shape, float("nan"), dtype=torch.bfloat16, device="cuda")
+
+
+@pytest.mark.parametrize("B", [1, 3, 8, 11])
+@pytest.mark.parametrize("N,K", [(2048, 2048), (2048, 8192), (1000, 40), (4104, 2056)], ids=str)
+def test_gemv_residual_lr_is_gemv_residual(kernels, B, N, K):
+    import torch
+    seed = int.from_bytes(os.urandom(4), "little")
+    g = _gen(seed)
+    w = (torch.randn(N, K, generator=g, device="cuda") / K ** 0.5).to(torch.bfloat16)
+    x = torch.randn(B, K, generator=g, device="cuda").to(torch.bfloat16)
+    r = torch.randn(B, N, generator=g, device="cuda").to(torch.bfloat16)
+    want = _nan(B, N)
+    kernels["gemv_residual"].launch(w=w, x=x, r=r, y=want, B=B, N=N, K=K)
+    for launch in range(2):
+        got = _nan(B, N)
+        kernels["gemv_residual_lr"].launch(w=w, x=x, r=r, y=got, B=B, N=N, K=K, grid=8 if launch == 0 else None)
+        torch.cuda.synchronize()
+        assert torch.equal(got.view(torch.int16), want.view(torch.int16)), \
+            f"B={B} N={N} K={K} seed={seed} launch {launch}: {(got.float() - want.float()).abs().nan_to_num(1e9).max()}"
+
+
+@pytest.mark.parametrize("B", [1, 3, 8, 11])
+@pytest.mark.parametrize("I,K", [(8192, 2048), (1001, 40), (4100, 2056)], ids=str)
+def test_gemv_swiglu_normed_lr_is_gemv_swiglu_normed(kernels, B, I, K):
+    import torch
+    seed = int.from_bytes(os.urandom(4), "little")
+    g = _gen(seed)
+    w = (torch.randn(2 * I, K, generator=g, device="cuda") / K ** 0.5).to(torch.bfloat16)
+    x = (3 * torch.randn(B, K, generator=g, device="cuda")).to(torch.bfloat16)
+    norm_w = (1 + 0.1 * torch.randn(K, generator=g, device="cuda")).to(torch.bfloat16)
+    want = _nan(B, I)
+    kernels["gemv_swiglu_normed"].launch(w=w, x=x, norm_w=norm_w, eps=EPS, h=want, B=B, I=I, K=K)
+    for launch in range(2):
+        got = _nan(B, I)
+        kernels["gemv_swiglu_normed_lr"].launch(w=w, x=x, norm_w=norm_w, eps=EPS, h=got, B=B, I=I, K=K,
+                                                  grid=8 if launch == 0 else None)
+        torch.cuda.synchronize()
+        assert torch.equal(got.view(torch.int16), want.view(torch.int16)), \
+            f"B={B} I={I} K={K} seed={seed} launch {launch}: {(got.float() - want.float()).abs().nan_to_num(1e9).max()}"
+
+
+def _same(got, want, what):
+    import torch
+    assert torch.equal(got.view(torch.int16), want.view(torch.int16)), \
+        f"{what}: {(got.float() - want.float()).abs().nan_to_num(1e9).max()}"
+
+
+@pytest.mark.parametrize("B", [1, 3, 8])
+@pytest.mark.parametrize("K", [2048, 40])
+def test_qkv_rope_normed_lr_is_qkv_rope_normed(kernels, B, K):
+    import torch
+    seed = int.from_bytes(os.urandom(4), "little")
+    g = _gen(seed)
+    Lmax = 64
+    w = (torch.randn(decode_parts.QKV, K, generator=g, device="cuda") / K ** 0.5).to(torch.bfloat16)
+    x = (3 * torch.randn(B, K, generator=g, device="cuda")).to(torch.bfloat16)
+    norm_w = (1 + 0.1 * torch.randn(K, generator=g, device="cuda")).to(torch.bfloat16)
+    pos = torch.randint(0, Lmax, (B,), generator=g, device="cuda", dtype=torch.int32)
+    inv_freq = torch.tensor(decode_parts.llama3_inv_freq(), dtype=torch.float32, device="cuda")
+    outs = {}
+    for name in ("qkv_rope_normed", "qkv_rope_normed_lr"):
+        q, kc, vc = _nan(B, 32, 64), _nan(B * 8, Lmax, 64), _nan(B * 8, Lmax, 64)
+        kernels[name].launch(w=w, x=x, norm_w=norm_w, eps=EPS, pos=pos, inv_freq=inv_freq, q=q, k_cache=kc,
+                             v_cache=vc, B=B, K=K, Lmax=Lmax, grid=8 if name.endswith("_lr") else None)
+        torch.cuda.synchronize()
+        outs[name] = (q, kc, vc)
+    for got, want, what in zip(outs["qkv_rope_normed_lr"], outs["qkv_rope_normed"], ("q", "k_cache", "v_cache")):
+        _same(got, want, f"{what} B={B} K={K} seed={seed}")
+
+
+@pytest.mark.parametrize("B", [1, 3, 8])
+@pytest.mark.parametrize("V,K", [(decode_parts.VOCAB, 2048), (1001, 40)], ids=str)
+def test_lm_head_lr_is_lm_head(kernels, B, V, K):
+    import torch
+    seed = int.from_bytes(os.urandom(4), "little")
+    g = _gen(seed)
+    w = (torch.randn(V, K, generator=g, device="cuda") / K ** 0.5).to(torch.bfloat16)
+    x = torch.randn(B, K, generator=g, device="cuda").to(torch.bfloat16)
+    outs = {}
+    for name in ("lm_head", "lm_head_lr"):
+        logits = _nan(B, V)
+        part = torch.full(decode_parts.argmax_workspace_shape(B, V), -1, dtype=torch.int64, device="cuda")
+        kernels[name].launch(w=w, x=x, logits=logits, part=part.view(torch.uint64), B=B, V=V, K=K,
+                             grid=16 if name.endswith("_lr") else None)
+        torch.cuda.synchronize()
+        outs[name] = (logits, part)
+    _same(outs["lm_head_lr"][0], outs["lm_head"][0], f"logits B={B} V={V} K={K} seed={seed}")
+    assert torch.equal(outs["lm_head_lr"][1], outs["lm_head"][1]), f"argmax keys B={B} V={V} K={K} seed={seed}"
+

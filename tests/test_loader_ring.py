@@ -1,0 +1,111 @@
+"""The loader role: components with a load entry (`entry.load`, `loader`) get one loader warp a CTA that walks
+the CTA's tasks in their static order ahead of their waits and fills one shared-memory ring, which the entries
+drain. On the CPU: the contract checks (PL185), where the schedule allows it (PL186), the allocation (ring, its
+mbarriers, the extra warp) and the glue (the loader's walk, the compute warps' own barrier), compiled by NVRTC.
+The linked decode step with the `_lr` GEMVs is tests/test_decode_step.py's; on a GPU,
+tests/test_gpu_decode_loader.py."""
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from pipelink.core.diagnostics import DiagnosticSink
+from pipelink.core.loader import load_contract_dict
+from pipelink.core.model import Source
+from pipelink.core.pipeline import load_pipeline_dict
+from pipelink.linker.passes import LinkOptions, run_passes
+from test_calls import CONTRACTS, DECODE, MLP_LAYERS, codes, components, run
+
+
+def with_loader(name, raw):
+    """gemv_residual and gemv_swiglu load their W through the ring: 16 rows x 512 columns a slot."""
+    if name in ("gemv_residual", "gemv_swiglu"):
+        raw["entry"]["load"] = name + "_load"
+        raw["loader"] = {"slot_bytes": 16 * (512 * 2 + 64), "slots": "ceil_div(B, GEMV_BATCH) * ceil_div(K, 512)"}
+
+
+def test_the_loader_walks_the_tasks_ahead_of_their_waits():
+    ctx = run(dict(MLP_LAYERS, loader_slots=5), components(edit=with_loader), until="compile")
+    assert not ctx.sink.errors, [d.render() for d in ctx.sink.items]
+    a, glue = ctx.allocation, ctx.glue
+    # one warp more than the components' 8; the ring (5 slots of the one slot size) and its 2 x 5 mbarriers
+    assert a.block_threads == 288
+    ring = next(p for p in a.smem if p.item.key == "buffer pl_glue.ring")
+    assert ring.item.size == 5 * 16 * 1088 and ring.offset % 128 == 0
+    assert next(p for p in a.smem if p.item.key == "mbarrier pl_glue.ring_bars").item.size == 16 * 5 + 8
+    assert "pl_ring__slots = 5u;" in glue and "pl_ring__slot_bytes = 17408u;" in glue
+    assert 'extern "C" __device__ void gemv_residual_load(pl::Tile tile' in glue
+    loader = glue[glue.index("// the loader warp"):glue.index("int pl_ring_pos = 0;  // the next task's")]
+    compute = glue[glue.index("int pl_ring_pos = 0;  // the next task's"):]
+    # the loader calls the load entries in the compute warps' task order, and waits on no event
+    assert [m.group(1) for m in re.finditer(r"(gemv_\w+)_load\(tile", loader)] == ["gemv_swiglu", "gemv_residual"]
+    assert "wait_for(" not in loader and "__syncthreads" not in loader
+    assert "for (int pl_layer = 0;" in loader and "ring_slots" in loader
+    # the compute warps meet without the loader: no __syncthreads after the branch, 256 threads at barrier 0
+    assert "__syncthreads" not in compute and "pl::glue::compute_sync<256>()" in compute
+    assert "pl_i += 256" in compute and "pl_i += 288" not in compute
+    # each loading task's ring position is set before its waits, and moves on by its slots after it
+    down = compute[compute.index("{  // down"):]
+    assert down.index("tile.ring = pl_ring_pos;") < down.index("wait_for(") < down.index("gemv_residual(tile")
+    assert down.index("gemv_residual(tile") < down.index("pl_ring_pos += c")
+    # a debug abort stops the loader too (it would wait on slots nobody frees)
+    ctx = run(dict(MLP_LAYERS, debug_events=True), components(edit=with_loader), until="generate")
+    assert "{ pl::ring::leave(); return; }" in ctx.glue
+
+
+def test_without_load_entries_the_glue_is_unchanged():
+    plain = run(MLP_LAYERS, components(), until="generate").glue
+    assert "loader" not in plain and "pl_ring" not in plain and "compute_sync" not in plain
+
+
+def test_a_load_entry_alone_links_persistent():
+    comps = components(("gemv_residual",), edit=with_loader)
+    ctx = run_passes(options=LinkOptions(arch="sm_90", pipeline=load_pipeline_dict({"pipeline": 1}, DiagnosticSink()),
+                                         cache=False), components=comps, until="generate")
+    assert not ctx.sink.errors, [d.render() for d in ctx.sink.items]
+    assert ctx.resolved.schedule == "persistent" and ctx.allocation.block_threads == 288
+
+
+@pytest.mark.parametrize("schedule,dispatch", [("sequential", "static"), ("persistent", "dynamic")])
+def test_a_load_entry_needs_a_static_persistent_schedule(schedule, dispatch):
+    comps = components(("gemv_residual",), edit=with_loader)
+    ctx = run_passes(options=LinkOptions(arch="sm_90", pipeline=load_pipeline_dict(
+        {"pipeline": 1, "schedule": schedule, "dispatch": dispatch}, DiagnosticSink()), cache=False),
+        components=comps, until="resolve")
+    assert "PL186" in codes(ctx)
+
+
+def test_a_loading_component_has_the_blocks_warps():
+    def fewer(name, raw):
+        with_loader(name, raw)
+        if name == "gemv_residual":
+            raw["threads"]["warps"] = 4
+            for b in raw.get("barriers", {}).get("named", []):
+                b["threads"] = 128
+    ctx = run(MLP_LAYERS, components(edit=fewer), until="resolve")
+    assert "PL186" in codes(ctx)
+
+
+@pytest.mark.parametrize("edit,what", [
+    (lambda raw: raw.pop("loader"), "without `loader`"),
+    (lambda raw: raw["entry"].pop("load"), "without entry.load"),
+    (lambda raw: raw["entry"].update(load=raw["entry"]["symbol"]), "is also the entry"),
+    (lambda raw: raw["loader"].update(slot_bytes=1000), "not a multiple of 16"),
+    (lambda raw: raw["entry"].update(invocation="per_cta"), "needs a per_tile entry"),
+])
+def test_loader_misuse(edit, what):
+    raw = json.loads((DECODE / CONTRACTS["gemv_residual"]).read_text())
+    with_loader("gemv_residual", raw)
+    edit(raw)
+    sink = DiagnosticSink()
+    load_contract_dict(raw, Source("c.json"), sink)
+    errors = [d for d in sink.errors if d.code == "PL185"]
+    assert errors and what in errors[0].message, [d.render() for d in sink.items]
+
+
+def test_loader_slots_is_checked_by_the_schema():
+    sink = DiagnosticSink()
+    assert load_pipeline_dict(dict(MLP_LAYERS, loader_slots=1), sink, "p.json") is None
+    assert sink.errors
