@@ -29,6 +29,8 @@ LABELS = {
     "pipelink_ring": "pipelink megakernel, split-KV, W through shared-memory rings (decode_step_ring.json)",
     "pipelink_ring_od": "pipelink megakernel, split-KV, output and down projections' W through a ring (decode_step_ring_od.json)",
     "pipelink_last": "pipelink megakernel, split-KV merged by the last split (decode_step_last.json)",
+    "pipelink_lr": "pipelink megakernel, split-KV, GEMVs' W through the loader warp's ring (decode_step_lr.json)",
+    "pipelink_lr_per_task": "pipelink megakernel, loader ring, every task adds to its call's events (counts_per_cta false)",
     "pipelink_split_per_task": "pipelink megakernel, split-KV, every task adds to its call's events (decode_step.json, counts_per_cta false)",
     "pipelink_head_per_task": "pipelink megakernel, whole-context attention, every task adds to its call's events (counts_per_cta false)",
     "pipelink_last_per_task": "pipelink megakernel, last split merges, every task adds to its call's events (counts_per_cta false)",
@@ -37,7 +39,7 @@ LABELS = {
     "torch_graph": "transformers, StaticCache, one step in a CUDA graph",
     "torch_eager": "transformers, StaticCache, eager",
 }
-ORDER = ["pipelink_split", "pipelink_head", "pipelink_ring", "pipelink_ring_od", "pipelink_last",
+ORDER = ["pipelink_split", "pipelink_lr", "pipelink_head", "pipelink_ring", "pipelink_ring_od", "pipelink_last",
          "pipelink_split_per_task", "pipelink_head_per_task", "pipelink_last_per_task", "parts_graph", "parts_ring_graph", "torch_graph",
          "torch_eager"]
 
