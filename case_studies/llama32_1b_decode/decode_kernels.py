@@ -33,6 +33,8 @@ MEGA_PIPELINES = {"split": HERE / "pipelines" / "decode_step.json",
 # Steps linked from one of those pipelines with other link options: variant -> (pipeline variant, fields).
 # X_per_task: every task adds to its call's whole-call events (the glue before they were counted per CTA).
 MEGA_OPTIONS = {f"{v}_per_task": (v, {"counts_per_cta": False}) for v in MEGA_PIPELINES}
+# lr_sN: the loader step with a ring of N slots (the pipeline's loader_slots).
+MEGA_OPTIONS.update({f"lr_s{n}": ("lr", {"loader_slots": n}) for n in (3, 4, 8, 10)})
 
 
 def all_parts() -> tuple:

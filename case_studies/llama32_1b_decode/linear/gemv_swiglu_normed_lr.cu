@@ -1,23 +1,23 @@
 // gemv_swiglu_normed_lr: gemv_swiglu_normed (gemv_swiglu_normed.cu) with W through the kernel's loader ring:
 // the load entry, run by the loader warp ahead of the task's waits, copies the task's gate and up rows into the
-// ring, RING_K columns a slot; the entry multiplies each slot as it lands (gemv.cuh's rows_ring).
+// ring, SWIGLU_RING_K columns a slot; the entry multiplies each slot as it lands (gemv.cuh's rows_ring).
 #include "gemv_swiglu_normed_lr.pipelink.h"
 #include "swiglu.cuh"
 
 using namespace pl::gemv_swiglu_normed_lr;
 constexpr int TASK_ROWS = 2 * SWIGLU_COLS;  // a task's gate rows, then as many up rows
-using Ring = gemv_body::WLoaderRing<TASK_ROWS, RING_K>;
+using Ring = gemv_body::WLoaderRing<TASK_ROWS, SWIGLU_RING_K>;
 static_assert(smem_xs_bytes >= GEMV_BATCH * GEMV_KCHUNK * 2, "contract gemv_swiglu_normed_lr: smem.buffers.xs is too small");
 static_assert(smem_sums_bytes >= gemv_body::sums_floats<WARPS, TASK_ROWS> * 4, "contract gemv_swiglu_normed_lr: smem.buffers.sums is too small");
 static_assert(smem_res_bytes >= GEMV_BATCH * TASK_ROWS * 4, "contract gemv_swiglu_normed_lr: smem.buffers.res is too small");
 static_assert(smem_norm_bytes >= (WARPS + 1) * GEMV_BATCH * 4, "contract gemv_swiglu_normed_lr: smem.buffers.norm is too small");
-static_assert(TASK_ROWS * (RING_K * 2 + 64) == Ring::kSlotBytes, "contract gemv_swiglu_normed_lr: loader.slot_bytes is not the slot's");
+static_assert(TASK_ROWS * (SWIGLU_RING_K * 2 + 64) == Ring::kSlotBytes, "contract gemv_swiglu_normed_lr: loader.slot_bytes is not the slot's");
 
 extern "C" __device__ void gemv_swiglu_normed_lr_load(pl::Tile tile, const __nv_bfloat16* __restrict__ w,
                                                       const __nv_bfloat16* __restrict__, const __nv_bfloat16* __restrict__,
                                                       float, __nv_bfloat16* __restrict__, int B, int I, int K) {
   const int n0 = tile.coord[0] * SWIGLU_COLS;
-  gemv_body::load_slots<TASK_ROWS, RING_K, GEMV_BATCH>(
+  gemv_body::load_slots<TASK_ROWS, SWIGLU_RING_K, GEMV_BATCH>(
       tile, w, B, K, [=](int i) { return swiglu_body::row_of<SWIGLU_COLS>(n0, I, i); });
 }
 

@@ -1,16 +1,16 @@
 // qkv_rope_normed_lr: qkv_rope_normed (qkv_rope_normed.cu) with W_qkv through the kernel's loader ring: the load
-// entry, run by the loader warp ahead of the task's waits, copies the task's rows into the ring, RING_K columns a
+// entry, run by the loader warp ahead of the task's waits, copies the task's rows into the ring, QKV_RING_K columns a
 // slot; the entry multiplies each slot as it lands (gemv.cuh's rows_ring).
 #include "qkv_rope_normed_lr.pipelink.h"
 #include "qkv_rope.cuh"
 
 using namespace pl::qkv_rope_normed_lr;
-using Ring = gemv_body::WLoaderRing<QKV_ROWS, RING_K>;
+using Ring = gemv_body::WLoaderRing<QKV_ROWS, QKV_RING_K>;
 static_assert(smem_xs_bytes >= GEMV_BATCH * GEMV_KCHUNK * 2, "contract qkv_rope_normed_lr: smem.buffers.xs is too small");
 static_assert(smem_sums_bytes >= gemv_body::sums_floats<WARPS, QKV_ROWS> * 4, "contract qkv_rope_normed_lr: smem.buffers.sums is too small");
 static_assert(smem_res_bytes >= GEMV_BATCH * QKV_ROWS * 4, "contract qkv_rope_normed_lr: smem.buffers.res is too small");
 static_assert(smem_norm_bytes >= (WARPS + 1) * GEMV_BATCH * 4, "contract qkv_rope_normed_lr: smem.buffers.norm is too small");
-static_assert(QKV_ROWS * (RING_K * 2 + 64) == Ring::kSlotBytes, "contract qkv_rope_normed_lr: loader.slot_bytes is not the slot's");
+static_assert(QKV_ROWS * (QKV_RING_K * 2 + 64) == Ring::kSlotBytes, "contract qkv_rope_normed_lr: loader.slot_bytes is not the slot's");
 
 extern "C" __device__ void qkv_rope_normed_lr_load(pl::Tile tile, const __nv_bfloat16* __restrict__ w,
                                                    const __nv_bfloat16* __restrict__, const __nv_bfloat16* __restrict__,
@@ -18,7 +18,7 @@ extern "C" __device__ void qkv_rope_normed_lr_load(pl::Tile tile, const __nv_bfl
                                                    __nv_bfloat16* __restrict__, __nv_bfloat16* __restrict__,
                                                    __nv_bfloat16* __restrict__, int B, int K, int) {
   const int hd = tile.coord[0], j = tile.coord[1];
-  gemv_body::load_slots<QKV_ROWS, RING_K, GEMV_BATCH>(tile, w, B, K,
+  gemv_body::load_slots<QKV_ROWS, QKV_RING_K, GEMV_BATCH>(tile, w, B, K,
                                                       [=](int i) { return qkv_body::row_of<QKV_ROWS>(hd, j, i); });
 }
 
