@@ -265,6 +265,7 @@ def test_cli_check_reports_a_bad_call(tmp_path, capsys):
 def with_prefetch(name, raw):
     if name in ("gemv_residual", "gemv_swiglu"):
         raw["entry"]["prefetch"] = name + "_prefetch"
+        raw["entry"].pop("carry", None)
         raw.setdefault("barriers", {})["mbarriers"] = [{"name": "loaded", "count": 2}]
 
 
@@ -287,6 +288,73 @@ def test_prefetch_entries_start_loading_before_the_waits(dispatch):
         assert "tile.continues = 1;" in ahead  # the next task's tile says it continues the call, as it will
     else:
         assert "t_next" not in glue
+
+
+def with_carry(name, raw):
+    if name == "gemv_residual":
+        raw["entry"]["prefetch"], raw["entry"]["carry"] = "gemv_residual_prefetch", 8
+
+
+@pytest.mark.parametrize("dispatch", ["static", "dynamic"])
+def test_carried_words_go_from_the_prefetch_to_the_entry(dispatch):
+    """entry.carry: the glue gives each task its words, the prefetch fills them before the task waits and the
+    entry takes them; a carry is the task's own, so no prefetch runs for the CTA's next task."""
+    ctx = run(MLP_LAYERS, components(edit=with_carry), until="compile", dispatch=dispatch)
+    assert not ctx.sink.errors, [d.render() for d in ctx.sink.items]
+    glue = ctx.glue
+    body = glue[glue.index("{  // down"):]
+    body = body[:body.index("{  // final_norm")]
+    decl, prefetch, wait, main = (body.index("unsigned pl_carry[8];"), body.index("gemv_residual_prefetch(tile"),
+                                  body.index("wait_for("), body.index("gemv_residual(tile"))
+    assert decl < prefetch < wait < main
+    assert body[prefetch:].split(";")[0].endswith(", pl_carry)") and body[main:].split(";")[0].endswith(", pl_carry)")
+    assert "t_next" not in glue and body.count("gemv_residual_prefetch(tile") == 1
+    assert 'void gemv_residual_prefetch(pl::Tile tile' in glue and "unsigned* __restrict__ carry)" in glue
+    assert "pl_carry" not in glue[glue.index("{  // gate_up"):glue.index("{  // down")]  # gemv_swiglu carries nothing
+    assert ctx.glue_ltoir
+
+
+def test_a_carry_needs_a_prefetch_and_says_its_size():
+    from pipelink.authoring.header import generate_header
+    raw = json.loads((DECODE / CONTRACTS["gemv_residual"]).read_text())
+    raw["entry"].pop("prefetch", None)
+    raw["entry"]["carry"] = 8
+    sink = DiagnosticSink()
+    load_contract_dict(raw, Source("c.json"), sink)
+    assert [(d.code, d.location.pointer) for d in sink.errors] == [("PL177", "/entry/carry")]
+    raw["entry"]["prefetch"] = "gemv_residual_prefetch"
+    sink = DiagnosticSink()
+    c = load_contract_dict(raw, Source("c.json"), sink)
+    assert c is not None and not sink.errors
+    header = generate_header(c)
+    assert "constexpr int CARRY_WORDS = 8;" in header
+    assert header.count("unsigned* __restrict__ carry)") == 2  # the entry and its prefetch
+
+
+def test_deal_continue_starts_each_call_where_the_last_one_ended():
+    """deal "continue": one running position over every call's tasks (the static walk as one sequence dealt
+    round-robin): each call's first task on the CTA after the one that ran the previous call's last."""
+    ctx = run(MLP_LAYERS, until="compile", deal="continue")
+    assert not ctx.sink.errors, [d.render() for d in ctx.sink.items]
+    glue, n = ctx.glue, len(ctx.resolved.events.order)
+    assert glue.count("unsigned pl_deal = 0u;") == 1
+    for k in range(n):
+        first = glue.index(f"const int pl_first_{k} = (int)((blockIdx.x + gridDim.x - pl_deal) % gridDim.x);")
+        walk = glue.index(f"for (int t = pl_first_{k}; t < c{k}_tasks; t += gridDim.x)")
+        moved = glue.index(f"pl_deal = (pl_deal + (unsigned)c{k}_tasks) % gridDim.x;")
+        assert first < walk < moved
+        assert f"tile.continues = (t != pl_first_{k});" in glue
+    assert "t = blockIdx.x;" not in glue and ctx.glue_ltoir
+    # restart (the default) keeps the walk as it was: every call from CTA 0
+    assert "pl_deal" not in run(MLP_LAYERS).glue
+
+
+@pytest.mark.parametrize("edits", [{"dispatch": "dynamic"}, {"schedule": "sequential"}])
+def test_deal_outside_a_static_walk(edits):
+    doc = {"pipeline": 1, "name": "one", "components": ["gemv_residual"], "schedule": "persistent", "deal": "continue"}
+    doc.update(edits)
+    ctx = run(doc, components(("gemv_residual",)), until="resolve")
+    assert codes(ctx) == ["PL187"]
 
 
 def test_prefetch_misuse():

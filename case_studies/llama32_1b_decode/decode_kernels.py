@@ -35,6 +35,8 @@ MEGA_PIPELINES = {"split": HERE / "pipelines" / "decode_step.json",
 MEGA_OPTIONS = {f"{v}_per_task": (v, {"counts_per_cta": False}) for v in MEGA_PIPELINES}
 # lr_sN: the loader step with a ring of N slots (the pipeline's loader_slots).
 MEGA_OPTIONS.update({f"lr_s{n}": ("lr", {"loader_slots": n}) for n in (3, 4, 8, 10)})
+# X_deal: the static walk deals each call's tasks on from where the previous call's ended (pipeline `deal`).
+MEGA_OPTIONS.update({f"{v}_deal": (v, {"deal": "continue"}) for v in ("split", "head", "lr")})
 
 
 def all_parts() -> tuple:

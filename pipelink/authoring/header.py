@@ -53,7 +53,8 @@ def entry_prototype(c: Contract) -> str:
     params = [p.c_decl() for p in c.entry.params]
     if c.entry.invocation == "per_tile":
         params.insert(0, "pl::Tile tile")
-    protos = [f'extern "C" __device__ void {s}({", ".join(params) or "void"})'
+    carried = params + ["unsigned* __restrict__ carry"]  # the prefetch's words for the entry (entry.carry)
+    protos = [f'extern "C" __device__ void {s}({", ".join((carried if c.entry.carry and s != c.entry.load else params)) or "void"})'
               for s in (c.entry.symbol, c.entry.prefetch, c.entry.load) if s]
     return ";\n".join(protos)
 
@@ -94,6 +95,9 @@ def generate_header(c: Contract) -> str:
     out.append("// Geometry: provided values are this component's own compile-time constants; consumed ones")
     out.append("// are link-time constants chosen by the linker within the contract's range.")
     out += [f"constexpr int {k} = {v};" for k, v in c.geometry.provides.items()]
+    if c.entry.carry:
+        out += ["", "// entry.carry: the 32-bit words the prefetch entry hands the entry (their `carry` argument).",
+                f"constexpr int CARRY_WORDS = {c.entry.carry};"]
     out += [f"__device__ __forceinline__ int {k}() {{ return {p}geom__{k}; }}" for k in c.geometry.consumes]
 
     out += ["", "// Threads: this component's warps are a contiguous range of the fused block."]

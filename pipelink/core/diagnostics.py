@@ -256,6 +256,8 @@ CODES = _codes(
          "a loader warp walks each CTA's tasks in their fixed order ahead of their waits: link the component in a "
          "persistent schedule with static dispatch (a load entry alone infers it), with as many warps as the "
          "block's other task-running components"),
+    Code("PL187", "deal outside a static persistent schedule", L,
+         "deal orders a static walk's tasks over the CTAs: use a persistent schedule with \"dispatch\": \"static\", or drop deal"),
 )
 
 

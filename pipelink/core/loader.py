@@ -294,7 +294,12 @@ class _SemanticCheck:
                              f"{base}/{i}", shape, tmap))
         prefetch = raw_entry.get("prefetch") if isinstance(raw_entry := self.raw.get("entry"), dict) else None
         load = raw_entry.get("load") if isinstance(raw_entry, dict) else None
-        return Entry(symbol=symbol, invocation=invocation, params=tuple(out), prefetch=prefetch, load=load)
+        carry = raw_entry.get("carry", 0) if isinstance(raw_entry, dict) else 0
+        if carry and prefetch is None:
+            self.error("PL177", f"entry.carry is {carry} words, but there is no prefetch entry to fill them",
+                       "/entry/carry", hint="name the function that loads them in entry.prefetch, or drop carry")
+        return Entry(symbol=symbol, invocation=invocation, params=tuple(out), prefetch=prefetch, load=load,
+                     carry=carry)
 
     def tensor_map(self, p: dict, ptr: str, names: set[str], geometry: set[str]) -> TensorMapSpec | None:
         t = p["tensor_map"]

@@ -104,6 +104,7 @@ class Entry:
     params: tuple[Param, ...]
     prefetch: str | None = None   # persistent: called before the task's waits with the same arguments
     load: str | None = None       # persistent, static: the loader warp's entry, filling the task's ring slots
+    carry: int = 0                # 32-bit words the prefetch hands the entry (their last argument, registers)
 
 
 @dataclass(frozen=True)

@@ -67,6 +67,7 @@ class PipelineSpec:
     counts_per_cta: bool | None = None  # static: a call's whole-call events counted once per CTA, not per task
                                         # (None: wherever the schedule allows it; False: one add per task)
     loader_slots: int = 4               # static: the loader ring's slots (components with a load entry)
+    deal: str = "restart"               # static: each call's first task on CTA 0, or after the previous call's last
     debug_events: bool = False          # a wait that spins too long stops the kernel and is reported
     dependent_launch: bool = False      # programmatic dependent launch: overlap with the kernel before
     profile_tasks: int = 0              # persistent: a ring of this many task records (timestamps), 0: none
@@ -134,6 +135,7 @@ def read_pipeline(raw, file: str, sink: DiagnosticSink) -> PipelineSpec | None:
                         wires=tuple(wires), schedule=raw.get("schedule"), dispatch=raw.get("dispatch", default.dispatch),
                         counts_per_cta=raw.get("counts_per_cta", default.counts_per_cta),
                         loader_slots=raw.get("loader_slots", default.loader_slots),
+                        deal=raw.get("deal", default.deal),
                         debug_events=raw.get("debug_events", default.debug_events),
                         dependent_launch=raw.get("dependent_launch", default.dependent_launch),
                         profile_tasks=raw.get("profile_tasks", default.profile_tasks),

@@ -352,11 +352,21 @@ def _role_structured(r: Resolved, a: Allocation) -> list[str]:
 def _call(comp, indent: str, replaced: dict[str, str] | None = None, bind: dict[str, str] | None = None,
           symbol: str | None = None) -> str:
     """The entry (or `symbol`, its prefetch) called with the kernel's parameters: a call's bound ones
-    (`bind`), some `replaced` by C."""
+    (`bind`), some `replaced` by C; the entry and its prefetch also with the task's carried words."""
     args = ["tile"] if comp.code.entry.invocation == "per_tile" else []
     names = [(bind or {}).get(p.name, p.name) for p in comp.code.entry.params]
     args += [(replaced or {}).get(n, n) for n in names]
+    if comp.code.entry.carry and symbol in (None, comp.code.entry.symbol, comp.code.entry.prefetch):
+        args.append(CARRY)
     return f"{indent}{symbol or comp.code.entry.symbol}({', '.join(args)});"
+
+
+CARRY = "pl_carry"  # a task's words from its prefetch to its entry (entry.carry); registers once inlined
+
+
+def _carry_decl(comp, indent: str) -> list[str]:
+    words = comp.code.entry.carry
+    return [f"{indent}unsigned {CARRY}[{words}];  // the prefetch's words for the entry (entry.carry)"] if words else []
 
 
 def _sequential(r: Resolved, a: Allocation) -> list[str]:
@@ -391,8 +401,14 @@ def _step(r: Resolved, a: Allocation, name: str, indent: str) -> list[str]:
     guard = f"if (threadIdx.x < {threads}) " if threads < a.block_threads else ""
     out.append(f"{indent}// step {a.steps[name]}: {name} ({comp.contract.threads.warps} warps)")
     if comp.code.entry.prefetch:  # no task waits here to load ahead of: right before the entry, same tile
-        out.append(_call(comp, indent + guard, symbol=comp.code.entry.prefetch))
-    out.append(_call(comp, indent + guard))
+        out += ["{indent}{{".format(indent=indent)] if comp.code.entry.carry else []
+        inner = indent + ("  " if comp.code.entry.carry else "")
+        out += _carry_decl(comp, inner)
+        out.append(_call(comp, inner + guard, symbol=comp.code.entry.prefetch))
+        out.append(_call(comp, inner + guard))
+        out += [f"{indent}}}"] if comp.code.entry.carry else []
+    else:
+        out.append(_call(comp, indent + guard))
     out.append(f"{indent}__syncthreads();")
     return out
 
@@ -598,6 +614,7 @@ def _persistent(r: Resolved, a: Allocation) -> list[str]:
         out.append("  int pl_ring_pos = 0;  // the next task's first slot of the loader ring, as the loader counts")
         walk_from = len(out)
     if r.dispatch == "static":
+        out += _deal_start(r, "  ")
         for names, layered in segments:
             inner = "    " if layered else "  "
             if layered:
@@ -607,7 +624,8 @@ def _persistent(r: Resolved, a: Allocation) -> list[str]:
                 batched = _batched_notifies(r, name)
                 if batched:
                     out.append(f"{inner}unsigned long long pl_count_{k} = 0;  // this CTA's tasks of '{name}' (counts_per_cta)")
-                out.append(f"{inner}for (int t = blockIdx.x; t < c{k}_tasks; t += gridDim.x) {{  // {name}")
+                out += _deal_first(r, k, inner)
+                out.append(f"{inner}for (int t = {first_task(r, k)}; t < c{k}_tasks; t += gridDim.x) {{  // {name}")
                 out += _task_body(r, a, k, name, inner + "  ", skip={t.name for t, _ in batched})
                 if batched:
                     out.append(f"{inner}  ++pl_count_{k};")
@@ -616,6 +634,7 @@ def _persistent(r: Resolved, a: Allocation) -> list[str]:
                     out.append(f"{inner}if (pl_count_{k} != 0ull) {{")
                     out += _batched_notify_block(r, a, name, batched, f"pl_count_{k}", inner + "  ")
                     out.append(f"{inner}}}")
+                out += _deal_next(r, k, inner)
             if layered:
                 out.append("  }")
     elif not event_glue.has_layers(r):
@@ -730,18 +749,23 @@ def _loader_walk(r: Resolved, a: Allocation, segments, indent: str) -> list[str]
     out = [f"{indent}if (threadIdx.x >= {compute_threads(r, a)}u) {{  // the loader warp",
            f"{indent}  int pl_ring_pos = 0;"]
     inner = indent + "  "
+    out += _deal_start(r, inner)
     for names, layered in segments:
         loading = [n for n in names if r.component(n).code.entry.load]
-        if not loading:
+        if not loading and r.deal == "restart":
             continue
         body = inner + ("  " if layered else "")
         if layered:
             out.append(f"{inner}for (int pl_layer = 0; pl_layer < (int)({r.calls.layers_c()}); ++pl_layer) {{")
-        for name in loading:
+        for name in names:
             k = plan.order.index(name)
+            if name not in loading:  # the walk only moves past the call's tasks
+                out += _deal_next(r, k, body)
+                continue
             comp = r.component(name)
             stacked, bind = _stacked_args(r, name), (r.calls.bind.get(name) if r.calls else None)
-            out.append(f"{body}for (int t = blockIdx.x; t < c{k}_tasks; t += gridDim.x) {{  // {name}")
+            out += _deal_first(r, k, body)
+            out.append(f"{body}for (int t = {first_task(r, k)}; t < c{k}_tasks; t += gridDim.x) {{  // {name}")
             out += _decode(r, k, name, body + "  ", "0", _continues(r, k))
             out += [f"{body}  tile.ring = pl_ring_pos;",
                     _call(comp, body + "  ", stacked, bind, comp.code.entry.load),
@@ -749,6 +773,7 @@ def _loader_walk(r: Resolved, a: Allocation, segments, indent: str) -> list[str]
                     f"{body}  if (*reinterpret_cast<volatile unsigned long long*>(pl::glue::mbarrier_at({abort}u))) "
                     "return;  // the compute warps left",
                     f"{body}}}"]
+            out += _deal_next(r, k, body)
         if layered:
             out.append(f"{inner}}}")
     return out + [f"{inner}return;", f"{indent}}}"]
@@ -824,7 +849,30 @@ def _continues(r: Resolved, k: int) -> str:
     """When the CTA's previous task was call k's of the same layer: static dispatch walks a call's tasks on
     a CTA one after another (any but its first continues); dynamic dispatch compares the call (and layer)
     of the CTA's previous claim, which `pl_last_call` keeps."""
-    return "(t != (int)blockIdx.x)" if r.dispatch == "static" else f"(pl_last_call == {_call_key(r, k)})"
+    return f"(t != {first_task(r, k)})" if r.dispatch == "static" else f"(pl_last_call == {_call_key(r, k)})"
+
+
+def first_task(r: Resolved, k: int) -> str:
+    """This CTA's first task of call k under static dispatch (tasks dealt round-robin over the CTAs)."""
+    return "(int)blockIdx.x" if r.deal == "restart" else f"pl_first_{k}"
+
+
+# deal "continue": one running position over every call's tasks, as if they were one sequence dealt round-robin,
+# so a call starts on the CTAs after the one that ran the previous call's last task. Why: in a decode step most
+# calls have fewer tasks than CTAs, and with every call starting at CTA 0 the same few CTAs run the last task of
+# every call; dealt on, the CTAs idle in a call's last round run the next call's first tasks, and their loads
+# before the waits (entry.prefetch) overlap that round.
+def _deal_start(r: Resolved, indent: str) -> list[str]:
+    return [] if r.deal == "restart" else [f"{indent}unsigned pl_deal = 0u;  // the CTA that runs the next call's first task"]
+
+
+def _deal_first(r: Resolved, k: int, indent: str) -> list[str]:
+    return [] if r.deal == "restart" else [
+        f"{indent}const int pl_first_{k} = (int)((blockIdx.x + gridDim.x - pl_deal) % gridDim.x);"]
+
+
+def _deal_next(r: Resolved, k: int, indent: str) -> list[str]:
+    return [] if r.deal == "restart" else [f"{indent}pl_deal = (pl_deal + (unsigned)c{k}_tasks) % gridDim.x;"]
 
 
 def _call_key(r: Resolved, k: int) -> str:
@@ -846,13 +894,16 @@ def _prefetches(r: Resolved, a: Allocation, k: int, name: str, indent: str, guar
     the call, into the other slot (its last user, the task before this one, is done: a barrier ended it)."""
     counter, symbol = prefetch_counter(r, name), r.component(name).code.entry.prefetch
     call = call_args(indent + guard, symbol)
+    if r.component(name).code.entry.carry:  # the words are this task's: loaded for it alone, right before its waits
+        return [f"{indent}// the task's carried words start loading before its waits",
+                *_carry_decl(r.component(name), indent), call]
     if r.dispatch != "static":
         return [f"{indent}// what no task of the launch writes starts loading before the waits", call]
     nested = indent + "  "
     # The next task's tile says it continues the call (it will: static dispatch walks the call's tasks on a
     # CTA one after another), as the task's own tile will when it runs.
     return ([f"{indent}// the call's first task on this CTA starts loading before its waits; each task starts the next's",
-             f"{indent}if (t == (int)blockIdx.x)", "  " + call,
+             f"{indent}if (t == {first_task(r, k)})", "  " + call,
              f"{indent}if (t + (int)gridDim.x < c{k}_tasks) {{",
              f"{nested}const int t_next = t + (int)gridDim.x;",
              f"{nested}{{",
@@ -915,6 +966,8 @@ def _group_task_body(r: Resolved, a: Allocation, k: int, name: str, groups: int,
     out += _decode(r, k, name, inner)
     if r.profile_tasks:  # the group's first thread records the task
         out.append(_profile_record(r, comp_index, "pl_gtid == 0", "t", inner))
+    if comp.code.entry.carry:  # the group's task's words, loaded before its waits
+        out += _carry_decl(comp, inner) + [_call(comp, inner, symbol=comp.code.entry.prefetch)]
     waits = plan.waits_of(name)
     if waits:
         bound = f"{DEBUG_SPIN_BOUND}ull" if r.debug_events else "0ull"

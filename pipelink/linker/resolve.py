@@ -80,6 +80,7 @@ class Resolved:
     distributed: tuple[str, str] | None = None
     counts_per_cta: bool = False       # static persistent: whole-call events added once per CTA (glue.py)
     loader: "LoaderPlan | None" = None  # components with a load entry: the loader warp and its ring
+    deal: str = "restart"              # static persistent: where each call's tasks start (glue.first_task)
 
     def inner_grid(self, name: str) -> tuple:
         return (self.nested or {}).get(name, ())
@@ -225,6 +226,12 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
                    + (f" with {spec.dispatch} dispatch" if schedule == "persistent" and not role_structured else ""),
                    Location(file=spec.source, pointer="/counts_per_cta") if spec.source else None,
                    hint="drop counts_per_cta, or use a persistent schedule with \"dispatch\": \"static\"")
+    if spec.deal != "restart" and not per_cta_allowed:
+        sink.error("PL187", f"deal '{spec.deal}' orders the tasks of a static walk over the CTAs; this pipeline's "
+                   f"schedule is {'role-structured' if role_structured else schedule}"
+                   + (f" with {spec.dispatch} dispatch" if schedule == "persistent" and not role_structured else ""),
+                   Location(file=spec.source, pointer="/deal") if spec.source else None,
+                   hint="drop deal, or use a persistent schedule with \"dispatch\": \"static\"")
     if spec.profile_tasks and (schedule != "persistent" or role_structured):
         sink.error("PL179", f"profile_tasks records the tasks of a persistent kernel; this pipeline's schedule is "
                    f"{'role-structured' if role_structured else schedule}",
@@ -279,7 +286,8 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
                     spec.dispatch, spec.debug_events, dict(spec.specialize), roles,
                     tuple(list(cluster) + [1] * (3 - len(cluster))) if cluster else None, stream_k, nested,
                     spec.dependent_launch, calls, spec.profile_tasks,
-                    distributed_use(comps, events.tensors if events else {}), counts_per_cta, loader)
+                    distributed_use(comps, events.tensors if events else {}), counts_per_cta, loader,
+                    spec.deal)
 
 
 def standalone(c: Component) -> Component:
