@@ -4,7 +4,8 @@ then the final norm and the greedy head, all in one persistent kernel; against t
 rounds to bf16 where the kernel does. Fresh random inputs every run (the seed is in the failure
 message), every output poisoned, both dispatches, each kernel launched twice. The `_ring` kernels run the down
 projections as gemv_residual_ring: W through a shared-memory ring its prefetch entry fills by bulk copies, before a
-task waits and (static dispatch) for the CTA's next task."""
+task waits and (static dispatch) for the CTA's next task. `static_deal` deals each call's tasks on from where the
+previous call's ended (pipeline `deal`)."""
 import json
 import os
 import sys
@@ -20,7 +21,7 @@ pytestmark = pytest.mark.gpu
 EPS = 1e-5
 PARTS = tuple(p for p in decode_parts.PARTS + decode_parts.MORE_PARTS + decode_parts.RING_PARTS
               if p.name in ("rmsnorm", "gemv_swiglu", "gemv_residual", "lm_head", "argmax_merge", "gemv_residual_ring"))
-KERNELS = ("static", "dynamic", "static_ring", "dynamic_ring")
+KERNELS = ("static", "dynamic", "static_ring", "dynamic_ring", "static_deal")
 
 
 def half(tag: str, src: str, dst: str, first: bool, down: str = "gemv_residual") -> list[dict]:
@@ -40,9 +41,10 @@ def half(tag: str, src: str, dst: str, first: bool, down: str = "gemv_residual")
 
 
 def pipeline(kind: str) -> dict:
-    dispatch, _, ring = kind.partition("_")
-    down = "gemv_residual_ring" if ring else "gemv_residual"
-    return {"pipeline": 1, "name": f"mlp_stack_{kind}", "layers": "NL", "dispatch": dispatch,
+    dispatch, _, rest = kind.partition("_")
+    down = "gemv_residual_ring" if rest == "ring" else "gemv_residual"
+    deal = {"deal": "continue"} if rest == "deal" else {}  # each call's tasks dealt on from the last one's
+    return {"pipeline": 1, "name": f"mlp_stack_{kind}", "layers": "NL", "dispatch": dispatch, **deal,
             "calls": half("a", "x", "x1", True, down) + half("b", "x1", "x", False, down) + [
                 {"name": "final_norm", "component": "rmsnorm", "bind": {"weight": "final_w"}, "after": ["down_b"]},
                 {"name": "lm_head", "bind": {"w": "w_lm", "x": "xn", "part": "head_part", "K": "H"},

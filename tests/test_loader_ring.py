@@ -3,7 +3,7 @@ the CTA's tasks in their static order ahead of their waits and fills one shared-
 drain. On the CPU: the contract checks (PL185), where the schedule allows it (PL186), the allocation (ring, its
 mbarriers, the extra warp) and the glue (the loader's walk, the compute warps' own barrier), compiled by NVRTC.
 The linked decode step with the `_lr` GEMVs is tests/test_decode_step.py's; on a GPU,
-tests/test_gpu_decode_loader.py."""
+tests/test_gpu_decode_rings.py."""
 from __future__ import annotations
 
 import json

@@ -1,12 +1,16 @@
-"""The loader-ring GEMVs (case_studies/llama32_1b_decode/linear: gemv_residual_lr, gemv_swiglu_normed_lr,
-qkv_rope_normed_lr, lm_head_lr) on a GPU, bit for bit against the plain ones: the same products in the same order,
-W read from the kernel's loader ring, which the loader warp fills ahead of the compute warps (each linked alone: a
-persistent kernel with one loader warp a CTA; the first launch runs on 8 CTAs, so each walks many tasks around
-the ring and through both mbarrier phases of every slot, partial slots included: K = 40 and 2056).
+"""The decode GEMVs that read W from shared memory (case_studies/llama32_1b_decode/linear), on a GPU, bit for bit
+against the plain ones: the same products in the same order, only where W comes from differs.
 
-Fresh random inputs every run (the seed is in the failure message), outputs poisoned with NaN, batches 1, 3, 8
-and 11, K below, at and above the 2048-column chunk (8192: three chunks stream from global memory), N and I
-giving several tiles per CTA, every kernel launched twice."""
+- `_ring` (gemv_residual_ring, gemv_swiglu_normed_ring, qkv_rope_normed_ring, lm_head_ring): W's first K chunk
+  from a shared-memory slot that the prefetch entry's bulk copies filled (linked alone, the entry runs right
+  before the task).
+- `_lr` (gemv_residual_lr, ...): W from the kernel's loader ring, which the loader warp fills ahead of the compute
+  warps (linked alone: a persistent kernel with one loader warp a CTA).
+
+The first launch runs on 8 CTAs, so each walks many tasks through every slot and both mbarrier phases, partial
+slots included (K = 40 and 2056). Fresh random inputs every run (the seed is in the failure message), outputs
+poisoned with NaN, batches 1, 3, 8 and 11, K below, at and above the 2048-column chunk (8192: three chunks stream
+from global memory), N and I giving several tiles per CTA, every kernel launched twice."""
 import os
 import sys
 from pathlib import Path
@@ -20,20 +24,20 @@ import decode_parts  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 EPS = decode_parts.RMS_EPS
-PAIRS = {"gemv_residual_lr": "gemv_residual", "gemv_swiglu_normed_lr": "gemv_swiglu_normed",
-         "qkv_rope_normed_lr": "qkv_rope_normed", "lm_head_lr": "lm_head"}
+PLAIN = ("gemv_residual", "gemv_swiglu_normed", "qkv_rope_normed", "lm_head")
+SUFFIXES = ("_ring", "_lr")
 
 
 @pytest.fixture(scope="module")
 def kernels(tmp_path_factory):
-    parts = decode_parts.LOADER_PARTS + tuple(p for p in decode_parts.PARTS + decode_parts.NORMED_PARTS
-                                            + decode_parts.MORE_PARTS if p.name in PAIRS.values())
-    objects = decode_parts.build_all(tmp_path_factory.mktemp("loader"), parts)
+    parts = decode_parts.RING_PARTS + decode_parts.LOADER_PARTS + tuple(
+        p for p in decode_parts.PARTS + decode_parts.NORMED_PARTS + decode_parts.MORE_PARTS if p.name in PLAIN)
+    objects = decode_parts.build_all(tmp_path_factory.mktemp("rings"), parts)
     out = {}
-    for name in list(PAIRS) + list(PAIRS.values()):
+    for name in PLAIN + tuple(p + s for p in PLAIN for s in SUFFIXES):
         linked = decode_parts.link_alone(objects[name])
         assert linked.ok, [d.render() for d in linked.diagnostics]
-        if name in PAIRS:  # a load entry makes a persistent kernel with a loader warp
+        if name.endswith("_lr"):  # a load entry makes a persistent kernel with a loader warp
             assert linked.manifest.schedule == "persistent" and linked.manifest.block == (288, 1, 1)
         out[name] = linked.kernel()
     yield out
@@ -51,9 +55,16 @@ def _nan(*shape):
     return torch.full(shape, float("nan"), dtype=torch.bfloat16, device="cuda")
 
 
+def _same(got, want, what):
+    import torch
+    assert torch.equal(got.view(torch.int16), want.view(torch.int16)), \
+        f"{what}: {(got.float() - want.float()).abs().nan_to_num(1e9).max()}"
+
+
+@pytest.mark.parametrize("suffix", SUFFIXES)
 @pytest.mark.parametrize("B", [1, 3, 8, 11])
 @pytest.mark.parametrize("N,K", [(2048, 2048), (2048, 8192), (1000, 40), (4104, 2056)], ids=str)
-def test_gemv_residual_lr_is_gemv_residual(kernels, B, N, K):
+def test_gemv_residual(kernels, suffix, B, N, K):
     import torch
     seed = int.from_bytes(os.urandom(4), "little")
     g = _gen(seed)
@@ -64,15 +75,15 @@ def test_gemv_residual_lr_is_gemv_residual(kernels, B, N, K):
     kernels["gemv_residual"].launch(w=w, x=x, r=r, y=want, B=B, N=N, K=K)
     for launch in range(2):
         got = _nan(B, N)
-        kernels["gemv_residual_lr"].launch(w=w, x=x, r=r, y=got, B=B, N=N, K=K, grid=8 if launch == 0 else None)
+        kernels["gemv_residual" + suffix].launch(w=w, x=x, r=r, y=got, B=B, N=N, K=K, grid=8 if launch == 0 else None)
         torch.cuda.synchronize()
-        assert torch.equal(got.view(torch.int16), want.view(torch.int16)), \
-            f"B={B} N={N} K={K} seed={seed} launch {launch}: {(got.float() - want.float()).abs().nan_to_num(1e9).max()}"
+        _same(got, want, f"{suffix} B={B} N={N} K={K} seed={seed} launch {launch}")
 
 
+@pytest.mark.parametrize("suffix", SUFFIXES)
 @pytest.mark.parametrize("B", [1, 3, 8, 11])
 @pytest.mark.parametrize("I,K", [(8192, 2048), (1001, 40), (4100, 2056)], ids=str)
-def test_gemv_swiglu_normed_lr_is_gemv_swiglu_normed(kernels, B, I, K):
+def test_gemv_swiglu_normed(kernels, suffix, B, I, K):
     import torch
     seed = int.from_bytes(os.urandom(4), "little")
     g = _gen(seed)
@@ -83,22 +94,16 @@ def test_gemv_swiglu_normed_lr_is_gemv_swiglu_normed(kernels, B, I, K):
     kernels["gemv_swiglu_normed"].launch(w=w, x=x, norm_w=norm_w, eps=EPS, h=want, B=B, I=I, K=K)
     for launch in range(2):
         got = _nan(B, I)
-        kernels["gemv_swiglu_normed_lr"].launch(w=w, x=x, norm_w=norm_w, eps=EPS, h=got, B=B, I=I, K=K,
-                                                  grid=8 if launch == 0 else None)
+        kernels["gemv_swiglu_normed" + suffix].launch(w=w, x=x, norm_w=norm_w, eps=EPS, h=got, B=B, I=I, K=K,
+                                                      grid=8 if launch == 0 else None)
         torch.cuda.synchronize()
-        assert torch.equal(got.view(torch.int16), want.view(torch.int16)), \
-            f"B={B} I={I} K={K} seed={seed} launch {launch}: {(got.float() - want.float()).abs().nan_to_num(1e9).max()}"
+        _same(got, want, f"{suffix} B={B} I={I} K={K} seed={seed} launch {launch}")
 
 
-def _same(got, want, what):
-    import torch
-    assert torch.equal(got.view(torch.int16), want.view(torch.int16)), \
-        f"{what}: {(got.float() - want.float()).abs().nan_to_num(1e9).max()}"
-
-
+@pytest.mark.parametrize("suffix", SUFFIXES)
 @pytest.mark.parametrize("B", [1, 3, 8])
 @pytest.mark.parametrize("K", [2048, 40])
-def test_qkv_rope_normed_lr_is_qkv_rope_normed(kernels, B, K):
+def test_qkv_rope_normed(kernels, suffix, B, K):
     import torch
     seed = int.from_bytes(os.urandom(4), "little")
     g = _gen(seed)
@@ -109,32 +114,33 @@ def test_qkv_rope_normed_lr_is_qkv_rope_normed(kernels, B, K):
     pos = torch.randint(0, Lmax, (B,), generator=g, device="cuda", dtype=torch.int32)
     inv_freq = torch.tensor(decode_parts.llama3_inv_freq(), dtype=torch.float32, device="cuda")
     outs = {}
-    for name in ("qkv_rope_normed", "qkv_rope_normed_lr"):
+    for name in ("qkv_rope_normed", "qkv_rope_normed" + suffix):
         q, kc, vc = _nan(B, 32, 64), _nan(B * 8, Lmax, 64), _nan(B * 8, Lmax, 64)
         kernels[name].launch(w=w, x=x, norm_w=norm_w, eps=EPS, pos=pos, inv_freq=inv_freq, q=q, k_cache=kc,
-                             v_cache=vc, B=B, K=K, Lmax=Lmax, grid=8 if name.endswith("_lr") else None)
+                             v_cache=vc, B=B, K=K, Lmax=Lmax, grid=8 if name.endswith(suffix) else None)
         torch.cuda.synchronize()
         outs[name] = (q, kc, vc)
-    for got, want, what in zip(outs["qkv_rope_normed_lr"], outs["qkv_rope_normed"], ("q", "k_cache", "v_cache")):
-        _same(got, want, f"{what} B={B} K={K} seed={seed}")
+    for got, want, what in zip(outs["qkv_rope_normed" + suffix], outs["qkv_rope_normed"], ("q", "k_cache", "v_cache")):
+        _same(got, want, f"{suffix} {what} B={B} K={K} seed={seed}")
 
 
+@pytest.mark.parametrize("suffix", SUFFIXES)
 @pytest.mark.parametrize("B", [1, 3, 8])
 @pytest.mark.parametrize("V,K", [(decode_parts.VOCAB, 2048), (1001, 40)], ids=str)
-def test_lm_head_lr_is_lm_head(kernels, B, V, K):
+def test_lm_head(kernels, suffix, B, V, K):
     import torch
     seed = int.from_bytes(os.urandom(4), "little")
     g = _gen(seed)
     w = (torch.randn(V, K, generator=g, device="cuda") / K ** 0.5).to(torch.bfloat16)
     x = torch.randn(B, K, generator=g, device="cuda").to(torch.bfloat16)
     outs = {}
-    for name in ("lm_head", "lm_head_lr"):
+    for name in ("lm_head", "lm_head" + suffix):
         logits = _nan(B, V)
         part = torch.full(decode_parts.argmax_workspace_shape(B, V), -1, dtype=torch.int64, device="cuda")
         kernels[name].launch(w=w, x=x, logits=logits, part=part.view(torch.uint64), B=B, V=V, K=K,
-                             grid=16 if name.endswith("_lr") else None)
+                             grid=16 if name.endswith(suffix) else None)
         torch.cuda.synchronize()
         outs[name] = (logits, part)
-    _same(outs["lm_head_lr"][0], outs["lm_head"][0], f"logits B={B} V={V} K={K} seed={seed}")
-    assert torch.equal(outs["lm_head_lr"][1], outs["lm_head"][1]), f"argmax keys B={B} V={V} K={K} seed={seed}"
-
+    _same(outs["lm_head" + suffix][0], outs["lm_head"][0], f"{suffix} logits B={B} V={V} K={K} seed={seed}")
+    assert torch.equal(outs["lm_head" + suffix][1], outs["lm_head"][1]), \
+        f"{suffix} argmax keys B={B} V={V} K={K} seed={seed}"
