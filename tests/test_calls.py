@@ -349,6 +349,17 @@ def test_deal_continue_starts_each_call_where_the_last_one_ended():
     assert "pl_deal" not in run(MLP_LAYERS).glue
 
 
+@pytest.mark.parametrize("ns", [0, 256])
+def test_wait_backoff_is_the_glues_to_set(ns):
+    """wait_backoff_ns: the glue defines events.h's sleep between two reads of a counter before the header; the
+    default (64) leaves the glue as it was."""
+    ctx = run(MLP_LAYERS, until="compile", wait_backoff_ns=ns)
+    assert not ctx.sink.errors, [d.render() for d in ctx.sink.items]
+    define = f"#define PL_WAIT_BACKOFF_NS {ns}u"
+    assert ctx.glue.index(define) < ctx.glue.index("#include <pipelink/events.h>") and ctx.glue_ltoir
+    assert "PL_WAIT_BACKOFF_NS" not in run(MLP_LAYERS).glue
+
+
 @pytest.mark.parametrize("edits", [{"dispatch": "dynamic"}, {"schedule": "sequential"}])
 def test_deal_outside_a_static_walk(edits):
     doc = {"pipeline": 1, "name": "one", "components": ["gemv_residual"], "schedule": "persistent", "deal": "continue"}

@@ -37,6 +37,8 @@ MEGA_OPTIONS = {f"{v}_per_task": (v, {"counts_per_cta": False}) for v in MEGA_PI
 MEGA_OPTIONS.update({f"lr_s{n}": ("lr", {"loader_slots": n}) for n in (3, 4, 8, 10)})
 # X_deal: the static walk deals each call's tasks on from where the previous call's ended (pipeline `deal`).
 MEGA_OPTIONS.update({f"{v}_deal": (v, {"deal": "continue"}) for v in ("split", "head", "lr")})
+# X_waitN: waiters sleep N ns between two reads of a counter (pipeline `wait_backoff_ns`; 64 by default).
+MEGA_OPTIONS.update({f"{v}_wait{n}": (v, {"wait_backoff_ns": n}) for v in ("split", "head") for n in (0, 16, 256)})
 
 
 def all_parts() -> tuple:

@@ -44,7 +44,9 @@ MEGA_VARIANTS = ("split", "head", "ring", "ring_od", "last", "lr")  # decode_ker
 # pipelink_X: the megakernel of pipeline X; pipelink_X_per_task: the same with one event add per task.
 PIPELINK_VARIANTS = (tuple(f"pipelink_{v}" for v in MEGA_VARIANTS) + tuple(f"pipelink_{v}_per_task" for v in MEGA_VARIANTS)
                      + tuple(f"pipelink_lr_s{n}" for n in (3, 4, 8, 10))
-                     + tuple(f"pipelink_{v}_deal" for v in ("split", "head", "lr")) + ("parts_graph", "parts_ring_graph"))
+                     + tuple(f"pipelink_{v}_deal" for v in ("split", "head", "lr"))
+                     + tuple(f"pipelink_{v}_wait{n}" for v in ("split", "head") for n in (0, 16, 256))
+                     + ("parts_graph", "parts_ring_graph"))
 TORCH_VARIANTS = ("torch_eager", "torch_graph")
 # What the results table compares; the ring and last-arriver steps are experiments, asked for by name.
 DEFAULT_VARIANTS = ("pipelink_split", "pipelink_head", "parts_graph") + TORCH_VARIANTS

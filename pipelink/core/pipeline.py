@@ -68,6 +68,7 @@ class PipelineSpec:
                                         # (None: wherever the schedule allows it; False: one add per task)
     loader_slots: int = 4               # static: the loader ring's slots (components with a load entry)
     deal: str = "restart"               # static: each call's first task on CTA 0, or after the previous call's last
+    wait_backoff_ns: int = 64           # persistent: a waiting thread's sleep between two reads of a counter
     debug_events: bool = False          # a wait that spins too long stops the kernel and is reported
     dependent_launch: bool = False      # programmatic dependent launch: overlap with the kernel before
     profile_tasks: int = 0              # persistent: a ring of this many task records (timestamps), 0: none
@@ -136,6 +137,7 @@ def read_pipeline(raw, file: str, sink: DiagnosticSink) -> PipelineSpec | None:
                         counts_per_cta=raw.get("counts_per_cta", default.counts_per_cta),
                         loader_slots=raw.get("loader_slots", default.loader_slots),
                         deal=raw.get("deal", default.deal),
+                        wait_backoff_ns=raw.get("wait_backoff_ns", default.wait_backoff_ns),
                         debug_events=raw.get("debug_events", default.debug_events),
                         dependent_launch=raw.get("dependent_launch", default.dependent_launch),
                         profile_tasks=raw.get("profile_tasks", default.profile_tasks),

@@ -81,6 +81,7 @@ class Resolved:
     counts_per_cta: bool = False       # static persistent: whole-call events added once per CTA (glue.py)
     loader: "LoaderPlan | None" = None  # components with a load entry: the loader warp and its ring
     deal: str = "restart"              # static persistent: where each call's tasks start (glue.first_task)
+    wait_backoff_ns: int = 64          # events.h's PL_WAIT_BACKOFF_NS: a waiter's sleep between reads
 
     def inner_grid(self, name: str) -> tuple:
         return (self.nested or {}).get(name, ())
@@ -287,7 +288,7 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
                     tuple(list(cluster) + [1] * (3 - len(cluster))) if cluster else None, stream_k, nested,
                     spec.dependent_launch, calls, spec.profile_tasks,
                     distributed_use(comps, events.tensors if events else {}), counts_per_cta, loader,
-                    spec.deal)
+                    spec.deal, spec.wait_backoff_ns)
 
 
 def standalone(c: Component) -> Component:

@@ -6,6 +6,12 @@
 
 #include <pipelink/workspace.h>  // the workspace header: the timeout report, the task counter
 
+// How long a waiting thread sleeps between two reads of a counter (the pipeline's wait_backoff_ns; the glue
+// defines it before this header when the pipeline sets another value; 0: read again at once).
+#ifndef PL_WAIT_BACKOFF_NS
+#define PL_WAIT_BACKOFF_NS 64u
+#endif
+
 namespace pl {
 namespace events {
 
@@ -54,8 +60,8 @@ __device__ __forceinline__ bool wait_for(const unsigned long long* p, unsigned c
         return false;
       }
     }
-    __nanosleep(64);
-  }
+    if (bound != 0ull || PL_WAIT_BACKOFF_NS != 0u) __nanosleep(bound != 0ull ? 64u : PL_WAIT_BACKOFF_NS);  // a debug
+  }                                                                  // bound counts reads 64 ns apart
 }
 
 }  // namespace events
