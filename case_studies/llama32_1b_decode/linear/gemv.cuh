@@ -171,66 +171,6 @@ constexpr int blocks_per_pass(int kpw, int halves) {
   return best;
 }
 
-// A task's first round of W loads (the first pass over its first K chunk) holds, per lane, UPP 32-wide blocks of
-// each 8-row half that holds rows. A prefetch entry may load its first BLOCKS blocks before the task waits and hand
-// them to the entry as carried words (pipelink's entry.carry): rows_from then starts with them in flight.
-template <int BLOCKS>
-struct Carry {
-  static constexpr int kBlocks = BLOCKS;
-  const unsigned* words;  // (half, block) -> 4 words
-};
-using NoCarry = Carry<0>;
-
-// The words a prefetch carries for BLOCKS blocks of a ROWS-row task.
-template <int ROWS, int BLOCKS>
-constexpr int carry_words = (ROWS + 7) / 8 * BLOCKS * 4;
-
-// The prefetch entry's body: blocks 0 .. BLOCKS - 1 of the task's first pass of W into `carry`, in the order
-// rows_from reads them (row_of: rows_from's).
-template <int WARPS, int ROWS, int KCHUNK, int BLOCKS, class WSrc, class RowOf>
-__device__ __forceinline__ void load_first_pass(const WSrc& wsrc, int K, RowOf row_of, unsigned* __restrict__ carry) {
-  const int t = threadIdx.x % (WARPS * 32), warp = t / 32, lane = t % 32;
-  const int cv = min(KCHUNK / 8, K / 8);  // vectors of the first chunk
-#pragma unroll
-  for (int hh = 0; hh < (ROWS + 7) / 8; ++hh) {
-    const int n = row_of(hh * 8 + lane / 4);
-#pragma unroll
-    for (int u = 0; u < BLOCKS; ++u) {
-      const int v = (u * WARPS + warp) * 4 + lane % 4;
-      const uint4 w = (n >= 0 && v < cv) ? wsrc.load(hh * 8 + lane / 4, n, 0, v) : make_uint4(0u, 0u, 0u, 0u);
-      unsigned* const c = carry + (hh * BLOCKS + u) * 4;
-      c[0] = w.x, c[1] = w.y, c[2] = w.z, c[3] = w.w;
-    }
-  }
-}
-
-// A prefetch entry's body without registers: ask the cache at LEVEL (1: the SM's L1, 2: L2) for the lines of the
-// task's first pass of W (every block, as rows_from's first round of loads reads them), before the task waits or
-// while the CTA's previous task runs. Nothing waits for the lines; rows_from's loads then find them there.
-template <int WARPS, int ROWS, int KCHUNK, int LEVEL, class RowOf>
-__device__ __forceinline__ void touch_first_pass(const bf16* __restrict__ w, int K, RowOf row_of) {
-  static_assert(LEVEL == 1 || LEVEL == 2, "gemv: prefetch into L1 or L2");
-  constexpr int HALVES = (ROWS + 7) / 8;
-  constexpr int UPP = blocks_per_pass(KCHUNK / 32 / WARPS, HALVES);
-  const int t = threadIdx.x % (WARPS * 32), warp = t / 32, lane = t % 32;
-  const int cv = min(KCHUNK / 8, K / 8);
-  if (lane % 4 != 0) return;  // one request per row: lanes q = 0..3 of a row read 64 consecutive bytes
-#pragma unroll
-  for (int hh = 0; hh < HALVES; ++hh) {
-    const int n = row_of(hh * 8 + lane / 4);
-#pragma unroll
-    for (int u = 0; u < UPP; ++u) {
-      const int v = (u * WARPS + warp) * 4;
-      if (n < 0 || v >= cv) continue;
-      const bf16* p = w + (long long)n * K + (long long)v * 8;
-      if constexpr (LEVEL == 1)
-        asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
-      else
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-    }
-  }
-}
-
 // The floats of rows_from's `sums` buffer: every warp's fp32 sums of the task's rows for 8 batch columns.
 template <int WARPS, int ROWS>
 constexpr int sums_floats = WARPS * ROWS * 8;
@@ -401,14 +341,11 @@ __device__ __forceinline__ void rows_ring(const pl::Tile& tile, const Stage& sta
 // local row i < kSlotRows in the first chunk.
 // xs: BATCH * KCHUNK bf16 of shared memory; sums: WARPS * ROWS * 8 floats (sums_floats).
 // continues: the CTA's previous task was of the same call and left xs as it was (pass tile.continues).
-// carry: the first blocks of the task's first pass of W, loaded by load_first_pass before the task waited
-// (NoCarry: none); in flight while x is staged.
 template <int WARPS, int ROWS, int KCHUNK, int BATCH, class WSrc, class Stage, class RowOf, class Store, class Flush,
-          class Sync, class CarryT = NoCarry>
+          class Sync>
 __device__ __forceinline__ void rows_from(const WSrc& wsrc, const Stage& stage, int B, int K,
                                           uint4* __restrict__ xs, float* __restrict__ sums, int continues,
-                                          RowOf row_of, Store store, Flush flush, Sync sync,
-                                          const CarryT& carry = CarryT{}) {
+                                          RowOf row_of, Store store, Flush flush, Sync sync) {
   if constexpr (WSrc::kLoaderRing) {
     rows_ring<WARPS, ROWS, KCHUNK, BATCH, WSrc::kSlotK>(wsrc.tile, stage, B, K, xs, sums, continues, row_of, store,
                                                         flush, sync);
@@ -449,38 +386,19 @@ __device__ __forceinline__ void rows_from(const WSrc& wsrc, const Stage& stage, 
   // The lane's W vectors of pass p of the chunk at v0 (zeros past the chunk's cv vectors and for rows that are
   // none).
   uint4 wv[MT][2][UPP];
-  // (blocks below from_u: the carried ones, already there).
-  const auto load_w = [&](int v0, int cv, int p, int from_u) {
+  const auto load_w = [&](int v0, int cv, int p) {
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
       for (int h = 0; h < 2; ++h)
 #pragma unroll
         for (int u = 0; u < UPP; ++u) {
-          if (u < from_u) continue;
           const int v = ((p * UPP + u) * WARPS + warp) * 4 + q;
           const int n = row_n[mt][h];
           wv[mt][h][u] = (mt * 16 + h * 8 < ROWS && n >= 0 && v < cv) ? wsrc.load(mt * 16 + h * 8 + g, n, v0, v)
                                                                        : make_uint4(0u, 0u, 0u, 0u);
         }
   };
-
-  // The carried blocks of the first pass, loaded by a prefetch before the task waited: in flight while x is
-  // staged; the walk below loads the rest (a source with slot rows walks its first chunk its own way: no carry).
-  int carried = 0;
-  if constexpr (CarryT::kBlocks > 0 && SLOT_HALVES == 0) {
-    static_assert(CarryT::kBlocks <= UPP, "gemv: a carry holds blocks of the first pass");
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-#pragma unroll
-        for (int u = 0; u < CarryT::kBlocks; ++u) {
-          const unsigned* const c = carry.words + ((mt * 2 + h) * CarryT::kBlocks + u) * 4;
-          wv[mt][h][u] = mt * 2 + h < HALVES ? make_uint4(c[0], c[1], c[2], c[3]) : make_uint4(0u, 0u, 0u, 0u);
-        }
-    carried = CarryT::kBlocks;
-  }
 
   if (resident && !continues) {  // the call's first task on this CTA: all of x, once
     // The first chunk's W loads are not issued before the prologue: live across it, its 32 registers made
@@ -563,8 +481,7 @@ __device__ __forceinline__ void rows_from(const WSrc& wsrc, const Stage& stage, 
       }
 #pragma unroll 1  // a loop, not unrolled: the scheduler would hoist the next pass's loads (and spill)
       for (int p = 0; p < PASSES; ++p) {
-        load_w(v0, cv, p, carried);
-        carried = 0;
+        load_w(v0, cv, p);
         if (p == 0 && !resident) stage_chunk(v0, cv);
 #pragma unroll
         for (int u = 0; u < UPP; ++u) {
@@ -586,12 +503,11 @@ __device__ __forceinline__ void rows_from(const WSrc& wsrc, const Stage& stage, 
 
 // The plain form: rows n0 .. n0 + ROWS - 1 of W (those below N), y[b, n] = s (+ r[b, n]), rounded once; W from
 // `wsrc` (rows: from global memory).
-template <int WARPS, int ROWS, int KCHUNK, int BATCH, bool kResidual, class WSrc, class Stage, class Sync,
-          class CarryT = NoCarry>
+template <int WARPS, int ROWS, int KCHUNK, int BATCH, bool kResidual, class WSrc, class Stage, class Sync>
 __device__ __forceinline__ void rows_src(int n0, const WSrc& wsrc, const Stage& stage,
                                          const bf16* __restrict__ r, bf16* __restrict__ y, int B, int N, int K,
                                          uint4* __restrict__ xs, float* __restrict__ sums, int continues,
-                                         Sync sync, const CarryT& carry = CarryT{}) {
+                                         Sync sync) {
   rows_from<WARPS, ROWS, KCHUNK, BATCH>(
       wsrc, stage, B, K, xs, sums, continues, [=](int i) { return n0 + i < N ? n0 + i : -1; },
       [=](int i, int bg, int b, float s) {
@@ -602,24 +518,14 @@ __device__ __forceinline__ void rows_src(int n0, const WSrc& wsrc, const Stage& 
           y[at] = __float2bfloat16_rn(s);
         }
       },
-      [](int, int) {}, sync, carry);
+      [](int, int) {}, sync);
 }
 
-template <int WARPS, int ROWS, int KCHUNK, int BATCH, bool kResidual, class Stage, class Sync, class CarryT = NoCarry>
+template <int WARPS, int ROWS, int KCHUNK, int BATCH, bool kResidual, class Stage, class Sync>
 __device__ __forceinline__ void rows(int n0, const bf16* __restrict__ w, const Stage& stage,
                                      const bf16* __restrict__ r, bf16* __restrict__ y, int B, int N, int K,
-                                     uint4* __restrict__ xs, float* __restrict__ sums, int continues, Sync sync,
-                                     const CarryT& carry = CarryT{}) {
-  rows_src<WARPS, ROWS, KCHUNK, BATCH, kResidual>(n0, WGlobal{w, K}, stage, r, y, B, N, K, xs, sums, continues, sync,
-                                                  carry);
-}
-
-// A prefetch entry's body for rows(): BLOCKS blocks of the first pass of rows n0 .. n0 + ROWS - 1 (those below N).
-template <int WARPS, int ROWS, int KCHUNK, int BLOCKS>
-__device__ __forceinline__ void rows_first_pass(int n0, const bf16* __restrict__ w, int N, int K,
-                                                unsigned* __restrict__ carry) {
-  load_first_pass<WARPS, ROWS, KCHUNK, BLOCKS>(WGlobal{w, K}, K, [=](int i) { return n0 + i < N ? n0 + i : -1; },
-                                               carry);
+                                     uint4* __restrict__ xs, float* __restrict__ sums, int continues, Sync sync) {
+  rows_src<WARPS, ROWS, KCHUNK, BATCH, kResidual>(n0, WGlobal{w, K}, stage, r, y, B, N, K, xs, sums, continues, sync);
 }
 
 }  // namespace gemv_body
