@@ -29,7 +29,8 @@ MEGA_PIPELINES = {"split": HERE / "pipelines" / "decode_step.json",
                   "ring": HERE / "pipelines" / "decode_step_ring.json",
                   "ring_od": HERE / "pipelines" / "decode_step_ring_od.json",
                   "last": HERE / "pipelines" / "decode_step_last.json",
-                  "lr": HERE / "pipelines" / "decode_step_lr.json"}
+                  "lr": HERE / "pipelines" / "decode_step_lr.json",
+                  "pf": HERE / "pipelines" / "decode_step_pf.json"}
 # Steps linked from one of those pipelines with other link options: variant -> (pipeline variant, fields).
 # X_per_task: every task adds to its call's whole-call events (the glue before they were counted per CTA).
 MEGA_OPTIONS = {f"{v}_per_task": (v, {"counts_per_cta": False}) for v in MEGA_PIPELINES}

@@ -40,7 +40,7 @@ PROMPT = [128000, 791, 4062, 14198, 39935, 35308, 927, 279, 16053, 5679, 13]
 BATCHES = [1, 8]
 CONTEXTS = [16, 256, 1024, 4096, 16384]
 
-MEGA_VARIANTS = ("split", "head", "ring", "ring_od", "last", "lr")  # decode_kernels.MEGA_PIPELINES
+MEGA_VARIANTS = ("split", "head", "ring", "ring_od", "last", "lr", "pf")  # decode_kernels.MEGA_PIPELINES
 # pipelink_X: the megakernel of pipeline X; pipelink_X_per_task: the same with one event add per task.
 PIPELINK_VARIANTS = (tuple(f"pipelink_{v}" for v in MEGA_VARIANTS) + tuple(f"pipelink_{v}_per_task" for v in MEGA_VARIANTS)
                      + tuple(f"pipelink_lr_s{n}" for n in (3, 4, 8, 10))
