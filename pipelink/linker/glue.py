@@ -403,7 +403,7 @@ def _step(r: Resolved, a: Allocation, name: str, indent: str) -> list[str]:
     guard = f"if (threadIdx.x < {threads}) " if threads < a.block_threads else ""
     out.append(f"{indent}// step {a.steps[name]}: {name} ({comp.contract.threads.warps} warps)")
     if comp.code.entry.prefetch:  # no task waits here to load ahead of: right before the entry, same tile
-        out += ["{indent}{{".format(indent=indent)] if comp.code.entry.carry else []
+        out += [f"{indent}{{"] if comp.code.entry.carry else []  # the carried words are this tile's
         inner = indent + ("  " if comp.code.entry.carry else "")
         out += _carry_decl(comp, inner)
         out.append(_call(comp, inner + guard, symbol=comp.code.entry.prefetch))
