@@ -168,3 +168,38 @@ def test_the_last_split_merges_as_attn_merge_does(kernels):
         a = _run(kernels, "attn_split", q, k, v, B, L)
         b = _run(kernels, "attn_last", q, k, v, B, L)
         assert torch.equal(a, b), f"seed={seed} B={B} L={L}: max difference {float((a.double() - b.double()).abs().max()):.3g}"
+
+
+@pytest.fixture(scope="module")
+def walks(tmp_path_factory):
+    """attn_head and attn_split built to walk every length through the K/V ring (ATTN_RING_ROUNDS 1; and with
+    3 stages), and to walk none through it (every round in registers)."""
+    out = {}
+    for name, rounds, stages in (("ring", 1, 2), ("ring3", 1, 3), ("registers", 1 << 30, 2)):
+        values = tuple((c, key, value) for c in ("attn_head", "attn_split")
+                       for key, value in (("ATTN_RING_ROUNDS", rounds), ("ATTN_STAGES", stages)))
+        base = decode_parts.build_attention(tmp_path_factory.mktemp(f"walk_{name}_base"))
+        objects = decode_parts.build_value_set(tmp_path_factory.mktemp(f"walk_{name}"),
+                                               decode_parts.ValueSet(name, values), base)
+        head, split = decode_parts.link_alone(objects["attn_head"]), decode_parts.link_attn_split(objects)
+        assert head.ok and split.ok, [d.render() for d in head.diagnostics + split.diagnostics]
+        out[name] = {"attn_head": head.kernel(), "attn_split": split.kernel()}
+    yield out
+    for ks in out.values():
+        for k in ks.values():
+            k.unload()
+
+
+@pytest.mark.parametrize("variant", ["attn_head", "attn_split"])
+def test_the_ring_walk_is_the_register_walk(walks, variant):
+    # the ring changes where K and V wait, not the arithmetic: the same positions in the same order, bit for bit
+    import torch
+    seed = fresh_seed()
+    for B, L, Lmax in ((1, 1, 1), (1, 65, 70), (3, 1000, 1000), (8, 4097, 4600), (1, 16384, 16384)):
+        q, k, v = _inputs(seed, B, L, Lmax=Lmax)
+        base = _run(walks["registers"], variant, q, k, v, B, L)
+        _judge(base, _reference(q, k, v, L), f"{variant} (registers) B={B} L={L} seed={seed}")
+        for ring in ("ring", "ring3"):
+            o = _run(walks[ring], variant, q, k, v, B, L)
+            assert torch.equal(o, base), (f"{variant} {ring} seed={seed} B={B} L={L}: max difference "
+                                          f"{float((o.double() - base.double()).abs().max()):.3g}")

@@ -3,10 +3,14 @@
 // (a cache of capacity Lmax; positions at or past Lmax are never read).
 //
 // The block's 256 threads form 32 groups of 8 lanes; a group walks positions grp, grp + 32, ... of the
-// range, each lane holding 8 of the 64 dimensions: one 16-byte load of the K row and one of the V row per
-// position (streamed past L1: the cache is read once), UNROLL positions in flight. q, k and v are loaded
-// coherently (ld.global, never the read-only path): in one kernel with qkv_rope, q and the cache's newest
-// position are written by other CTAs of the same launch. The 4 partial dot
+// range, each lane holding 8 of the 64 dimensions: one 16-byte copy of the K row and one of the V row per
+// position. A walk's round is UNROLL positions a group (64 positions of the block). A long walk (RING_ROUNDS
+// rounds or more) keeps the copies of STAGES - 1 rounds in flight while a round is computed, through a ring in
+// shared memory (cp.async through L2); each lane reads back only its own copies, so the ring needs no barrier,
+// only the lane's cp.async groups. Registers alone hold one round in flight, so a long walk in registers is a
+// chain of round trips; a short one (a split of a few rounds) loads its rounds into registers. Either way the
+// cache is read past L1 (once), and coherently, as q is (ld.global.cg): in one kernel with qkv_rope, q and the
+// cache's newest position are written by other CTAs of the same launch. The 4 partial dot
 // products of a position meet in a shuffle reduction inside the group; every group keeps its own online
 // softmax state (running max m, sum l, unnormalized acc) per query head, in fp32, with the scores in the
 // log2 domain (q is scaled by log2(e) / sqrt(64) once, exp2f thereafter). The 32 groups' states then meet
@@ -29,9 +33,16 @@ constexpr int GROUPS = THREADS / LANES;    // 32 position groups
 // one f32 record per group in shared memory: acc [GROUP][HEAD_DIM], then m [GROUP], then l [GROUP]
 constexpr int RECORD = GROUP * HEAD_DIM + 2 * GROUP;
 constexpr int SMEM_BYTES = GROUPS * RECORD * 4;
+// The ring of STAGES rounds of UNROLL positions a group: a K and a V vector of every thread per position.
+// It shares its bytes with the groups' records (written after the walk): the smem a task needs is the larger.
+constexpr int ring_bytes(int stages, int unroll) { return stages * unroll * 2 * THREADS * 16; }
+constexpr int smem_bytes(int stages, int unroll) {
+  return ring_bytes(stages, unroll) > SMEM_BYTES ? ring_bytes(stages, unroll) : SMEM_BYTES;
+}
 // log2(e) / sqrt(HEAD_DIM): the softmax scale folded into q, scores in the log2 domain
 constexpr float Q_SCALE = 1.4426950408889634f * 0.125f;
 
+// 16 bytes of the cache into registers, past L1 (the walk of a few rounds).
 __device__ __forceinline__ uint4 load_cache(const bf16* p) {
   uint4 v;
   asm volatile("ld.global.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
@@ -39,6 +50,15 @@ __device__ __forceinline__ uint4 load_cache(const bf16* p) {
                : "l"(p));
   return v;
 }
+
+// 16 bytes of the cache into shared memory through L2 (`bytes` 0: zeros, nothing read).
+__device__ __forceinline__ void copy_cache(uint4* dst, const bf16* src, int bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
+               ::"r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void commit_copies() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int PENDING>
+__device__ __forceinline__ void wait_copies() { asm volatile("cp.async.wait_group %0;" ::"n"(PENDING) : "memory"); }
 
 __device__ __forceinline__ void unpack8(const uint4& v, float (&f)[8]) {
   const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
@@ -69,17 +89,44 @@ struct State {
 };
 
 // Sync: a callable that synchronizes the component's 256 threads (its named barrier).
-// red: SMEM_BYTES of shared memory. Requires l0 < min(l1, Lmax) for a finite m.
-template <int UNROLL, class Sync>
+// red: smem_bytes(STAGES, UNROLL) of shared memory. Requires l0 < min(l1, Lmax) for a finite m.
+// A walk of RING_ROUNDS rounds or more takes the ring; a shorter one loads each round into registers (a split of
+// a few rounds gains nothing from the ring and pays its barrier and shared-memory trip).
+template <int UNROLL, int STAGES, int RING_ROUNDS, class Sync>
 __device__ __forceinline__ State attend(const bf16* __restrict__ q, const bf16* __restrict__ k,
                                         const bf16* __restrict__ v, int b, int h, int l0, int l1, int Lmax,
                                         float* __restrict__ red, Sync sync) {
+  static_assert(STAGES >= 2, "attention: a ring of at least two rounds (one computed, one in flight)");
   l1 = min(l1, Lmax);  // L > Lmax is the caller's error: it never reads past the cache
   const int t = threadIdx.x % THREADS;
   const int grp = t / LANES, sub = t % LANES;
   const long long head_base = ((long long)b * KV_HEADS + h) * (long long)Lmax * HEAD_DIM + sub * 8;
   const bf16* kp = k + head_base;
   const bf16* vp = v + head_base;
+  const int rounds = (l1 - l0 + GROUPS * UNROLL - 1) / (GROUPS * UNROLL);
+  const bool ringed = rounds >= RING_ROUNDS;
+
+  // The ring: round r's K (and V) vector u of this thread at ring[((r % STAGES) * UNROLL + u) * 2 (+ 1)][t], so a
+  // quarter warp's 16-byte accesses are 128 contiguous bytes.
+  uint4* const ring = reinterpret_cast<uint4*>(red);
+  const auto issue = [&](int r) {  // round r's copies (none past the last round), as one cp.async group
+    if (r < rounds) {
+      uint4* const slot = ring + (r % STAGES) * UNROLL * 2 * THREADS + t;
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u) {
+        const int p = l0 + (r * UNROLL + u) * GROUPS + grp;
+        const bool in = p < l1;
+        const long long at = in ? (long long)p * HEAD_DIM : 0;
+        copy_cache(slot + (2 * u) * THREADS, kp + at, in ? 16 : 0);
+        copy_cache(slot + (2 * u + 1) * THREADS, vp + at, in ? 16 : 0);
+      }
+    }
+    commit_copies();
+  };
+  if (ringed) {
+#pragma unroll
+    for (int r = 0; r < STAGES - 1; ++r) issue(r);
+  }
 
   float qf[GROUP][8];
 #pragma unroll
@@ -99,20 +146,8 @@ __device__ __forceinline__ State attend(const bf16* __restrict__ q, const bf16* 
     for (int e = 0; e < 8; ++e) acc[g][e] = 0.0f;
   }
 
-  // base is uniform over the block, so every lane of a warp reaches the shuffles together
-  for (int base = l0; base < l1; base += GROUPS * UNROLL) {
-    uint4 kv[UNROLL], vv[UNROLL];
-#pragma unroll
-    for (int u = 0; u < UNROLL; ++u) {
-      const int p = base + u * GROUPS + grp;
-      if (p < l1) {
-        kv[u] = load_cache(kp + (long long)p * HEAD_DIM);
-        vv[u] = load_cache(vp + (long long)p * HEAD_DIM);
-      } else {
-        kv[u] = make_uint4(0u, 0u, 0u, 0u);
-        vv[u] = make_uint4(0u, 0u, 0u, 0u);
-      }
-    }
+  // One round: positions base + u * 32 + grp of the UNROLL vectors of K and V (zeros past l1).
+  const auto consume = [&](int base, const uint4 (&kv)[UNROLL], const uint4 (&vv)[UNROLL]) {
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u) {
       const bool valid = base + u * GROUPS + grp < l1;
@@ -142,6 +177,37 @@ __device__ __forceinline__ State attend(const bf16* __restrict__ q, const bf16* 
           m[g] = mn;
         }
       }
+    }
+  };
+
+  // r is uniform over the block, so every lane of a warp reaches the shuffles together
+  if (ringed) {
+    for (int r = 0; r < rounds; ++r) {
+      wait_copies<STAGES - 2>();  // this thread's copies of round r have landed
+      uint4 kv[UNROLL], vv[UNROLL];
+      const uint4* const slot = ring + (r % STAGES) * UNROLL * 2 * THREADS + t;
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u) {
+        kv[u] = slot[(2 * u) * THREADS];
+        vv[u] = slot[(2 * u + 1) * THREADS];
+      }
+      issue(r + STAGES - 1);  // into the slot round r - 1 left: this thread read it last round
+      consume(l0 + r * GROUPS * UNROLL, kv, vv);
+    }
+    wait_copies<0>();  // nothing of this thread's is in flight (the groups past the last round are empty)
+    sync();            // every lane has read its ring slots: the records take their bytes
+  } else {
+    for (int r = 0; r < rounds; ++r) {
+      const int base = l0 + r * GROUPS * UNROLL;
+      uint4 kv[UNROLL], vv[UNROLL];
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u) {
+        const int p = base + u * GROUPS + grp;
+        const bool in = p < l1;
+        kv[u] = in ? load_cache(kp + (long long)p * HEAD_DIM) : make_uint4(0u, 0u, 0u, 0u);
+        vv[u] = in ? load_cache(vp + (long long)p * HEAD_DIM) : make_uint4(0u, 0u, 0u, 0u);
+      }
+      consume(base, kv, vv);
     }
   }
 
@@ -190,14 +256,14 @@ __device__ __forceinline__ void write_record(float* __restrict__ part, int b, in
 
 // Flash-decoding's first half for task (b, h, s): attend split s of the S = split_count(B, L, tasks, min_len)
 // splits of the context and write the state to its workspace record (write_record). Returns S.
-template <int UNROLL, class Sync>
+template <int UNROLL, int STAGES, int RING_ROUNDS, class Sync>
 __device__ __forceinline__ int attend_split(const bf16* __restrict__ q, const bf16* __restrict__ k,
                                             const bf16* __restrict__ v, float* __restrict__ part, int b, int h, int s,
                                             int B, int L, int Lmax, int tasks, int min_len, float* red, Sync sync,
                                             int t) {
   const int splits = split_count(B, L, tasks, min_len);
   const int l0 = split_begin(s, splits, L), l1 = split_begin(s + 1, splits, L);
-  write_record(part, b, h, s, splits, attend<UNROLL>(q, k, v, b, h, l0, l1, Lmax, red, sync), t);
+  write_record(part, b, h, s, splits, attend<UNROLL, STAGES, RING_ROUNDS>(q, k, v, b, h, l0, l1, Lmax, red, sync), t);
   return splits;
 }
 

@@ -6,14 +6,16 @@
 
 using namespace pl::attn_head;
 static_assert(THREADS == attn_body::THREADS, "contract attn_head: the body needs 8 warps");
-static_assert(smem_red_bytes >= attn_body::SMEM_BYTES, "contract attn_head: smem.buffers.red is too small");
+static_assert(smem_red_bytes >= attn_body::smem_bytes(ATTN_STAGES, ATTN_UNROLL),
+              "contract attn_head: smem.buffers.red is too small");
 
 extern "C" __device__ void attn_head(pl::Tile tile, const __nv_bfloat16* __restrict__ q,
                                      const __nv_bfloat16* __restrict__ k, const __nv_bfloat16* __restrict__ v,
                                      __nv_bfloat16* __restrict__ o, int B, int L, int Lmax) {
   const int b = tile.coord[0], h = tile.coord[1];
   const attn_body::State st =
-      attn_body::attend<ATTN_UNROLL>(q, k, v, b, h, 0, L, Lmax, smem_red<float>(), [] { sync_merge(); });
+      attn_body::attend<ATTN_UNROLL, ATTN_STAGES, ATTN_RING_ROUNDS>(q, k, v, b, h, 0, L, Lmax, smem_red<float>(),
+                                                                     [] { sync_merge(); });
   const int t = thread_rank();
   o[((long long)b * attn_body::Q_HEADS + h * attn_body::GROUP) * attn_body::HEAD_DIM + t] =
       __float2bfloat16_rn(st.acc / st.l);

@@ -10,7 +10,8 @@
 
 using namespace pl::attn_last;
 static_assert(THREADS == attn_body::THREADS, "contract attn_last: the body needs 8 warps");
-static_assert(smem_red_bytes >= attn_body::SMEM_BYTES, "contract attn_last: smem.buffers.red is too small");
+static_assert(smem_red_bytes >= attn_body::smem_bytes(ATTN_STAGES, ATTN_UNROLL),
+              "contract attn_last: smem.buffers.red is too small");
 static_assert(PART_RECORD == attn_body::RECORD, "contract attn_last: a workspace record is acc, m and l of 4 heads");
 
 extern "C" __device__ void attn_last(pl::Tile tile, const __nv_bfloat16* __restrict__ q,
@@ -18,8 +19,8 @@ extern "C" __device__ void attn_last(pl::Tile tile, const __nv_bfloat16* __restr
                                      float* __restrict__ part, int* __restrict__ arrived, __nv_bfloat16* __restrict__ o,
                                      int B, int L, int Lmax) {
   const int b = tile.coord[0], h = tile.coord[1], t = thread_rank();
-  const int splits = attn_body::attend_split<ATTN_UNROLL>(q, k, v, part, b, h, tile.coord[2], B, L, Lmax, SPLIT_TASKS,
-                                                          SPLIT_MIN_L, smem_red<float>(), [] { sync_merge(); }, t);
+  const int splits = attn_body::attend_split<ATTN_UNROLL, ATTN_STAGES, ATTN_RING_ROUNDS>(
+      q, k, v, part, b, h, tile.coord[2], B, L, Lmax, SPLIT_TASKS, SPLIT_MIN_L, smem_red<float>(), [] { sync_merge(); }, t);
   int* const last = smem_last<int>();
   sync_merge();  // every thread's record is written
   if (t == 0) {

@@ -7,12 +7,14 @@
 
 using namespace pl::attn_split;
 static_assert(THREADS == attn_body::THREADS, "contract attn_split: the body needs 8 warps");
-static_assert(smem_red_bytes >= attn_body::SMEM_BYTES, "contract attn_split: smem.buffers.red is too small");
+static_assert(smem_red_bytes >= attn_body::smem_bytes(ATTN_STAGES, ATTN_UNROLL),
+              "contract attn_split: smem.buffers.red is too small");
 static_assert(PART_RECORD == attn_body::RECORD, "contract attn_split: a workspace record is acc, m and l of 4 heads");
 
 extern "C" __device__ void attn_split(pl::Tile tile, const __nv_bfloat16* __restrict__ q,
                                       const __nv_bfloat16* __restrict__ k, const __nv_bfloat16* __restrict__ v,
                                       float* __restrict__ part, int B, int L, int Lmax) {
-  attn_body::attend_split<ATTN_UNROLL>(q, k, v, part, tile.coord[0], tile.coord[1], tile.coord[2], B, L, Lmax,
-                                       SPLIT_TASKS, SPLIT_MIN_L, smem_red<float>(), [] { sync_merge(); }, thread_rank());
+  attn_body::attend_split<ATTN_UNROLL, ATTN_STAGES, ATTN_RING_ROUNDS>(
+      q, k, v, part, tile.coord[0], tile.coord[1], tile.coord[2], B, L, Lmax, SPLIT_TASKS, SPLIT_MIN_L, smem_red<float>(),
+      [] { sync_merge(); }, thread_rank());
 }
