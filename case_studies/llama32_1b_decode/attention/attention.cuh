@@ -146,28 +146,8 @@ __device__ __forceinline__ State attend(const bf16* __restrict__ q, const bf16* 
     for (int e = 0; e < 8; ++e) acc[g][e] = 0.0f;
   }
 
-  // r is uniform over the block, so every lane of a warp reaches the shuffles together
-  for (int r = 0; r < rounds; ++r) {
-    const int base = l0 + r * GROUPS * UNROLL;
-    uint4 kv[UNROLL], vv[UNROLL];
-    if (ringed) {
-      wait_copies<STAGES - 2>();  // this thread's copies of round r have landed
-      const uint4* const slot = ring + (r % STAGES) * UNROLL * 2 * THREADS + t;
-#pragma unroll
-      for (int u = 0; u < UNROLL; ++u) {
-        kv[u] = slot[(2 * u) * THREADS];
-        vv[u] = slot[(2 * u + 1) * THREADS];
-      }
-      issue(r + STAGES - 1);  // into the slot round r - 1 left: this thread read it last round
-    } else {
-#pragma unroll
-      for (int u = 0; u < UNROLL; ++u) {
-        const int p = base + u * GROUPS + grp;
-        const bool in = p < l1;
-        kv[u] = in ? load_cache(kp + (long long)p * HEAD_DIM) : make_uint4(0u, 0u, 0u, 0u);
-        vv[u] = in ? load_cache(vp + (long long)p * HEAD_DIM) : make_uint4(0u, 0u, 0u, 0u);
-      }
-    }
+  // One round: positions base + u * 32 + grp of the UNROLL vectors of K and V (zeros past l1).
+  const auto consume = [&](int base, const uint4 (&kv)[UNROLL], const uint4 (&vv)[UNROLL]) {
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u) {
       const bool valid = base + u * GROUPS + grp < l1;
@@ -198,10 +178,37 @@ __device__ __forceinline__ State attend(const bf16* __restrict__ q, const bf16* 
         }
       }
     }
-  }
+  };
+
+  // r is uniform over the block, so every lane of a warp reaches the shuffles together
   if (ringed) {
+    for (int r = 0; r < rounds; ++r) {
+      wait_copies<STAGES - 2>();  // this thread's copies of round r have landed
+      uint4 kv[UNROLL], vv[UNROLL];
+      const uint4* const slot = ring + (r % STAGES) * UNROLL * 2 * THREADS + t;
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u) {
+        kv[u] = slot[(2 * u) * THREADS];
+        vv[u] = slot[(2 * u + 1) * THREADS];
+      }
+      issue(r + STAGES - 1);  // into the slot round r - 1 left: this thread read it last round
+      consume(l0 + r * GROUPS * UNROLL, kv, vv);
+    }
     wait_copies<0>();  // nothing of this thread's is in flight (the groups past the last round are empty)
     sync();            // every lane has read its ring slots: the records take their bytes
+  } else {
+    for (int r = 0; r < rounds; ++r) {
+      const int base = l0 + r * GROUPS * UNROLL;
+      uint4 kv[UNROLL], vv[UNROLL];
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u) {
+        const int p = base + u * GROUPS + grp;
+        const bool in = p < l1;
+        kv[u] = in ? load_cache(kp + (long long)p * HEAD_DIM) : make_uint4(0u, 0u, 0u, 0u);
+        vv[u] = in ? load_cache(vp + (long long)p * HEAD_DIM) : make_uint4(0u, 0u, 0u, 0u);
+      }
+      consume(base, kv, vv);
+    }
   }
 
   float* rec = red + grp * RECORD;
