@@ -175,10 +175,10 @@ def walks(tmp_path_factory):
     """attn_head and attn_split built to walk every length through the K/V ring (ATTN_RING_ROUNDS 1; and with
     3 stages), and to walk none through it (every round in registers)."""
     out = {}
+    base = decode_parts.build_attention(tmp_path_factory.mktemp("walk_base"))  # each value set's starting point
     for name, rounds, stages in (("ring", 1, 2), ("ring3", 1, 3), ("registers", 1 << 30, 2)):
         values = tuple((c, key, value) for c in ("attn_head", "attn_split")
                        for key, value in (("ATTN_RING_ROUNDS", rounds), ("ATTN_STAGES", stages)))
-        base = decode_parts.build_attention(tmp_path_factory.mktemp(f"walk_{name}_base"))
         objects = decode_parts.build_value_set(tmp_path_factory.mktemp(f"walk_{name}"),
                                                decode_parts.ValueSet(name, values), base)
         head, split = decode_parts.link_alone(objects["attn_head"]), decode_parts.link_attn_split(objects)

@@ -30,6 +30,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent.parent))
 
+import decode_kernels  # noqa: E402
 import decode_parts  # noqa: E402
 import decode_report as report  # noqa: E402
 from decode_model import DecodeModel, DecodeState, build_reference  # noqa: E402
@@ -40,12 +41,8 @@ PROMPT = [128000, 791, 4062, 14198, 39935, 35308, 927, 279, 16053, 5679, 13]
 BATCHES = [1, 8]
 CONTEXTS = [16, 256, 1024, 4096, 16384]
 
-MEGA_VARIANTS = ("split", "head", "ring", "ring_od", "last", "lr", "pf")  # decode_kernels.MEGA_PIPELINES
-# pipelink_X: the megakernel of pipeline X; pipelink_X_per_task: the same with one event add per task.
-PIPELINK_VARIANTS = (tuple(f"pipelink_{v}" for v in MEGA_VARIANTS) + tuple(f"pipelink_{v}_per_task" for v in MEGA_VARIANTS)
-                     + tuple(f"pipelink_lr_s{n}" for n in (3, 4, 8, 10))
-                     + tuple(f"pipelink_{v}_deal" for v in ("split", "head", "lr"))
-                     + tuple(f"pipelink_{v}_wait{n}" for v in ("split", "head") for n in (0, 16, 256))
+# pipelink_X: the megakernel of pipeline X, or of pipeline X linked with other options (decode_kernels owns both).
+PIPELINK_VARIANTS = (tuple(f"pipelink_{v}" for v in (*decode_kernels.MEGA_PIPELINES, *decode_kernels.MEGA_OPTIONS))
                      + ("parts_graph", "parts_ring_graph"))
 TORCH_VARIANTS = ("torch_eager", "torch_graph")
 # What the results table compares; the ring and last-arriver steps are experiments, asked for by name.
