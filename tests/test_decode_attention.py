@@ -53,7 +53,7 @@ def test_attn_head_links_alone(objects):
     _no_spills(m)
     assert [c.name for c in m.components] == ["attn_head"]
     assert [p.name for p in m.user_params] == ["q", "k", "v", "o", "B", "L", "Lmax"]
-    assert m.geometry == {"ATTN_UNROLL": 2, "ATTN_STAGES": 2, "ATTN_RING_ROUNDS": 8}
+    assert m.geometry == {"ATTN_UNROLL": 2, "ATTN_STAGES": 2, "ATTN_RING_ROUNDS": 8, "ATTN_WALK": 2}
     assert m.dynamic_smem >= 32 * 264 * 4  # the 32 position groups' softmax states
     assert "buffer attn_head.red" in linked.link_map and "attn_head.merge" in linked.link_map
     assert "grid [B, 8]" in linked.link_map
@@ -66,7 +66,7 @@ def test_attn_last_links_alone_and_merges_without_an_event(objects):
     m = linked.manifest
     _no_spills(m)
     assert [p.name for p in m.user_params] == ["q", "k", "v", "part", "arrived", "o", "B", "L", "Lmax"]
-    assert m.geometry == {"SPLIT_TASKS": 256, "SPLIT_MIN_L": 64, "ATTN_UNROLL": 2, "ATTN_STAGES": 2, "ATTN_RING_ROUNDS": 8, "PART_RECORD": 264}
+    assert m.geometry == {"SPLIT_TASKS": 256, "SPLIT_MIN_L": 64, "ATTN_UNROLL": 2, "ATTN_STAGES": 2, "ATTN_RING_ROUNDS": 8, "ATTN_WALK": 2, "PART_RECORD": 264}
     assert "buffer attn_last.last" in linked.link_map
     # the same cut of the context as attn_split's (its grid and workspace), its own count per (b, h)
     split = json.loads((CASE / "attention" / "attn_split.json").read_text())
@@ -87,7 +87,7 @@ def test_split_then_merge_links_into_one_persistent_kernel(objects):
     assert [p.name for p in m.user_params] == ["q", "k", "v", "part", "B", "L", "Lmax", "o"]
     part = next(p for p in m.params if p.name == "part")
     assert part.pointer and not part.const  # written by attn_split in the launch
-    assert m.geometry == {"SPLIT_TASKS": 256, "SPLIT_MIN_L": 64, "ATTN_UNROLL": 2, "ATTN_STAGES": 2, "ATTN_RING_ROUNDS": 8, "PART_RECORD": 264}
+    assert m.geometry == {"SPLIT_TASKS": 256, "SPLIT_MIN_L": 64, "ATTN_UNROLL": 2, "ATTN_STAGES": 2, "ATTN_RING_ROUNDS": 8, "ATTN_WALK": 2, "PART_RECORD": 264}
     (event,) = m.workspace.events
     assert event.name == "splits" and event.shape == ("B", "8")
     assert [s.split()[0] for s in event.notified_by] == ["attn_split"]
@@ -128,3 +128,21 @@ def test_the_team_build_script_builds(tmp_path):
                           capture_output=True, text=True, env=env)
     assert proc.returncode == 0, proc.stderr
     assert sorted(p.name for p in tmp_path.glob("*.o")) == ["attn_head.o", "attn_merge.o"]
+
+
+@pytest.mark.parametrize("stages", [2, 4])
+def test_the_tensor_core_walk_links_without_spills(objects, tmp_path, stages):
+    # ATTN_WALK 2: the three components on mma.sync (4 m16n8k16 for q K^T, 8 m16n8k8 for P V a tile) with K and
+    # V read from the ring by ldmatrix, within 128 registers and no frame, at 2 and 4 stages
+    from pipelink import toolchain
+    values = tuple((c, key, value) for c in ("attn_head", "attn_split", "attn_last")
+                   for key, value in (("ATTN_WALK", 2), ("ATTN_STAGES", stages)))
+    built = decode_parts.build_value_set(tmp_path, decode_parts.ValueSet("mma", values), objects)
+    for linked in (decode_parts.link_alone(built["attn_head"]), decode_parts.link_attn_split(built),
+                   decode_parts.link_alone(built["attn_last"])):
+        assert linked.ok, [d.render() for d in linked.diagnostics]
+        _no_spills(linked.manifest)
+        assert linked.manifest.geometry["ATTN_WALK"] == 2
+        sass = toolchain.disassemble(linked.cubin)
+        assert sass.count("HMMA.16816.F32.BF16") == 4 and sass.count("HMMA.1688.F32.BF16") == 8, linked.manifest.kernel
+        assert "LDSM.16.M88.4" in sass and "LDSM.16.MT88.4" in sass

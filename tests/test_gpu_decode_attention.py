@@ -172,13 +172,13 @@ def test_the_last_split_merges_as_attn_merge_does(kernels):
 
 @pytest.fixture(scope="module")
 def walks(tmp_path_factory):
-    """attn_head and attn_split built to walk every length through the K/V ring (ATTN_RING_ROUNDS 1; and with
-    3 stages), and to walk none through it (every round in registers)."""
+    """attn_head and attn_split on the lane walk (ATTN_WALK 1) built to walk every length through the K/V ring
+    (ATTN_RING_ROUNDS 1; and with 3 stages), and to walk none through it (every round in registers)."""
     out = {}
     base = decode_parts.build_attention(tmp_path_factory.mktemp("walk_base"))  # each value set's starting point
     for name, rounds, stages in (("ring", 1, 2), ("ring3", 1, 3), ("registers", 1 << 30, 2)):
         values = tuple((c, key, value) for c in ("attn_head", "attn_split")
-                       for key, value in (("ATTN_RING_ROUNDS", rounds), ("ATTN_STAGES", stages)))
+                       for key, value in (("ATTN_WALK", 1), ("ATTN_RING_ROUNDS", rounds), ("ATTN_STAGES", stages)))
         objects = decode_parts.build_value_set(tmp_path_factory.mktemp(f"walk_{name}"),
                                                decode_parts.ValueSet(name, values), base)
         head, split = decode_parts.link_alone(objects["attn_head"]), decode_parts.link_attn_split(objects)
@@ -192,7 +192,8 @@ def walks(tmp_path_factory):
 
 @pytest.mark.parametrize("variant", ["attn_head", "attn_split"])
 def test_the_ring_walk_is_the_register_walk(walks, variant):
-    # the ring changes where K and V wait, not the arithmetic: the same positions in the same order, bit for bit
+    # the lane walk's ring changes where K and V wait, not the arithmetic: the same positions in the same order,
+    # bit for bit
     import torch
     seed = fresh_seed()
     for B, L, Lmax in ((1, 1, 1), (1, 65, 70), (3, 1000, 1000), (8, 4097, 4600), (1, 16384, 16384)):
@@ -203,3 +204,43 @@ def test_the_ring_walk_is_the_register_walk(walks, variant):
             o = _run(walks[ring], variant, q, k, v, B, L)
             assert torch.equal(o, base), (f"{variant} {ring} seed={seed} B={B} L={L}: max difference "
                                           f"{float((o.double() - base.double()).abs().max()):.3g}")
+
+
+@pytest.fixture(scope="module")
+def mma_walks(tmp_path_factory):
+    """The three attention components built to walk on the tensor cores (ATTN_WALK 2), with rings of 2 and 4
+    stages."""
+    base = decode_parts.build_attention(tmp_path_factory.mktemp("mma_base"))
+    out = {}
+    for stages in (2, 4):
+        values = tuple((c, key, value) for c in ("attn_head", "attn_split", "attn_last")
+                       for key, value in (("ATTN_WALK", 2), ("ATTN_STAGES", stages)))
+        objects = decode_parts.build_value_set(tmp_path_factory.mktemp(f"mma{stages}"),
+                                               decode_parts.ValueSet(f"mma{stages}", values), base)
+        linked = {"attn_head": decode_parts.link_alone(objects["attn_head"]),
+                  "attn_split": decode_parts.link_attn_split(objects),
+                  "attn_last": decode_parts.link_alone(objects["attn_last"])}
+        for name, result in linked.items():
+            assert result.ok, (name, [d.render() for d in result.diagnostics])
+        out[stages] = {name: result.kernel() for name, result in linked.items()}
+    yield out
+    for ks in out.values():
+        for k in ks.values():
+            k.unload()
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("stages", [2, 4])
+def test_the_tensor_core_walk(mma_walks, variant, stages):
+    # P is rounded to bf16 before P V (the scores, the softmax state and acc stay fp32): within the bf16
+    # output's tolerance of the float64 reference, not bit for bit the lane walk; lengths that leave a warp's
+    # tile partly past the end, a cache larger than the context, and peaked scores
+    seed = fresh_seed()
+    for B, L, Lmax, q_scale in ((1, 1, 1, 1.0), (3, 7, 4096, 1.0), (1, 65, 70, 1.0), (8, 1000, 1000, 1.0),
+                                (3, 4097, 4600, 8.0), (8, 4097, 4097, 1.0), (1, 16384, 16384, 1.0)):
+        q, k, v = _inputs(seed, B, L, q_scale=q_scale, Lmax=Lmax)
+        ref = _reference(q, k, v, L)
+        for launch in range(2):
+            o = _run(mma_walks[stages], variant, q, k, v, B, L)
+            _judge(o, ref, f"{variant} tensor cores, {stages} stages, B={B} L={L} Lmax={Lmax} q x{q_scale} "
+                           f"seed={seed} launch {launch}")

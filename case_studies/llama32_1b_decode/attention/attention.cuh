@@ -2,7 +2,11 @@
 // of the group (q heads 4h .. 4h+3) attend over the cache positions [l0, l1) of k and v [B, 8, Lmax, 64]
 // (a cache of capacity Lmax; positions at or past Lmax are never read).
 //
-// The block's 256 threads form 32 groups of 8 lanes; a group walks positions grp, grp + 32, ... of the
+// Two walks over the positions, the components' ATTN_WALK choosing: on the tensor cores (WALK_MMA, attend_mma
+// below: warps, mma.sync, P rounded to bf16) or on the CUDA cores' lanes (WALK_LANES, described here; the
+// arithmetic of every score and sum in fp32). Both end in the same merge of states through shared memory.
+//
+// The lane walk: the block's 256 threads form 32 groups of 8 lanes; a group walks positions grp, grp + 32, ... of the
 // range, each lane holding 8 of the 64 dimensions: one 16-byte copy of the K row and one of the V row per
 // position. A walk's round is UNROLL positions a group (64 positions of the block). A long walk (RING_ROUNDS
 // rounds or more) keeps the copies of STAGES - 1 rounds in flight while a round is computed, through a ring in
@@ -41,6 +45,8 @@ constexpr int smem_bytes(int stages, int unroll) {
 }
 // log2(e) / sqrt(HEAD_DIM): the softmax scale folded into q, scores in the log2 domain
 constexpr float Q_SCALE = 1.4426950408889634f * 0.125f;
+// The walks (the components' ATTN_WALK): groups of 8 lanes on the CUDA cores, or warps on the tensor cores.
+constexpr int WALK_LANES = 1, WALK_MMA = 2;
 
 // 16 bytes of the cache into registers, past L1 (the walk of a few rounds).
 __device__ __forceinline__ uint4 load_cache(const bf16* p) {
@@ -88,14 +94,204 @@ struct State {
   float acc;  // sum of exp2(score - m) * v[d]
 };
 
+// The block's state from RECORDS records in shared memory (red, each acc [GROUP][HEAD_DIM], m [GROUP],
+// l [GROUP], written before a barrier): thread t = 64 * head + d merges query head `head` in record order.
+template <int RECORDS, class Sync>
+__device__ __forceinline__ State merge_states(const float* __restrict__ red, Sync sync) {
+  const int t = threadIdx.x % THREADS;
+  const int head = t / HEAD_DIM, d = t % HEAD_DIM;
+  float mx = -CUDART_INF_F;
+#pragma unroll 8
+  for (int i = 0; i < RECORDS; ++i) mx = fmaxf(mx, red[i * RECORD + GROUP * HEAD_DIM + head]);
+  State st{mx, 0.0f, 0.0f};
+  if (mx != -CUDART_INF_F) {
+#pragma unroll 8
+    for (int i = 0; i < RECORDS; ++i) {
+      const float mi = red[i * RECORD + GROUP * HEAD_DIM + head];
+      if (mi == -CUDART_INF_F) continue;  // a record that saw no position
+      const float w = exp2f(mi - mx);
+      st.l = fmaf(red[i * RECORD + GROUP * HEAD_DIM + GROUP + head], w, st.l);
+      st.acc = fmaf(red[i * RECORD + head * HEAD_DIM + d], w, st.acc);
+    }
+  }
+  sync();  // every thread has read the records before the next task on this CTA writes them
+  return st;
+}
+
+// --- The walk on the tensor cores (WALK_MMA) -------------------------------------------------------------------
+// Each warp takes UNROLL / 2 tiles of 8 positions a round (the round is the same 64 positions of the block): the
+// 4 query heads are rows 0-3 of an m16 tile (rows 4-15 zero), so S = q K^T is mma.sync m16n8k16 over the 64
+// dimensions (4 k steps) and acc += P V is m16n8k8 per 8 dimensions, P the tile's exp2 scores rounded to bf16
+// (as flash attention's kernels do; the scores, the softmax state and acc stay fp32). K and V come through a
+// ring of cp.async copies per warp (swizzled 128-byte rows, read by ldmatrix: V transposed), so a warp waits on
+// its own copies only. Against the lane walk: about a tenth of the instructions a position; the results differ
+// by P's rounding, not bit for bit.
+__device__ __forceinline__ void mma_16816(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+               "{%0, %1, %2, %3};"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ void mma_1688(float (&d)[4], unsigned a0, unsigned a1, unsigned b0) {
+  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5}, {%6}, "
+               "{%0, %1, %2, %3};"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a0), "r"(a1), "r"(b0));
+}
+// Four 8x8 b16 matrices from shared memory: lane l gives row l % 8 of matrix l / 8.
+template <bool TRANS>
+__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], unsigned addr) {
+  if constexpr (TRANS)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+  else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+__device__ __forceinline__ unsigned pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const unsigned*>(&v);
+}
+
+template <int UNROLL, int STAGES, class Sync>
+__device__ __forceinline__ State attend_mma(const bf16* __restrict__ q, const bf16* __restrict__ k,
+                                            const bf16* __restrict__ v, int b, int h, int l0, int l1, int Lmax,
+                                            float* __restrict__ red, Sync sync) {
+  static_assert(STAGES >= 2, "attention: a ring of at least two rounds (one computed, one in flight)");
+  static_assert(UNROLL % 2 == 0, "attention: the tensor-core walk takes whole tiles of 8 positions a warp");
+  constexpr int WARPS = THREADS / 32;
+  constexpr int TILES = UNROLL / 2;          // 8-position tiles of a warp a round
+  constexpr int TILE_BYTES = 8 * HEAD_DIM * 2;  // one tile of K (or V): 8 rows of 128 bytes
+  constexpr int WARP_SLOT = 2 * TILES * TILE_BYTES;
+  static_assert(WARPS * WARP_SLOT == UNROLL * 2 * THREADS * 16, "attention: the mma ring is the lane ring's bytes");
+  l1 = min(l1, Lmax);
+  const int t = threadIdx.x % THREADS, warp = t / 32, lane = t % 32;
+  const int g = lane / 4, qd = lane % 4;
+  const long long head_base = ((long long)b * KV_HEADS + h) * (long long)Lmax * HEAD_DIM;
+  const bf16* kp = k + head_base;
+  const bf16* vp = v + head_base;
+  constexpr int ROUND = GROUPS * UNROLL;  // positions of the block a round
+  const int rounds = (l1 - l0 + ROUND - 1) / ROUND;
+  const unsigned ring = (unsigned)__cvta_generic_to_shared(red) + warp * WARP_SLOT;
+
+  // Round r's tiles of this warp into slot r % STAGES: row i (a position) of a tile holds its 16-byte chunk c at
+  // c ^ i, so ldmatrix's 8 rows fall in 8 bank groups. Lane l copies chunks l and l + 32 of each tile.
+  const auto issue = [&](int r) {
+    if (r < rounds) {
+      const unsigned slot = ring + (r % STAGES) * WARPS * WARP_SLOT;
+#pragma unroll
+      for (int n = 0; n < TILES; ++n) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int idx = lane + 32 * half, row = idx / 8, c = idx % 8;
+          const int p = l0 + r * ROUND + (warp * TILES + n) * 8 + row;
+          const bool in = p < l1;
+          const long long at = in ? (long long)p * HEAD_DIM + c * 8 : 0;
+          const unsigned dst = slot + (2 * n) * TILE_BYTES + row * 128 + ((c ^ row) * 16);
+          asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(kp + at), "r"(in ? 16 : 0)
+                       : "memory");
+          asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst + TILE_BYTES), "l"(vp + at),
+                       "r"(in ? 16 : 0) : "memory");
+        }
+      }
+    }
+    commit_copies();
+  };
+#pragma unroll
+  for (int r = 0; r < STAGES - 1; ++r) issue(r);
+
+  // q as the A operand: row g (query head 4h + g, g < 4) at k step kk: dimensions 16 kk + 2 qd (+1) and + 8.
+  unsigned qa[4][4];
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    qa[kk][1] = qa[kk][3] = 0u;  // rows 8-15
+    if (g < GROUP) {
+      const unsigned* qrow = reinterpret_cast<const unsigned*>(q + ((long long)b * Q_HEADS + h * GROUP + g) * HEAD_DIM);
+      qa[kk][0] = __ldcg(qrow + (16 * kk + 2 * qd) / 2);
+      qa[kk][2] = __ldcg(qrow + (16 * kk + 8 + 2 * qd) / 2);
+    } else {
+      qa[kk][0] = qa[kk][2] = 0u;
+    }
+  }
+
+  // Row g's state (lanes of g < 4 hold a query head; the others compute zeros): m, this lane's part of l, and
+  // acc for dimensions 8 j + 2 qd (+1) (c[2], c[3] of each tile are rows 8-15, zeros).
+  float m = -CUDART_INF_F, l = 0.0f, acc[8][4];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+  // ldmatrix rows: lane l gives row l % 8 of matrix l / 8 (chunk c of the tile's rows, swizzled)
+  const int lrow = lane % 8, lmat = lane / 8;
+
+  for (int r = 0; r < rounds; ++r) {
+    wait_copies<STAGES - 2>();  // this lane's copies of round r have landed
+    __syncwarp();               // and every lane's: the warp reads them all; all are done with round r - 1's slot
+    issue(r + STAGES - 1);
+    const unsigned slot = ring + (r % STAGES) * WARPS * WARP_SLOT;
+#pragma unroll
+    for (int n = 0; n < TILES; ++n) {
+      const unsigned kt = slot + (2 * n) * TILE_BYTES, vt = kt + TILE_BYTES;
+      unsigned kb[2][4], vb[2][4];
+#pragma unroll
+      for (int x = 0; x < 2; ++x) {
+        const int c = 4 * x + lmat;
+        ldmatrix_x4<false>(kb[x], kt + lrow * 128 + ((c ^ lrow) * 16));
+        ldmatrix_x4<true>(vb[x], vt + lrow * 128 + ((c ^ lrow) * 16));
+      }
+      float sc[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // S for row g, positions 2 qd, 2 qd + 1 (then rows 8-15)
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) mma_16816(sc, qa[kk], kb[kk / 2][2 * (kk % 2)], kb[kk / 2][2 * (kk % 2) + 1]);
+      const int p0 = l0 + r * ROUND + (warp * TILES + n) * 8 + 2 * qd;
+      const float s0 = p0 < l1 ? sc[0] * Q_SCALE : -CUDART_INF_F;
+      const float s1 = p0 + 1 < l1 ? sc[1] * Q_SCALE : -CUDART_INF_F;
+      float mx = fmaxf(s0, s1);
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float mn = fmaxf(m, mx);
+      const float base = mn == -CUDART_INF_F ? 0.0f : mn;  // nothing seen yet: every p is 0
+      const float c = exp2f(m - base);
+      const float e0 = exp2f(s0 - base), e1 = exp2f(s1 - base);
+      l = fmaf(l, c, e0 + e1);
+      m = mn;
+      const unsigned pa = g < GROUP ? pack_bf16(e0, e1) : 0u;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        acc[j][0] *= c;
+        acc[j][1] *= c;
+        mma_1688(acc[j], pa, 0u, vb[j / 4][j % 4]);
+      }
+    }
+  }
+  wait_copies<0>();
+  sync();  // every warp has read its ring slots: the records take their bytes
+
+  // the warp's record: l summed over the 4 lanes of a row, then acc, m and l of rows 0-3
+  l += __shfl_xor_sync(0xffffffffu, l, 1);
+  l += __shfl_xor_sync(0xffffffffu, l, 2);
+  if (g < GROUP) {
+    float* rec = red + warp * RECORD;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      rec[g * HEAD_DIM + 8 * j + 2 * qd] = acc[j][0];
+      rec[g * HEAD_DIM + 8 * j + 2 * qd + 1] = acc[j][1];
+    }
+    if (qd == 0) {
+      rec[GROUP * HEAD_DIM + g] = m;
+      rec[GROUP * HEAD_DIM + GROUP + g] = l;
+    }
+  }
+  sync();
+  return merge_states<WARPS>(red, sync);
+}
+
 // Sync: a callable that synchronizes the component's 256 threads (its named barrier).
 // red: smem_bytes(STAGES, UNROLL) of shared memory. Requires l0 < min(l1, Lmax) for a finite m.
 // A walk of RING_ROUNDS rounds or more takes the ring; a shorter one loads each round into registers (a split of
 // a few rounds gains nothing from the ring and pays its barrier and shared-memory trip).
-template <int UNROLL, int STAGES, int RING_ROUNDS, class Sync>
+template <int UNROLL, int STAGES, int RING_ROUNDS, int WALK = 1, class Sync>
 __device__ __forceinline__ State attend(const bf16* __restrict__ q, const bf16* __restrict__ k,
                                         const bf16* __restrict__ v, int b, int h, int l0, int l1, int Lmax,
                                         float* __restrict__ red, Sync sync) {
+  if constexpr (WALK == WALK_MMA) return attend_mma<UNROLL, STAGES>(q, k, v, b, h, l0, l1, Lmax, red, sync);
   static_assert(STAGES >= 2, "attention: a ring of at least two rounds (one computed, one in flight)");
   l1 = min(l1, Lmax);  // L > Lmax is the caller's error: it never reads past the cache
   const int t = threadIdx.x % THREADS;
@@ -222,23 +418,7 @@ __device__ __forceinline__ State attend(const bf16* __restrict__ q, const bf16* 
     }
   }
   sync();
-  const int head = t / HEAD_DIM, d = t % HEAD_DIM;
-  float mx = -CUDART_INF_F;
-#pragma unroll 8
-  for (int i = 0; i < GROUPS; ++i) mx = fmaxf(mx, red[i * RECORD + GROUP * HEAD_DIM + head]);
-  State st{mx, 0.0f, 0.0f};
-  if (mx != -CUDART_INF_F) {
-#pragma unroll 8
-    for (int i = 0; i < GROUPS; ++i) {
-      const float mi = red[i * RECORD + GROUP * HEAD_DIM + head];
-      if (mi == -CUDART_INF_F) continue;  // a group that saw no position
-      const float w = exp2f(mi - mx);
-      st.l = fmaf(red[i * RECORD + GROUP * HEAD_DIM + GROUP + head], w, st.l);
-      st.acc = fmaf(red[i * RECORD + head * HEAD_DIM + d], w, st.acc);
-    }
-  }
-  sync();  // every thread has read the records before the next task on this CTA writes them
-  return st;
+  return merge_states<GROUPS>(red, sync);
 }
 
 // A split's state to its workspace record part[b, h, s, :] (f32: acc [4][64], then m [4] in the log2 domain,
@@ -256,14 +436,14 @@ __device__ __forceinline__ void write_record(float* __restrict__ part, int b, in
 
 // Flash-decoding's first half for task (b, h, s): attend split s of the S = split_count(B, L, tasks, min_len)
 // splits of the context and write the state to its workspace record (write_record). Returns S.
-template <int UNROLL, int STAGES, int RING_ROUNDS, class Sync>
+template <int UNROLL, int STAGES, int RING_ROUNDS, int WALK = 1, class Sync>
 __device__ __forceinline__ int attend_split(const bf16* __restrict__ q, const bf16* __restrict__ k,
                                             const bf16* __restrict__ v, float* __restrict__ part, int b, int h, int s,
                                             int B, int L, int Lmax, int tasks, int min_len, float* red, Sync sync,
                                             int t) {
   const int splits = split_count(B, L, tasks, min_len);
   const int l0 = split_begin(s, splits, L), l1 = split_begin(s + 1, splits, L);
-  write_record(part, b, h, s, splits, attend<UNROLL, STAGES, RING_ROUNDS>(q, k, v, b, h, l0, l1, Lmax, red, sync), t);
+  write_record(part, b, h, s, splits, attend<UNROLL, STAGES, RING_ROUNDS, WALK>(q, k, v, b, h, l0, l1, Lmax, red, sync), t);
   return splits;
 }
 

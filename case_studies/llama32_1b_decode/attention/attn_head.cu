@@ -14,7 +14,7 @@ extern "C" __device__ void attn_head(pl::Tile tile, const __nv_bfloat16* __restr
                                      __nv_bfloat16* __restrict__ o, int B, int L, int Lmax) {
   const int b = tile.coord[0], h = tile.coord[1];
   const attn_body::State st =
-      attn_body::attend<ATTN_UNROLL, ATTN_STAGES, ATTN_RING_ROUNDS>(q, k, v, b, h, 0, L, Lmax, smem_red<float>(),
+      attn_body::attend<ATTN_UNROLL, ATTN_STAGES, ATTN_RING_ROUNDS, ATTN_WALK>(q, k, v, b, h, 0, L, Lmax, smem_red<float>(),
                                                                      [] { sync_merge(); });
   const int t = thread_rank();
   o[((long long)b * attn_body::Q_HEADS + h * attn_body::GROUP) * attn_body::HEAD_DIM + t] =

@@ -19,7 +19,7 @@ extern "C" __device__ void attn_last(pl::Tile tile, const __nv_bfloat16* __restr
                                      float* __restrict__ part, int* __restrict__ arrived, __nv_bfloat16* __restrict__ o,
                                      int B, int L, int Lmax) {
   const int b = tile.coord[0], h = tile.coord[1], t = thread_rank();
-  const int splits = attn_body::attend_split<ATTN_UNROLL, ATTN_STAGES, ATTN_RING_ROUNDS>(
+  const int splits = attn_body::attend_split<ATTN_UNROLL, ATTN_STAGES, ATTN_RING_ROUNDS, ATTN_WALK>(
       q, k, v, part, b, h, tile.coord[2], B, L, Lmax, SPLIT_TASKS, SPLIT_MIN_L, smem_red<float>(), [] { sync_merge(); }, t);
   int* const last = smem_last<int>();
   sync_merge();  // every thread's record is written

@@ -14,7 +14,7 @@ static_assert(PART_RECORD == attn_body::RECORD, "contract attn_split: a workspac
 extern "C" __device__ void attn_split(pl::Tile tile, const __nv_bfloat16* __restrict__ q,
                                       const __nv_bfloat16* __restrict__ k, const __nv_bfloat16* __restrict__ v,
                                       float* __restrict__ part, int B, int L, int Lmax) {
-  attn_body::attend_split<ATTN_UNROLL, ATTN_STAGES, ATTN_RING_ROUNDS>(
+  attn_body::attend_split<ATTN_UNROLL, ATTN_STAGES, ATTN_RING_ROUNDS, ATTN_WALK>(
       q, k, v, part, tile.coord[0], tile.coord[1], tile.coord[2], B, L, Lmax, SPLIT_TASKS, SPLIT_MIN_L, smem_red<float>(),
       [] { sync_merge(); }, thread_rank());
 }
