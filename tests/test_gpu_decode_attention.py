@@ -8,7 +8,9 @@ read of one fails), o [B, 32, 64], all bf16. Fresh random inputs every run (the 
 the output and the split workspace poisoned with NaN so an unwritten element fails, batches 1, 3 and 8,
 context lengths from one position to 4097 (cut into 1, 4, 11, 16 or 32 splits of uneven lengths: the split count
 depends on B and L), every kernel launched twice
-(the persistent one keeps its place in its event counters between launches)."""
+(the persistent one keeps its place in its event counters between launches). The components as built walk on
+the CUDA cores' lanes (ATTN_WALK 1); value sets build the lane walk's ring and register forms (checked bit for
+bit against each other) and the tensor-core walk (ATTN_WALK 2, checked against float64)."""
 import os
 import sys
 from pathlib import Path
