@@ -53,7 +53,7 @@ def test_attn_head_links_alone(objects):
     _no_spills(m)
     assert [c.name for c in m.components] == ["attn_head"]
     assert [p.name for p in m.user_params] == ["q", "k", "v", "o", "B", "L", "Lmax"]
-    assert m.geometry == {"ATTN_UNROLL": 2, "ATTN_STAGES": 2, "ATTN_RING_ROUNDS": 8, "ATTN_WALK": 1}
+    assert m.geometry == {"ATTN_UNROLL": 2, "ATTN_STAGES": 2, "ATTN_RING_ROUNDS": 8, "ATTN_WALK": 2}
     assert m.dynamic_smem >= 32 * 264 * 4  # the 32 position groups' softmax states
     assert "buffer attn_head.red" in linked.link_map and "attn_head.merge" in linked.link_map
     assert "grid [B, 8]" in linked.link_map
@@ -66,7 +66,7 @@ def test_attn_last_links_alone_and_merges_without_an_event(objects):
     m = linked.manifest
     _no_spills(m)
     assert [p.name for p in m.user_params] == ["q", "k", "v", "part", "arrived", "o", "B", "L", "Lmax"]
-    assert m.geometry == {"SPLIT_TASKS": 256, "SPLIT_MIN_L": 64, "ATTN_UNROLL": 2, "ATTN_STAGES": 2, "ATTN_RING_ROUNDS": 8, "ATTN_WALK": 1, "PART_RECORD": 264}
+    assert m.geometry == {"SPLIT_TASKS": 256, "SPLIT_MIN_L": 64, "ATTN_UNROLL": 2, "ATTN_STAGES": 2, "ATTN_RING_ROUNDS": 8, "ATTN_WALK": 2, "PART_RECORD": 264}
     assert "buffer attn_last.last" in linked.link_map
     # the same cut of the context as attn_split's (its grid and workspace), its own count per (b, h)
     split = json.loads((CASE / "attention" / "attn_split.json").read_text())
@@ -87,7 +87,7 @@ def test_split_then_merge_links_into_one_persistent_kernel(objects):
     assert [p.name for p in m.user_params] == ["q", "k", "v", "part", "B", "L", "Lmax", "o"]
     part = next(p for p in m.params if p.name == "part")
     assert part.pointer and not part.const  # written by attn_split in the launch
-    assert m.geometry == {"SPLIT_TASKS": 256, "SPLIT_MIN_L": 64, "ATTN_UNROLL": 2, "ATTN_STAGES": 2, "ATTN_RING_ROUNDS": 8, "ATTN_WALK": 1, "PART_RECORD": 264}
+    assert m.geometry == {"SPLIT_TASKS": 256, "SPLIT_MIN_L": 64, "ATTN_UNROLL": 2, "ATTN_STAGES": 2, "ATTN_RING_ROUNDS": 8, "ATTN_WALK": 2, "PART_RECORD": 264}
     (event,) = m.workspace.events
     assert event.name == "splits" and event.shape == ("B", "8")
     assert [s.split()[0] for s in event.notified_by] == ["attn_split"]

@@ -4,8 +4,10 @@ positions and the tokens are written by other CTAs of the same launch, so only c
 ld.global.nc (SASS `LDG...CONSTANT`): the weights, streamed past L1 by gemv.cuh (`LDG.E.NA.LTC256B.128.CONSTANT`:
 256 bytes asked of DRAM, and an L2 evict_first policy in the descriptor) and embed (`LDG.E.NA.128.CONSTANT`), the
 norms' weights (`LDG.E.128.CONSTANT`) and qkv_rope's inv_freq (`LDG.E.CONSTANT`).
-Everything else must be a coherent load (`LDG...STRONG.GPU`: ld.global.cg, or a plain `LDG.E.NA.128`:
-ld.global.L1::no_allocate). Also read there: the GEMVs multiply on the tensor cores (HMMA)."""
+Everything else must be a coherent load (`LDG...STRONG.GPU`: ld.global.cg, a plain `LDG.E.NA.128`:
+ld.global.L1::no_allocate, or `LDGSTS.E.BYPASS.128`: cp.async.cg, through L2 into shared memory, as the GEMVs
+stage x and attention's rings take K and V); a cp.async through L1 (`LDGSTS` without `BYPASS`: cp.async.ca)
+could read a line another CTA has since written. Also read there: the GEMVs multiply on the tensor cores (HMMA)."""
 import re
 import sys
 from collections import Counter
@@ -20,6 +22,7 @@ import decode_parts  # noqa: E402
 
 W_STREAM, NORM_W, SCALAR = "LDG.E.NA.LTC256B.128.CONSTANT", "LDG.E.128.CONSTANT", "LDG.E.CONSTANT"
 TABLE = "LDG.E.NA.128.CONSTANT"  # embed's rows of the table
+COPY_L2 = "LDGSTS.E.BYPASS.128"  # cp.async.cg: 16 bytes through L2 into shared memory
 # the read-only loads each kernel may have; attention reads only tensors written in the launch
 ALLOWED = {
     "rmsnorm": {NORM_W},
@@ -56,7 +59,7 @@ def kernels(tmp_path_factory):
 def _loads(result) -> Counter:
     from pipelink import toolchain
     sass = toolchain.disassemble(result.cubin)
-    return Counter(m.group(1) for m in re.finditer(r"\b(LDG\.[A-Z0-9_.]+)", sass))
+    return Counter(m.group(1) for m in re.finditer(r"\b(LDG(?:STS)?\.[A-Z0-9_.]+)", sass))
 
 
 @pytest.mark.parametrize("name", sorted(ALLOWED))
@@ -64,8 +67,10 @@ def test_only_constants_take_the_read_only_path(kernels, name):
     loads = _loads(kernels[name])
     read_only = {op for op in loads if op.endswith(".CONSTANT")}
     assert read_only <= ALLOWED[name], f"{name}: read-only loads {sorted(read_only - ALLOWED[name])} in {dict(loads)}"
-    coherent = [op for op in loads if ".STRONG.GPU" in op or op == "LDG.E.NA.128"]
+    coherent = [op for op in loads if ".STRONG.GPU" in op or op in ("LDG.E.NA.128", COPY_L2)]
     assert coherent, f"{name}: no coherent load of its inputs in {dict(loads)}"
+    through_l1 = [op for op in loads if op.startswith("LDGSTS") and op != COPY_L2]
+    assert not through_l1, f"{name}: cp.async through L1 {through_l1}"
 
 
 def test_qkv_rope_reads_only_inv_freq_as_a_read_only_scalar(kernels):
@@ -78,7 +83,8 @@ def test_qkv_rope_reads_only_inv_freq_as_a_read_only_scalar(kernels):
 def test_attention_streams_the_cache_coherently(kernels):
     for name in ("attn_head", "attn_split_merge"):
         loads = _loads(kernels[name])
-        assert loads["LDG.E.NA.128"] >= 2, (name, dict(loads))  # k and v: ld.global.L1::no_allocate
+        # k and v: cp.async.cg into the walks' rings (the lane walk's short splits: ld.global.L1::no_allocate)
+        assert loads[COPY_L2] >= 2, (name, dict(loads))
 
 
 GEMV_KERNELS = ("gemv_bf16", "gemv_residual", "norm_gemv", "qkv_rope", "gemv_swiglu", "lm_head_argmax",

@@ -9,8 +9,8 @@ the output and the split workspace poisoned with NaN so an unwritten element fai
 context lengths from one position to 4097 (cut into 1, 4, 11, 16 or 32 splits of uneven lengths: the split count
 depends on B and L), every kernel launched twice
 (the persistent one keeps its place in its event counters between launches). The components as built walk on
-the CUDA cores' lanes (ATTN_WALK 1); value sets build the lane walk's ring and register forms (checked bit for
-bit against each other) and the tensor-core walk (ATTN_WALK 2, checked against float64)."""
+the tensor cores (ATTN_WALK 2, checked against float64, also with a ring of 4 stages); value sets build the lane
+walk (ATTN_WALK 1) in its ring and register forms (checked bit for bit against each other and against float64)."""
 import os
 import sys
 from pathlib import Path

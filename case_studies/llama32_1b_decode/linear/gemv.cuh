@@ -11,9 +11,10 @@
 //
 // K goes in chunks of KCHUNK columns; a chunk's 32-wide blocks are dealt round-robin to the WARPS warps.
 // Every lane first issues all its 16-byte loads of W for the chunk (streamed past L1: each element of W is
-// read once), then the block stages the chunk of up to BATCH rows of x in shared memory (16-byte loads
-// through L2: x may have been written by another CTA in this launch), meets at the named barrier, and
-// every warp runs its blocks' mmas (two accumulators, so the mmas form two dependency chains, not one).
+// read once), then the block stages the chunk of up to BATCH rows of x in shared memory (cp.async through L2,
+// all of a thread's copies in flight at once: x may have been written by another CTA in this launch), meets
+// at the named barrier, and every warp runs its blocks' mmas (two accumulators, so the mmas form two
+// dependency chains, not one).
 // After the last chunk the warps' partial sums meet in shared memory (`sums`) and are added in warp order.
 // A batch larger than BATCH walks W again per group of BATCH rows.
 //
@@ -23,7 +24,8 @@
 // `continues`: no other task ran there since) skips both and starts with its loads of W. In a decode step
 // that is every task but a CTA's first of each call, so the per-task chain is W's loads, the mmas and the
 // reduction. Only W (constant for the launch) takes the read-only path
-// (ld.global.nc); x and r, which other CTAs of a fused kernel write, are loaded with ld.global.cg.
+// (ld.global.nc); x and r, which other CTAs of a fused kernel write, are read through L2 (cp.async.cg,
+// ld.global.cg).
 //
 // rows_from leaves the task's rows and its epilogue to the component: which row of W each local row is
 // (qkv_rope pairs the rotary halves of a head in one task, gemv_swiglu pairs gate and up rows), and what
@@ -63,15 +65,17 @@ __device__ __forceinline__ void unpack8(const uint4& v, float (&f)[8]) {
   }
 }
 
-// Staging x as it is: stage.begin(bg, nb) before each group of batch rows, stage.load(b, v) the v-th 16-byte
-// vector of batch row b of x.
+// A stage says what goes into shared memory for x: stage.begin(bg, nb) before each group of batch rows, row(b)
+// batch row b of x as it is in global memory (copied to shared memory by cp.async, see stage_rows), and, where
+// kTransforms, apply(b, v, raw) the staged form of the v-th 16-byte vector of row b (computed in place).
+// Staging x as it is:
 struct StageRaw {
+  static constexpr bool kTransforms = false;
   const bf16* x;
   int K;
   __device__ __forceinline__ void begin(int, int) const {}
-  __device__ __forceinline__ uint4 load(int b, int v) const {
-    return __ldcg(reinterpret_cast<const uint4*>(x + (long long)b * K) + v);
-  }
+  __device__ __forceinline__ const bf16* row(int b) const { return x + (long long)b * K; }
+  __device__ __forceinline__ uint4 apply(int, int, const uint4& raw) const { return raw; }
 };
 
 __device__ __forceinline__ uint4 pack8(const float (&f)[8]) {
@@ -86,9 +90,11 @@ __device__ __forceinline__ uint4 pack8(const float (&f)[8]) {
 // order as norm/rmsnorm.cu with its 8 warps (thread t sums the squares of vectors t, t + 256, ... with fmaf,
 // then the warp's xor shuffles, then the 8 warp sums in warp order; (x * scale) * w rounded once), so xn
 // is bit-identical to rmsnorm's. begin(bg, nb) computes the nb row scales of the group into shared memory
-// (scratch: WARPS * BATCH + BATCH floats); x is read through L2 (written in this launch), norm_w is not.
+// (scratch: WARPS * BATCH + BATCH floats; x read through L2, written in this launch), while stage_rows'
+// copies of the raw rows fly; apply turns a copied vector into xn in place (norm_w read-only).
 template <int WARPS, int BATCH, class Sync>
 struct StageNormed {
+  static constexpr bool kTransforms = true;
   const bf16* x;
   const bf16* norm_w;
   float eps;
@@ -130,10 +136,11 @@ struct StageNormed {
     sync();  // the scales are in; the warp sums are not read again before the next group's begin
   }
 
-  __device__ __forceinline__ uint4 load(int b, int v) const {
+  __device__ __forceinline__ const bf16* row(int b) const { return x + (long long)b * K; }
+  __device__ __forceinline__ uint4 apply(int b, int v, const uint4& raw) const {
     const float scale = scratch[WARPS * BATCH + (b % BATCH)];
     float f[8], g[8];
-    unpack8(__ldcg(reinterpret_cast<const uint4*>(x + (long long)b * K) + v), f);
+    unpack8(raw, f);
     unpack8(__ldg(reinterpret_cast<const uint4*>(norm_w) + v), g);
 #pragma unroll
     for (int i = 0; i < 8; ++i) f[i] = f[i] * scale * g[i];
@@ -153,6 +160,47 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], unsigned a0, unsigned a
 // Where vector v of staged batch row b lives in xs: odd rows swap halves of each 128-byte group, so the
 // eight lanes of a quarter warp (two batch rows, four vectors each) read distinct banks.
 __device__ __forceinline__ int xs_slot(int b, int v, int chunk_vecs) { return b * chunk_vecs + (v ^ ((b & 1) << 2)); }
+
+// Staging vectors v0 .. v0 + cv - 1 of batch rows bg .. bg + nb - 1 of x into shared memory: vector v of row b
+// (local indices) goes to dst + slot(b, v). Every vector is one cp.async (16 bytes through L2: x may have been
+// written by another CTA of the launch), all of a thread's in flight at once and no register held, so B rows
+// cost one round trip to L2, not one a row (a load-and-store loop kept one load in flight: the compiler does not
+// move a load above the store before it). `between` runs while the copies fly (StageNormed's row scales).
+// Then each thread applies the stage to the vectors it copied itself (its own cp.async groups: no barrier
+// needed before), and the block meets at sync.
+template <int THREADS, class Stage, class Slot, class Between, class Sync>
+__device__ __forceinline__ void stage_rows(const Stage& stage, uint4* __restrict__ dst, int bg, int nb, int v0, int cv,
+                                           Slot slot, Between between, Sync sync) {
+  const int t = threadIdx.x % THREADS;
+  const unsigned base = (unsigned)__cvta_generic_to_shared(dst);
+  for (int v = t; v < cv; v += THREADS)
+    for (int b = 0; b < nb; ++b)
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(base + 16u * (unsigned)slot(b, v)),
+                   "l"(reinterpret_cast<const uint4*>(stage.row(bg + b)) + v0 + v)
+                   : "memory");
+  asm volatile("cp.async.commit_group;" ::: "memory");
+  between();
+  asm volatile("cp.async.wait_group 0;" ::: "memory");
+  if constexpr (Stage::kTransforms) {
+    for (int v = t; v < cv; v += THREADS)
+      for (int b = 0; b < nb; ++b) dst[slot(b, v)] = stage.apply(bg + b, v0 + v, dst[slot(b, v)]);
+  }
+  sync();
+}
+
+// All of x (B <= BATCH rows of kvecs vectors) resident in xs, chunk c of the B rows at c * B * CHUNK_VECS; the
+// rows' scales (stage.begin) are computed while the copies fly.
+template <int THREADS, int CHUNK_VECS, class Stage, class Sync>
+__device__ __forceinline__ void stage_resident(const Stage& stage, uint4* __restrict__ xs, int B, int kvecs,
+                                               Sync sync) {
+  stage_rows<THREADS>(
+      stage, xs, 0, B, 0, kvecs,
+      [=](int b, int v) {
+        const int c = v / CHUNK_VECS;
+        return c * B * CHUNK_VECS + xs_slot(b, v - c * CHUNK_VECS, CHUNK_VECS);
+      },
+      [&] { stage.begin(0, B); }, sync);
+}
 
 // W straight from global memory (each element read once: streamed past L1). A W source also says how many of
 // a task's first rows it holds in shared memory for the first K chunk (kSlotRows, a multiple of 8: ring.cuh's
@@ -278,14 +326,8 @@ __device__ __forceinline__ void rows_ring(const pl::Tile& tile, const Stage& sta
 #pragma unroll
     for (int h = 0; h < 2; ++h) row_ok[mt][h] = mt * 16 + h * 8 < ROWS && row_of(mt * 16 + h * 8 + g) >= 0;
 
-  if (resident && !continues) {  // the call's first task on this CTA: all of x, once (the loader is already
-    stage.begin(0, B);           // streaming this task's W into the ring)
-    for (int idx = t; idx < B * kvecs; idx += THREADS) {
-      const int b = idx / kvecs, v = idx - b * kvecs, c = v / CHUNK_VECS;
-      xs[c * B * CHUNK_VECS + xs_slot(b, v - c * CHUNK_VECS, CHUNK_VECS)] = stage.load(b, v);
-    }
-    sync();
-  }
+  if (resident && !continues)  // the call's first task on this CTA: all of x, once (the loader is already
+    stage_resident<THREADS, CHUNK_VECS>(stage, xs, B, kvecs, sync);  // streaming this task's W into the ring)
 
   int s = 0;  // the task's next slot
   for (int bg = 0; bg < B; bg += BATCH) {
@@ -298,13 +340,9 @@ __device__ __forceinline__ void rows_ring(const pl::Tile& tile, const Stage& sta
       for (int e = 0; e < 4; ++e) acc[mt][0][e] = acc[mt][1][e] = 0.0f;
     for (int v0 = 0, c = 0; v0 < kvecs; v0 += CHUNK_VECS, ++c) {
       const int cv = min(CHUNK_VECS, kvecs - v0);
-      if (!resident) {
-        for (int idx = t; idx < nb * cv; idx += THREADS) {
-          const int b = idx / cv, v = idx - b * cv;
-          xs[xs_slot(b, v, CHUNK_VECS)] = stage.load(bg + b, v0 + v);
-        }
-        sync();
-      }
+      if (!resident)
+        stage_rows<THREADS>(stage, xs, bg, nb, v0, cv, [](int b, int v) { return xs_slot(b, v, CHUNK_VECS); },
+                            [] {}, sync);
       const uint4* const xc = resident ? xs + c * B * CHUNK_VECS : xs;
       for (int sv = 0; sv < cv; sv += SLOT_VECS, ++s) {
         pl::ring::wait(tile, s);
@@ -410,12 +448,7 @@ __device__ __forceinline__ void rows_from(const WSrc& wsrc, const Stage& stage, 
   if (resident && !continues) {  // the call's first task on this CTA: all of x, once
     // The first chunk's W loads are not issued before the prologue: live across it, its 32 registers made
     // the whole decode step spill (112-byte frame) under the joint 128-register cap.
-    stage.begin(0, B);
-    for (int idx = t; idx < B * kvecs; idx += THREADS) {
-      const int b = idx / kvecs, v = idx - b * kvecs, c = v / CHUNK_VECS;
-      xs[c * B * CHUNK_VECS + xs_slot(b, v - c * CHUNK_VECS, CHUNK_VECS)] = stage.load(b, v);
-    }
-    sync();
+    stage_resident<THREADS, CHUNK_VECS>(stage, xs, B, kvecs, sync);
   }
 
   for (int bg = 0; bg < B; bg += BATCH) {
@@ -429,11 +462,8 @@ __device__ __forceinline__ void rows_from(const WSrc& wsrc, const Stage& stage, 
 
     // Stage the chunk of x at v0 (cv vectors a row) when it is not resident.
     const auto stage_chunk = [&](int v0, int cv) {
-      for (int idx = t; idx < nb * cv; idx += THREADS) {
-        const int b = idx / cv, v = idx - b * cv;
-        xs[xs_slot(b, v, CHUNK_VECS)] = stage.load(bg + b, v0 + v);
-      }
-      sync();
+      stage_rows<THREADS>(stage, xs, bg, nb, v0, cv, [](int b, int v) { return xs_slot(b, v, CHUNK_VECS); },
+                          [] {}, sync);
     };
     // The lane's vector v of its batch column's x in the chunk xc (zeros past the rows and the chunk).
     const auto x_vec = [&](const uint4* xc, int v, int cv) {
