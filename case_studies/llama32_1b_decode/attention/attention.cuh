@@ -287,7 +287,7 @@ __device__ __forceinline__ State attend_mma(const bf16* __restrict__ q, const bf
 // red: smem_bytes(STAGES, UNROLL) of shared memory. Requires l0 < min(l1, Lmax) for a finite m.
 // A walk of RING_ROUNDS rounds or more takes the ring; a shorter one loads each round into registers (a split of
 // a few rounds gains nothing from the ring and pays its barrier and shared-memory trip).
-template <int UNROLL, int STAGES, int RING_ROUNDS, int WALK = WALK_LANES, class Sync>
+template <int UNROLL, int STAGES, int RING_ROUNDS, int WALK, class Sync>
 __device__ __forceinline__ State attend(const bf16* __restrict__ q, const bf16* __restrict__ k,
                                         const bf16* __restrict__ v, int b, int h, int l0, int l1, int Lmax,
                                         float* __restrict__ red, Sync sync) {
@@ -436,7 +436,7 @@ __device__ __forceinline__ void write_record(float* __restrict__ part, int b, in
 
 // Flash-decoding's first half for task (b, h, s): attend split s of the S = split_count(B, L, tasks, min_len)
 // splits of the context and write the state to its workspace record (write_record). Returns S.
-template <int UNROLL, int STAGES, int RING_ROUNDS, int WALK = WALK_LANES, class Sync>
+template <int UNROLL, int STAGES, int RING_ROUNDS, int WALK, class Sync>
 __device__ __forceinline__ int attend_split(const bf16* __restrict__ q, const bf16* __restrict__ k,
                                             const bf16* __restrict__ v, float* __restrict__ part, int b, int h, int s,
                                             int B, int L, int Lmax, int tasks, int min_len, float* red, Sync sync,
