@@ -150,6 +150,50 @@ def test_probe_plan_gives_named_barriers_the_highest_free_ids():
     assert "pl_bad__geom__T = 8;" in plan.source and "bad(tile, x, n);" in plan.source
 
 
+def test_the_probe_hands_a_carry_from_the_prefetch_to_the_entry():
+    # entry.carry: the entry takes the words its prefetch filled, as the glue calls them; a probe calling the entry
+    # with the parameters alone does not compile (PL074 on a correct component)
+    c = contract(entry={"symbol": "bad", "invocation": "per_tile", "prefetch": "bad_ahead", "carry": 2,
+                        "params": BAD_CONTRACT["entry"]["params"]})
+    src = probe_plan(c).source
+    body = src[src.index("pl_out[0]"):]
+    decl, ahead, entry = (body.index("unsigned pl_carry[2];"), body.index("bad_ahead(tile, x, n, pl_carry);"),
+                          body.index("bad(tile, x, n, pl_carry);"))
+    assert decl < ahead < entry
+
+
+CARRY_CONTRACT = {
+    "pipelink_contract": 1, "name": "ahead", "version": "1.0.0",
+    "entry": {"symbol": "ahead", "invocation": "per_tile", "prefetch": "ahead_prefetch", "carry": 1,
+              "params": [{"name": "x", "dtype": "f32", "pointer": True, "const": True, "shape": ["n"]},
+                         {"name": "y", "dtype": "f32", "pointer": True, "shape": ["n"]},
+                         {"name": "n", "dtype": "i32"}]},
+    "targets": {"archs": ["sm_90"]}, "threads": {"warps": 1},
+}
+CARRY_SOURCE = """#include "ahead.pipelink.h"
+extern "C" __device__ void ahead_prefetch(pl::Tile tile, const float* __restrict__ x, float* __restrict__ y, int n,
+                                          unsigned* __restrict__ carry) {
+  const int i = tile.linear * 32 + (int)threadIdx.x;
+  carry[0] = i < n ? __float_as_uint(__ldg(x + i)) : 0u;  // a constant input, loaded before the task waits
+}
+extern "C" __device__ void ahead(pl::Tile tile, const float* __restrict__ x, float* __restrict__ y, int n,
+                                 unsigned* __restrict__ carry) {
+  const int i = tile.linear * 32 + (int)threadIdx.x;
+  if (i < n) y[i] = 2.0f * __uint_as_float(carry[0]);
+}
+"""
+
+
+def test_a_component_that_carries_words_passes_check(tmp_path):
+    (tmp_path / "ahead.json").write_text(json.dumps(CARRY_CONTRACT))
+    (tmp_path / "ahead.cu").write_text(CARRY_SOURCE)
+    obj = tmp_path / "ahead.o"
+    assert main(["build", str(tmp_path / "ahead.cu"), "--contract", str(tmp_path / "ahead.json"), "-o", str(obj)]) == 0
+    sink = DiagnosticSink()
+    run_checks([str(obj)], sink)
+    assert not sink.errors, [d.render() for d in sink.items]
+
+
 @pytest.mark.parametrize("rng,value", [(ParamRange(default=32, min=1), 32), (ParamRange(min=5, multiple_of=4), 8),
                                        (ParamRange(one_of=(64, 16), max=32), 16), (ParamRange(min=5, max=6,
                                                                                               multiple_of=4), None)])

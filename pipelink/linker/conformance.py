@@ -124,6 +124,11 @@ def probe_plan(c: Contract) -> Probe:
         params = (["pl::Tile tile"] if c.entry.invocation == "per_tile" else []) + [q.c_decl() for q in c.entry.params]
         call = (["tile"] if c.entry.invocation == "per_tile" else []) + [q.name for q in c.entry.params]
         body = [f"  {c.entry.symbol}({', '.join(call)});"]
+        if c.entry.carry:  # the prefetch fills the task's words and the entry takes them, as the glue calls both
+            call.append("pl_carry")
+            body = [f"  unsigned pl_carry[{c.entry.carry}];",
+                    f"  {c.entry.prefetch}({', '.join(call)});",
+                    f"  {c.entry.symbol}({', '.join(call)});"]
     src = [f"// pipelink conformance probe: component '{c.name}' alone, its entry called once.",
            "#include <pipelink/component.h>",
            *dtype_includes([q.dtype for q in c.entry.params] + [q.dtype for q in c.ports]),
