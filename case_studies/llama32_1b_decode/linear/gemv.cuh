@@ -202,6 +202,13 @@ __device__ __forceinline__ void stage_resident(const Stage& stage, uint4* __rest
       [&] { stage.begin(0, B); }, sync);
 }
 
+// The chunk of x at v0 (cv vectors of batch rows bg .. bg + nb - 1) in xs, when x is not resident.
+template <int THREADS, int CHUNK_VECS, class Stage, class Sync>
+__device__ __forceinline__ void stage_chunk(const Stage& stage, uint4* __restrict__ xs, int bg, int nb, int v0, int cv,
+                                            Sync sync) {
+  stage_rows<THREADS>(stage, xs, bg, nb, v0, cv, [](int b, int v) { return xs_slot(b, v, CHUNK_VECS); }, [] {}, sync);
+}
+
 // W straight from global memory (each element read once: streamed past L1). A W source also says how many of
 // a task's first rows it holds in shared memory for the first K chunk (kSlotRows, a multiple of 8: ring.cuh's
 // WRing holds 8, WGlobal none); rows_from reads those with slot() at the mma, so they take no register.
@@ -340,9 +347,7 @@ __device__ __forceinline__ void rows_ring(const pl::Tile& tile, const Stage& sta
       for (int e = 0; e < 4; ++e) acc[mt][0][e] = acc[mt][1][e] = 0.0f;
     for (int v0 = 0, c = 0; v0 < kvecs; v0 += CHUNK_VECS, ++c) {
       const int cv = min(CHUNK_VECS, kvecs - v0);
-      if (!resident)
-        stage_rows<THREADS>(stage, xs, bg, nb, v0, cv, [](int b, int v) { return xs_slot(b, v, CHUNK_VECS); },
-                            [] {}, sync);
+      if (!resident) stage_chunk<THREADS, CHUNK_VECS>(stage, xs, bg, nb, v0, cv, sync);
       const uint4* const xc = resident ? xs + c * B * CHUNK_VECS : xs;
       for (int sv = 0; sv < cv; sv += SLOT_VECS, ++s) {
         pl::ring::wait(tile, s);
@@ -447,7 +452,9 @@ __device__ __forceinline__ void rows_from(const WSrc& wsrc, const Stage& stage, 
 
   if (resident && !continues) {  // the call's first task on this CTA: all of x, once
     // The first chunk's W loads are not issued before the prologue: live across it, its 32 registers made
-    // the whole decode step spill (112-byte frame) under the joint 128-register cap.
+    // the whole decode step spill (112-byte frame) under the joint 128-register cap; with x staged by copies
+    // still 416 bytes; one 32-wide block of them ahead links clean but the pass still waits for its last loads,
+    // two spill 32 bytes.
     stage_resident<THREADS, CHUNK_VECS>(stage, xs, B, kvecs, sync);
   }
 
@@ -460,11 +467,6 @@ __device__ __forceinline__ void rows_from(const WSrc& wsrc, const Stage& stage, 
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[mt][0][e] = acc[mt][1][e] = 0.0f;
 
-    // Stage the chunk of x at v0 (cv vectors a row) when it is not resident.
-    const auto stage_chunk = [&](int v0, int cv) {
-      stage_rows<THREADS>(stage, xs, bg, nb, v0, cv, [](int b, int v) { return xs_slot(b, v, CHUNK_VECS); },
-                          [] {}, sync);
-    };
     // The lane's vector v of its batch column's x in the chunk xc (zeros past the rows and the chunk).
     const auto x_vec = [&](const uint4* xc, int v, int cv) {
       return (g < nb && v < cv) ? xc[xs_slot(g, v, CHUNK_VECS)] : make_uint4(0u, 0u, 0u, 0u);
@@ -495,7 +497,7 @@ __device__ __forceinline__ void rows_from(const WSrc& wsrc, const Stage& stage, 
                     wr[mt][h][u] = (mt * 16 + h * 8 < ROWS && n >= 0 && v < cv) ? wsrc.load(mt * 16 + h * 8 + g, n, v0, v)
                                                                                  : make_uint4(0u, 0u, 0u, 0u);
                 }
-            if (p == 0 && !resident) stage_chunk(v0, cv);
+            if (p == 0 && !resident) stage_chunk<THREADS, CHUNK_VECS>(stage, xs, bg, nb, v0, cv, sync);
 #pragma unroll
             for (int u = 0; u < UPP_SLOT; ++u) {
               const int v = ((p * UPP_SLOT + u) * WARPS + warp) * 4 + q;
@@ -519,7 +521,7 @@ __device__ __forceinline__ void rows_from(const WSrc& wsrc, const Stage& stage, 
 #pragma unroll 1  // a loop, not unrolled: the scheduler would hoist the next pass's loads (and spill)
       for (int p = 0; p < PASSES; ++p) {
         load_w(v0, cv, p);
-        if (p == 0 && !resident) stage_chunk(v0, cv);
+        if (p == 0 && !resident) stage_chunk<THREADS, CHUNK_VECS>(stage, xs, bg, nb, v0, cv, sync);
 #pragma unroll
         for (int u = 0; u < UPP; ++u) {
           const int v = ((p * UPP + u) * WARPS + warp) * 4 + q;
