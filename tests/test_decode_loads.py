@@ -67,9 +67,11 @@ def test_only_constants_take_the_read_only_path(kernels, name):
     loads = _loads(kernels[name])
     read_only = {op for op in loads if op.endswith(".CONSTANT")}
     assert read_only <= ALLOWED[name], f"{name}: read-only loads {sorted(read_only - ALLOWED[name])} in {dict(loads)}"
-    coherent = [op for op in loads if ".STRONG.GPU" in op or op in ("LDG.E.NA.128", COPY_L2)]
+    copies = [op for op in loads if op.startswith("LDGSTS")]
+    coherent = [op for op in loads if ".STRONG.GPU" in op or op == "LDG.E.NA.128"] + [
+        op for op in copies if ".BYPASS." in op]  # with or without an L2 prefetch size (LTC128B, LTC256B)
     assert coherent, f"{name}: no coherent load of its inputs in {dict(loads)}"
-    through_l1 = [op for op in loads if op.startswith("LDGSTS") and op != COPY_L2]
+    through_l1 = [op for op in copies if ".BYPASS." not in op]
     assert not through_l1, f"{name}: cp.async through L1 {through_l1}"
 
 
