@@ -84,7 +84,7 @@ def test_split_then_merge_links_into_one_persistent_kernel(objects):
     m = linked.manifest
     assert m.kernel == "attn_split_merge" and m.schedule == "persistent" and m.dispatch == "static"
     assert list(m.tasks) == ["attn_split", "attn_merge"]  # the splits first in every CTA's order
-    assert [p.name for p in m.user_params] == ["q", "k", "v", "part", "B", "L", "Lmax", "o"]
+    assert [p.name for p in m.user_params] == ["q", "k", "v", "pos", "part", "B", "L", "Lmax", "o"]
     part = next(p for p in m.params if p.name == "part")
     assert part.pointer and not part.const  # written by attn_split in the launch
     assert m.geometry == {"SPLIT_TASKS": 256, "SPLIT_MIN_L": 64, "ATTN_UNROLL": 2, "ATTN_STAGES": 2, "ATTN_RING_ROUNDS": 8, "ATTN_WALK": 2, "PART_RECORD": 264}

@@ -102,7 +102,11 @@ def _run(kernels, variant, q, k, v, B, L):
         kernels["attn_head"].launch(q=q, k=k, v=v, o=o, B=B, L=L, Lmax=Lmax)
     elif variant == "attn_split":
         part = _poisoned(*decode_parts.attn_workspace_shape(B, L), dtype=torch.float32)
-        kernels["attn_split"].launch(q=q, k=k, v=v, part=part, B=B, L=L, Lmax=Lmax, o=o)
+        # pos: the position each row's cache append would write in the launch (none here), which attn_split's
+        # prefetch leaves out and copies after the waits; the last one and others, so the copy lands in every
+        # round and split the shapes reach
+        pos = torch.tensor([(L - 1 - 37 * b) % L for b in range(B)], dtype=torch.int32, device="cuda")
+        kernels["attn_split"].launch(q=q, k=k, v=v, pos=pos, part=part, B=B, L=L, Lmax=Lmax, o=o)
     else:  # attn_last: the last split of (b, h) merges, and puts its count back to 0
         part = _poisoned(*decode_parts.attn_workspace_shape(B, L), dtype=torch.float32)
         arrived = torch.zeros(B * decode_parts.KV_HEADS, dtype=torch.int32, device="cuda")

@@ -153,52 +153,107 @@ __device__ __forceinline__ unsigned pack_bf16(float lo, float hi) {
   return *reinterpret_cast<const unsigned*>(&v);
 }
 
+// What a walk's prefetch started before the task's waits (attend_ahead): its first `rounds` rounds of K/V copies,
+// every position of them but `skip` (the position this launch's cache append writes: copied after the waits).
+struct Ahead {
+  int rounds = 0;
+  int skip = -1;
+};
+
+// The tensor-core walk's ring: round r's tiles of warp `warp` into slot r % STAGES; row i (a position) of a tile
+// holds its 16-byte chunk c at c ^ i, so ldmatrix's 8 rows fall in 8 bank groups. Lane l copies chunks l and
+// l + 32 of each tile: f(dst, p, c) for each, dst the K chunk's shared address (V's at dst + kTileBytes), p the
+// position, c the chunk.
+template <int UNROLL, int STAGES>
+struct MmaRing {
+  static constexpr int WARPS = THREADS / 32;
+  static constexpr int TILES = UNROLL / 2;             // 8-position tiles of a warp a round
+  static constexpr int kTileBytes = 8 * HEAD_DIM * 2;  // one tile of K (or V): 8 rows of 128 bytes
+  static constexpr int WARP_SLOT = 2 * TILES * kTileBytes;
+  static constexpr int ROUND = GROUPS * UNROLL;  // positions of the block a round
+  static_assert(WARPS * WARP_SLOT == UNROLL * 2 * THREADS * 16, "attention: the mma ring is the lane ring's bytes");
+  template <class F>
+  static __device__ __forceinline__ void visit(unsigned ring, int r, int l0, int warp, int lane, F f) {
+    const unsigned slot = ring + (r % STAGES) * WARPS * WARP_SLOT;
+#pragma unroll
+    for (int n = 0; n < TILES; ++n)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int idx = lane + 32 * half, row = idx / 8, c = idx % 8;
+        f(slot + (2 * n) * kTileBytes + row * 128 + ((c ^ row) * 16), l0 + r * ROUND + (warp * TILES + n) * 8 + row, c);
+      }
+  }
+  // Round r's copies (positions at or past l1 zero-filled, `skip` left out), one commit group.
+  static __device__ __forceinline__ void issue(unsigned ring, int r, int rounds, int l0, int l1, int skip, int warp,
+                                               int lane, const bf16* kp, const bf16* vp) {
+    if (r < rounds)
+      visit(ring, r, l0, warp, lane, [&](unsigned dst, int p, int c) {
+        const bool in = p < l1;
+        const long long at = in ? (long long)p * HEAD_DIM + c * 8 : 0;
+        if (p != skip) {
+          asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(kp + at), "r"(in ? 16 : 0)
+                       : "memory");
+          asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst + kTileBytes), "l"(vp + at),
+                       "r"(in ? 16 : 0) : "memory");
+        }
+      });
+    commit_copies();
+  }
+};
+
+// The tensor-core walk's first STAGES - 1 rounds of copies for positions [l0, l1), started before the task waits
+// for its q (a component's prefetch entry): every position but `skip`, which the launch writes. Returns what the
+// walk then passes to attend_mma.
+template <int UNROLL, int STAGES>
+__device__ __forceinline__ Ahead attend_ahead(const bf16* __restrict__ k, const bf16* __restrict__ v, int b, int h,
+                                              int l0, int l1, int Lmax, int skip, float* __restrict__ red) {
+  using Ring = MmaRing<UNROLL, STAGES>;
+  l1 = min(l1, Lmax);
+  const int t = threadIdx.x % THREADS, warp = t / 32, lane = t % 32;
+  const long long head_base = ((long long)b * KV_HEADS + h) * (long long)Lmax * HEAD_DIM;
+  const int rounds = (l1 - l0 + Ring::ROUND - 1) / Ring::ROUND;
+  const unsigned ring = (unsigned)__cvta_generic_to_shared(red) + warp * Ring::WARP_SLOT;
+#pragma unroll
+  for (int r = 0; r < STAGES - 1; ++r) Ring::issue(ring, r, rounds, l0, l1, skip, warp, lane, k + head_base, v + head_base);
+  return Ahead{STAGES - 1, skip};
+}
+
 template <int UNROLL, int STAGES, class Sync>
 __device__ __forceinline__ State attend_mma(const bf16* __restrict__ q, const bf16* __restrict__ k,
                                             const bf16* __restrict__ v, int b, int h, int l0, int l1, int Lmax,
-                                            float* __restrict__ red, Sync sync) {
+                                            float* __restrict__ red, Sync sync, Ahead ahead = {}) {
   static_assert(STAGES >= 2, "attention: a ring of at least two rounds (one computed, one in flight)");
   static_assert(UNROLL % 2 == 0, "attention: the tensor-core walk takes whole tiles of 8 positions a warp");
-  constexpr int WARPS = THREADS / 32;
-  constexpr int TILES = UNROLL / 2;          // 8-position tiles of a warp a round
-  constexpr int TILE_BYTES = 8 * HEAD_DIM * 2;  // one tile of K (or V): 8 rows of 128 bytes
-  constexpr int WARP_SLOT = 2 * TILES * TILE_BYTES;
-  static_assert(WARPS * WARP_SLOT == UNROLL * 2 * THREADS * 16, "attention: the mma ring is the lane ring's bytes");
+  using Ring = MmaRing<UNROLL, STAGES>;
+  constexpr int WARPS = Ring::WARPS, TILES = Ring::TILES, TILE_BYTES = Ring::kTileBytes, WARP_SLOT = Ring::WARP_SLOT;
   l1 = min(l1, Lmax);
   const int t = threadIdx.x % THREADS, warp = t / 32, lane = t % 32;
   const int g = lane / 4, qd = lane % 4;
   const long long head_base = ((long long)b * KV_HEADS + h) * (long long)Lmax * HEAD_DIM;
   const bf16* kp = k + head_base;
   const bf16* vp = v + head_base;
-  constexpr int ROUND = GROUPS * UNROLL;  // positions of the block a round
+  constexpr int ROUND = Ring::ROUND;
   const int rounds = (l1 - l0 + ROUND - 1) / ROUND;
   const unsigned ring = (unsigned)__cvta_generic_to_shared(red) + warp * WARP_SLOT;
-
-  // Round r's tiles of this warp into slot r % STAGES: row i (a position) of a tile holds its 16-byte chunk c at
-  // c ^ i, so ldmatrix's 8 rows fall in 8 bank groups. Lane l copies chunks l and l + 32 of each tile.
-  const auto issue = [&](int r) {
-    if (r < rounds) {
-      const unsigned slot = ring + (r % STAGES) * WARPS * WARP_SLOT;
+  const auto issue = [&](int r) { Ring::issue(ring, r, rounds, l0, l1, -1, warp, lane, kp, vp); };
+  if (ahead.rounds == 0) {
 #pragma unroll
-      for (int n = 0; n < TILES; ++n) {
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const int idx = lane + 32 * half, row = idx / 8, c = idx % 8;
-          const int p = l0 + r * ROUND + (warp * TILES + n) * 8 + row;
-          const bool in = p < l1;
-          const long long at = in ? (long long)p * HEAD_DIM + c * 8 : 0;
-          const unsigned dst = slot + (2 * n) * TILE_BYTES + row * 128 + ((c ^ row) * 16);
-          asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(kp + at), "r"(in ? 16 : 0)
-                       : "memory");
-          asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst + TILE_BYTES), "l"(vp + at),
-                       "r"(in ? 16 : 0) : "memory");
+    for (int r = 0; r < STAGES - 1; ++r) issue(r);
+  } else if (ahead.skip >= l0 && ahead.skip < l1) {
+    // the position the prefetch left out, written in this launch before the task's waits were met: copied now
+    // (this lane's own stores, read after the walk's __syncwarp)
+    for (int r = 0; r < ahead.rounds && r < rounds; ++r)
+      Ring::visit(ring, r, l0, warp, lane, [&](unsigned dst, int p, int c) {
+        if (p == ahead.skip) {
+          const uint4 kv = __ldcg(reinterpret_cast<const uint4*>(kp + (long long)p * HEAD_DIM + c * 8));
+          const uint4 vv = __ldcg(reinterpret_cast<const uint4*>(vp + (long long)p * HEAD_DIM + c * 8));
+          asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(dst), "r"(kv.x), "r"(kv.y), "r"(kv.z),
+                       "r"(kv.w) : "memory");
+          asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(dst + TILE_BYTES), "r"(vv.x), "r"(vv.y),
+                       "r"(vv.z), "r"(vv.w) : "memory");
         }
-      }
-    }
-    commit_copies();
-  };
-#pragma unroll
-  for (int r = 0; r < STAGES - 1; ++r) issue(r);
+      });
+  }
 
   // q as the A operand: row g (query head 4h + g, g < 4) at k step kk: dimensions 16 kk + 2 qd (+1) and + 8.
   unsigned qa[4][4];
@@ -287,11 +342,12 @@ __device__ __forceinline__ State attend_mma(const bf16* __restrict__ q, const bf
 // red: smem_bytes(STAGES, UNROLL) of shared memory. Requires l0 < min(l1, Lmax) for a finite m.
 // A walk of RING_ROUNDS rounds or more takes the ring; a shorter one loads each round into registers (a split of
 // a few rounds gains nothing from the ring and pays its barrier and shared-memory trip).
+// ahead: what a prefetch started (attend_ahead; the tensor-core walk only).
 template <int UNROLL, int STAGES, int RING_ROUNDS, int WALK, class Sync>
 __device__ __forceinline__ State attend(const bf16* __restrict__ q, const bf16* __restrict__ k,
                                         const bf16* __restrict__ v, int b, int h, int l0, int l1, int Lmax,
-                                        float* __restrict__ red, Sync sync) {
-  if constexpr (WALK == WALK_MMA) return attend_mma<UNROLL, STAGES>(q, k, v, b, h, l0, l1, Lmax, red, sync);
+                                        float* __restrict__ red, Sync sync, Ahead ahead = {}) {
+  if constexpr (WALK == WALK_MMA) return attend_mma<UNROLL, STAGES>(q, k, v, b, h, l0, l1, Lmax, red, sync, ahead);
   static_assert(STAGES >= 2, "attention: a ring of at least two rounds (one computed, one in flight)");
   l1 = min(l1, Lmax);  // L > Lmax is the caller's error: it never reads past the cache
   const int t = threadIdx.x % THREADS;
@@ -440,11 +496,26 @@ template <int UNROLL, int STAGES, int RING_ROUNDS, int WALK, class Sync>
 __device__ __forceinline__ int attend_split(const bf16* __restrict__ q, const bf16* __restrict__ k,
                                             const bf16* __restrict__ v, float* __restrict__ part, int b, int h, int s,
                                             int B, int L, int Lmax, int tasks, int min_len, float* red, Sync sync,
-                                            int t) {
+                                            int t, Ahead ahead = {}) {
   const int splits = split_count(B, L, tasks, min_len);
   const int l0 = split_begin(s, splits, L), l1 = split_begin(s + 1, splits, L);
-  write_record(part, b, h, s, splits, attend<UNROLL, STAGES, RING_ROUNDS, WALK>(q, k, v, b, h, l0, l1, Lmax, red, sync), t);
+  write_record(part, b, h, s, splits,
+               attend<UNROLL, STAGES, RING_ROUNDS, WALK>(q, k, v, b, h, l0, l1, Lmax, red, sync, ahead), t);
   return splits;
+}
+
+// attend_split's prefetch: the split's first rounds of K and V (the tensor-core walk; the lane walk starts none).
+template <int UNROLL, int STAGES, int WALK>
+__device__ __forceinline__ Ahead attend_split_ahead(const bf16* __restrict__ k, const bf16* __restrict__ v, int b, int h,
+                                                    int s, int B, int L, int Lmax, int tasks, int min_len, int skip,
+                                                    float* red) {
+  if constexpr (WALK != WALK_MMA) {
+    return Ahead{};
+  } else {
+    const int splits = split_count(B, L, tasks, min_len);
+    return attend_ahead<UNROLL, STAGES>(k, v, b, h, split_begin(s, splits, L), split_begin(s + 1, splits, L), Lmax,
+                                        skip, red);
+  }
 }
 
 // The second half of flash-decoding for (b, h): thread t = 64 * g + d merges the `splits` records of query

@@ -11,10 +11,24 @@ static_assert(smem_red_bytes >= attn_body::smem_bytes(ATTN_STAGES, ATTN_UNROLL),
               "contract attn_split: smem.buffers.red is too small");
 static_assert(PART_RECORD == attn_body::RECORD, "contract attn_split: a workspace record is acc, m and l of 4 heads");
 
+// Before the task waits for its q: the split's first rounds of K and V into the ring, every position but the one
+// this launch appends (pos[b]); the carried words say what was started (rounds, the position left out).
+extern "C" __device__ void attn_split_prefetch(pl::Tile tile, const __nv_bfloat16* __restrict__ q,
+                                               const __nv_bfloat16* __restrict__ k, const __nv_bfloat16* __restrict__ v,
+                                               const int* __restrict__ pos, float* __restrict__ part, int B, int L,
+                                               int Lmax, unsigned* __restrict__ carry) {
+  const int b = tile.coord[0];
+  const attn_body::Ahead ahead = attn_body::attend_split_ahead<ATTN_UNROLL, ATTN_STAGES, ATTN_WALK>(
+      k, v, b, tile.coord[1], tile.coord[2], B, L, Lmax, SPLIT_TASKS, SPLIT_MIN_L, __ldcg(pos + b), smem_red<float>());
+  carry[0] = (unsigned)ahead.rounds;
+  carry[1] = (unsigned)ahead.skip;
+}
+
 extern "C" __device__ void attn_split(pl::Tile tile, const __nv_bfloat16* __restrict__ q,
                                       const __nv_bfloat16* __restrict__ k, const __nv_bfloat16* __restrict__ v,
-                                      float* __restrict__ part, int B, int L, int Lmax) {
+                                      const int* __restrict__ pos, float* __restrict__ part, int B, int L, int Lmax,
+                                      unsigned* __restrict__ carry) {
   attn_body::attend_split<ATTN_UNROLL, ATTN_STAGES, ATTN_RING_ROUNDS, ATTN_WALK>(
       q, k, v, part, tile.coord[0], tile.coord[1], tile.coord[2], B, L, Lmax, SPLIT_TASKS, SPLIT_MIN_L, smem_red<float>(),
-      [] { sync_merge(); }, thread_rank());
+      [] { sync_merge(); }, thread_rank(), attn_body::Ahead{(int)carry[0], (int)carry[1]});
 }
