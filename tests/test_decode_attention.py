@@ -52,7 +52,7 @@ def test_attn_head_links_alone(objects):
     m = linked.manifest
     _no_spills(m)
     assert [c.name for c in m.components] == ["attn_head"]
-    assert [p.name for p in m.user_params] == ["q", "k", "v", "o", "B", "L", "Lmax"]
+    assert [p.name for p in m.user_params] == ["q", "k", "v", "pos", "o", "B", "L", "Lmax"]
     assert m.geometry == {"ATTN_UNROLL": 2, "ATTN_STAGES": 2, "ATTN_RING_ROUNDS": 8, "ATTN_WALK": 2}
     assert m.dynamic_smem >= 32 * 264 * 4  # the 32 position groups' softmax states
     assert "buffer attn_head.red" in linked.link_map and "attn_head.merge" in linked.link_map
@@ -65,7 +65,7 @@ def test_attn_last_links_alone_and_merges_without_an_event(objects):
     assert linked.ok, [d.render() for d in linked.diagnostics]
     m = linked.manifest
     _no_spills(m)
-    assert [p.name for p in m.user_params] == ["q", "k", "v", "part", "arrived", "o", "B", "L", "Lmax"]
+    assert [p.name for p in m.user_params] == ["q", "k", "v", "pos", "part", "arrived", "o", "B", "L", "Lmax"]
     assert m.geometry == {"SPLIT_TASKS": 256, "SPLIT_MIN_L": 64, "ATTN_UNROLL": 2, "ATTN_STAGES": 2, "ATTN_RING_ROUNDS": 8, "ATTN_WALK": 2, "PART_RECORD": 264}
     assert "buffer attn_last.last" in linked.link_map
     # the same cut of the context as attn_split's (its grid and workspace), its own count per (b, h)

@@ -98,19 +98,19 @@ def _run(kernels, variant, q, k, v, B, L):
     import torch
     Lmax = k.shape[2]
     o = _poisoned(B, decode_parts.Q_HEADS, decode_parts.HEAD_DIM)
+    # pos: the position each row's cache append would write in the launch (none here), which the prefetch entries
+    # leave out and copy after the waits; the last one and others, so the copy lands in every round and split
+    # the shapes reach
+    pos = torch.tensor([(L - 1 - 37 * b) % L for b in range(B)], dtype=torch.int32, device="cuda")
     if variant == "attn_head":
-        kernels["attn_head"].launch(q=q, k=k, v=v, o=o, B=B, L=L, Lmax=Lmax)
+        kernels["attn_head"].launch(q=q, k=k, v=v, pos=pos, o=o, B=B, L=L, Lmax=Lmax)
     elif variant == "attn_split":
         part = _poisoned(*decode_parts.attn_workspace_shape(B, L), dtype=torch.float32)
-        # pos: the position each row's cache append would write in the launch (none here), which attn_split's
-        # prefetch leaves out and copies after the waits; the last one and others, so the copy lands in every
-        # round and split the shapes reach
-        pos = torch.tensor([(L - 1 - 37 * b) % L for b in range(B)], dtype=torch.int32, device="cuda")
         kernels["attn_split"].launch(q=q, k=k, v=v, pos=pos, part=part, B=B, L=L, Lmax=Lmax, o=o)
     else:  # attn_last: the last split of (b, h) merges, and puts its count back to 0
         part = _poisoned(*decode_parts.attn_workspace_shape(B, L), dtype=torch.float32)
         arrived = torch.zeros(B * decode_parts.KV_HEADS, dtype=torch.int32, device="cuda")
-        kernels["attn_last"].launch(q=q, k=k, v=v, part=part, arrived=arrived, o=o, B=B, L=L, Lmax=Lmax)
+        kernels["attn_last"].launch(q=q, k=k, v=v, pos=pos, part=part, arrived=arrived, o=o, B=B, L=L, Lmax=Lmax)
         torch.cuda.synchronize()
         assert not arrived.any(), f"attn_last left counts {arrived.tolist()}"
     torch.cuda.synchronize()

@@ -504,18 +504,25 @@ __device__ __forceinline__ int attend_split(const bf16* __restrict__ q, const bf
   return splits;
 }
 
-// attend_split's prefetch: the split's first rounds of K and V (the tensor-core walk; the lane walk starts none).
+// A prefetch of positions [l0, l1) for the walk WALK: the tensor-core walk's first rounds; the lane walk starts none.
+template <int UNROLL, int STAGES, int WALK>
+__device__ __forceinline__ Ahead attend_range_ahead(const bf16* __restrict__ k, const bf16* __restrict__ v, int b,
+                                                    int h, int l0, int l1, int Lmax, int skip, float* red) {
+  if constexpr (WALK != WALK_MMA) {
+    return Ahead{};
+  } else {
+    return attend_ahead<UNROLL, STAGES>(k, v, b, h, l0, l1, Lmax, skip, red);
+  }
+}
+
+// attend_split's prefetch: the split's first rounds of K and V.
 template <int UNROLL, int STAGES, int WALK>
 __device__ __forceinline__ Ahead attend_split_ahead(const bf16* __restrict__ k, const bf16* __restrict__ v, int b, int h,
                                                     int s, int B, int L, int Lmax, int tasks, int min_len, int skip,
                                                     float* red) {
-  if constexpr (WALK != WALK_MMA) {
-    return Ahead{};
-  } else {
-    const int splits = split_count(B, L, tasks, min_len);
-    return attend_ahead<UNROLL, STAGES>(k, v, b, h, split_begin(s, splits, L), split_begin(s + 1, splits, L), Lmax,
-                                        skip, red);
-  }
+  const int splits = split_count(B, L, tasks, min_len);
+  return attend_range_ahead<UNROLL, STAGES, WALK>(k, v, b, h, split_begin(s, splits, L), split_begin(s + 1, splits, L),
+                                                  Lmax, skip, red);
 }
 
 // The second half of flash-decoding for (b, h): thread t = 64 * g + d merges the `splits` records of query

@@ -9,13 +9,26 @@ static_assert(THREADS == attn_body::THREADS, "contract attn_head: the body needs
 static_assert(smem_red_bytes >= attn_body::smem_bytes(ATTN_STAGES, ATTN_UNROLL),
               "contract attn_head: smem.buffers.red is too small");
 
+// Before the task waits for its q: the first rounds of K and V into the ring, every position but the one this
+// launch appends (pos[b]); the carried words say what was started (rounds, the position left out).
+extern "C" __device__ void attn_head_prefetch(pl::Tile tile, const __nv_bfloat16* __restrict__ q,
+                                              const __nv_bfloat16* __restrict__ k, const __nv_bfloat16* __restrict__ v,
+                                              const int* __restrict__ pos, __nv_bfloat16* __restrict__ o, int B, int L,
+                                              int Lmax, unsigned* __restrict__ carry) {
+  const int b = tile.coord[0];
+  const attn_body::Ahead ahead = attn_body::attend_range_ahead<ATTN_UNROLL, ATTN_STAGES, ATTN_WALK>(
+      k, v, b, tile.coord[1], 0, L, Lmax, __ldcg(pos + b), smem_red<float>());
+  carry[0] = (unsigned)ahead.rounds;
+  carry[1] = (unsigned)ahead.skip;
+}
+
 extern "C" __device__ void attn_head(pl::Tile tile, const __nv_bfloat16* __restrict__ q,
                                      const __nv_bfloat16* __restrict__ k, const __nv_bfloat16* __restrict__ v,
-                                     __nv_bfloat16* __restrict__ o, int B, int L, int Lmax) {
+                                     const int* __restrict__ pos, __nv_bfloat16* __restrict__ o, int B, int L, int Lmax,
+                                     unsigned* __restrict__ carry) {
   const int b = tile.coord[0], h = tile.coord[1];
-  const attn_body::State st =
-      attn_body::attend<ATTN_UNROLL, ATTN_STAGES, ATTN_RING_ROUNDS, ATTN_WALK>(q, k, v, b, h, 0, L, Lmax, smem_red<float>(),
-                                                                     [] { sync_merge(); });
+  const attn_body::State st = attn_body::attend<ATTN_UNROLL, ATTN_STAGES, ATTN_RING_ROUNDS, ATTN_WALK>(
+      q, k, v, b, h, 0, L, Lmax, smem_red<float>(), [] { sync_merge(); }, attn_body::Ahead{(int)carry[0], (int)carry[1]});
   const int t = thread_rank();
   o[((long long)b * attn_body::Q_HEADS + h * attn_body::GROUP) * attn_body::HEAD_DIM + t] =
       __float2bfloat16_rn(st.acc / st.l);

@@ -14,13 +14,27 @@ static_assert(smem_red_bytes >= attn_body::smem_bytes(ATTN_STAGES, ATTN_UNROLL),
               "contract attn_last: smem.buffers.red is too small");
 static_assert(PART_RECORD == attn_body::RECORD, "contract attn_last: a workspace record is acc, m and l of 4 heads");
 
+// Before the task waits for its q: the split's first rounds of K and V, as attn_split's prefetch.
+extern "C" __device__ void attn_last_prefetch(pl::Tile tile, const __nv_bfloat16* __restrict__ q,
+                                              const __nv_bfloat16* __restrict__ k, const __nv_bfloat16* __restrict__ v,
+                                              const int* __restrict__ pos, float* __restrict__ part,
+                                              int* __restrict__ arrived, __nv_bfloat16* __restrict__ o, int B, int L,
+                                              int Lmax, unsigned* __restrict__ carry) {
+  const int b = tile.coord[0];
+  const attn_body::Ahead ahead = attn_body::attend_split_ahead<ATTN_UNROLL, ATTN_STAGES, ATTN_WALK>(
+      k, v, b, tile.coord[1], tile.coord[2], B, L, Lmax, SPLIT_TASKS, SPLIT_MIN_L, __ldcg(pos + b), smem_red<float>());
+  carry[0] = (unsigned)ahead.rounds;
+  carry[1] = (unsigned)ahead.skip;
+}
+
 extern "C" __device__ void attn_last(pl::Tile tile, const __nv_bfloat16* __restrict__ q,
                                      const __nv_bfloat16* __restrict__ k, const __nv_bfloat16* __restrict__ v,
-                                     float* __restrict__ part, int* __restrict__ arrived, __nv_bfloat16* __restrict__ o,
-                                     int B, int L, int Lmax) {
+                                     const int* __restrict__ pos, float* __restrict__ part, int* __restrict__ arrived,
+                                     __nv_bfloat16* __restrict__ o, int B, int L, int Lmax, unsigned* __restrict__ carry) {
   const int b = tile.coord[0], h = tile.coord[1], t = thread_rank();
   const int splits = attn_body::attend_split<ATTN_UNROLL, ATTN_STAGES, ATTN_RING_ROUNDS, ATTN_WALK>(
-      q, k, v, part, b, h, tile.coord[2], B, L, Lmax, SPLIT_TASKS, SPLIT_MIN_L, smem_red<float>(), [] { sync_merge(); }, t);
+      q, k, v, part, b, h, tile.coord[2], B, L, Lmax, SPLIT_TASKS, SPLIT_MIN_L, smem_red<float>(), [] { sync_merge(); }, t,
+      attn_body::Ahead{(int)carry[0], (int)carry[1]});
   int* const last = smem_last<int>();
   sync_merge();  // every thread's record is written
   if (t == 0) {
