@@ -45,9 +45,11 @@ def test_step_links_into_one_kernel(linked, variant):
     assert m.tasks["down"].startswith("(NL) * ") and not m.tasks["lm_head"].startswith("(NL)")
     # no spills under the joint 128-register cap (16 rows of W in registers at once made a 40-byte frame and a
     # 5% slower step: gemv.cuh loads a 16-row task's chunk in two rounds). The ring steps spill (40 and 24
-    # bytes): their GEMVs also hold their slots' addresses and barriers, and read the slot rows at the mma.
+    # bytes): their GEMVs also hold their slots' addresses and barriers, and read the slot rows at the mma;
+    # pf's output projection holds its L2-prefetch rows across the wait and spills 8 bytes.
     assert m.resources.registers <= 128
-    assert m.resources.frame_bytes == 0 or variant in ("ring", "ring_od"), m.resources
+    spill_limit = {"ring": 40, "ring_od": 40, "pf": 8}.get(variant, 0)
+    assert m.resources.frame_bytes <= spill_limit, m.resources
 
 
 @pytest.mark.parametrize("variant", sorted(decode_kernels.MEGA_PIPELINES))

@@ -67,7 +67,8 @@ __device__ __forceinline__ void unpack8(const uint4& v, float (&f)[8]) {
 
 // A stage says what goes into shared memory for x: stage.begin(bg, nb) before each group of batch rows, row(b)
 // batch row b of x as it is in global memory (copied to shared memory by cp.async, see stage_rows), and, where
-// kTransforms, apply(b, v, raw) the staged form of the v-th 16-byte vector of row b (computed in place).
+// kTransforms, apply(b, v, raw, c) the staged form of the v-th 16-byte vector of row b (computed in place), c the
+// stage's constant for vector v (constant(v): StageNormed's norm_w, loaded before the copies are awaited).
 // Staging x as it is:
 struct StageRaw {
   static constexpr bool kTransforms = false;
@@ -75,7 +76,8 @@ struct StageRaw {
   int K;
   __device__ __forceinline__ void begin(int, int) const {}
   __device__ __forceinline__ const bf16* row(int b) const { return x + (long long)b * K; }
-  __device__ __forceinline__ uint4 apply(int, int, const uint4& raw) const { return raw; }
+  __device__ __forceinline__ uint4 constant(int) const { return make_uint4(0u, 0u, 0u, 0u); }
+  __device__ __forceinline__ uint4 apply(int, int, const uint4& raw, const uint4&) const { return raw; }
 };
 
 __device__ __forceinline__ uint4 pack8(const float (&f)[8]) {
@@ -137,11 +139,12 @@ struct StageNormed {
   }
 
   __device__ __forceinline__ const bf16* row(int b) const { return x + (long long)b * K; }
-  __device__ __forceinline__ uint4 apply(int b, int v, const uint4& raw) const {
+  __device__ __forceinline__ uint4 constant(int v) const { return __ldg(reinterpret_cast<const uint4*>(norm_w) + v); }
+  __device__ __forceinline__ uint4 apply(int b, int, const uint4& raw, const uint4& w) const {
     const float scale = scratch[WARPS * BATCH + (b % BATCH)];
     float f[8], g[8];
     unpack8(raw, f);
-    unpack8(__ldg(reinterpret_cast<const uint4*>(norm_w) + v), g);
+    unpack8(w, g);
 #pragma unroll
     for (int i = 0; i < 8; ++i) f[i] = f[i] * scale * g[i];
     return pack8(f);
@@ -179,11 +182,16 @@ __device__ __forceinline__ void stage_rows(const Stage& stage, uint4* __restrict
                    "l"(reinterpret_cast<const uint4*>(stage.row(bg + b)) + v0 + v)
                    : "memory");
   asm volatile("cp.async.commit_group;" ::: "memory");
+  // The stage's constant for the thread's first vector is loaded now, so it is not a round trip of its own
+  // after the wait (a K of THREADS vectors, as in the decode step, has no other).
+  const uint4 first = Stage::kTransforms && t < cv ? stage.constant(v0 + t) : make_uint4(0u, 0u, 0u, 0u);
   between();
   asm volatile("cp.async.wait_group 0;" ::: "memory");
   if constexpr (Stage::kTransforms) {
-    for (int v = t; v < cv; v += THREADS)
-      for (int b = 0; b < nb; ++b) dst[slot(b, v)] = stage.apply(bg + b, v0 + v, dst[slot(b, v)]);
+    for (int v = t; v < cv; v += THREADS) {
+      const uint4 c = v == t ? first : stage.constant(v0 + v);
+      for (int b = 0; b < nb; ++b) dst[slot(b, v)] = stage.apply(bg + b, v0 + v, dst[slot(b, v)], c);
+    }
   }
   sync();
 }
