@@ -461,8 +461,9 @@ __device__ __forceinline__ void rows_from(const WSrc& wsrc, const Stage& stage, 
   if (resident && !continues) {  // the call's first task on this CTA: all of x, once
     // The first chunk's W loads are not issued before the prologue: live across it, its 32 registers made
     // the whole decode step spill (112-byte frame) under the joint 128-register cap; with x staged by copies
-    // still 416 bytes; one 32-wide block of them ahead links clean but the pass still waits for its last loads,
-    // two spill 32 bytes.
+    // still 416 bytes (288 with the first pass ahead only where x is staged as it is, no norm in between); one
+    // 32-wide block of them ahead links clean but the pass still waits for its last loads, two spill 32 bytes.
+    // Copying them into L1 instead (cp.async.ca) made the first tasks longer (PERFORMANCE.md, Tried).
     stage_resident<THREADS, CHUNK_VECS>(stage, xs, B, kvecs, sync);
   }
 
