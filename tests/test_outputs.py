@@ -187,6 +187,56 @@ def test_writes_are_all_or_nothing(tmp_path):
     assert list(tmp_path.iterdir()) == []  # neither a.cubin nor a temporary file
 
 
+
+def test_a_symbolic_link_is_written_through(capsys, work):
+    """`-o link.h` where link.h -> real.h: real.h gets the header and the link stays a link (the staged
+    file goes beside real.h, not beside the link)."""
+    os.mkdir("elsewhere")
+    Path("elsewhere/real.h").write_text("old")
+    os.symlink("elsewhere/real.h", "link.h")
+    got, _, err = run(capsys, "header", "tile.json", "-o", "link.h")
+    assert got == 0, err
+    assert os.path.islink("link.h") and Path("elsewhere/real.h").read_text().startswith("// comp.pipelink.h")
+    assert sorted(os.listdir("elsewhere")) == ["real.h"]
+
+
+def test_a_fifo_is_written_to_not_replaced(tmp_path):
+    """What is not a regular file (a FIFO here; /dev/null alike) is written to in place: replacing it by a
+    file would leave its reader waiting and, for /dev/null as root, break the machine."""
+    import threading
+    fifo = tmp_path / "out.h"
+    os.mkfifo(fifo)
+    got = {}
+    reader = threading.Thread(target=lambda: got.setdefault("data", fifo.read_bytes()), daemon=True)
+    reader.start()
+    contract = tmp_path / "c.json"
+    contract.write_text(json.dumps(COMP_CONTRACT))
+    proc = cli("header", contract, "-o", fifo, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    reader.join(timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode) and got["data"].startswith(b"// comp.pipelink.h")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.json", "out.h"]
+
+
+def test_special_files_are_recognised():
+    from pipelink.formats.outputs import _special
+    assert _special("/dev/null") and not _special(__file__) and not _special("/no/such/file")
+
+
+def test_an_unwritable_folder_is_a_located_refusal(tmp_path, monkeypatch):
+    import tempfile
+    from pipelink.formats.outputs import write_outputs
+
+    def refuse(*_, **__):
+        raise PermissionError(13, "Permission denied")
+    monkeypatch.setattr(tempfile, "mkstemp", refuse)
+    sink = DiagnosticSink()
+    target = tmp_path / "k.cubin"
+    assert not write_outputs({str(target): b"x"}, sink)
+    [d] = sink.items
+    assert d.code == "PL007" and "Permission denied" in d.message and "renamed" in d.hint
+    assert list(tmp_path.iterdir()) == []
+
 # --- build runs check's contract checks -------------------------------------------------------------
 
 def test_build_refuses_what_check_refuses(capsys, work):

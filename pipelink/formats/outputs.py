@@ -4,11 +4,14 @@ against the other outputs before anything runs, then all are written atomically,
 `-` names stdout; one output at most goes there, and a binary one never to a terminal. Files are
 compared by resolved path and by device and inode, so a symbolic or a hard link to an input is
 caught too. Files get the mode any new file gets (0666 less the umask), not mkstemp's 0600.
+A symbolic link is written through (its target is replaced, the link stays), and what is not a
+regular file (/dev/null, a FIFO, a terminal) is written to as it is, never replaced by a file.
 """
 from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -123,24 +126,47 @@ def _umask() -> int:
     return mask
 
 
+def _special(path: str) -> bool:
+    """An existing path that is not a regular file (a device, a FIFO, a socket): written to, not replaced."""
+    try:
+        return not stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
 def write_outputs(files: dict[str, bytes], sink: DiagnosticSink) -> bool:
     """Write every file or none: each is staged in a temporary file beside its target (so the rename
-    stays on one filesystem) and renamed once all are staged. STDOUT is written last."""
+    stays on one filesystem) and renamed once all are staged. A symbolic link's target is what is
+    replaced (realpath), and special files (/dev/null, a FIFO) are written to in place, after the
+    staging and before the renames. STDOUT is written last."""
     mode = 0o666 & ~_umask()
     staged: list[tuple[str, str]] = []
     target = ""
     try:
         for target, data in files.items():
-            if target == STDOUT:
+            if target == STDOUT or _special(target):
                 continue
-            fd, tmp = tempfile.mkstemp(dir=os.path.dirname(target) or ".", prefix=f".{os.path.basename(target)}.",
-                                       suffix=".tmp")
-            staged.append((tmp, target))
+            real = os.path.realpath(target)
+            folder = os.path.dirname(real) or "."
+            try:
+                fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(real)}.", suffix=".tmp")
+            except OSError as exc:
+                sink.error("PL007", f"cannot write {target}: no file can be created in {folder} "
+                                    f"({exc.strerror or exc})", Location(file=target),
+                           hint="an output is written to a new file beside it and renamed into place (a reader "
+                                "never sees half of it): name a file in a folder you can write to")
+                return False
+            staged.append((tmp, real))
             with os.fdopen(fd, "wb") as f:
                 os.fchmod(f.fileno(), mode)
                 f.write(data)
-        for tmp, target in staged:
-            os.replace(tmp, target)
+        for target, data in files.items():
+            if target != STDOUT and _special(target):
+                with open(target, "wb") as f:
+                    f.write(data)
+        for tmp, real in staged:
+            target = real
+            os.replace(tmp, real)
     except OSError as exc:
         sink.error("PL007", f"cannot write {target}: {exc.strerror or exc}", Location(file=target))
         return False
