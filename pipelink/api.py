@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .core.diagnostics import Diagnostic, DiagnosticSink, Location, PipelinkError
+from .core.files import read_input_bytes
 from .core.model import Component
 from .core.pipeline import PipelineSpec, load_pipeline, load_pipeline_dict
 from .formats.inputs import NamedBytes
@@ -162,7 +163,7 @@ def build(source: str | os.PathLike, contract, output: str | os.PathLike, *, arc
     elif isinstance(contract, (str, os.PathLike)):
         name = os.fspath(contract)
         try:
-            data = Path(name).read_bytes()
+            data = read_input_bytes(name)
         except OSError as exc:
             sink.error("PL002", f"cannot read contract {name}: {exc.strerror or exc}", Location(file=name))
             raise PipelinkError(sink.items) from None

@@ -12,6 +12,7 @@ import traceback
 from dataclasses import replace
 from pathlib import Path
 
+from .core.files import read_input_bytes
 from .core.diagnostics import (Diagnostic, DiagnosticSink, ExitCode, Location, escape_controls, render_all, safe_text,
                                sarif_log)
 from .core.pipeline import DISPATCHES, SCHEDULES
@@ -267,7 +268,7 @@ def cmd_inspect(args) -> int:
     results, lines = [], []
     for path in args.files:
         try:
-            data = Path(path).read_bytes()
+            data = read_input_bytes(path)
         except OSError as exc:
             sink.error("PL002", f"cannot read {path}: {exc.strerror or exc}", Location(file=path))
             continue
@@ -396,7 +397,7 @@ def cmd_build(args) -> int:
         return _finish(sink, "text", {}, [])
     opts = BuildOptions(archs=tuple(args.arch) if args.arch else None, include_dirs=tuple(args.include),
                         defines=tuple(args.define), verbose=args.verbose)
-    ok = build_component(c, Path(args.contract).read_bytes(), args.source, args.output, sink, opts)
+    ok = build_component(c, read_input_bytes(args.contract), args.source, args.output, sink, opts)
     if args.verbose:
         for cmd in opts.nvcc_log:
             print(cmd, file=sys.stderr)

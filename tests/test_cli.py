@@ -164,6 +164,35 @@ def test_link_cubin_to_stdout(shipped_objects, tmp_path):
     assert json.loads((tmp_path / "rowsum.json").read_text())["kernel"] == "rowsum"
 
 
+
+def test_inputs_through_pipes_are_read_once(shipped_objects, tmp_path):
+    """A shell's `<(...)`, a pipe into /dev/stdin: a stream is empty when read again, and link and check read
+    an input more than once (contract or object, sidecars, the link cache's key). Each is read once."""
+    from pipelink.harness.shipped import REPO
+    subs = " ".join(f"<(cat {shipped_objects[n]})" for n in ROWSUM)
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.run(["bash", "-c", f"{sys.executable} -m pipelink.cli link --pipeline "
+                                         f"<(cat {REPO / 'pipelines/rowsum.json'}) {subs} -o k.cubin"],
+                          cwd=tmp_path, capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "k.cubin").read_bytes().startswith(b"\x7fELF")
+    contract = (REPO / "contracts/tile_load.json").read_bytes()
+    for command in ("check", "inspect"):
+        proc = subprocess.run([sys.executable, "-m", "pipelink.cli", command, "/dev/stdin"], input=contract,
+                              capture_output=True, env=env)
+        assert proc.returncode == 0, proc.stderr.decode()
+        assert b"tile_load" in proc.stdout
+
+
+def test_an_endless_input_is_refused_at_the_limit(capsys, monkeypatch):
+    """/dev/zero never ends: read up to the limit, then a located refusal (exit 2), not a hang."""
+    from pipelink.core import files
+    monkeypatch.setattr(files, "MAX_INPUT_BYTES", 1 << 20)
+    for command in ("check", "inspect", "link"):
+        code, _, err = run(capsys, command, "/dev/zero")
+        assert code == 2 and "error[PL002]" in err and "larger than 1 MiB" in err, err
+
+
 def test_build_compile_error_writes_nothing(capsys, tmp_path):
     from pipelink.harness.shipped import REPO
     src = tmp_path / "broken.cu"

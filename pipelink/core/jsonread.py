@@ -79,12 +79,13 @@ def parse_bytes(data: bytes, file: str | None, sink: DiagnosticSink) -> Document
 
 
 def read_bytes(path: str | Path) -> bytes:
-    """The file's bytes, reading no more than the limit (a multi-GB file is refused, not loaded)."""
-    with open(path, "rb") as f:
-        data = f.read(MAX_BYTES + 1)
-    if len(data) > MAX_BYTES:
-        raise _too_large()
-    return data
+    """The file's bytes, reading no more than the limit (a multi-GB file is refused, not loaded; a stream
+    such as a pipe is read once: files.read_input_bytes)."""
+    from .files import TooLarge, read_input_bytes
+    try:
+        return read_input_bytes(path, MAX_BYTES)
+    except TooLarge:
+        raise _too_large() from None
 
 
 def _too_large() -> JSONError:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from .. import toolchain
 from ..core.diagnostics import DiagnosticSink, Location
+from ..core.files import read_input_bytes
 from .fatbin import (AR_MAGIC, ELF_MAGIC, EM_CUDA, FATBIN_MAGIC_BYTES, LTOIR_MAGIC, THIN_AR_MAGIC, CorruptError,
                      FatbinEntry, UnsupportedError, ar_members, parse_elf, parse_fatbin, ptx_symbols)
 from ..core.model import is_identifier
@@ -72,7 +73,7 @@ def read_input(path: str | os.PathLike, sink: DiagnosticSink) -> list[InputObjec
     """The objects in the file at `path` (several for an archive); [] with diagnostics on error."""
     name = os.fspath(path)
     try:
-        data = Path(name).read_bytes()
+        data = read_input_bytes(name)
     except OSError as exc:
         reason = "it is a directory" if isinstance(exc, IsADirectoryError) else (exc.strerror or str(exc))
         sink.error("PL002", f"cannot read {name}: {reason}", Location(file=name))
@@ -249,7 +250,7 @@ def sidecar_paths(path: str | os.PathLike, data: bytes | None = None) -> list[Pa
     """Every sidecar contract the read pass could pick up for the file: its own and, for an archive,
     each member's. Raises OSError or CorruptError where the file cannot be read."""
     name = os.fspath(path)
-    data = Path(name).read_bytes() if data is None else data
+    data = read_input_bytes(name) if data is None else data
     candidates = [sidecar_contract_path(name)]
     if data.startswith(AR_MAGIC):
         candidates += [sidecar_contract_path(f"{name}({member})") for member, _ in ar_members(data)]
@@ -268,7 +269,7 @@ def find_contract(obj: InputObject, sink: DiagnosticSink) -> tuple[bytes, str] |
         return obj.embedded_contract, f"{obj.path}[{CONTRACT_SECTION}]"
     if sidecar is not None:
         try:
-            return sidecar.read_bytes(), str(sidecar)
+            return read_input_bytes(sidecar), str(sidecar)
         except OSError as exc:
             sink.error("PL002", f"cannot read {sidecar}: {exc.strerror or exc}", Location(file=str(sidecar)))
             return None
@@ -306,7 +307,7 @@ def embed_contract(obj_path: str | os.PathLike, contract_bytes: bytes, out_path:
 
 def _section_names(path: str | os.PathLike) -> set[str]:
     try:
-        elf = parse_elf(Path(path).read_bytes())
+        elf = parse_elf(read_input_bytes(path))
     except (OSError, CorruptError, UnsupportedError):
         return set()  # objcopy will say what is wrong with the file
     return {s.name for s in elf.sections}

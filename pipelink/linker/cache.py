@@ -26,6 +26,7 @@ from pathlib import Path
 from .. import __version__, toolchain
 
 from ..core import jsonread
+from ..core.files import read_input_bytes
 from ..core.cache_root import cache_dir, enabled  # noqa: F401  (the link cache's root, and the switch)
 from ..core.diagnostics import Diagnostic
 from ..formats.fatbin import CorruptError, UnsupportedError
@@ -99,8 +100,8 @@ def _input_doc(path) -> dict:
     if isinstance(path, NamedBytes):  # no file, so no sidecar
         return {"path": path.name, "sha256": _sha256(path.data), "sidecars": []}
     name = os.fspath(path)
-    data = Path(name).read_bytes()
-    sidecars = [[str(p), _sha256(p.read_bytes())] for p in sidecar_paths(name, data)]
+    data = read_input_bytes(name)
+    sidecars = [[str(p), _sha256(read_input_bytes(p))] for p in sidecar_paths(name, data)]
     return {"path": name, "sha256": _sha256(data), "sidecars": sidecars}
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from .. import toolchain
 from ..authoring.header import MARKER_HEX, marker_symbol, symbol_prefix
 from ..core.diagnostics import DiagnosticSink, Location
+from ..core.files import read_input_bytes
 from ..formats.inputs import (InputObject, NamedBytes, check_entry_symbol, find_contract, read_bytes, read_input,
                               require_ltoir)
 from ..core.jsonread import BOM
@@ -44,7 +45,7 @@ def read_components(paths: list[str | NamedBytes], sink: DiagnosticSink) -> list
         else:
             path = os.fspath(item)
             try:
-                data = Path(path).read_bytes()
+                data = read_input_bytes(path)
             except IsADirectoryError:
                 sink.error("PL002", f"{path} is a directory", Location(file=path))
                 continue
