@@ -52,3 +52,15 @@ def test_to_c_matches_python():
     env = {"M": 70, "T": 32}
     assert c == "((((M + T - 1) / T) * 4) + (((M) > (T) ? (M) : (T)) % 5))"
     assert e.evaluate(env) == 3 * 4 + 70 % 5
+
+
+def test_long_or_deep_expressions_are_refused_not_a_stack_overflow():
+    """Python's parser and the walks here recurse once a nesting level: a deep text is an ExprError (a
+    located diagnostic), never a RecursionError or MemoryError."""
+    from pipelink.core.expr import MAX_DEPTH
+    for text in ("1+" * 100_000 + "1", "-" * 100_000 + "1", "(" * 5000 + "1" + ")" * 5000,
+                 "-" * (MAX_DEPTH + 10) + "1"):
+        with pytest.raises(ExprError, match=f"at most {MAX_DEPTH} levels|too many nested"):
+            parse(text)
+    long_flat = " + ".join(f"(NL) * (ceil_div(H, {i}))" for i in range(1, 60))  # a linker's sum over calls
+    assert parse(long_flat).evaluate({"NL": 2, "H": 64}) == sum(2 * -(-64 // i) for i in range(1, 60))

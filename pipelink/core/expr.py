@@ -11,6 +11,10 @@ import ast
 from dataclasses import dataclass
 
 FUNCTIONS = {"min": 2, "max": 2, "ceil_div": 2}
+# The deepest nesting (an operator or a call in another) an expression may have. Python's parser and the walks
+# below recurse once a level. A contract's sizes are at most 256 characters (the schema); the linker's own
+# sums over a pipeline's calls are longer (the decode step's task count: 250 characters) but shallow.
+MAX_DEPTH = 500
 _BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "/", ast.Mod: "%"}
 
 
@@ -56,6 +60,16 @@ def parse(value: int | str) -> Expr:
         tree = ast.parse(value.strip(), mode="eval").body
     except SyntaxError as exc:
         raise ExprError(f"cannot parse {value!r}: {exc.msg}") from None
+    except (RecursionError, MemoryError):  # the parser's own limits on nesting
+        raise ExprError(f"{value[:40]!r}... nests too deeply for the parser; at most {MAX_DEPTH} levels are "
+                        "allowed") from None
+    depth, stack = 0, [(tree, 1)]
+    while stack:  # without recursion: the walks below recurse, so they run on trees of bounded depth
+        node, level = stack.pop()
+        depth = max(depth, level)
+        stack += [(child, level + 1) for child in ast.iter_child_nodes(node)]
+    if depth > MAX_DEPTH:
+        raise ExprError(f"{value[:40]!r}... nests {depth} deep; at most {MAX_DEPTH} levels are allowed")
     names: set[str] = set()
     _validate(tree, names, value)
     return Expr(value, tree, frozenset(names))
