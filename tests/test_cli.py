@@ -354,3 +354,17 @@ def test_console_script_has_no_traceback(built_objects):
     proc = subprocess.run([sys.executable, "-m", "pipelink.cli", "check", str(built_objects["random.o"])],
                           capture_output=True, text=True)
     assert proc.returncode == 2 and "error[PL004]" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_build_says_why_it_cannot_read_the_source(capsys, tmp_path):
+    """A missing source, a folder, a pipe (nvcc reads the source by path, its #includes beside it): each
+    a located PL002 that says which, exit 2, nothing written."""
+    from pipelink.harness.shipped import REPO
+    fifo = tmp_path / "src.cu"
+    os.mkfifo(fifo)
+    out = tmp_path / "k.o"
+    for source, why in ((tmp_path / "missing.cu", "it does not exist"), (tmp_path, "it is a directory"),
+                        (fifo, "not a regular file")):
+        code, _, err = run(capsys, "build", source, "--contract", REPO / "contracts/tile_load.json", "-o", out)
+        assert code == 2 and "error[PL002]" in err and why in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["src.cu"]

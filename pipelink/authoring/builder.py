@@ -127,7 +127,11 @@ def build_component(contract: Contract, contract_bytes: bytes, source: str | Pat
     if not check_outputs([output], inputs, sink):
         return False
     if not source.is_file():
-        sink.error("PL002", f"cannot read source {source}", Location(file=str(source)))
+        why = ("it does not exist" if not source.exists() else "it is a directory" if source.is_dir() else
+               "it is not a regular file (a pipe or a device): nvcc reads the source by its path and its "
+               "#includes relative to its folder")
+        sink.error("PL002", f"cannot read source {source}: {why}", Location(file=str(source)),
+                   hint="name the component's .cu file" if source.exists() else None)
         return False
     for arch in opts.archs or ():
         if arch not in contract.targets.archs:
