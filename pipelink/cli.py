@@ -48,6 +48,14 @@ class _Parser(argparse.ArgumentParser):
 FORMATS = ("text", "json", "sarif")
 
 
+def _path(text: str) -> str:
+    """A file argument: an empty one is a mistake (a shell variable left unset), never "the default" or the
+    current folder."""
+    if not text:
+        raise argparse.ArgumentTypeError("an empty path")
+    return text
+
+
 def _report_options(p: argparse.ArgumentParser) -> None:
     """The options of every command that reports diagnostics about its inputs."""
     p.add_argument("--format", choices=FORMATS, default="text",
@@ -64,7 +72,7 @@ def _parser() -> argparse.ArgumentParser:
                            help="what to do (`pipelink COMMAND --help` says more)")
 
     ins = sub.add_parser("inspect", help="show what objects and contracts hold")
-    ins.add_argument("files", nargs="+", metavar="FILE", help="objects, archives, fatbins, LTO-IR, linked cubins "
+    ins.add_argument("files", nargs="+", metavar="FILE", type=_path, help="objects, archives, fatbins, LTO-IR, linked cubins "
                      "or contracts")
     _report_options(ins)
 
@@ -72,25 +80,25 @@ def _parser() -> argparse.ArgumentParser:
                          description="Validate each component: its contract, and its object against the contract. "
                                      "Each component is checked on its own unless --set or --pipeline asks for "
                                      f"them as one kernel's components. Targets: {', '.join(TARGETS)}.")
-    chk.add_argument("files", nargs="+", metavar="FILE", help="contracts (.json) or objects")
+    chk.add_argument("files", nargs="+", metavar="FILE", type=_path, help="contracts (.json) or objects")
     chk.add_argument("--set", action="store_true", help="check the components together as one kernel's: compile "
                      "flags, a common target, geometry, barrier ids, resource lower bounds (PL04x, PL05x)")
     chk.add_argument("--arch", help="the link target (default: the first target each component, or with --set "
                      "every component, supports)")
-    chk.add_argument("--pipeline", metavar="P", help="check the set (implies --set) as this pipeline links it, "
+    chk.add_argument("--pipeline", metavar="P", type=_path, help="check the set (implies --set) as this pipeline links it, "
                      "without compiling: wires, geometry, events (PL06x-PL08x) and the joint allocation (PL04x)")
-    chk.add_argument("--map", metavar="FILE", help="with --pipeline: write the link map of what the link would "
+    chk.add_argument("--map", metavar="FILE", type=_path, help="with --pipeline: write the link map of what the link would "
                      "decide (everything but the linked kernel's own resources); - for stdout")
     _report_options(chk)
 
     hdr = sub.add_parser("header", help="write the header a component compiles against")
-    hdr.add_argument("contract", help="the component's contract (.json)")
-    hdr.add_argument("-o", "--output", default=STDOUT, help="file to write (default: - for stdout)")
+    hdr.add_argument("contract", type=_path, help="the component's contract (.json)")
+    hdr.add_argument("-o", "--output", default=STDOUT, type=_path, help="file to write (default: - for stdout)")
 
     bld = sub.add_parser("build", help="compile a component against its contract and embed the contract")
-    bld.add_argument("source", help="the component's CUDA source")
-    bld.add_argument("--contract", required=True, help="the component's contract (.json)")
-    bld.add_argument("-o", "--output", required=True, help="the object to write (- for stdout)")
+    bld.add_argument("source", type=_path, help="the component's CUDA source")
+    bld.add_argument("--contract", required=True, type=_path, help="the component's contract (.json)")
+    bld.add_argument("-o", "--output", required=True, type=_path, help="the object to write (- for stdout)")
     bld.add_argument("--arch", action="append", help="build only for this target (repeatable)")
     bld.add_argument("-I", dest="include", action="append", default=[], help="include directory")
     bld.add_argument("-D", dest="define", action="append", default=[], help="preprocessor definition")
@@ -101,9 +109,9 @@ def _parser() -> argparse.ArgumentParser:
                                      "Nothing is written unless the whole link succeeds. An identical earlier "
                                      "link is reused from the link cache: PIPELINK_CACHE_DIR (default "
                                      "~/.cache/pipelink); PIPELINK_CACHE=0 turns it off.")
-    lnk.add_argument("files", nargs="+", metavar="FILE", help="component objects (with contracts)")
-    lnk.add_argument("-o", "--output", help="the cubin (default: <kernel>.cubin; - for stdout)")
-    lnk.add_argument("--pipeline", help="a pipeline file: components' order, wires, schedule, kernel name")
+    lnk.add_argument("files", nargs="+", metavar="FILE", type=_path, help="component objects (with contracts)")
+    lnk.add_argument("-o", "--output", type=_path, help="the cubin (default: <kernel>.cubin; - for stdout)")
+    lnk.add_argument("--pipeline", type=_path, help="a pipeline file: components' order, wires, schedule, kernel name")
     lnk.add_argument("--wire", action="append", default=[], metavar="P.OUT=C.IN", help="wire two ports (repeatable)")
     lnk.add_argument("--schedule", choices=SCHEDULES, help="how the components share the block (default: the "
                      "pipeline's, else inferred from the contracts)")
@@ -126,15 +134,15 @@ def _parser() -> argparse.ArgumentParser:
                           "are met, when it is done) in a ring of N records; Kernel.task_profile() reads them")
     lnk.add_argument("--name", help="the kernel's name (default: the pipeline's, or pipelink_fused)")
     lnk.add_argument("--arch", help="the link target (default: the first target every component supports)")
-    lnk.add_argument("--map", metavar="FILE", help="write the link map (- for stdout)")
+    lnk.add_argument("--map", metavar="FILE", type=_path, help="write the link map (- for stdout)")
     lnk.add_argument("--loops", action="store_true",
                      help="also link each component alone and compare its streaming loops with the same loops in "
                           "the kernel (a link map section; PL183 where one grew: the kernel's one register "
                           "allocation left it fewer registers); such a link bypasses the link cache")
-    lnk.add_argument("--manifest", metavar="FILE", help="where to write the manifest (default: the cubin's path "
+    lnk.add_argument("--manifest", metavar="FILE", type=_path, help="where to write the manifest (default: the cubin's path "
                      "with .json, or <kernel>.json when the cubin goes to stdout)")
-    lnk.add_argument("--emit-glue", metavar="FILE", help="also write the generated glue source")
-    lnk.add_argument("--emit-monolithic", metavar="FILE", help="also write the one-unit control source")
+    lnk.add_argument("--emit-glue", metavar="FILE", type=_path, help="also write the generated glue source")
+    lnk.add_argument("--emit-monolithic", metavar="FILE", type=_path, help="also write the one-unit control source")
     lnk.add_argument("-v", "--verbose", action="store_true", help="say what each pass decided")
     lnk.add_argument("--time", action="store_true", help="show each pass's time")
     lnk.add_argument("--no-cache", action="store_true", help="link afresh: neither read nor write the link cache")
@@ -150,7 +158,7 @@ def _parser() -> argparse.ArgumentParser:
     what.add_argument("--include-dir", action="store_true", help="pipelink's include folder")
 
     demo = sub.add_parser("demo", help="build the shipped components, link the default pipeline, run it on a GPU")
-    demo.add_argument("--build-dir", default="build/components", help="where the shipped components are built "
+    demo.add_argument("--build-dir", default="build/components", type=_path, help="where the shipped components are built "
                       "(default: build/components)")
     return p
 

@@ -368,3 +368,18 @@ def test_build_says_why_it_cannot_read_the_source(capsys, tmp_path):
         code, _, err = run(capsys, "build", source, "--contract", REPO / "contracts/tile_load.json", "-o", out)
         assert code == 2 and "error[PL002]" in err and why in err, err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["src.cu"]
+
+
+@pytest.mark.parametrize("argv", [
+    ["link", "a.o", "-o", ""], ["link", "a.o", "--pipeline", ""], ["link", "a.o", "--manifest", ""],
+    ["link", "a.o", "--map", ""], ["link", "a.o", "--emit-glue", ""], ["link", ""], ["check", ""],
+    ["check", "a.json", "--pipeline", ""], ["inspect", ""], ["header", ""], ["header", "c.json", "-o", ""],
+    ["build", "", "--contract", "c.json", "-o", "k.o"], ["build", "s.cu", "--contract", "c.json", "-o", ""],
+])
+def test_an_empty_path_is_a_usage_error(capsys, tmp_path, monkeypatch, argv):
+    """`-o "$OUT"` with OUT unset: refused (exit 2, PL001), where it used to mean the default name, no
+    pipeline at all (a different kernel), or the current folder."""
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run(capsys, *argv)
+    assert code == 2 and "error[PL001]" in err and "an empty path" in err, err
+    assert list(tmp_path.iterdir()) == []
