@@ -383,3 +383,20 @@ def test_an_empty_path_is_a_usage_error(capsys, tmp_path, monkeypatch, argv):
     code, _, err = run(capsys, *argv)
     assert code == 2 and "error[PL001]" in err and "an empty path" in err, err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_toolkit_that_is_not_there_is_no_glue_bug(shipped_objects, capsys, monkeypatch, tmp_path):
+    """PIPELINK_CUDA_HOME naming no toolkit: the link says so (PL008, exit 2), not that NVRTC refused the
+    generated glue (PL075, 'a bug in pipelink')."""
+    from pipelink import toolchain
+    from pipelink.harness.shipped import REPO
+    monkeypatch.setenv("PIPELINK_CUDA_HOME", str(tmp_path / "no-toolkit"))
+    toolchain.cuda_root.cache_clear()
+    try:
+        code, _, err = run(capsys, "link", "--pipeline", REPO / "pipelines/rowsum.json",
+                           *(shipped_objects[n] for n in ROWSUM), "-o", tmp_path / "k.cubin", "--no-cache")
+    finally:
+        monkeypatch.delenv("PIPELINK_CUDA_HOME")
+        toolchain.cuda_root.cache_clear()
+    assert code == 2 and "error[PL008]" in err and "PIPELINK_CUDA_HOME" in err and "PL075" not in err, err
+    assert not (tmp_path / "k.cubin").exists()

@@ -135,9 +135,13 @@ def pass_generate(ctx: LinkContext) -> None:
 def pass_compile(ctx: LinkContext) -> None:
     from .glue import glue_options
     try:
-        ctx.glue_ltoir = toolchain.nvrtc_to_ltoir(ctx.glue, f"{ctx.resolved.name}_glue.cu", glue_options(ctx))
+        options = glue_options(ctx)  # the toolkit's include folders: a bad PIPELINK_CUDA_HOME fails here
+        ctx.glue_ltoir = toolchain.nvrtc_to_ltoir(ctx.glue, f"{ctx.resolved.name}_glue.cu", options)
     except toolchain.ToolchainError as exc:
-        ctx.sink.error("PL075", f"NVRTC could not compile the generated glue:\n{exc.log}")
+        if exc.log:  # NVRTC ran and refused the glue
+            ctx.sink.error("PL075", f"NVRTC could not compile the generated glue:\n{exc.log}")
+        else:  # it did not get that far: the toolchain, not the glue
+            ctx.sink.error("PL008", f"cannot compile the generated glue: {exc.message}")
 
 
 def jitlink_options(ctx: LinkContext) -> list[str]:
