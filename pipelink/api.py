@@ -5,12 +5,13 @@ returns its result unless asked to raise (its docstring says why).
 """
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .core.diagnostics import Diagnostic, DiagnosticSink, Location, PipelinkError
-from .core.files import read_input_bytes
+from .core.files import read_input_bytes, reading
 from .core.model import Component
 from .core.pipeline import PipelineSpec, load_pipeline, load_pipeline_dict
 from .formats.inputs import NamedBytes
@@ -18,6 +19,15 @@ from .linker.passes import LinkContext, LinkOptions, LinkResult, run_passes
 from .runtime.manifest import Manifest
 
 _BYTES = (bytes, bytearray, memoryview)
+
+
+def _one_command(fn):
+    """An entry point that reads its inputs as one command does: a stream (a pipe, a FIFO) once."""
+    @functools.wraps(fn)
+    def command(*args, **kwargs):
+        with reading():
+            return fn(*args, **kwargs)
+    return command
 
 
 def _object_code_type():
@@ -130,6 +140,7 @@ def run_checks(items: list[str | NamedBytes], sink: DiagnosticSink, arch: str | 
     return sets, None
 
 
+@_one_command
 def check(inputs, *, pipeline=None, arch: str | None = None, together: bool = False) -> CheckResult:
     """`pipelink check`: each component's contract, and its object against the contract. `together`
     checks them as one kernel's set; a `pipeline` implies it and adds the link's decisions short of
@@ -145,6 +156,7 @@ def check(inputs, *, pipeline=None, arch: str | None = None, together: bool = Fa
 
 # --- build -------------------------------------------------------------------------------------
 
+@_one_command
 def build(source: str | os.PathLike, contract, output: str | os.PathLike, *, archs: list[str] | None = None,
           include_dirs: list[str] = (), defines: list[str] = ()) -> Path:
     """`pipelink build`: compile `source` against `contract` (a path, bytes or a (name, bytes) pair) into
@@ -181,6 +193,7 @@ def build(source: str | os.PathLike, contract, output: str | os.PathLike, *, arc
 
 # --- link --------------------------------------------------------------------------------------
 
+@_one_command
 def link(inputs, options: LinkOptions | None = None, *, pipeline=None, raise_on_error: bool = False) -> LinkResult:
     """Link component objects into one fused kernel. `pipeline` (a path, a dict or a PipelineSpec)
     replaces `options.pipeline`.

@@ -12,7 +12,7 @@ import traceback
 from dataclasses import replace
 from pathlib import Path
 
-from .core.files import read_input_bytes
+from .core.files import read_input_bytes, reading
 from .core.diagnostics import (Diagnostic, DiagnosticSink, ExitCode, Location, escape_controls, render_all, safe_text,
                                sarif_log)
 from .core.pipeline import DISPATCHES, SCHEDULES
@@ -169,7 +169,8 @@ def main(argv: list[str] | None = None) -> int:
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="backslashreplace")
     try:
-        code = _run(argv)
+        with reading():  # a stream given as an input is read once for the whole command
+            code = _run(argv)
         sys.stdout.flush()  # a closed stdout shows here at the latest
         return code
     except UsageError as exc:

@@ -395,3 +395,25 @@ def test_mutated_real_files_give_only_diagnostics(built_objects, name, edits, cu
     if cut is not None:
         mutated = mutated[:cut]
     _assert_only_diagnostics(bytes(mutated))
+
+
+def test_a_stream_is_read_once_within_a_command_and_afresh_after():
+    """A pipe is empty when read again: inside one command (files.reading) its bytes are kept for every later
+    read; the next command (a long-lived process using the API) reads the stream anew."""
+    import os
+    from pipelink.core.files import read_input_bytes, reading
+
+    def pipe_with(data: bytes) -> tuple[str, int]:
+        r, w = os.pipe()
+        os.write(w, data)
+        os.close(w)
+        return f"/proc/self/fd/{r}", r
+
+    path, fd = pipe_with(b"first")
+    try:
+        with reading():
+            assert read_input_bytes(path) == b"first"
+            assert read_input_bytes(path) == b"first"  # not b"": kept
+        assert read_input_bytes(path) == b""  # outside a command: read afresh, and the pipe is drained
+    finally:
+        os.close(fd)

@@ -2,18 +2,37 @@
 
 A command may read an input more than once (to tell a contract from an object, to find its sidecars, to
 key the link cache). A regular file reads the same each time; a stream does not: a pipe, a FIFO,
-`/dev/stdin` or a shell's `<(...)` is empty the second time, and `/dev/zero` never ends. So a stream's
-bytes are kept for the process, keyed by its device and inode, and every read stops at the limit.
+`/dev/stdin` or a shell's `<(...)` is empty the second time, and `/dev/zero` never ends. So within one
+command (`reading()`: the CLI's and the API's entry points) a stream's bytes are kept, keyed by its device
+and inode, and every read stops at the limit. A later command (a long-lived process using the API) reads
+a FIFO afresh.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
+import threading
 
 # Objects with LTO-IR for several archs are tens of MB; a GiB is no input pipelink is meant to take.
 MAX_INPUT_BYTES = 1 << 30
 
-_streams: dict[tuple[int, int], bytes] = {}
+_local = threading.local()  # per thread: depth of reading() scopes, and the streams read in them
+
+
+@contextlib.contextmanager
+def reading():
+    """One command's reads: a stream read inside is read once, its bytes kept until the outermost scope ends."""
+    depth = getattr(_local, "depth", 0)
+    if depth == 0:
+        _local.streams = {}
+    _local.depth = depth + 1
+    try:
+        yield
+    finally:
+        _local.depth = depth
+        if depth == 0:
+            _local.streams = {}
 
 
 class TooLarge(OSError):
@@ -44,8 +63,9 @@ def read_input_bytes(path: str | os.PathLike, limit: int | None = None) -> bytes
             data = f.read(limit + 1)
     else:
         key = (st.st_dev, st.st_ino)
-        if key in _streams:
-            data = _streams[key]
+        streams = _local.streams if getattr(_local, "depth", 0) else {}  # outside a command: read afresh
+        if key in streams:
+            data = streams[key]
         else:
             with open(name, "rb") as f:
                 chunks, total = [], 0
@@ -55,7 +75,7 @@ def read_input_bytes(path: str | os.PathLike, limit: int | None = None) -> bytes
                         break
                     chunks.append(chunk)
                     total += len(chunk)
-            data = _streams[key] = b"".join(chunks)
+            data = streams[key] = b"".join(chunks)
     if len(data) > limit:
         raise TooLarge(limit)
     return data
