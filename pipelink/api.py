@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -62,10 +63,19 @@ def _is_named_bytes(item) -> bool:
 
 
 def as_inputs(items) -> list[str | NamedBytes]:
-    """Inputs from a list (any iterable) of them, or from one alone."""
+    """Inputs from a list (any iterable but a mapping, whose keys alone would be read) of them, or from one
+    alone."""
+    if isinstance(items, Mapping):
+        raise TypeError("the inputs are a mapping; pipelink takes a list of inputs (paths, bytes, (name, bytes) "
+                        "pairs) or one of them")
     if isinstance(items, (str, os.PathLike, *_BYTES)) or _is_named_bytes(items) or not hasattr(items, "__iter__"):
         items = [items]
     return [as_input(item, i) for i, item in enumerate(items)]
+
+
+def _no_inputs() -> Diagnostic:
+    return Diagnostic("PL001", "no inputs: give the components' objects or contracts",
+                      hint="pipelink.link([...]) and pipelink.check([...]) take at least one input")
 
 
 def as_pipeline(pipeline, sink: DiagnosticSink) -> PipelineSpec | None:
@@ -147,6 +157,8 @@ def check(inputs, *, pipeline=None, arch: str | None = None, together: bool = Fa
     compiling. Raises PipelinkError with every diagnostic on an error."""
     items = as_inputs(inputs)
     sink = DiagnosticSink()
+    if not items:
+        raise PipelinkError([_no_inputs()])
     spec = as_pipeline(pipeline, sink) if pipeline is not None else None
     _raise_on_errors(sink)
     sets, ctx = run_checks(items, sink, arch, spec, together)
@@ -206,7 +218,12 @@ def link(inputs, options: LinkOptions | None = None, *, pipeline=None, raise_on_
     """
     from .linker import passes
     items = as_inputs(inputs)
+    if options is not None and not isinstance(options, LinkOptions):
+        raise TypeError(f"options is a {type(options).__name__}; pipelink takes a LinkOptions")
     options = options or LinkOptions()
+    if not items:
+        result = passes.failed(items, options, [_no_inputs()])
+        return result.raise_on_error() if raise_on_error else result
     if pipeline is not None:
         sink = DiagnosticSink()
         spec = as_pipeline(pipeline, sink)

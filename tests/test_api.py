@@ -76,6 +76,22 @@ def test_unsupported_input_type_is_a_type_error(objects):
 
 # --- errors: one exception, located diagnostics ------------------------------------------------
 
+
+def test_no_inputs_wrong_options_and_a_mapping_are_said_plainly(objects):
+    """An empty list (a glob that matched nothing) is a located PL001, not an IndexError; options that are
+    not a LinkOptions and a dict of inputs (whose keys alone would be read) are TypeErrors that say so."""
+    result = pipelink.link([])
+    assert not result.ok and [d.code for d in result.diagnostics] == ["PL001"]
+    assert "no inputs" in result.diagnostics[0].message
+    with pytest.raises(PipelinkError, match="no inputs"):
+        pipelink.link([], raise_on_error=True)
+    with pytest.raises(PipelinkError, match="no inputs"):
+        pipelink.check([])
+    with pytest.raises(TypeError, match="LinkOptions"):
+        pipelink.link(objects, options="fast")
+    with pytest.raises(TypeError, match="mapping"):
+        pipelink.check({str(objects[0]): 1})
+
 def test_missing_file(tmp_path):
     missing = str(tmp_path / "nope.o")
     with pytest.raises(PipelinkError) as info:
