@@ -2,6 +2,7 @@
 PipelinkError with located diagnostics, save/load without a GPU, and nothing written on failure."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shutil
@@ -11,6 +12,7 @@ import pytest
 
 import pipelink
 from pipelink import LinkOptions, PipelinkError, PipelineSpec
+from pipelink.core.diagnostics import DiagnosticSink
 
 REPO = Path(__file__).resolve().parent.parent
 ROWSUM = REPO / "pipelines" / "rowsum.json"
@@ -91,6 +93,29 @@ def test_no_inputs_wrong_options_and_a_mapping_are_said_plainly(objects):
         pipelink.link(objects, options="fast")
     with pytest.raises(TypeError, match="mapping"):
         pipelink.check({str(objects[0]): 1})
+
+
+@pytest.mark.parametrize("field,value,pointer", [
+    ("schedule", "bogus", "/schedule"), ("dispatch", "bogus", "/dispatch"), ("profile_tasks", -1, "/profile_tasks"),
+    ("profile_tasks", "8", "/profile_tasks"), ("specialize", {"M": "64"}, "/specialize/M"),
+    ("wires", "tile_load.tile -> tile_transform.src", "/wires"), ("components", "tile_load", "/components"),
+    ("wait_backoff_ns", -5, "/wait_backoff_ns"), ("deal", "sideways", "/deal"),
+])
+def test_a_pipeline_spec_built_in_python_meets_the_files_schema(objects, field, value, pointer):
+    """A PipelineSpec skips the file's reader: each field is held to the schema a file is (PL133 at the field's
+    pointer), through pipeline= and LinkOptions(pipeline=) alike, never an AttributeError deep in a pass."""
+    spec = dataclasses.replace(pipelink.api.load_pipeline(ROWSUM, DiagnosticSink()), **{field: value})
+    for result in (pipelink.link(objects, pipeline=spec), pipelink.link(objects, LinkOptions(pipeline=spec))):
+        assert not result.ok and result.diagnostics[0].code == "PL133", result.diagnostics
+        assert result.diagnostics[0].location.pointer == pointer
+    with pytest.raises(PipelinkError, match="PL133"):
+        pipelink.check(objects, pipeline=spec)
+
+
+def test_a_pipeline_spec_takes_wires_as_the_file_writes_them(objects, linked):
+    spec = PipelineSpec(name="rowsum", components=NAMES,
+                        wires=("tile_load.tile -> tile_transform.src", "tile_transform.dst -> block_rowsum.tile"))
+    assert pipelink.link(objects, pipeline=spec, raise_on_error=True).cubin == linked.cubin
 
 def test_missing_file(tmp_path):
     missing = str(tmp_path / "nope.o")

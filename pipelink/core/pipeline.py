@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from . import jsonread, validate
@@ -79,6 +79,47 @@ class PipelineSpec:
     layers: str | int | None = None     # how often the per-layer calls run: an i32 parameter's name, or a number
     source: str | None = field(default=None, metadata=NOT_IN_KEY)     # the pipeline file, for diagnostics
     extra: dict = field(default_factory=dict, metadata=NOT_IN_KEY)    # the file as read
+
+
+def spec_document(spec: PipelineSpec) -> dict:
+    """The pipeline file a PipelineSpec stands for (read_pipeline's inverse), so that a spec built in Python
+    meets the same schema as a file. A field of the wrong type stays as it is, for the schema to name."""
+    def plain(value):
+        if isinstance(value, (tuple, list)):
+            return [plain(v) for v in value]
+        if isinstance(value, WireSpec):
+            return str(value)
+        if isinstance(value, CallSpec):
+            return {"name": value.name, "component": value.component, "bind": dict(value.bind),
+                    "per_layer": value.per_layer, "stacked": list(value.stacked), "events": dict(value.events),
+                    "after": list(value.after), "after_previous_layer": list(value.after_previous_layer)}
+        return value
+    doc = {"pipeline": FORMAT_VERSION}
+    for f in fields(PipelineSpec):
+        if f.metadata.get("link_key", True) is False:  # where it came from, not what it is
+            continue
+        value = getattr(spec, f.name)
+        if value is None or (f.name in ("components", "wires", "calls", "specialize", "geometry") and not value):
+            continue  # absent from a file that leaves it to its default
+        doc[f.name] = plain(value)
+    return doc
+
+
+def checked_spec(spec: PipelineSpec, sink: DiagnosticSink) -> PipelineSpec | None:
+    """A PipelineSpec as the link takes it: every field one a pipeline file could hold (PL133 where not, at the
+    field's pointer), and wires and calls given in the file's form (strings, dicts) read as a file's are.
+    None after errors."""
+    doc = spec_document(spec)
+    where = spec.source or "<PipelineSpec>"
+    problems = validate.violations(SCHEMA_FILE, doc)
+    for pointer, message in problems:
+        sink.error("PL133", message, Location(file=where, pointer=pointer))
+    if problems:
+        return None
+    if all(isinstance(w, WireSpec) for w in spec.wires) and all(isinstance(c, CallSpec) for c in spec.calls):
+        return spec
+    read = read_pipeline(doc, where, sink)
+    return None if read is None else replace(read, source=spec.source, extra=spec.extra)
 
 
 def parse_wire(text: str, sink: DiagnosticSink, where: Location | None = None) -> WireSpec | None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from typing import TYPE_CHECKING
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from .. import toolchain
 
 from ..core.diagnostics import Diagnostic, DiagnosticSink, Location, PipelinkError
-from ..core.pipeline import NOT_IN_KEY, PipelineSpec
+from ..core.pipeline import NOT_IN_KEY, PipelineSpec, checked_spec
 from ..formats.inputs import NamedBytes
 from . import cache
 
@@ -231,6 +231,10 @@ def run_passes(inputs: list[str | NamedBytes] = (), options: LinkOptions | None 
         raise ValueError(f"no pass named {', '.join(map(repr, unknown))}; the passes: {', '.join(names)}")
     extra = tuple(dict.fromkeys([*extra, *([until] if until in OPTIONAL else [])]))
     ctx = LinkContext(list(inputs), options or LinkOptions(), extra=extra)
+    spec = checked_spec(ctx.options.pipeline, ctx.sink)
+    if spec is None:
+        return ctx
+    ctx.options = replace(ctx.options, pipeline=spec)
     if components is not None:
         ctx.components = list(components)
     for name, fn in PASSES:
@@ -314,6 +318,11 @@ def link(inputs: list[str | NamedBytes], options: LinkOptions | None = None, ext
     cached, so such a link neither reads nor writes the cache.
     """
     options = options or LinkOptions()
+    sink = DiagnosticSink()
+    spec = checked_spec(options.pipeline, sink)  # a PipelineSpec built in Python meets the file's schema
+    if spec is None:
+        return failed(inputs, options, sink.items)
+    options = replace(options, pipeline=spec)
     start = time.perf_counter()
     key = cache.link_key(inputs, options) if options.cache and cache.enabled() and not extra else None
     if key is not None:
