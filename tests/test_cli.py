@@ -400,3 +400,39 @@ def test_a_toolkit_that_is_not_there_is_no_glue_bug(shipped_objects, capsys, mon
         toolchain.cuda_root.cache_clear()
     assert code == 2 and "error[PL008]" in err and "PIPELINK_CUDA_HOME" in err and "PL075" not in err, err
     assert not (tmp_path / "k.cubin").exists()
+
+
+@pytest.mark.parametrize("name,why", [("t", "the generated glue declares"), ("rest", "the generated glue declares"),
+                                      ("pl_epoch", "the generated glue declares"), ("int", "C++ keyword"),
+                                      ("threadIdx", "CUDA built-in")])
+def test_a_parameter_the_glue_would_shadow_or_not_compile_is_refused(capsys, built_objects, tmp_path, name, why):
+    """The glue's task loop declares `t` (the task index): a component parameter `t` was shadowed by it and
+    received the task index instead of the caller's value, silently. Such names, C++ keywords and CUDA
+    built-ins are PL188 at the parameter, before anything is compiled or written."""
+    obj = tmp_path / "comp.o"
+    shutil.copy(built_objects["good.o"], obj)
+    write_sidecar(obj, entry={"symbol": "comp_scale", "params": [{"name": "x", "dtype": "f32", "pointer": True},
+                                                                 {"name": name, "dtype": "i32"}]},
+                  geometry={"tile_sequence": {"grid": [4], "order": "row_major", "distribution": "grid_stride"}})
+    code, _, err = run(capsys, "link", obj, "-o", tmp_path / "k.cubin", "--no-cache")
+    assert code == 1 and "error[PL188]" in err and f"kernel parameter '{name}'" in err and why in err, err
+    assert "at /entry/params/1/name" in err
+    assert not (tmp_path / "k.cubin").exists()
+
+
+def test_declared_locals_are_read_from_the_glue():
+    from pipelink.linker.names import clashes, declared_locals
+    body = """{
+      // a comment that names undefined things: int gone;
+      unsigned long long* const e7 = pl_events + 0ll;
+      for (int t = blockIdx.x, it = 0; t < n; t += gridDim.x, ++it) {
+        pl::Tile tile;
+        int rest = t;
+        comp(tile, &a, x, n);
+        return;
+      }
+    }"""
+    assert declared_locals(body) == {"e7", "t", "it", "tile", "rest"}
+    glue = 'extern "C" __global__ void k(float* x, int it, int n, int pl_mine) ' + body
+    assert [(kind, name) for kind, name, _ in clashes(glue, "k", ["x", "it", "n", "pl_mine"], ["comp", "class"])] == [
+        ("kernel parameter", "it"), ("kernel parameter", "pl_mine"), ("entry symbol", "class")]

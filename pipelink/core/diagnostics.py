@@ -258,6 +258,10 @@ CODES = _codes(
          "block's other task-running components"),
     Code("PL187", "deal outside a static persistent schedule", L,
          "deal orders a static walk's tasks over the CTAs: use a persistent schedule with \"dispatch\": \"static\", or drop deal"),
+    Code("PL188", "a name the generated kernel cannot take", L,
+         "rename the parameter (or entry) in its contract, or bind it to another kernel parameter in a calls "
+         "pipeline: a C++ keyword does not compile, and a parameter named as one of the glue's own names (its "
+         "locals: t, tile, rest, ...; every name beginning pl_) would reach the components with the glue's value"),
 )
 
 

@@ -128,8 +128,30 @@ def pass_generate(ctx: LinkContext) -> None:
                                 "(include/, lib/)")
             return
     ctx.glue = generate_glue(ctx.resolved, ctx.allocation)
+    if not _names_fit_the_glue(ctx):
+        return
     if ctx.options.monolithic or "control" in ctx.extra:
         ctx.monolithic = generate_monolithic(ctx.resolved, ctx.glue, ctx.sink)
+
+
+def _names_fit_the_glue(ctx: LinkContext) -> bool:
+    """No kernel parameter or entry symbol named as a C++ keyword, a CUDA built-in or a name the glue declares
+    (names.py: a parameter the glue shadows would reach the components with the glue's value). PL188."""
+    from .names import clashes
+    r = ctx.resolved
+    symbols = {sym: c for c in r.components for sym in c.code.symbols}
+    found = clashes(ctx.glue, r.name, [p.name for p in r.params], list(symbols))
+    for kind, name, why in found:
+        if kind == "entry symbol":
+            comp = symbols[name]
+            where = comp.code.at("/entry/symbol")
+        else:
+            user = next((c for c in r.components if any(p.name == name for p in c.contract.entry.params)), None)
+            index = next((i for i, p in enumerate(user.contract.entry.params) if p.name == name), 0) if user else 0
+            where = user.contract.at(f"/entry/params/{index}/name") if user else \
+                Location(file=ctx.options.pipeline.source)
+        ctx.sink.error("PL188", f"{kind} '{name}' is {why}", where)
+    return not found
 
 
 def pass_compile(ctx: LinkContext) -> None:
