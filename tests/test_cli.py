@@ -436,3 +436,10 @@ def test_declared_locals_are_read_from_the_glue():
     glue = 'extern "C" __global__ void k(float* x, int it, int n, int pl_mine) ' + body
     assert [(kind, name) for kind, name, _ in clashes(glue, "k", ["x", "it", "n", "pl_mine"], ["comp", "class"])] == [
         ("kernel parameter", "it"), ("kernel parameter", "pl_mine"), ("entry symbol", "class")]
+
+
+def test_a_kernel_named_as_a_keyword_is_refused(capsys, shipped_objects, tmp_path):
+    from pipelink.harness.shipped import REPO
+    code, _, err = run(capsys, "link", "--pipeline", REPO / "pipelines/rowsum.json",
+                       *(shipped_objects[n] for n in ROWSUM), "-o", tmp_path / "k.cubin", "--name", "int", "--no-cache")
+    assert code == 1 and "error[PL077]" in err and "C++ keyword" in err and "PL075" not in err, err
