@@ -158,6 +158,12 @@ __device__ __forceinline__ unsigned pack_bf16(float lo, float hi) {
 struct Ahead {
   int rounds = 0;
   int skip = -1;
+  // The two words a prefetch entry carries to its entry (the contract's entry.carry: 2).
+  __device__ __forceinline__ void store(unsigned* carry) const {
+    carry[0] = (unsigned)rounds;
+    carry[1] = (unsigned)skip;
+  }
+  __device__ __forceinline__ static Ahead load(const unsigned* carry) { return Ahead{(int)carry[0], (int)carry[1]}; }
 };
 
 // The tensor-core walk's ring: round r's tiles of warp `warp` into slot r % STAGES; row i (a position) of a tile

@@ -16,10 +16,9 @@ extern "C" __device__ void attn_head_prefetch(pl::Tile tile, const __nv_bfloat16
                                               const int* __restrict__ pos, __nv_bfloat16* __restrict__ o, int B, int L,
                                               int Lmax, unsigned* __restrict__ carry) {
   const int b = tile.coord[0];
-  const attn_body::Ahead ahead = attn_body::attend_range_ahead<ATTN_UNROLL, ATTN_STAGES, ATTN_WALK>(
-      k, v, b, tile.coord[1], 0, L, Lmax, __ldcg(pos + b), smem_red<float>());
-  carry[0] = (unsigned)ahead.rounds;
-  carry[1] = (unsigned)ahead.skip;
+  attn_body::attend_range_ahead<ATTN_UNROLL, ATTN_STAGES, ATTN_WALK>(
+      k, v, b, tile.coord[1], 0, L, Lmax, __ldcg(pos + b), smem_red<float>())
+      .store(carry);
 }
 
 extern "C" __device__ void attn_head(pl::Tile tile, const __nv_bfloat16* __restrict__ q,
@@ -28,7 +27,7 @@ extern "C" __device__ void attn_head(pl::Tile tile, const __nv_bfloat16* __restr
                                      unsigned* __restrict__ carry) {
   const int b = tile.coord[0], h = tile.coord[1];
   const attn_body::State st = attn_body::attend<ATTN_UNROLL, ATTN_STAGES, ATTN_RING_ROUNDS, ATTN_WALK>(
-      q, k, v, b, h, 0, L, Lmax, smem_red<float>(), [] { sync_merge(); }, attn_body::Ahead{(int)carry[0], (int)carry[1]});
+      q, k, v, b, h, 0, L, Lmax, smem_red<float>(), [] { sync_merge(); }, attn_body::Ahead::load(carry));
   const int t = thread_rank();
   o[((long long)b * attn_body::Q_HEADS + h * attn_body::GROUP) * attn_body::HEAD_DIM + t] =
       __float2bfloat16_rn(st.acc / st.l);

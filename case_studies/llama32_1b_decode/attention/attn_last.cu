@@ -21,10 +21,9 @@ extern "C" __device__ void attn_last_prefetch(pl::Tile tile, const __nv_bfloat16
                                               int* __restrict__ arrived, __nv_bfloat16* __restrict__ o, int B, int L,
                                               int Lmax, unsigned* __restrict__ carry) {
   const int b = tile.coord[0];
-  const attn_body::Ahead ahead = attn_body::attend_split_ahead<ATTN_UNROLL, ATTN_STAGES, ATTN_WALK>(
-      k, v, b, tile.coord[1], tile.coord[2], B, L, Lmax, SPLIT_TASKS, SPLIT_MIN_L, __ldcg(pos + b), smem_red<float>());
-  carry[0] = (unsigned)ahead.rounds;
-  carry[1] = (unsigned)ahead.skip;
+  attn_body::attend_split_ahead<ATTN_UNROLL, ATTN_STAGES, ATTN_WALK>(
+      k, v, b, tile.coord[1], tile.coord[2], B, L, Lmax, SPLIT_TASKS, SPLIT_MIN_L, __ldcg(pos + b), smem_red<float>())
+      .store(carry);
 }
 
 extern "C" __device__ void attn_last(pl::Tile tile, const __nv_bfloat16* __restrict__ q,
@@ -34,7 +33,7 @@ extern "C" __device__ void attn_last(pl::Tile tile, const __nv_bfloat16* __restr
   const int b = tile.coord[0], h = tile.coord[1], t = thread_rank();
   const int splits = attn_body::attend_split<ATTN_UNROLL, ATTN_STAGES, ATTN_RING_ROUNDS, ATTN_WALK>(
       q, k, v, part, b, h, tile.coord[2], B, L, Lmax, SPLIT_TASKS, SPLIT_MIN_L, smem_red<float>(), [] { sync_merge(); }, t,
-      attn_body::Ahead{(int)carry[0], (int)carry[1]});
+      attn_body::Ahead::load(carry));
   int* const last = smem_last<int>();
   sync_merge();  // every thread's record is written
   if (t == 0) {

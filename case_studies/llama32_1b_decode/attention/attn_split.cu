@@ -18,10 +18,9 @@ extern "C" __device__ void attn_split_prefetch(pl::Tile tile, const __nv_bfloat1
                                                const int* __restrict__ pos, float* __restrict__ part, int B, int L,
                                                int Lmax, unsigned* __restrict__ carry) {
   const int b = tile.coord[0];
-  const attn_body::Ahead ahead = attn_body::attend_split_ahead<ATTN_UNROLL, ATTN_STAGES, ATTN_WALK>(
-      k, v, b, tile.coord[1], tile.coord[2], B, L, Lmax, SPLIT_TASKS, SPLIT_MIN_L, __ldcg(pos + b), smem_red<float>());
-  carry[0] = (unsigned)ahead.rounds;
-  carry[1] = (unsigned)ahead.skip;
+  attn_body::attend_split_ahead<ATTN_UNROLL, ATTN_STAGES, ATTN_WALK>(
+      k, v, b, tile.coord[1], tile.coord[2], B, L, Lmax, SPLIT_TASKS, SPLIT_MIN_L, __ldcg(pos + b), smem_red<float>())
+      .store(carry);
 }
 
 extern "C" __device__ void attn_split(pl::Tile tile, const __nv_bfloat16* __restrict__ q,
@@ -30,5 +29,5 @@ extern "C" __device__ void attn_split(pl::Tile tile, const __nv_bfloat16* __rest
                                       unsigned* __restrict__ carry) {
   attn_body::attend_split<ATTN_UNROLL, ATTN_STAGES, ATTN_RING_ROUNDS, ATTN_WALK>(
       q, k, v, part, tile.coord[0], tile.coord[1], tile.coord[2], B, L, Lmax, SPLIT_TASKS, SPLIT_MIN_L, smem_red<float>(),
-      [] { sync_merge(); }, thread_rank(), attn_body::Ahead{(int)carry[0], (int)carry[1]});
+      [] { sync_merge(); }, thread_rank(), attn_body::Ahead::load(carry));
 }
