@@ -29,3 +29,19 @@ def test_link_map_names_what_limits_residency_and_whose_buffers_set_the_arena():
     assert "## residency (sm_90, one SM)" in text
     line = text.split("## residency (sm_90, one SM)\n")[1].splitlines()[0]
     assert "limited by" in line and "threads" in line
+    assert "  L1 data cache " in text.split("## residency (sm_90, one SM)\n")[1]
+
+
+def test_l1_left_is_the_unified_cache_less_the_smallest_shared_capacity_that_holds_the_blocks():
+    from pipelink.core.targets import KB, l1_left
+    h = TARGETS["sm_90"]
+    # the decode step's two blocks of 38016 B (78080 B with the driver's 1 KB each): 100 KB shared, 156 KB of L1
+    assert l1_left(h, 2, 38016) == (100 * KB, 156 * KB)
+    # the sizes measured on an H200 (docs/architecture.md): 71680 B a block -> 164 KB shared; 106496 -> 228
+    assert l1_left(h, 2, 71680) == (164 * KB, 92 * KB)
+    assert l1_left(h, 2, 106496) == (228 * KB, 28 * KB)
+    assert l1_left(h, 1, 221696) == (228 * KB, 28 * KB)  # the MoE layer's one block
+    assert l1_left(h, 4, 0) == (8 * KB, 248 * KB)  # the reserved KB alone needs a step
+    assert l1_left(TARGETS["sm_86"], 1, 50 * KB) == (64 * KB, 64 * KB)  # 128 KB unified on sm_86
+    assert l1_left(TARGETS["sm_80"], 1, 100 * KB) == (132 * KB, 60 * KB)
+    assert l1_left(h, 0, 1024) is None

@@ -94,7 +94,7 @@ def _residency_rows(r: Resolved, a: Allocation, arch: str, kernel_info: KernelIn
     """Blocks per SM and what limits them: every task of the kernel runs with the block's joint shape (its
     threads, the whole arena and one register budget), so one component's large scratch buffers
     can cut the residency of all the others."""
-    from ..core.targets import SMEM_RESERVED_PER_BLOCK, residency, target
+    from ..core.targets import KB, SMEM_RESERVED_PER_BLOCK, l1_left, residency, target
     t = target(arch)
     registers = kernel_info.registers if kernel_info else a.registers
     if t is None or not registers:
@@ -107,6 +107,11 @@ def _residency_rows(r: Resolved, a: Allocation, arch: str, kernel_info: KernelIn
            f"of {t.max_warps_per_sm} warps; limited by {' and '.join(limiting)}",
            f"  shared memory {smem} + {SMEM_RESERVED_PER_BLOCK} B per block -> {limits['shared memory']}; "
            f"registers {registers} per thread -> {limits['registers']}; warps -> {limits['warps']}"]
+    split = l1_left(t, blocks, smem)
+    if split is not None:  # loads into registers hold their bytes in flight in what shared memory leaves of L1
+        cap, l1 = split
+        out.append(f"  L1 data cache {l1 // KB} KB: {t.unified_l1 // KB} KB unified less {cap // KB} KB configured as "
+                   f"shared memory for {blocks} x ({smem} + {SMEM_RESERVED_PER_BLOCK}) B")
     if "shared memory" in limiting:  # whose buffers set the arena's size
         ends = {}
         for p in a.smem:
