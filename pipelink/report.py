@@ -127,6 +127,26 @@ def object_text(obj: InputObject) -> list[str]:
     return lines
 
 
+def residency_summary(m: Manifest, cubin: bytes) -> dict | None:
+    """Blocks an SM and the L1 they leave, for the kernel as launched: the manifest's block, dynamic and the cubin's
+    static shared memory and registers, on the manifest's target. None where either is unknown."""
+    from .core.targets import l1_left, residency, target
+    from .formats.cubin import CubinError, read_cubin
+    t = target(m.target) if m.target else None
+    try:
+        k = read_cubin(cubin).get(m.kernel) if cubin else None
+    except CubinError:
+        k = None
+    if t is None or k is None or not k.registers:
+        return None
+    threads = m.block[0] * m.block[1] * m.block[2]
+    smem = m.dynamic_smem + k.static_smem_bytes
+    blocks, limits = residency(t, threads, smem, k.registers)
+    split = l1_left(t, blocks, smem)
+    return {"target": t.arch, "blocks_per_sm": blocks, "limited_by": [n for n, v in limits.items() if v == blocks],
+            "shared_per_sm": split[0] if split else None, "l1_bytes": split[1] if split else None}
+
+
 def manifest_summary(m: Manifest, cubin: bytes) -> dict:
     """How to call a linked kernel, from its manifest (read and validated by `Manifest.from_json`)."""
     return {
@@ -138,6 +158,7 @@ def manifest_summary(m: Manifest, cubin: bytes) -> dict:
         "events": [e.to_json() for e in (m.workspace.events if m.workspace is not None else ())],
         "reduction": m.stream_k.blocks if m.stream_k is not None else None,
         "dependent_launch": m.dependent_launch,
+        "residency": residency_summary(m, cubin),
     }
 
 
@@ -148,6 +169,11 @@ def manifest_text(path: str, m: dict) -> list[str]:
     sched = m["schedule"] + (f", dispatch {m['dispatch']}" if m["dispatch"] else "") if m["schedule"] else "?"
     lines.append(f"    launch   block {'x'.join(str(b) for b in m['block'] if b > 1) or '1'}, {m['dynamic_smem']} B dynamic "
                  f"smem, {sched}; tiles {' * '.join(m['tiles']) or '1'}")
+    res = m.get("residency")
+    if res:  # loads into registers hold their bytes in flight in L1: shared memory taken is L1 they lose
+        l1 = f"; L1 data cache {res['l1_bytes'] // 1024} KB" if res["l1_bytes"] is not None else ""
+        lines.append(f"    resident {res['blocks_per_sm']} block{'s' if res['blocks_per_sm'] != 1 else ''} an SM on "
+                     f"{res['target']} (limited by {' and '.join(res['limited_by'])}){l1}")
     if m.get("dependent_launch"):
         lines.append("    launch   programmatic dependent launch (overlaps the kernel before it in the stream)")
     if m.get("reduction"):

@@ -105,6 +105,11 @@ def test_cli_link_writes_cubin_manifest_map(shipped_objects, tmp_path, capsys):
     assert main(["inspect", "--format", "json", str(out)]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["inputs"][0]["manifest"]["matches_cubin"] is True
+    # blocks an SM and the L1 they leave, from the manifest's block and smem and the cubin's registers
+    res = doc["inputs"][0]["manifest"]["residency"]
+    assert res["target"] == manifest["target"] and res["blocks_per_sm"] >= 1 and res["limited_by"]
+    assert res["shared_per_sm"] + res["l1_bytes"] == 256 * 1024
+    assert f"resident {res['blocks_per_sm']} block" in o and f"L1 data cache {res['l1_bytes'] // 1024} KB" in o
 
     manifest["cubin_sha256"] = "0" * 64  # a manifest from another link
     (tmp_path / "rowsum.json").write_text(json.dumps(manifest))
