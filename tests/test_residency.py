@@ -45,3 +45,27 @@ def test_l1_left_is_the_unified_cache_less_the_smallest_shared_capacity_that_hol
     assert l1_left(TARGETS["sm_86"], 1, 50 * KB) == (64 * KB, 64 * KB)  # 128 KB unified on sm_86
     assert l1_left(TARGETS["sm_80"], 1, 100 * KB) == (132 * KB, 60 * KB)
     assert l1_left(h, 0, 1024) is None
+
+
+def test_link_map_names_whose_buffers_take_the_l1_when_shared_memory_does_not_limit_the_blocks():
+    """Two blocks of 70 KB are held to two by their registers, not their shared memory; what they leave of L1
+    (92 KB of 256) is still the arena's doing, so the map says whose buffers set its size."""
+    import dataclasses
+    from contract_factory import shipped_component
+    from pipelink.core.pipeline import PipelineSpec
+    from pipelink.linker.allocate import Placed, SmemItem
+    from pipelink.linker.emit import _residency_rows
+    from pipelink.linker.passes import LinkOptions, run_passes
+    ctx = run_passes(options=LinkOptions(arch="sm_90", pipeline=PipelineSpec(name="k", schedule="persistent")),
+                     components=[shipped_component("splitk_partial"), shipped_component("splitk_reduce")],
+                     until="allocate")
+    life = ctx.allocation.smem[0].item.lifetime
+    def rows(nbytes):
+        item = SmemItem("buffer big.ring", "buffer", "big", nbytes, 16, life)
+        a = dataclasses.replace(ctx.allocation, smem=[Placed(item, 0)], smem_bytes=nbytes, block_warps=8, registers=128)
+        return "\n".join(_residency_rows(ctx.resolved, a, "sm_90", None))
+    text = rows(70 * 1024)
+    assert "2 blocks of 256 threads" in text and "limited by registers" in text and "L1 data cache 92 KB" in text
+    assert "the arena's size is set by big (its buffers end at 71680 B)" in text
+    # 38 KB blocks leave 156 KB of L1: nothing to name
+    assert "the arena's size is set by" not in rows(38 * 1024)

@@ -112,7 +112,8 @@ def _residency_rows(r: Resolved, a: Allocation, arch: str, kernel_info: KernelIn
         cap, l1 = split
         out.append(f"  L1 data cache {l1 // KB} KB: {t.unified_l1 // KB} KB unified less {cap // KB} KB configured as "
                    f"shared memory for {blocks} x ({smem} + {SMEM_RESERVED_PER_BLOCK}) B")
-    if "shared memory" in limiting:  # whose buffers set the arena's size
+    # whose buffers set the arena's size: it limits the blocks, or takes L1 from every component's loads
+    if "shared memory" in limiting or (split is not None and split[1] < t.unified_l1 // 2):
         ends = {}
         for p in a.smem:
             owner = p.item.key.split(" ", 1)[1].split(".", 1)[0] if " " in p.item.key else p.item.key
