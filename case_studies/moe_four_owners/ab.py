@@ -92,6 +92,29 @@ def print_profile(impl, shape, weights) -> None:
         print(f"  T={T}: " + "; ".join(parts), flush=True)
 
 
+def compare(impls: dict, shape, weights, rounds: int) -> None:
+    """At every T of layer.TOKEN_COUNTS, fresh tokens: each implementation checked against the fp32 reference
+    (poisoned outputs; a wrong one ends the run), then timed GPU only in `rounds` rounds whose order rotates,
+    and one line of medians printed."""
+    import torch
+    import run
+    for T in layer.TOKEN_COUNTS:
+        x = layer.make_tokens(shape, T, int.from_bytes(os.urandom(2), "little"))
+        buffers = {n: layer.poisoned_buffers(i.layout(shape, T)) for n, i in impls.items()}
+        for n, impl in impls.items():
+            impl.run(shape, x, weights, buffers[n])
+            torch.cuda.synchronize()
+            verdict = layer.judge(shape, x, weights, buffers[n])
+            if not verdict.ok:
+                sys.exit(f"{n}, T={T}: wrong: {verdict}")
+        times = {n: [] for n in impls}
+        names = list(impls)
+        for k in range(rounds):
+            for n in names[k % len(names):] + names[:k % len(names)]:
+                times[n].append(run.gpu_only_us(impls[n], shape, x, weights, buffers[n], rounds=3))
+        print(f"T={T:5} " + "  ".join(f"{n} {statistics.median(t):7.1f}" for n, t in times.items()), flush=True)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("dirs", nargs="+", type=Path)
@@ -120,12 +143,11 @@ def main() -> int:
     separates = {name: builds.link_separate(objects[name], links[name].manifest.geometry)
                  for name in list(objects)[:args.separate]}
     try:
-        import torch
+        import torch  # noqa: F401  (what follows runs on a GPU)
     except ImportError:
         print("no torch here: linked only")
         return 0
     import launchers
-    import run
     impls = {n: launchers.PipelinkLayer.from_link(r) for n, r in links.items()}
     first = args.dirs[0].name
     for n in args.splits:
@@ -134,21 +156,7 @@ def main() -> int:
         impls[f"{n} separate graph"] = launchers.CapturedLayer(launchers.PipelinkSeparate.from_links(kernels))
     shape = layer.SHAPES["qwen3-30b-a3b"]
     weights = layer.make_weights(shape, int.from_bytes(os.urandom(2), "little"))
-    for T in layer.TOKEN_COUNTS:
-        x = layer.make_tokens(shape, T, int.from_bytes(os.urandom(2), "little"))
-        buffers = {n: layer.poisoned_buffers(i.layout(shape, T)) for n, i in impls.items()}
-        for n, impl in impls.items():
-            impl.run(shape, x, weights, buffers[n])
-            torch.cuda.synchronize()
-            verdict = layer.judge(shape, x, weights, buffers[n])
-            if not verdict.ok:
-                sys.exit(f"{n}, T={T}: wrong: {verdict}")
-        times = {n: [] for n in impls}
-        names = list(impls)
-        for k in range(args.rounds):
-            for n in names[k % len(names):] + names[:k % len(names)]:
-                times[n].append(run.gpu_only_us(impls[n], shape, x, weights, buffers[n], rounds=3))
-        print(f"T={T:5} " + "  ".join(f"{n} {statistics.median(t):7.1f}" for n, t in times.items()), flush=True)
+    compare(impls, shape, weights, args.rounds)
     if args.profile:
         first = args.dirs[0].name
         profiled = builds.link_pipelink(objects[first], pipeline=builds.HOPPER_PIPELINE, profile_tasks=1 << 16)

@@ -5,11 +5,11 @@ kernel), each checked against the fp32 reference, then timed alternating (qwen3-
 
     python case_studies/moe_four_owners/l1_probe.py      # on a GPU
 """
-import os, sys, statistics, tempfile
+import os, sys, tempfile
 from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE)); sys.path.insert(0, str(HERE.parent.parent))
-import builds, layer, launchers, run
+import ab, builds, layer, launchers
 from pipelink.runtime import driver as _cu
 
 out = Path(tempfile.mkdtemp())
@@ -33,18 +33,4 @@ impls = {"fused": launchers.PipelinkLayer.from_link(fused),
          "separate graph": launchers.CapturedLayer(launchers.PipelinkSeparate(ka)),
          "separate graph, min L1": launchers.CapturedLayer(launchers.PipelinkSeparate(kb))}
 shape = layer.SHAPES["qwen3-30b-a3b"]
-weights = layer.make_weights(shape, int.from_bytes(os.urandom(2), "little"))
-for T in layer.TOKEN_COUNTS:
-    x = layer.make_tokens(shape, T, int.from_bytes(os.urandom(2), "little"))
-    buffers = {n: layer.poisoned_buffers(i.layout(shape, T)) for n, i in impls.items()}
-    import torch
-    for n, impl in impls.items():
-        impl.run(shape, x, weights, buffers[n]); torch.cuda.synchronize()
-        v = layer.judge(shape, x, weights, buffers[n])
-        assert v.ok, (n, T, v)
-    times = {n: [] for n in impls}
-    names = list(impls)
-    for k in range(6):
-        for n in names[k % len(names):] + names[:k % len(names)]:
-            times[n].append(run.gpu_only_us(impls[n], shape, x, weights, buffers[n], rounds=3))
-    print(f"T={T:5} " + "  ".join(f"{n} {statistics.median(t):7.1f}" for n, t in times.items()), flush=True)
+ab.compare(impls, shape, layer.make_weights(shape, int.from_bytes(os.urandom(2), "little")), rounds=6)
