@@ -14,7 +14,7 @@ linker counts whole-call events once per CTA) in place of the pipeline's dynamic
 
 `--out-of-line NAME` also links DIR's layer with NAME's entry called through a `__noinline__` glue wrapper
 (its own register allocation; an experiment, not a linker option: results/ab_combine_expert_2026-12-02.txt,
-docs/architecture.md)."""
+results/router_out_of_line_tried_2026-12-03.txt, docs/architecture.md); with `--profile`, its task profile too."""
 from __future__ import annotations
 
 import argparse
@@ -33,8 +33,9 @@ import layer  # noqa: E402
 NAMES = ("router", "dispatch", "expert_hopper", "expert_merge", "combine")
 
 
-def link_out_of_line(objects: list[Path], entries: list[str]):
-    """The layer with each of `entries` called through a __noinline__ wrapper the generate pass adds."""
+def link_out_of_line(objects: list[Path], entries: list[str], profile_tasks: int = 0):
+    """The layer with each of `entries` called through a __noinline__ wrapper the generate pass adds
+    (`profile_tasks`: with a task profile of that many records)."""
     import pipelink.linker.passes as passes
     generate = passes.pass_generate
 
@@ -54,6 +55,9 @@ def link_out_of_line(objects: list[Path], entries: list[str]):
         from pipelink.core.diagnostics import DiagnosticSink
         from pipelink.core.pipeline import load_pipeline
         spec = load_pipeline(str(builds.HOPPER_PIPELINE), DiagnosticSink())
+        if profile_tasks:
+            import dataclasses
+            spec = dataclasses.replace(spec, profile_tasks=profile_tasks)
         return passes.link([str(o) for o in objects], passes.LinkOptions(pipeline=spec, cache=False))
     finally:
         passes.PASSES = saved
@@ -162,6 +166,10 @@ def main() -> int:
         profiled = builds.link_pipelink(objects[first], pipeline=builds.HOPPER_PIPELINE, profile_tasks=1 << 16)
         print(f"task profile, {first} fused:")
         print_profile(launchers.PipelinkLayer.from_link(profiled), shape, weights)
+        if args.out_of_line:
+            ool = link_out_of_line(objects[first], args.out_of_line, profile_tasks=1 << 16)
+            print(f"task profile, {first} out of line:")
+            print_profile(launchers.PipelinkLayer.from_link(ool), shape, weights)
         alone = builds.link_separate(objects[first], profiled.manifest.geometry, profile_tasks=1 << 16)
         print(f"task profile, {first} as separate kernels (launched in order, not captured):")
         print_profile(launchers.PipelinkSeparate.from_links(alone), shape, weights)
