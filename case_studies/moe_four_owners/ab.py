@@ -73,6 +73,18 @@ def with_splits(impl, n: int):
     return FixedSplits(impl.kernel, impl.geometry)
 
 
+def component_spans(records) -> dict[str, tuple[float, float, float]]:
+    """Per component of a launch's task records, in the order they first appear: its first task's start, its
+    first met waits and its last task's end, us from the launch's first start."""
+    t0 = min(r.start for r in records)
+    spans = {}
+    for c in dict.fromkeys(r.component for r in records):
+        mine = [r for r in records if r.component == c]
+        spans[c] = ((min(r.start for r in mine) - t0) / 1000, (min(r.ready for r in mine) - t0) / 1000,
+                    (max(r.done for r in mine) - t0) / 1000)
+    return spans
+
+
 def print_profile(impl, shape, weights) -> None:
     """When each component's tasks ran, T = 16 and 4096 (the third launch): first start, first met waits, last
     done, us. `impl` is the fused layer or its separate kernels (the records of those linked with a profile:
@@ -84,13 +96,10 @@ def print_profile(impl, shape, weights) -> None:
             impl.run(shape, x, weights, buffers)
         records = [r for k in impl.kernels if k.manifest.profile_tasks for r in k.task_profile()]
         t0 = min(r.start for r in records)
-        us = lambda v: (v - t0) / 1000  # noqa: E731
-        parts = []
-        for c in dict.fromkeys(r.component for r in records):
-            mine = [r for r in records if r.component == c]
-            parts.append(f"{c.removeprefix('moe_')} {min(us(r.start) for r in mine):.1f}/"
-                         f"{min(us(r.ready) for r in mine):.1f}-{max(us(r.done) for r in mine):.1f}")
-        work = sorted(us(r.done) for r in records if r.component == "moe_expert_hopper" and r.done - r.ready > 2000)
+        parts = [f"{c.removeprefix('moe_')} {start:.1f}/{ready:.1f}-{done:.1f}"
+                 for c, (start, ready, done) in component_spans(records).items()]
+        work = sorted((r.done - t0) / 1000 for r in records
+                      if r.component == "moe_expert_hopper" and r.done - r.ready > 2000)
         if work:
             parts.append(f"experts with work {len(work)}, 90% done at {work[int(0.9 * len(work))]:.1f}")
         print(f"  T={T}: " + "; ".join(parts), flush=True)

@@ -22,6 +22,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent.parent))
 
+import ab  # noqa: E402
 import builds  # noqa: E402
 import layer  # noqa: E402
 
@@ -96,14 +97,10 @@ def main() -> int:
         for _ in range(args.calls):
             ev = kernel_events(lambda: profiled.run(shape, x, weights, buffers), 1)
             recs = profiled.kernel.task_profile()
-            t0 = min(r.start for r in recs)
-            spans.append((max(r.done for r in recs) - t0) / 1000)
+            spans.append((max(r.done for r in recs) - min(r.start for r in recs)) / 1000)
             outside.append(ev[-1][2] - ev[-1][1] - spans[-1])
-            for c in dict.fromkeys(r.component for r in recs):  # first start, first met waits, last done
-                mine = [r for r in recs if r.component == c]
-                parts.setdefault(c, []).append(((min(r.start for r in mine) - t0) / 1000,
-                                                (min(r.ready for r in mine) - t0) / 1000,
-                                                (max(r.done for r in mine) - t0) / 1000))
+            for c, span in ab.component_spans(recs).items():  # first start, first met waits, last done
+                parts.setdefault(c, []).append(span)
         print(f"  fused with task records: tasks span {statistics.median(spans):.1f} us, the kernel "
               f"{statistics.median(outside):.1f} us longer (launch of its CTAs, prologue, last CTA out); per "
               "component first start/first waits met-last done: " + "; ".join(
