@@ -78,6 +78,8 @@ struct StageRaw {
   __device__ __forceinline__ const bf16* row(int b) const { return x + (long long)b * K; }
   __device__ __forceinline__ uint4 constant(int) const { return make_uint4(0u, 0u, 0u, 0u); }
   __device__ __forceinline__ uint4 apply(int, int, const uint4& raw, const uint4&) const { return raw; }
+  template <class Slot>
+  __device__ __forceinline__ void begin_staged(const uint4*, Slot, int, int) const {}
 };
 
 __device__ __forceinline__ uint4 pack8(const float (&f)[8]) {
@@ -91,9 +93,10 @@ __device__ __forceinline__ uint4 pack8(const float (&f)[8]) {
 // Staging xn = bf16(x * rsqrt(mean(x^2) + eps) * norm_w) instead of x, the same arithmetic in the same
 // order as norm/rmsnorm.cu with its 8 warps (thread t sums the squares of vectors t, t + 256, ... with fmaf,
 // then the warp's xor shuffles, then the 8 warp sums in warp order; (x * scale) * w rounded once), so xn
-// is bit-identical to rmsnorm's. begin(bg, nb) computes the nb row scales of the group into shared memory
-// (scratch: WARPS * BATCH + BATCH floats; x read through L2, written in this launch), while stage_rows'
-// copies of the raw rows fly; apply turns a copied vector into xn in place (norm_w read-only).
+// is bit-identical to rmsnorm's. The nb row scales of a group go to shared memory (scratch: WARPS * BATCH +
+// BATCH floats): begin(bg, nb) reads the rows through L2 (written in this launch) while a chunk's copies fly,
+// begin_staged reads them from the copies once all of x is staged; apply turns a copied vector into xn in
+// place (norm_w read-only).
 template <int WARPS, int BATCH, class Sync>
 struct StageNormed {
   static constexpr bool kTransforms = true;
@@ -122,12 +125,63 @@ struct StageNormed {
         }
       }
     }
+    reduce_scales(ss, nb);
+  }
+
+  // begin's scales from the raw rows, once they are in shared memory (stage_rows: dst + slot(b, v) holds vector
+  // v of row b, and this thread copied vectors t, t + THREADS, ... itself, so it reads them without a barrier),
+  // summed in begin's order: the same scales. x is read once through L2, not twice: at B = 8 the decode step
+  // took 1269 -> 1235 us at ctx 4096, 1069 -> 1040 at ctx 1024 (`@ss` against `@base` in
+  // results/w_ahead_scales_staged_ab_2026-12-03.json).
+  template <class Slot>
+  __device__ __forceinline__ void begin_staged(const uint4* __restrict__ dst, Slot slot, int nb, int cv) const {
+    // The rows in groups of 8 in a loop kept rolled (one trip for B <= 8): unrolled into the staging around it,
+    // the sums made the whole-context decode step spill (a 16-byte frame).
+    constexpr int THREADS = WARPS * 32, GROUP = 8;
+    const int t = threadIdx.x % THREADS, warp = t / 32, lane = t % 32;
+#pragma unroll 1
+    for (int b0 = 0; b0 < nb; b0 += GROUP) {
+      float ss[GROUP];
+#pragma unroll
+      for (int j = 0; j < GROUP; ++j) ss[j] = 0.0f;
+      for (int v = t; v < cv; v += THREADS) {
+#pragma unroll
+        for (int j = 0; j < GROUP; ++j) {
+          if (b0 + j < nb) {
+            float f[8];
+            unpack8(dst[slot(b0 + j, v)], f);
+#pragma unroll
+            for (int i = 0; i < 8; ++i) ss[j] = fmaf(f[i], f[i], ss[j]);
+          }
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < GROUP; ++j) {
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) ss[j] += __shfl_xor_sync(0xffffffffu, ss[j], off);
+        if (lane == 0 && b0 + j < nb) scratch[warp * BATCH + b0 + j] = ss[j];
+      }
+    }
+    scales_from_warps(nb);
+  }
+
+  // The row sums of squares of the threads meet (warp shuffles, then the warp sums in warp order) and become the
+  // rows' scales in scratch.
+  __device__ __forceinline__ void reduce_scales(float (&ss)[BATCH], int nb) const {
+    constexpr int THREADS = WARPS * 32;
+    const int t = threadIdx.x % THREADS, warp = t / 32, lane = t % 32;
 #pragma unroll
     for (int b = 0; b < BATCH; ++b) {
 #pragma unroll
       for (int off = 16; off > 0; off >>= 1) ss[b] += __shfl_xor_sync(0xffffffffu, ss[b], off);
       if (lane == 0 && b < nb) scratch[warp * BATCH + b] = ss[b];
     }
+    scales_from_warps(nb);
+  }
+
+  // The warps' sums in scratch become the rows' scales.
+  __device__ __forceinline__ void scales_from_warps(int nb) const {
+    const int t = threadIdx.x % (WARPS * 32);
     sync();
     if (t < nb) {
       float total = 0.0f;
@@ -173,7 +227,7 @@ __device__ __forceinline__ int xs_slot(int b, int v, int chunk_vecs) { return b 
 // needed before), and the block meets at sync.
 template <int THREADS, class Stage, class Slot, class Between, class Sync>
 __device__ __forceinline__ void stage_rows(const Stage& stage, uint4* __restrict__ dst, int bg, int nb, int v0, int cv,
-                                           Slot slot, Between between, Sync sync) {
+                                           Slot slot, Between between, Sync sync, bool scales_staged = false) {
   const int t = threadIdx.x % THREADS;
   const unsigned base = (unsigned)__cvta_generic_to_shared(dst);
   for (int v = t; v < cv; v += THREADS)
@@ -187,6 +241,7 @@ __device__ __forceinline__ void stage_rows(const Stage& stage, uint4* __restrict
   const uint4 first = Stage::kTransforms && t < cv ? stage.constant(v0 + t) : make_uint4(0u, 0u, 0u, 0u);
   between();
   asm volatile("cp.async.wait_group 0;" ::: "memory");
+  if (scales_staged) stage.begin_staged(dst, slot, nb, cv);  // the stage's scales from the copied rows
   if constexpr (Stage::kTransforms) {
     for (int v = t; v < cv; v += THREADS) {
       const uint4 c = v == t ? first : stage.constant(v0 + v);
@@ -197,7 +252,7 @@ __device__ __forceinline__ void stage_rows(const Stage& stage, uint4* __restrict
 }
 
 // All of x (B <= BATCH rows of kvecs vectors) resident in xs, chunk c of the B rows at c * B * CHUNK_VECS; the
-// rows' scales (stage.begin) are computed while the copies fly.
+// rows' scales (stage.begin_staged) from the copies.
 template <int THREADS, int CHUNK_VECS, class Stage, class Sync>
 __device__ __forceinline__ void stage_resident(const Stage& stage, uint4* __restrict__ xs, int B, int kvecs,
                                                Sync sync) {
@@ -207,7 +262,7 @@ __device__ __forceinline__ void stage_resident(const Stage& stage, uint4* __rest
         const int c = v / CHUNK_VECS;
         return c * B * CHUNK_VECS + xs_slot(b, v - c * CHUNK_VECS, CHUNK_VECS);
       },
-      [&] { stage.begin(0, B); }, sync);
+      [] {}, sync, true);
 }
 
 // The chunk of x at v0 (cv vectors of batch rows bg .. bg + nb - 1) in xs, when x is not resident.
