@@ -518,7 +518,9 @@ __device__ __forceinline__ void rows_from(const WSrc& wsrc, const Stage& stage, 
     // the whole decode step spill (112-byte frame) under the joint 128-register cap; with x staged by copies
     // still 416 bytes (288 with the first pass ahead only where x is staged as it is, no norm in between); one
     // 32-wide block of them ahead links clean but the pass still waits for its last loads, two spill 32 bytes.
-    // Copying them into L1 instead (cp.async.ca) made the first tasks longer (PERFORMANCE.md, Tried).
+    // With the pass's mmas peeled out of the loops the step spilled 40 bytes and ran slower, and the separate
+    // kernels, clean, were no faster at B = 1. Copying them into L1 (cp.async.ca) made the first tasks longer
+    // (PERFORMANCE.md, Tried).
     stage_resident<THREADS, CHUNK_VECS>(stage, xs, B, kvecs, sync);
   }
 
