@@ -107,7 +107,9 @@ def test_layers_plan_glue_and_manifest():
     assert "normed" not in {t for t in r.events.tensors}
     assert set(r.events.tensors) == {"pl_after_mlp_norm", "pl_after_gate_up", "pl_after_down",
                                       "pl_after_final_norm", "partials"}
-    assert "pl_layer > 0 && pl_previous_0_2 != pl_layer" in glue   # the next layer's norm waits for down
+    assert "pl_layer > 0 && !pl_previous_0_2" in glue   # the next layer's norm waits for down
+    # static dispatch: the flag is a bool of the call's task loop, not a value live across the layer loop
+    assert glue.index("bool pl_previous_0_2 = false;") < glue.index("for (int t = (int)blockIdx.x; t < c0_tasks")
     from pipelink.linker.emit import manifest
     m = manifest(r, ctx.allocation, "sm_90", b"")   # what the launcher reads (the cubin aside)
     assert m.tasks["gate_up"].startswith("(NL) * ") and not m.tasks["lm_head"].startswith("(NL)")

@@ -367,6 +367,15 @@ def test_a_standalone_link_keeps_a_chain():
     assert ctx.resolved.schedule == "persistent"
 
 
+def test_a_standalone_link_keeps_the_events_between_its_components():
+    """splitk_partial -> splitk_reduce split into a launch of their own: the partials event joins two of the
+    link's components, so it stays (dropped, the reduce would read unwritten partials)."""
+    ctx = linked([comp("splitk_partial"), comp("splitk_reduce")], standalone=True)
+    assert not codes(ctx.sink), [d.render() for d in ctx.sink.items]
+    assert set(ctx.resolved.events.tensors) == {"partials"}
+    assert "wait_for" in ctx.glue and "add_one" in ctx.glue
+
+
 def test_only_kernels_with_a_register_hungry_component_hold_their_sizes():
     """The persistent glue reads its launch sizes (task counts, event extents and bases) from shared memory
     only where a component asks for HOLD_SIZES_AT_REGISTERS or more (the MoE layer's expert, 255: in registers

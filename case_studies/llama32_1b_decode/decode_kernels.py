@@ -69,14 +69,15 @@ def _checked(result, what: str):
     return result
 
 
-def link_mega(objects: dict[str, Path], variant: str, profile_tasks: int = 0):
+def link_mega(objects: dict[str, Path], variant: str, profile_tasks: int = 0, pipelines: Path | None = None):
     """The whole decode step as one kernel (variant: a key of MEGA_PIPELINES or MEGA_OPTIONS); `profile_tasks`:
-    with a task profile of that many records (Kernel.task_profile)."""
+    with a task profile of that many records (Kernel.task_profile); `pipelines`: a folder holding the pipeline
+    files to link instead of pipelines/ (another commit's, for an A/B)."""
     import pipelink
     from pipelink.core.diagnostics import DiagnosticSink
     from pipelink.core.pipeline import load_pipeline
     base, options = MEGA_OPTIONS.get(variant, (variant, {}))
-    path = MEGA_PIPELINES[base]
+    path = MEGA_PIPELINES[base] if pipelines is None else Path(pipelines) / MEGA_PIPELINES[base].name
     names = pipeline_components(path)
     missing = [n for n in names if n not in objects]
     if missing:
@@ -99,13 +100,14 @@ def link_part(objects: dict[str, Path], names, pipeline: Path | None, dependent:
             raise RuntimeError(f"cannot read {pipeline}")
     else:
         spec = PipelineSpec(name=f"{names[0]}_alone")
+    # A launch of its own: what the step's earlier launches notify is met by the launch order; the events
+    # between the unit's own components (the splits before their merge) stay.
+    spec = dataclasses.replace(spec, standalone=True)
     inputs = [str(objects[n]) for n in names]
     if dependent:
         result = pipelink.link(inputs, pipeline=dataclasses.replace(spec, dependent_launch=True))
         if result.ok:
             return result, True
-    if pipeline is None:
-        return _checked(pipelink.link(inputs), names[0]), False
     return _checked(pipelink.link(inputs, pipeline=spec), "+".join(names)), False
 
 
@@ -187,9 +189,9 @@ def launch_units(kernels: dict, NL: int, attention: str, t: dict) -> list:
 class MegaStep:
     """The linked megakernel of one attention variant, prepared for one DecodeState."""
 
-    def __init__(self, objects: dict, variant: str, profile_tasks: int = 0):
+    def __init__(self, objects: dict, variant: str, profile_tasks: int = 0, pipelines: Path | None = None):
         self.variant = variant
-        self.linked = link_mega(objects, variant, profile_tasks)
+        self.linked = link_mega(objects, variant, profile_tasks, pipelines)
         self.kernel = self.linked.kernel()
         self.names = [p.name for p in self.kernel.user_params]
 

@@ -64,14 +64,15 @@ def machine() -> str:
 
 # --- the variants -----------------------------------------------------------------------------------------
 
-def load_variants(objects, wanted, errors):
-    """{name: MegaStep or PartsStep} for the pipelink variants that link and load; failures into `errors`."""
+def load_variants(objects, wanted, errors, pipelines: Path | None = None):
+    """{name: MegaStep or PartsStep} for the pipelink variants that link and load; failures into `errors`.
+    `pipelines`: a folder of pipeline files the megakernels link with instead of pipelines/ (same names)."""
     from decode_kernels import MegaStep, PartsStep
     made = {}
     for name in wanted:
         try:
             if name.startswith("pipelink_"):  # a megakernel: decode_kernels.MEGA_PIPELINES / MEGA_OPTIONS
-                made[name] = MegaStep(objects, name[len("pipelink_"):])
+                made[name] = MegaStep(objects, name[len("pipelink_"):], pipelines=pipelines)
             elif name == "parts_graph":
                 made[name] = PartsStep(objects, "split", dependent=True)
                 log(f"parts_graph: dependent launch {made[name].dependent}")
@@ -310,7 +311,8 @@ def main(argv=None) -> int:
                          "qkv8:qkv_rope_normed.QKV_ROWS=8), timed as VARIANT@NAME in the same round-robin; repeatable")
     ap.add_argument("--objects", action="append", default=[], type=_objects_dir, metavar="NAME:DIR",
                     help="also link every pipelink variant from the components' objects in DIR (NAME.o each, e.g. "
-                         "another commit's build), timed as VARIANT@NAME in the same round-robin; repeatable")
+                         "another commit's build; its pipeline files too where DIR/pipelines holds them), timed as "
+                         "VARIANT@NAME in the same round-robin; repeatable")
     ap.add_argument("--skip-correctness", action="store_true")
     ap.add_argument("--skip-bench", action="store_true")
     ap.add_argument("--quick", action="store_true", help="B=1 only, contexts 16 and 1024, 50 iterations")
@@ -359,7 +361,8 @@ def main(argv=None) -> int:
     for name, folder in args.objects:
         objs = {p.stem: p for p in sorted(folder.glob("*.o"))}
         log(f"linking with the objects of {folder} as @{name}: {len(objs)} objects")
-        variants.update({f"{v}@{name}": step for v, step in load_variants(objs, wanted, errors).items()})
+        pipelines = folder / "pipelines" if (folder / "pipelines").is_dir() else None
+        variants.update({f"{v}@{name}": step for v, step in load_variants(objs, wanted, errors, pipelines).items()})
     torch_variants = [v for v in args.variants if v.startswith("torch_")]
     results["kernels"] = describe(variants)
 

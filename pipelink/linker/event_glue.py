@@ -125,9 +125,21 @@ def has_layers(r) -> bool:
     return r.calls is not None and bool(r.calls.per_layer)
 
 
+def flags_per_call(r) -> bool:
+    """Whether a task-invariant wait's flag lives in its call's task loop. Static dispatch walks a call's tasks
+    of a layer on a CTA one after another, so the flag is a bool of that loop, live only while the call runs;
+    dynamic dispatch interleaves calls in one claim loop, so the flag lives across the walk and, in a layer
+    loop, holds the layer it was met in. A value live across the walk takes a register from every task body:
+    the joint budget is what the linked kernel spills when it runs short."""
+    return r.dispatch == "static"
+
+
 def ready_flags(r, plan) -> list[str]:
-    """Declarations, before the task loops, of the flags of every task-invariant wait. In a layer loop a
-    flag holds the layer it was met in (-1: not yet): the next layer waits on other counters."""
+    """Declarations, before the task loops, of the flags of every task-invariant wait (dynamic dispatch; under
+    static dispatch `call_ready_flags` declares them per call). In a layer loop a flag holds the layer it was
+    met in (-1: not yet): the next layer waits on other counters."""
+    if flags_per_call(r):
+        return []
     names = [c.name for c in r.components]
     if has_layers(r):
         return [f"int {ready_flag(names.index(comp), n)} = -1;  // met once per CTA and layer: the wait "
@@ -135,6 +147,15 @@ def ready_flags(r, plan) -> list[str]:
                 for n, (_, side) in enumerate(plan.waits_of(comp)) if task_invariant(side)]
     return [f"bool {ready_flag(names.index(comp), n)} = false;  // met once per CTA: the wait {side.map.text} of {comp}"
             for comp in plan.order for n, (_, side) in enumerate(plan.waits_of(comp)) if task_invariant(side)]
+
+
+def call_ready_flags(r, plan, comp: str) -> list[str]:
+    """Static dispatch: the flags of call `comp`'s task-invariant waits, declared before its task loop."""
+    if not flags_per_call(r):
+        return []
+    names = [c.name for c in r.components]
+    return [f"bool {ready_flag(names.index(comp), n)} = false;  // met once per CTA and call: the wait {side.map.text}"
+            for n, (_, side) in enumerate(plan.waits_of(comp)) if task_invariant(side)]
 
 
 def event_base(tensor_index: dict, bases: dict | None, name: str) -> str:
@@ -178,6 +199,7 @@ def wait_block(r, waits, tensor_index: dict, comp_index: int, threads: int, boun
     tid, every = (group.tid, group.all) if group else ("threadIdx.x", lambda v: f"__syncthreads_and({v})")
     out = [f"{indent}{{"] + ([] if group else [f"{indent}  bool pl_ok = true;"])
     slot, met = 0, []
+    layered_flags = has_layers(r) and not flags_per_call(r)
     for n, (tensor, side) in enumerate(waits):
         if n and reads_device(side):
             out.append(f"{indent}  pl_ok = {every('pl_ok')};  // the waits above guard what this one reads")
@@ -189,7 +211,7 @@ def wait_block(r, waits, tensor_index: dict, comp_index: int, threads: int, boun
         loop = shared_loop(space, call, threads, slot, indent + "  ", tid)
         if task_invariant(side):  # met once in this CTA: met for the rest of the launch
             flag = ready_flag(comp_index, n)
-            loop = [f"{indent}  if ({flag} != pl_layer)" if has_layers(r) else f"{indent}  if (!{flag})"] + loop
+            loop = [f"{indent}  if ({flag} != pl_layer)" if layered_flags else f"{indent}  if (!{flag})"] + loop
             met.append(flag)
         out += loop
         slot += not space.loops
@@ -198,7 +220,7 @@ def wait_block(r, waits, tensor_index: dict, comp_index: int, threads: int, boun
         out += [f"{indent}  if (pl_ok) {flag} = true;" for flag in met]
     else:
         out.append(f"{indent}  if (!__syncthreads_and(pl_ok)) return;  // a debug build's wait timed out somewhere")
-        out += [f"{indent}  {flag} = {'pl_layer' if has_layers(r) else 'true'};" for flag in met]
+        out += [f"{indent}  {flag} = {'pl_layer' if layered_flags else 'true'};" for flag in met]
     out.append(f"{indent}}}")
     return out
 

@@ -596,8 +596,9 @@ def _persistent(r: Resolved, a: Allocation) -> list[str]:
             "  if (pl_words > pl_region_words) __trap();  // the launcher sizes the regions for the shapes it is given",
             f"  if (blockIdx.x == 0 && threadIdx.x == 0) {ws_at(f'{ws.used_words} + (pl_launch & 1ull)')} = pl_words;"]
     out += ["  " + line for line in event_glue.ready_flags(r, plan)]
-    out += [f"  int {_previous_flag(r, name, p)} = 0;  // the last layer whose previous layer of {p} is done here"
-            for name, producers in (r.calls.previous.items() if r.calls else ()) for p in producers]
+    if not event_glue.flags_per_call(r):
+        out += [f"  int {_previous_flag(r, name, p)} = 0;  // the last layer whose previous layer of {p} is done here"
+                for name, producers in (r.calls.previous.items() if r.calls else ()) for p in producers]
     if event_glue.has_layers(r):
         out.append("  const int pl_layer = 0;  // outside the layer loop")
     counters = sorted({prefetch_counter(r, c.name) for c in r.components} - {None})
@@ -627,6 +628,9 @@ def _persistent(r: Resolved, a: Allocation) -> list[str]:
                 if batched:
                     out.append(f"{inner}unsigned long long pl_count_{k} = 0;  // this CTA's tasks of '{name}' (counts_per_cta)")
                 out += _deal_first(r, k, inner)
+                out += [inner + line for line in event_glue.call_ready_flags(r, plan, name)]
+                out += [f"{inner}bool {_previous_flag(r, name, p)} = false;  // every task of '{p}' in the layer before is done"
+                        for p in (r.calls.previous.get(name, ()) if r.calls and event_glue.flags_per_call(r) else ())]
                 out.append(f"{inner}for (int t = {first_task(r, k)}; t < c{k}_tasks; t += gridDim.x) {{  // {name}")
                 out += _task_body(r, a, k, name, inner + "  ", skip={t.name for t, _ in batched})
                 if batched:
@@ -828,12 +832,13 @@ def _previous_layer_waits(r: Resolved, a: Allocation, name: str, tensor_index: d
         j = tensor_index[AFTER_EVENT.format(p)]
         flag = _previous_flag(r, name, p)
         count = f"(unsigned)c{r.events.order.index(p)}_tasks"
-        out += [f"{indent}if (pl_layer > 0 && {flag} != pl_layer) {{  // every task of '{p}' in the layer before",
+        local = event_glue.flags_per_call(r)  # a bool of the call's loop (event_glue.flags_per_call)
+        out += [f"{indent}if (pl_layer > 0 && {'!' + flag if local else flag + ' != pl_layer'}) {{  // every task of '{p}' in the layer before",
                 f"{indent}  bool pl_ok = true;",
                 f"{indent}  if (threadIdx.x == 0) pl_ok = pl::events::wait_for(e{j} + (long long)(pl_layer - 1) * e{j}_size, "
                 f"{count}, pl_epoch, {bound}, pl_report, {comp_index}u, {j}u, 0ll, (unsigned long long)t);",
                 f"{indent}  if (!__syncthreads_and(pl_ok)) return;",
-                f"{indent}  {flag} = pl_layer;",
+                f"{indent}  {flag} = {'true' if local else 'pl_layer'};",
                 f"{indent}}}"]
     return out
 

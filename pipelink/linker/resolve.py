@@ -132,7 +132,7 @@ SAMPLE_SHAPES = (1, 2, 3, 17, 64, 100, 129, 1000, 4096, 5003)
 
 def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSink) -> Resolved | None:
     if spec.standalone:
-        components = [standalone(c) for c in components]
+        components = standalone(components)
     if not is_identifier(spec.name):  # it names the generated kernel
         sink.error("PL001", f"the kernel name {spec.name!r} is not a C identifier",
                    Location(file=spec.source, pointer="/name") if spec.source else None)
@@ -295,19 +295,25 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
                     spec.deal, spec.wait_backoff_ns)
 
 
-def standalone(c: Component) -> Component:
-    """The component as a kernel of its own that runs after the kernels its waits are on (a separate-kernel
-    control, or a pipeline split into launches): its waits on other components' events are met by the launch
-    order and those events are dropped. A chain stays: the events it both notifies and waits on order its
-    own tasks inside the one launch (a scan's carry, a router's picking task after its slices), and without
-    them a task would read what its predecessors have not written yet. The object still carries its own
-    contract."""
+def standalone(components: list[Component]) -> list[Component]:
+    """The components as a kernel of their own that runs after the kernels their waits are on (a separate-kernel
+    control, or a pipeline split into launches): a wait on an event that no component of the link notifies is
+    met by the launch order, and a notification that none of them waits for has no reader here; both are
+    dropped. The events between components of the link stay, and so does a chain (an event one component both
+    notifies and waits on: a scan's carry, a router's picking task after its slices): they order tasks inside
+    the one launch, and without them a task would read what its predecessors have not written yet. Each object
+    still carries its own contract."""
     from ..core.model import Events
-    ev = c.contract.events
-    own = {n.name for n in ev.notifies} & {w.name for w in ev.waits}
-    kept = Events(notifies=tuple(n for n in ev.notifies if n.name in own),
-                  waits=tuple(w for w in ev.waits if w.name in own))
-    return replace(c, contract=replace(c.contract, events=kept), base=c.code)
+    notified = {n.name for c in components for n in c.contract.events.notifies}
+    waited = {w.name for c in components for w in c.contract.events.waits}
+    inside = notified & waited
+
+    def one(c: Component) -> Component:
+        ev = c.contract.events
+        kept = Events(notifies=tuple(n for n in ev.notifies if n.name in inside),
+                      waits=tuple(w for w in ev.waits if w.name in inside))
+        return replace(c, contract=replace(c.contract, events=kept), base=c.code)
+    return [one(c) for c in components]
 
 
 def _roles_at(comps, name: str):
