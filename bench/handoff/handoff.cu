@@ -1,0 +1,129 @@
+// Hand-off between every CTA of a persistent kernel and every other, two ways, timed per round: each round,
+// CTA c (of all P) writes its 8 words of a vector x_r from all of x_{r-1}, which every CTA must have
+// whole before its next round; a chain of all-to-all dependencies, as between the calls of a decode step.
+//
+//   counter: the words by plain stores, then (the glue's protocol) a barrier, one thread's fence and an add to a
+//            counter; a waiter's one thread polls the counter (acquire, 64 ns sleeps), a barrier, then the block
+//            stages all of x_r (loads past L1) and meets at a barrier.
+//   tagged:  each word stored with the round in the same 8 bytes (one 64-bit store: single-copy atomic); a waiter
+//            stages x_r by loading every word until its tag is the round's: the data carries its event, no
+//            fence, counter or poll before the staging.
+//
+// `stream` bytes of a large buffer a CTA a round, read past L1 and folded into the sum, stand for a GEMV's
+// weight stream beside the hand-off (0: the hand-off alone). Values are integers so the host checks x exactly.
+#include <cstdint>
+
+namespace {
+
+constexpr int kThreads = 256, kWords = 8, kMaxN = 4096;
+
+__device__ __forceinline__ unsigned long long ld_acquire(const unsigned long long* p) {
+  unsigned long long v;
+  asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ unsigned long long ld_relaxed(const unsigned long long* p) {
+  unsigned long long v;
+  asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void st_relaxed(unsigned long long* p, unsigned long long v) {
+  asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+__device__ __forceinline__ unsigned ld_cg(const unsigned* p) { return __ldcg(p); }
+
+// The weight stand-in: `bytes` of buffer w for this CTA and round, 16 bytes a load past L1, folded to one word.
+__device__ __forceinline__ unsigned stream_w(const uint4* __restrict__ w, long long w_vecs, int stream, int round,
+                                             int cta, int ctas) {
+  const int vecs = stream / 16;
+  if (vecs == 0) return 0u;
+  const long long base = ((long long)round * ctas + cta) * vecs % (w_vecs - vecs);
+  unsigned acc = 0u;
+  for (int i = threadIdx.x; i < vecs; i += kThreads) {
+    uint4 v;
+    asm volatile("ld.global.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(w + base + i));
+    acc += v.x ^ v.y ^ v.z ^ v.w;
+  }
+  return acc;
+}
+
+// Round r's words of CTA c from the staged x_{r-1} (its sum, the same in every CTA) and the round.
+__device__ __forceinline__ unsigned word_of(unsigned sum, int r, int i) { return sum * 2654435761u + (unsigned)(r * 131 + i); }
+
+// The block's sum of xs[0 .. n), in a fixed order (so every CTA gets the same).
+__device__ unsigned block_sum(const unsigned* xs, int n, unsigned* red) {
+  unsigned s = 0u;
+  for (int i = threadIdx.x; i < n; i += kThreads) s += xs[i];
+  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = s;
+  __syncthreads();
+  unsigned t = 0u;
+  for (int i = 0; i < kThreads / 32; ++i) t += red[i];
+  __syncthreads();
+  return t;
+}
+
+}  // namespace
+
+// Every CTA produces (a CTA that only read could still be reading round r when round r + 2 overwrites its
+// buffer). x: [2][n] words (round parity), n = gridDim.x * 8; counter: one u64, zero at launch; x0 the round-0
+// input [n]; sink: one word a CTA (keeps the stream's loads).
+extern "C" __global__ void __launch_bounds__(kThreads, 2)
+counter_rounds(unsigned* __restrict__ x, unsigned long long* __restrict__ counter, const unsigned* __restrict__ x0,
+               const uint4* __restrict__ w, long long w_vecs, int stream, int rounds, unsigned* __restrict__ sink) {
+  __shared__ unsigned xs[kMaxN];
+  __shared__ unsigned red[kThreads / 32];
+  const int producers = gridDim.x, n = producers * kWords, cta = blockIdx.x;
+  for (int i = threadIdx.x; i < n; i += kThreads) xs[i] = x0[i];
+  __syncthreads();
+  unsigned folded = 0u;
+  for (int r = 1; r <= rounds; ++r) {
+    const unsigned sum = block_sum(xs, n, red);
+    folded += stream_w(w, w_vecs, stream, r, cta, gridDim.x);
+    unsigned* out = x + (r & 1) * n;
+    if (threadIdx.x < kWords) out[cta * kWords + threadIdx.x] = word_of(sum, r, cta * kWords + threadIdx.x);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      __threadfence();
+      atomicAdd(counter, 1ull);
+      const unsigned long long want = (unsigned long long)producers * r;
+      while (ld_acquire(counter) < want) __nanosleep(64);
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < n; i += kThreads) xs[i] = ld_cg(out + i);
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) sink[cta] = folded;
+}
+
+// x: [2][n] tagged words (value low, round high), zero at launch.
+extern "C" __global__ void __launch_bounds__(kThreads, 2)
+tagged_rounds(unsigned long long* __restrict__ x, const unsigned* __restrict__ x0, const uint4* __restrict__ w,
+              long long w_vecs, int stream, int rounds, unsigned* __restrict__ sink) {
+  __shared__ unsigned xs[kMaxN];
+  __shared__ unsigned red[kThreads / 32];
+  const int producers = gridDim.x, n = producers * kWords, cta = blockIdx.x;
+  for (int i = threadIdx.x; i < n; i += kThreads) xs[i] = x0[i];
+  __syncthreads();
+  unsigned folded = 0u;
+  for (int r = 1; r <= rounds; ++r) {
+    const unsigned sum = block_sum(xs, n, red);
+    folded += stream_w(w, w_vecs, stream, r, cta, gridDim.x);
+    unsigned long long* out = x + (r & 1) * n;
+    if (threadIdx.x < kWords) {
+      const int i = cta * kWords + threadIdx.x;
+      st_relaxed(out + i, ((unsigned long long)(unsigned)r << 32) | word_of(sum, r, i));
+    }
+    for (int i = threadIdx.x; i < n; i += kThreads) {
+      unsigned long long v = ld_relaxed(out + i);
+      while ((unsigned)(v >> 32) != (unsigned)r) {
+        __nanosleep(32);
+        v = ld_relaxed(out + i);
+      }
+      xs[i] = (unsigned)v;
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) sink[cta] = folded;
+}

@@ -1,0 +1,132 @@
+"""A hand-off between all the CTAs of a persistent kernel, timed per round (handoff.cu): the counter protocol the
+glue uses (fence, add, one thread polling, then the staging) against words that carry their round (the staging is
+the wait), alone and beside a weight stream of S bytes a CTA a round. Two CTAs an SM, 8 words a CTA a round.
+
+    python bench/handoff/handoff.py [--rounds 2000] [--samples 15] [--stream 0 16384 65536]
+
+Writes bench/handoff/results.json and RESULTS.md (command, machine, date). Needs a GPU, CuPy and the pinned nvcc.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent.parent))
+
+
+def expected(x0: np.ndarray, rounds: int) -> np.ndarray:
+    """x after `rounds` rounds (handoff.cu's word_of over the sum of the round before, all mod 2^32)."""
+    x = x0.astype(np.uint64)
+    i = np.arange(len(x0), dtype=np.uint64)
+    for r in range(1, rounds + 1):
+        s = int(x.sum()) % (1 << 32)
+        x = (np.uint64(s * 2654435761 % (1 << 32)) + np.uint64(r * 131) + i) % np.uint64(1 << 32)
+    return x.astype(np.uint32)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=2000)
+    ap.add_argument("--samples", type=int, default=15)
+    ap.add_argument("--stream", type=int, nargs="+", default=[0, 16384, 65536])
+    ap.add_argument("--out", default=str(HERE))
+    args = ap.parse_args(argv)
+    import cupy as cp
+    from pipelink import toolchain
+
+    cubin = Path(tempfile.mkdtemp()) / "handoff.cubin"
+    subprocess.run([str(toolchain.nvcc_path()), "-arch=sm_90a", "-cubin", "-O3", "-o", str(cubin),
+                    str(HERE / "handoff.cu")], check=True)
+    mod = cp.RawModule(path=str(cubin))
+    kernels = {"counter": mod.get_function("counter_rounds"), "tagged": mod.get_function("tagged_rounds")}
+    dev = cp.cuda.Device()
+    sms = dev.attributes["MultiProcessorCount"]
+    grid, threads, pad = 2 * sms, 256, 96 * 1024  # unused dynamic shared memory: two CTAs an SM, as the decode step
+    for k in kernels.values():
+        k.max_dynamic_shared_size_bytes = pad
+    n = grid * 8
+    rng = np.random.default_rng()
+    x0_host = rng.integers(0, 1 << 32, n, dtype=np.uint32)
+    x0 = cp.asarray(x0_host)
+    want = expected(x0_host, args.rounds)
+    w = (cp.arange(1 << 29, dtype=cp.uint32) * np.uint32(2654435761)).view(cp.uint8)  # 2 GB, past the L2
+    w_vecs = np.int64(w.size // 16)
+    counter = cp.zeros(1, dtype=cp.uint64)
+    x_plain = cp.zeros(2 * n, dtype=cp.uint32)
+    x_tagged = cp.zeros(2 * n, dtype=cp.uint64)
+    sink = cp.zeros(grid, dtype=cp.uint32)
+    start, stop = cp.cuda.Event(), cp.cuda.Event()
+
+    def launch(name: str, stream: int) -> float:
+        counter.fill(0)
+        x_plain.fill(0xFFFFFFFF)  # poisoned: every word must be written
+        x_tagged.fill(0)
+        start.record()
+        if name == "counter":
+            kernels[name]((grid,), (threads,), (x_plain, counter, x0, w, w_vecs, np.int32(stream),
+                                                np.int32(args.rounds), sink), shared_mem=pad)
+        else:
+            kernels[name]((grid,), (threads,), (x_tagged, x0, w, w_vecs, np.int32(stream), np.int32(args.rounds),
+                                                sink), shared_mem=pad)
+        stop.record()
+        stop.synchronize()
+        ms = cp.cuda.get_elapsed_time(start, stop)
+        last = args.rounds & 1
+        if name == "counter":
+            got = cp.asnumpy(x_plain[last * n:(last + 1) * n])
+        else:
+            t = cp.asnumpy(x_tagged[last * n:(last + 1) * n])
+            if not np.all((t >> np.uint64(32)) == np.uint64(args.rounds)):
+                raise SystemExit(f"{name}: a word of the last round carries another round")
+            got = (t & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+        if not np.array_equal(got, want):
+            raise SystemExit(f"{name}, stream {stream}: x after {args.rounds} rounds differs from the host's")
+        return ms * 1000.0 / args.rounds
+
+    results = []
+    for stream in args.stream:
+        for name in kernels:  # warm-up
+            launch(name, stream)
+        samples = {name: [] for name in kernels}
+        for _ in range(args.samples):  # alternating
+            for name in kernels:
+                samples[name].append(launch(name, stream))
+        row = {"stream_bytes_per_cta": stream, "rounds": args.rounds, "samples": args.samples}
+        for name, s in samples.items():
+            row[name] = {"median_us_per_round": statistics.median(s), "min": min(s), "max": max(s)}
+        if stream:
+            row["stream_tb_s_counter"] = grid * stream / (row["counter"]["median_us_per_round"] * 1e-6) / 1e12
+        results.append(row)
+        print(f"stream {stream:6d} B/CTA/round: counter {row['counter']['median_us_per_round']:.3f} us/round, "
+              f"tagged {row['tagged']['median_us_per_round']:.3f}", flush=True)
+
+    props = cp.cuda.runtime.getDeviceProperties(dev.id)
+    doc = {"command": "python " + " ".join([str(Path(sys.argv[0]))] + sys.argv[1:]),
+           "machine": f"{props['name'].decode()}, {sms} SMs",
+           "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+           "grid": grid, "words_per_cta": 8, "results": results}
+    out = Path(args.out)
+    (out / "results.json").write_text(json.dumps(doc, indent=1) + "\n")
+    lines = ["# Hand-off between all CTAs of a persistent kernel", "",
+             f"`{doc['command']}` on {doc['machine']}, {doc['date']}; {grid} CTAs (two an SM), 8 words a CTA a round, "
+             f"{args.rounds} rounds a launch, median of {args.samples} alternating launches.", "",
+             "| weight stream a CTA a round | counter (fence, add, poll, stage) us/round | tagged words us/round |",
+             "| ---: | ---: | ---: |"]
+    for row in results:
+        lines.append(f"| {row['stream_bytes_per_cta']} B | {row['counter']['median_us_per_round']:.3f} | "
+                     f"{row['tagged']['median_us_per_round']:.3f} |")
+    (out / "RESULTS.md").write_text("\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
