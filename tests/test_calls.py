@@ -154,6 +154,27 @@ def test_glue_compiles(dispatch):
 
 
 @pytest.mark.parametrize("dispatch", ["static", "dynamic"])
+def test_met_waits_are_remembered_per_call_or_per_layer(dispatch):
+    """A task-invariant wait is met once per CTA and layer. Static dispatch walks a call's tasks of a layer one
+    after another: its flags are bools of that call's loop, none live across the layer loop. Dynamic dispatch
+    interleaves the calls in one claim loop: its flags are declared before it and hold the layer they were met in."""
+    from pipelink.linker.event_glue import flags_per_call
+    ctx = run(MLP_LAYERS, until="generate", dispatch=dispatch)
+    assert not ctx.sink.errors, [d.render() for d in ctx.sink.items]
+    glue, r = ctx.glue, ctx.resolved
+    assert flags_per_call(r) == (dispatch == "static")
+    layer_loop = glue.index("for (int pl_layer = 0;") if dispatch == "static" else glue.index("while (true) {")
+    carried = [ln for ln in glue[:layer_loop].splitlines() if "pl_ready_" in ln or "pl_previous_" in ln]
+    if dispatch == "static":
+        assert not carried, carried
+        assert "bool pl_ready_1_0 = false;" in glue[layer_loop:] and "pl_ready_1_0 = true;" in glue
+        assert "pl_layer > 0 && !pl_previous_0_2" in glue
+    else:
+        assert "int pl_ready_1_0 = -1;" in "\n".join(carried) and "pl_ready_1_0 = pl_layer;" in glue
+        assert "int pl_previous_0_2 = 0;" in "\n".join(carried) and "pl_previous_0_2 != pl_layer" in glue
+
+
+@pytest.mark.parametrize("dispatch", ["static", "dynamic"])
 def test_a_task_knows_when_it_continues_its_call_on_the_cta(dispatch):
     """tile.continues: 1 only when the CTA's previous task was of the same call and layer (a call's tasks
     on a CTA may keep an operand in scratch). Static: every task of the call's walk but the CTA's first;

@@ -351,6 +351,8 @@ def test_a_standalone_link_drops_the_events():
     """splitk_reduce waits on splitk_partial's partials: alone it is refused, standalone it links with no waits."""
     ctx = linked([comp("splitk_reduce")], until="resolve")
     assert "PL081" in codes(ctx.sink)
+    (d,) = [d for d in ctx.sink.items if d.code == "PL081"]
+    assert "'partials', which no component notifies" in d.message and "--standalone" in d.hint
     ctx = linked([comp("splitk_reduce")], standalone=True)
     assert not codes(ctx.sink), [d.render() for d in ctx.sink.items]
     assert ctx.resolved.events is None or not ctx.resolved.events.tensors

@@ -112,7 +112,9 @@ def plan_events(comps, geometry: dict[str, int], sink: DiagnosticSink) -> EventP
         for w in t.waiters:
             where = by_name[w.component].contract.at(w.pointer)
             if not t.notifiers:
-                sink.error("PL081", f"'{w.component}' waits for '{t.name}', which no component notifies", where)
+                sink.error("PL081", f"'{w.component}' waits for '{t.name}', which no component notifies", where,
+                           hint="link the component that notifies it too; where an earlier launch notifies it, link "
+                                "this kernel standalone (--standalone, pipeline `standalone`)")
             elif w.map.rank != len(t.shape):
                 sink.error("PL082", f"'{w.component}' waits on '{t.name}' with rank {w.map.rank}; the event has rank "
                            f"{len(t.shape)}", where)
