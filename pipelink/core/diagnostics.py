@@ -138,7 +138,8 @@ CODES = _codes(
     Code("PL078", "not supported by this version of the linker", L, "see docs/architecture.md for what the link does"),
     Code("PL080", "events form a cycle", L, "a task cannot wait, directly or not, for its own notification"),
     Code("PL081", "event without a notifier or a shape", L,
-         "every waited event needs a component that notifies it; give the shape where the map cannot derive it"),
+         "every waited event needs a component that notifies it (or, where an earlier launch notifies it, a "
+         "standalone link); give the shape where the map cannot derive it"),
     Code("PL082", "event rank differs", L, "notifiers and waiters must index the event with the same rank"),
     Code("PL083", "wait count differs from the notifications", L,
          "make the waiter's count equal what its producers send, or let it be derived (count: auto)"),
