@@ -5,6 +5,8 @@
 //   counter: the words by plain stores, then (the glue's protocol) a barrier, one thread's fence and an add to a
 //            counter; a waiter's one thread polls the counter (acquire, 64 ns sleeps), a barrier, then the block
 //            stages all of x_r (loads past L1) and meets at a barrier.
+//   release: the counter protocol with the fence folded into the add (`red.release.gpu`) and the poll relaxed,
+//            one acquire fence once the count is seen.
 //   tagged:  each word stored with the round in the same 8 bytes (one 64-bit store: single-copy atomic); a waiter
 //            stages x_r by loading every word until its tag is the round's: the data carries its event, no
 //            fence, counter or poll before the staging.
@@ -89,6 +91,35 @@ counter_rounds(unsigned* __restrict__ x, unsigned long long* __restrict__ counte
       atomicAdd(counter, 1ull);
       const unsigned long long want = (unsigned long long)producers * r;
       while (ld_acquire(counter) < want) __nanosleep(64);
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < n; i += kThreads) xs[i] = ld_cg(out + i);
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) sink[cta] = folded;
+}
+
+// As counter_rounds, with a release add and a relaxed poll (one acquire fence after it).
+extern "C" __global__ void __launch_bounds__(kThreads, 2)
+release_rounds(unsigned* __restrict__ x, unsigned long long* __restrict__ counter, const unsigned* __restrict__ x0,
+               const uint4* __restrict__ w, long long w_vecs, int stream, int rounds, unsigned* __restrict__ sink) {
+  __shared__ unsigned xs[kMaxN];
+  __shared__ unsigned red[kThreads / 32];
+  const int producers = gridDim.x, n = producers * kWords, cta = blockIdx.x;
+  for (int i = threadIdx.x; i < n; i += kThreads) xs[i] = x0[i];
+  __syncthreads();
+  unsigned folded = 0u;
+  for (int r = 1; r <= rounds; ++r) {
+    const unsigned sum = block_sum(xs, n, red);
+    folded += stream_w(w, w_vecs, stream, r, cta, gridDim.x);
+    unsigned* out = x + (r & 1) * n;
+    if (threadIdx.x < kWords) out[cta * kWords + threadIdx.x] = word_of(sum, r, cta * kWords + threadIdx.x);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      asm volatile("red.release.gpu.global.add.u64 [%0], 1;" ::"l"(counter) : "memory");
+      const unsigned long long want = (unsigned long long)producers * r;
+      while (ld_relaxed(counter) < want) __nanosleep(64);
+      asm volatile("fence.acq_rel.gpu;" ::: "memory");
     }
     __syncthreads();
     for (int i = threadIdx.x; i < n; i += kThreads) xs[i] = ld_cg(out + i);
