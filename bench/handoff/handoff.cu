@@ -15,15 +15,12 @@
 // weight stream beside the hand-off (0: the hand-off alone). Values are integers so the host checks x exactly.
 #include <cstdint>
 
+#include <pipelink/events.h>  // the glue's acquire load of a counter
+
 namespace {
 
 constexpr int kThreads = 256, kWords = 8, kMaxN = 4096;
 
-__device__ __forceinline__ unsigned long long ld_acquire(const unsigned long long* p) {
-  unsigned long long v;
-  asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-  return v;
-}
 __device__ __forceinline__ unsigned long long ld_relaxed(const unsigned long long* p) {
   unsigned long long v;
   asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
@@ -66,14 +63,14 @@ __device__ unsigned block_sum(const unsigned* xs, int n, unsigned* red) {
   return t;
 }
 
-}  // namespace
-
 // Every CTA produces (a CTA that only read could still be reading round r when round r + 2 overwrites its
 // buffer). x: [2][n] words (round parity), n = gridDim.x * 8; counter: one u64, zero at launch; x0 the round-0
-// input [n]; sink: one word a CTA (keeps the stream's loads).
-extern "C" __global__ void __launch_bounds__(kThreads, 2)
-counter_rounds(unsigned* __restrict__ x, unsigned long long* __restrict__ counter, const unsigned* __restrict__ x0,
-               const uint4* __restrict__ w, long long w_vecs, int stream, int rounds, unsigned* __restrict__ sink) {
+// input [n]; sink: one word a CTA (keeps the stream's loads). kRelease: the add releases and the poll is
+// relaxed, one acquire fence after it; else the glue's fence, add and acquire poll.
+template <bool kRelease>
+__device__ __forceinline__ void counter_protocol(unsigned* __restrict__ x, unsigned long long* __restrict__ counter,
+                                                 const unsigned* __restrict__ x0, const uint4* __restrict__ w,
+                                                 long long w_vecs, int stream, int rounds, unsigned* __restrict__ sink) {
   __shared__ unsigned xs[kMaxN];
   __shared__ unsigned red[kThreads / 32];
   const int producers = gridDim.x, n = producers * kWords, cta = blockIdx.x;
@@ -87,10 +84,16 @@ counter_rounds(unsigned* __restrict__ x, unsigned long long* __restrict__ counte
     if (threadIdx.x < kWords) out[cta * kWords + threadIdx.x] = word_of(sum, r, cta * kWords + threadIdx.x);
     __syncthreads();
     if (threadIdx.x == 0) {
-      __threadfence();
-      atomicAdd(counter, 1ull);
       const unsigned long long want = (unsigned long long)producers * r;
-      while (ld_acquire(counter) < want) __nanosleep(64);
+      if constexpr (kRelease) {
+        asm volatile("red.release.gpu.global.add.u64 [%0], 1;" ::"l"(counter) : "memory");
+        while (ld_relaxed(counter) < want) __nanosleep(64);
+        asm volatile("fence.acq_rel.gpu;" ::: "memory");
+      } else {
+        __threadfence();
+        pl::events::add_one(counter);
+        while (pl::events::load_acquire(counter) < want) __nanosleep(64);
+      }
     }
     __syncthreads();
     for (int i = threadIdx.x; i < n; i += kThreads) xs[i] = ld_cg(out + i);
@@ -99,33 +102,18 @@ counter_rounds(unsigned* __restrict__ x, unsigned long long* __restrict__ counte
   if (threadIdx.x == 0) sink[cta] = folded;
 }
 
-// As counter_rounds, with a release add and a relaxed poll (one acquire fence after it).
-extern "C" __global__ void __launch_bounds__(kThreads, 2)
-release_rounds(unsigned* __restrict__ x, unsigned long long* __restrict__ counter, const unsigned* __restrict__ x0,
-               const uint4* __restrict__ w, long long w_vecs, int stream, int rounds, unsigned* __restrict__ sink) {
-  __shared__ unsigned xs[kMaxN];
-  __shared__ unsigned red[kThreads / 32];
-  const int producers = gridDim.x, n = producers * kWords, cta = blockIdx.x;
-  for (int i = threadIdx.x; i < n; i += kThreads) xs[i] = x0[i];
-  __syncthreads();
-  unsigned folded = 0u;
-  for (int r = 1; r <= rounds; ++r) {
-    const unsigned sum = block_sum(xs, n, red);
-    folded += stream_w(w, w_vecs, stream, r, cta, gridDim.x);
-    unsigned* out = x + (r & 1) * n;
-    if (threadIdx.x < kWords) out[cta * kWords + threadIdx.x] = word_of(sum, r, cta * kWords + threadIdx.x);
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      asm volatile("red.release.gpu.global.add.u64 [%0], 1;" ::"l"(counter) : "memory");
-      const unsigned long long want = (unsigned long long)producers * r;
-      while (ld_relaxed(counter) < want) __nanosleep(64);
-      asm volatile("fence.acq_rel.gpu;" ::: "memory");
-    }
-    __syncthreads();
-    for (int i = threadIdx.x; i < n; i += kThreads) xs[i] = ld_cg(out + i);
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) sink[cta] = folded;
+}  // namespace
+
+#define HANDOFF_PARAMS                                                                                         \
+  unsigned *__restrict__ x, unsigned long long *__restrict__ counter, const unsigned *__restrict__ x0,         \
+      const uint4 *__restrict__ w, long long w_vecs, int stream, int rounds, unsigned *__restrict__ sink
+
+extern "C" __global__ void __launch_bounds__(kThreads, 2) counter_rounds(HANDOFF_PARAMS) {
+  counter_protocol<false>(x, counter, x0, w, w_vecs, stream, rounds, sink);
+}
+
+extern "C" __global__ void __launch_bounds__(kThreads, 2) release_rounds(HANDOFF_PARAMS) {
+  counter_protocol<true>(x, counter, x0, w, w_vecs, stream, rounds, sink);
 }
 
 // x: [2][n] tagged words (value low, round high), zero at launch.

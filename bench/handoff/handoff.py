@@ -44,8 +44,9 @@ def main(argv=None) -> int:
     from pipelink import toolchain
 
     cubin = Path(tempfile.mkdtemp()) / "handoff.cubin"
-    subprocess.run([str(toolchain.nvcc_path()), "-arch=sm_90a", "-cubin", "-O3", "-o", str(cubin),
-                    str(HERE / "handoff.cu")], check=True)
+    from pipelink.authoring.builder import pipelink_include_dir
+    subprocess.run([str(toolchain.nvcc_path()), "-arch=sm_90a", "-cubin", "-O3", f"-I{pipelink_include_dir()}",
+                    "-o", str(cubin), str(HERE / "handoff.cu")], check=True)
     mod = cp.RawModule(path=str(cubin))
     kernels = {"counter": mod.get_function("counter_rounds"), "release": mod.get_function("release_rounds"),
                "tagged": mod.get_function("tagged_rounds")}
@@ -116,6 +117,7 @@ def main(argv=None) -> int:
            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
            "grid": grid, "words_per_cta": 8, "results": results}
     out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(doc, indent=1) + "\n")
     lines = ["# Hand-off between all CTAs of a persistent kernel", "",
              f"`{doc['command']}` on {doc['machine']}, {doc['date']}; {grid} CTAs (two an SM), 8 words a CTA a round, "

@@ -541,7 +541,7 @@ __device__ __forceinline__ void merge_records(const float* __restrict__ part, bf
   float m = -CUDART_INF_F, l = 0.0f, acc = 0.0f;
   // IN_FLIGHT records' loads are issued before any is combined: the merge is a chain of L2 round trips
   // otherwise (up to SPLIT_TASKS / 8 splits at batch 1)
-  constexpr int IN_FLIGHT = 8;
+  constexpr int IN_FLIGHT = 16;
   for (int s0 = 0; s0 < splits; s0 += IN_FLIGHT, rec += IN_FLIGHT * RECORD) {
     float ms[IN_FLIGHT], ls[IN_FLIGHT], as[IN_FLIGHT];
 #pragma unroll
