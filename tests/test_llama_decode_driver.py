@@ -203,6 +203,18 @@ def test_report_main_writes_results_md(tmp_path, capsys):
     assert capsys.readouterr().out.startswith("summary: ")
 
 
+def test_a_run_merged_in_keeps_its_command_date_and_machine(tmp_path):
+    path, other = tmp_path / "decode.json", tmp_path / "torch_graph.json"
+    path.write_text(json.dumps(_results()))
+    graph = {"command": "run.py --variants torch_graph", "date": "2026-12-04T06:10:12+00:00", "machine": "H200 b",
+             "latency": [{"variant": "torch_graph", "B": 1, "ctx": 1024, "median_us": 2500.0}]}
+    other.write_text(json.dumps(graph))
+    assert report.main([str(path), str(other)]) == 0
+    md = (tmp_path / "RESULTS.md").read_text()
+    assert "Merged in from a run of its own: `run.py --variants torch_graph` (2026-12-04T06:10:12+00:00, H200 b)." in md
+    assert f"Command: `{_results()['command']}`" in md  # the main run's command stays its own
+
+
 def test_the_ring_control_swaps_the_same_gemvs_as_the_ring_step():
     import json
     ring = json.loads((CASE / "pipelines" / "decode_step_ring.json").read_text())

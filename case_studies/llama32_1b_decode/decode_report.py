@@ -112,6 +112,9 @@ def render(results: dict) -> str:
            f"{results.get('transformers', '?')}; weights: "
            f"{results.get('checkpoint') or 'random (seed %s)' % results.get('seed', '?')}.", "",
            f"Command: `{results.get('command', '?')}`", ""]
+    out += [f"Merged in from a run of its own: `{m.get('command', '?')}` ({m.get('date', '?')}, {m.get('machine', '?')})."
+            for m in results.get("merged_runs", [])]
+    out += [""] if results.get("merged_runs") else []
     out += _correctness(results)
     out += _headline(results)
     out += _swap(results)
@@ -244,7 +247,8 @@ def merged(results: dict, more: dict) -> dict:
     out = dict(results)
     out["latency"] = list(results.get("latency", [])) + list(more.get("latency", []))
     out["errors"] = {**results.get("errors", {}), **more.get("errors", {})}
-    out["command"] = f"{results.get('command', '?')}; {more.get('command', '?')}"
+    out["merged_runs"] = list(results.get("merged_runs", [])) + [
+        {k: more.get(k, "?") for k in ("command", "date", "machine")}]
     return out
 
 
