@@ -56,6 +56,14 @@ def _path(text: str) -> str:
     return text
 
 
+def _arch(text: str) -> str:
+    """A target named on the command line: one pipelink knows, or a usage error (exit 2) before any input is read;
+    a contract naming an unknown target stays a contract problem (PL034, exit 1)."""
+    if text not in TARGETS:
+        raise argparse.ArgumentTypeError(f"unknown target {text!r} (known: {', '.join(TARGETS)})")
+    return text
+
+
 def _report_options(p: argparse.ArgumentParser) -> None:
     """The options of every command that reports diagnostics about its inputs."""
     p.add_argument("--format", choices=FORMATS, default="text",
@@ -83,7 +91,7 @@ def _parser() -> argparse.ArgumentParser:
     chk.add_argument("files", nargs="+", metavar="FILE", type=_path, help="contracts (.json) or objects")
     chk.add_argument("--set", action="store_true", help="check the components together as one kernel's: compile "
                      "flags, a common target, geometry, barrier ids, resource lower bounds (PL04x, PL05x)")
-    chk.add_argument("--arch", help="the link target (default: the first target each component, or with --set "
+    chk.add_argument("--arch", type=_arch, help="the link target (default: the first target each component, or with --set "
                      "every component, supports)")
     chk.add_argument("--pipeline", metavar="P", type=_path, help="check the set (implies --set) as this pipeline links it, "
                      "without compiling: wires, geometry, events (PL06x-PL08x) and the joint allocation (PL04x)")
@@ -99,7 +107,7 @@ def _parser() -> argparse.ArgumentParser:
     bld.add_argument("source", type=_path, help="the component's CUDA source")
     bld.add_argument("--contract", required=True, type=_path, help="the component's contract (.json)")
     bld.add_argument("-o", "--output", required=True, type=_path, help="the object to write (- for stdout)")
-    bld.add_argument("--arch", action="append", help="build only for this target (repeatable)")
+    bld.add_argument("--arch", type=_arch, action="append", help="build only for this target (repeatable)")
     bld.add_argument("-I", dest="include", action="append", default=[], help="include directory")
     bld.add_argument("-D", dest="define", action="append", default=[], help="preprocessor definition")
     bld.add_argument("-v", "--verbose", action="store_true", help="print the nvcc command lines")
@@ -133,7 +141,7 @@ def _parser() -> argparse.ArgumentParser:
                      help="persistent schedule: record every task (component, SM, when it starts, when its waits "
                           "are met, when it is done) in a ring of N records; Kernel.task_profile() reads them")
     lnk.add_argument("--name", help="the kernel's name (default: the pipeline's, or pipelink_fused)")
-    lnk.add_argument("--arch", help="the link target (default: the first target every component supports)")
+    lnk.add_argument("--arch", type=_arch, help="the link target (default: the first target every component supports)")
     lnk.add_argument("--map", metavar="FILE", type=_path, help="write the link map (- for stdout)")
     lnk.add_argument("--loops", action="store_true",
                      help="also link each component alone and compare its streaming loops with the same loops in "

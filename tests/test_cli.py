@@ -206,6 +206,21 @@ def test_build_compile_error_writes_nothing(capsys, tmp_path):
 
 # --- every class of bad input: a located diagnostic, a hint, exit 1 or 2, no traceback ------------
 
+@pytest.mark.parametrize("command", ["check", "link", "build"])
+def test_an_unknown_target_on_the_command_line_is_a_usage_error(capsys, shipped_objects, tmp_path, command):
+    """--arch names a target pipelink does not know: exit 2 before any input is read, nothing written (a
+    contract naming one stays a contract problem, PL034)."""
+    from pipelink.harness.shipped import REPO
+    out = tmp_path / "out.bin"
+    args = {"check": [shipped_objects["tile_load"]],
+            "link": [shipped_objects["tile_load"], "-o", out],
+            "build": [REPO / "components/tile_transform/tile_transform.cu", "--contract",
+                      REPO / "contracts/tile_transform.json", "-o", out]}[command]
+    code, _, err = run(capsys, command, *args, "--arch", "sm_99")
+    assert code == 2 and "error[PL001]" in err and "unknown target 'sm_99'" in err and "sm_90a" in err
+    assert not out.exists()
+
+
 def _bad(capsys, path, code, exit_code, *more):
     got, out, err = run(capsys, "check", path, *more)
     assert got == exit_code, err
