@@ -540,7 +540,8 @@ __device__ __forceinline__ void merge_records(const float* __restrict__ part, bf
   const float* rec = part + ((long long)b * KV_HEADS + h) * splits * RECORD;
   float m = -CUDART_INF_F, l = 0.0f, acc = 0.0f;
   // IN_FLIGHT records' loads are issued before any is combined: the merge is a chain of L2 round trips
-  // otherwise (up to SPLIT_TASKS / 8 splits at batch 1)
+  // otherwise (up to SPLIT_TASKS / 8 splits at batch 1). 16: one round trip for the 16 splits of batch 1 at
+  // context 1024 (8 took two and a slower step; 32 at once, slower still at 1024: PERFORMANCE.md)
   constexpr int IN_FLIGHT = 16;
   for (int s0 = 0; s0 < splits; s0 += IN_FLIGHT, rec += IN_FLIGHT * RECORD) {
     float ms[IN_FLIGHT], ls[IN_FLIGHT], as[IN_FLIGHT];
