@@ -203,6 +203,22 @@ def test_report_main_writes_results_md(tmp_path, capsys):
     assert capsys.readouterr().out.startswith("summary: ")
 
 
+def test_the_report_shows_the_fp32_reference_where_the_run_had_one():
+    res = _results()
+    c = res["correctness"]
+    c["reference_bf16_vs_fp32"] = dict(max_abs_err=0.05, argmax_match=60, generated=64,
+                                       mismatches=[dict(step=30, fp32=7, bf16=8, fp32_top2_margin=0.002)])
+    c["variants"]["pipelink_split"]["fp32"] = dict(max_abs_err=0.12, argmax_match=61, generated=64)
+    section = report.render(res).split("## Correctness")[1].split("##")[0]
+    assert "| max abs error vs fp32 | tokens match fp32 |" in section
+    assert "| 63/64 | 0.12 | 61/64 | step 40:" in section
+    assert "the bf16 reference itself matches its greedy tokens 60/64 times" in section
+    assert "step 30: fp32 7, bf16 8, fp32 top-2 margin 0.002" in section
+    assert report.summary_line(res) == report.summary_line(_results())  # the summary stays against the bf16 one
+    plain = report.render(_results()).split("## Correctness")[1].split("##")[0]
+    assert "fp32" not in plain  # a run without it (or an older JSON) renders as before
+
+
 def test_a_run_merged_in_keeps_its_command_date_and_machine(tmp_path):
     path, other = tmp_path / "decode.json", tmp_path / "torch_graph.json"
     path.write_text(json.dumps(_results()))

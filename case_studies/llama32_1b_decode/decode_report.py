@@ -136,16 +136,28 @@ def _correctness(results: dict) -> list[str]:
            f"Batch {c['batch']}, a prompt of {len(c['prompt'])} tokens fed one per step, then {c['steps']} greedy "
            f"steps; every variant is fed the reference's token. Logits against transformers' (bf16) at every "
            f"step; tolerance {c['atol']} + {c['rtol']} x max |reference logit|.", ""]
+    fp32 = c.get("reference_bf16_vs_fp32")
     rows = []
     for name, s in c["variants"].items():
         mism = "; ".join(f"step {m['step']}: reference {m['ref']}, got {m['got']}, reference top-2 margin "
                          f"{m['ref_top2_margin']:.3g}" for m in s["mismatches"][:5]) or "none"
         if s.get("failed"):
             mism = f"failed after {s['steps']} steps: {s['failed'].splitlines()[0]}"
-        rows.append([name, s["steps"], f"{s['max_abs_err']:.4g}", f"{s['ref_absmax']:.4g}",
-                     "yes" if s.get("within_tolerance") else "no", f"{s['argmax_match']}/{c['steps']}", mism])
+        row = [name, s["steps"], f"{s['max_abs_err']:.4g}", f"{s['ref_absmax']:.4g}",
+               "yes" if s.get("within_tolerance") else "no", f"{s['argmax_match']}/{c['steps']}"]
+        if fp32:
+            f = s.get("fp32")
+            row += ["n/a", "n/a"] if f is None else [f"{f['max_abs_err']:.4g}", f"{f['argmax_match']}/{f['generated']}"]
+        rows.append(row + [mism])
+    fp32_cols = ["max abs error vs fp32", "tokens match fp32"] if fp32 else []
     out += _table(["variant", "steps compared", "max abs error", "max abs reference logit", "within tolerance",
-                   "tokens match", "mismatches"], rows)
+                   "tokens match"] + fp32_cols + ["mismatches"], rows)
+    if fp32:
+        mism = "; ".join(f"step {m['step']}: fp32 {m['fp32']}, bf16 {m['bf16']}, fp32 top-2 margin "
+                         f"{m['fp32_top2_margin']:.3g}" for m in fp32["mismatches"][:5]) or "none"
+        out += ["", f"The same steps through transformers in fp32 (the same weights, upcast: exact), the columns "
+                    f"\"vs fp32\": the bf16 reference itself matches its greedy tokens {fp32['argmax_match']}/"
+                    f"{fp32['generated']} times, max abs error {fp32['max_abs_err']:.4g} (mismatches: {mism})."]
     return out + [""]
 
 

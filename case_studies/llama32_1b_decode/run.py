@@ -8,7 +8,10 @@ latency against the baselines, on one GPU.
 3. Correctness: feeds a fixed prompt token by token (positions 0..P-1), then decodes greedily for --steps
    steps. At every step each pipelink variant's logits are compared with the reference's (max abs error), and
    its greedy token with the reference's argmax; every variant is fed the reference's token (so the logits
-   stay comparable after a near-tie flips), a mismatch is printed with the reference's top-2 margin.
+   stay comparable after a near-tie flips), a mismatch is printed with the reference's top-2 margin. The same
+   steps run through the reference in fp32 (the same weights upcast, exact; --no-fp32-reference: not): each
+   variant's tokens and logits against it too, and the bf16 reference's own, where two bf16 implementations
+   split near-ties differently.
 4. Latency: at every batch size and context (the cache length attended, filled with random values), every
    variant's step is timed with CUDA events, the variants alternating round-robin, median over --iters.
 5. Writes results/<name>.json and renders results/RESULTS.md (decode_report.py).
@@ -134,14 +137,23 @@ def as_graph(fn):
 
 # --- correctness ------------------------------------------------------------------------------------------
 
-def correctness(model, dm, variants, steps, B, atol, rtol, errors):
-    """Teacher-forced greedy decoding: the reference's tokens go into every variant."""
+def fp32_reference(model):
+    """The reference model in fp32: the same weights (bf16 values are exact in fp32), fp32 arithmetic."""
+    import copy
+    return copy.deepcopy(model).float()
+
+
+def correctness(model, dm, variants, steps, B, atol, rtol, errors, fp32: bool = True):
+    """Teacher-forced greedy decoding: the reference's tokens go into every variant (and, with `fp32`, into the
+    reference in fp32, which every variant and the bf16 reference are compared with as well)."""
     import torch
     from decode_baselines import HFStep
     P = len(PROMPT)
     total = P + steps - 1  # the logits at the last prompt position give the first generated token
     Lmax = -(-total // 256) * 256
     ref = HFStep(model, B, Lmax)
+    ref32 = HFStep(fp32_reference(model), B, Lmax) if fp32 else None
+    bf16_vs_fp32 = dict(max_abs_err=0.0, argmax_match=0, generated=0, mismatches=[])
     states = {}
     for name, v in variants.items():
         states[name] = DecodeState.allocate(dm, B, Lmax)
@@ -158,6 +170,18 @@ def correctness(model, dm, variants, steps, B, atol, rtol, errors):
         top2 = torch.topk(ref_logits[0], 2).values
         margin = float(top2[0] - top2[1])
         generated = i >= P - 1
+        if ref32 is not None:
+            ref32.set([tok] * B, pos)
+            logits32 = ref32.step().float()
+            next32 = int(logits32[0].argmax())
+            top2_32 = torch.topk(logits32[0], 2).values
+            bf16_vs_fp32["max_abs_err"] = max(bf16_vs_fp32["max_abs_err"], float((ref_logits - logits32).abs().max()))
+            if generated and bf16_vs_fp32["generated"] < steps:
+                bf16_vs_fp32["generated"] += 1
+                bf16_vs_fp32["argmax_match"] += int(ref_next == next32)
+                if ref_next != next32:
+                    bf16_vs_fp32["mismatches"].append(dict(step=i, fp32=next32, bf16=ref_next,
+                                                           fp32_top2_margin=float(top2_32[0] - top2_32[1])))
         for name, v in list(variants.items()):
             st, s = states[name], stats[name]
             try:
@@ -178,6 +202,12 @@ def correctness(model, dm, variants, steps, B, atol, rtol, errors):
             s["ref_absmax"] = max(s["ref_absmax"], float(ref_logits.abs().max()))
             s["steps"] += 1
             got_tok = [int(t) for t in st["token"].tolist()]
+            if ref32 is not None:  # against the reference in fp32
+                f = s.setdefault("fp32", dict(max_abs_err=0.0, argmax_match=0, generated=0))
+                f["max_abs_err"] = max(f["max_abs_err"], float((got - logits32).abs().max()))
+                if generated and f["generated"] < steps:
+                    f["generated"] += 1
+                    f["argmax_match"] += int(all(t == next32 for t in got_tok))
             s["token_is_logit_argmax"] += int(got_tok[0] == int(got[0].argmax()))
             if generated and len(s["tokens"]) < steps:
                 s["generated"] += 1
@@ -194,10 +224,20 @@ def correctness(model, dm, variants, steps, B, atol, rtol, errors):
         tok = PROMPT[i + 1] if i + 1 < P else ref_next
     for name, s in stats.items():
         s["within_tolerance"] = "failed" not in s and s["max_abs_err"] <= atol + rtol * s["ref_absmax"]
+        f = s.get("fp32")
         log(f"{name}: {s['steps']} steps, max abs error {s['max_abs_err']:.4g} (reference |logit| max "
-            f"{s['ref_absmax']:.4g}), tokens match {s['argmax_match']}/{s['generated']}")
-    return dict(batch=B, prompt=PROMPT, steps=steps, atol=atol, rtol=rtol, reference_tokens=ref_tokens,
-                variants=stats)
+            f"{s['ref_absmax']:.4g}), tokens match {s['argmax_match']}/{s['generated']}"
+            + (f"; against fp32: max abs error {f['max_abs_err']:.4g}, tokens match {f['argmax_match']}/{f['generated']}"
+               if f else ""))
+    out = dict(batch=B, prompt=PROMPT, steps=steps, atol=atol, rtol=rtol, reference_tokens=ref_tokens,
+               variants=stats)
+    if ref32 is not None:
+        log(f"the bf16 reference against fp32: max abs error {bf16_vs_fp32['max_abs_err']:.4g}, tokens match "
+            f"{bf16_vs_fp32['argmax_match']}/{bf16_vs_fp32['generated']}")
+        out["reference_bf16_vs_fp32"] = bf16_vs_fp32
+        del ref32  # its weights and cache leave the GPU before the latency runs
+        torch.cuda.empty_cache()
+    return out
 
 
 # --- latency ----------------------------------------------------------------------------------------------
@@ -296,6 +336,8 @@ def main(argv=None) -> int:
     ap.add_argument("--checkpoint", help="a safetensors file or directory to load instead of random weights")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--steps", type=int, default=64, help="generated steps of the correctness run")
+    ap.add_argument("--no-fp32-reference", dest="fp32_reference", action="store_false",
+                    help="compare with the bf16 reference only (not also with the reference run in fp32)")
     ap.add_argument("--correct-batch", type=int, default=1, help="batch of the correctness run (rows alike)")
     ap.add_argument("--batches", type=int, nargs="+", default=BATCHES)
     ap.add_argument("--contexts", type=int, nargs="+", default=CONTEXTS)
@@ -375,7 +417,7 @@ def main(argv=None) -> int:
     if not args.skip_correctness:
         log(f"correctness: prompt of {len(PROMPT)} tokens, {args.steps} generated steps")
         results["correctness"] = correctness(model, dm, dict(variants), args.steps, args.correct_batch,
-                                             args.atol, args.rtol, errors)
+                                             args.atol, args.rtol, errors, args.fp32_reference)
         save()
     if not args.skip_bench:
         rows = []
