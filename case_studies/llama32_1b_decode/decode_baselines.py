@@ -7,12 +7,11 @@ import inspect
 
 def make_static_cache(model, B: int, Lmax: int):
     """A StaticCache of batch B and capacity Lmax, whatever the transformers version calls its arguments."""
-    import torch
     from transformers import StaticCache
     params = inspect.signature(StaticCache.__init__).parameters
     kw = {"config": model.config, "max_cache_len": Lmax}
     for name, value in (("max_batch_size", B), ("batch_size", B), ("device", model.device),
-                        ("dtype", torch.bfloat16)):
+                        ("dtype", model.dtype)):  # the model's: bf16, or fp32 for the fp32 reference
         if name in params:
             kw[name] = value
     return StaticCache(**kw)
