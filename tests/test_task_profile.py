@@ -153,6 +153,20 @@ def test_phases_split_layered_calls_by_layer_and_measure_the_hand_offs():
     assert profile.phases([], 2, {"a"}) == [] and profile.render_phases([]) == "no layered components"
 
 
+def test_tails_measure_how_long_the_slowest_cta_holds_a_call():
+    # grid 3; a: 2 layers of 6 tasks (CTA t % 3 runs tasks t and t + 3 of its layer), c: 4 tasks once after
+    ends_a = {0: [1000, 1100, 1200, 2000, 1300, 1400], 1: [11000, 11000, 11000, 11000, 11000, 11600]}
+    recs = [_rec("a", 6 * layer + t, 0, 0, 0, e) for layer, es in ends_a.items() for t, e in enumerate(es)]
+    recs += [_rec("c", t, 0, 0, 0, e) for t, e in enumerate([20_000, 20_100, 20_200, 20_900])]
+    got = profile.tails(recs, 2, {"a"}, 3)
+    # layer 0: CTAs end at 2000, 1300, 1400 (median 1400): 0.6 us; layer 1: 11000, 11000, 11600: 0.6 us
+    assert got["a"] == (0.6, 0.6, 3)
+    # c: CTA 0 ran tasks 0 and 3 (last 20900), CTAs 1 and 2 end at 20100, 20200: 20900 - 20200
+    assert got["c"] == (0.7, 0.7, 3)
+    text = profile.render_tails(got)
+    assert text.splitlines()[1].split() == ["a", "3", "0.60", "0.60"]
+
+
 def test_decode_refuses_a_ring_the_launch_overran():
     comps = ["c"]
     recs = [(1, "c", 0, t, (t, t, t, t)) for t in range(10)]

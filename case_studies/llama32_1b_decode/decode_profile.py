@@ -114,13 +114,16 @@ def main(argv=None) -> int:
         # static dispatch: what a CTA's first task of a call costs over its later ones (x staged, the norm)
         split = profile.first_and_later(records, dm.NL, layered, step.kernel.resident_blocks())
         print(profile.render_first_and_later(split))
+        # static dispatch: how long each call's slowest CTA holds it up past the median one
+        tails = profile.tails(records, dm.NL, layered, step.kernel.resident_blocks())
+        print(profile.render_tails(tails))
         if args.out:
             span, sms, per = profile.summarize(records)
             Path(args.out).write_text(json.dumps(dict(**provenance(), B=args.B, ctx=args.ctx, variant=args.tasks,
                                                       span_us=span, sms=sms,
                                                       components=[c.__dict__ for c in per],
                                                       phases=[p.__dict__ for p in phases],
-                                                      first_and_later=split), indent=1) + "\n")
+                                                      first_and_later=split, tails=tails), indent=1) + "\n")
         step.unload()
         return 0
     if args.launch:

@@ -201,3 +201,35 @@ def render_first_and_later(split: dict[str, tuple]) -> str:
     for c, (first, later, nf, nl) in split.items():
         lines.append(f"{c:24s} {nf:11d} {first:14.2f} {nl:11d} " + (f"{later:14.2f}" if later is not None else f"{'-':>14s}"))
     return "\n".join(lines)
+
+
+def tails(records: list[TaskRecord], layers: int, layered: set[str], grid: int) -> dict[str, tuple]:
+    """Per component, how long its slowest CTA holds the call up: in each layer (a component outside `layered`:
+    its one phase) each CTA's last notification of the call, under static dispatch (`deal: restart`) CTA t % grid
+    for the task numbered t within its layer; the tail is the latest of them less their median. Returns {component:
+    (median tail us over the layers, largest tail us, CTAs that ran the call in a layer, median)}: what evening
+    out the call's tasks over its CTAs could take from it at most."""
+    count: dict[str, int] = {}
+    for r in records:
+        count[r.component] = count.get(r.component, 0) + 1
+    ends: dict[tuple[str, int], dict[int, int]] = {}
+    for r in records:
+        per_layer = count[r.component] // layers if r.component in layered and not count[r.component] % layers else 0
+        layer, t = (r.task // per_layer, r.task % per_layer) if per_layer else (-1, r.task)
+        cta = ends.setdefault((r.component, layer), {})
+        cta[t % grid] = max(cta.get(t % grid, r.notified), r.notified)
+    per: dict[str, tuple[list, list]] = {}
+    for (c, _), by_cta in ends.items():
+        last = sorted(by_cta.values())
+        tail, ctas = per.setdefault(c, ([], []))
+        tail.append((last[-1] - statistics.median(last)) / 1000.0)
+        ctas.append(len(last))
+    return {c: (statistics.median(t), max(t), int(statistics.median(n))) for c, (t, n) in per.items()}
+
+
+def render_tails(t: dict[str, tuple]) -> str:
+    lines = [f"{'component':24s} {'CTAs':>6s} {'median tail us':>15s} {'largest tail us':>16s}  "
+             "(the call's last CTA out less its median CTA's end)"]
+    for c, (median, largest, ctas) in t.items():
+        lines.append(f"{c:24s} {ctas:6d} {median:15.2f} {largest:16.2f}")
+    return "\n".join(lines)
