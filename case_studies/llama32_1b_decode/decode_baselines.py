@@ -80,3 +80,10 @@ class HFStep:
     def replay(self):
         self.graph.replay()
         return self.graph_logits
+
+    def step_fn(self):
+        """`step` as a timed function of a stream (run.py's timing loop runs on the current stream)."""
+        return lambda stream: self.step()
+
+    def replay_fn(self):
+        return lambda stream: self.replay()

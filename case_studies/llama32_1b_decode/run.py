@@ -291,20 +291,22 @@ def bench_config(model, dm, variants, B, ctx, warmup, iters, torch_variants, err
         except Exception as exc:
             errors[f"{name} B={B} ctx={ctx}"] = f"{type(exc).__name__}: {exc}"
             log(f"{name} at B={B} ctx={ctx}: {exc}")
-    if torch_variants:
+    for name in torch_variants:
+        # Each its own step and cache: eager steps of a StaticCache that a graph captured fail the cache's index
+        # check (transformers 5.17, seen on the H200), so the two never share one.
         hf = HFStep(model, B, ctx)
         hf.set(tokens.long(), pos)
         hf.step()  # the cache's tensors exist after a first step
         hf.fill_cache_random(seed=ctx)
-        if "torch_eager" in torch_variants:
-            fns["torch_eager"] = lambda stream: hf.step()
-        if "torch_graph" in torch_variants:
+        if name == "torch_eager":
+            fns[name] = hf.step_fn()
+        else:
             try:
                 hf.capture()
-                fns["torch_graph"] = lambda stream: hf.replay()
+                fns[name] = hf.replay_fn()
             except Exception as exc:
-                errors[f"torch_graph B={B} ctx={ctx}"] = f"{type(exc).__name__}: {exc}"
-                log(f"torch_graph at B={B} ctx={ctx}: {exc}")
+                errors[f"{name} B={B} ctx={ctx}"] = f"{type(exc).__name__}: {exc}"
+                log(f"{name} at B={B} ctx={ctx}: {exc}")
         keep.append(hf)
     res = time_round_robin(fns, warmup, iters)
     rows = [dict(B=B, ctx=ctx, variant=name, **r) for name, r in res.items()]
