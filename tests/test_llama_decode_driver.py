@@ -316,3 +316,46 @@ def test_run_refuses_a_bad_objects_folder_as_a_usage_error(capsys, arg):
     with pytest.raises(SystemExit) as exc:
         run.main(["--objects", arg])
     assert exc.value.code == 2 and "NAME:DIR" in capsys.readouterr().err
+
+
+def test_the_report_says_where_the_reference_graph_ran_apart():
+    assert "child process of its own" not in report.render(_results())
+    assert "child process of its own for each batch and context" in report.render({**_results(), "graph_apart": True})
+
+
+def _fake_child(returncode: int, rows: list, seen: list):
+    """subprocess.run as the graph's child process: records the command, writes its JSON to --out/--name."""
+    class Done:
+        pass
+
+    def run(cmd, capture_output=True, text=True):
+        seen.append(cmd)
+        out = Path(cmd[cmd.index("--out") + 1]) / (cmd[cmd.index("--name") + 1] + ".json")
+        if rows:
+            out.write_text(json.dumps({"latency": rows, "errors": {}}))
+        done = Done()
+        done.returncode, done.stdout, done.stderr = returncode, "", "RuntimeError: CUDA error\n" if returncode else ""
+        return done
+    return run
+
+
+def test_the_reference_graph_is_timed_by_a_child_process_of_one_batch_and_context(monkeypatch):
+    run = _decode_run()
+    args = run.main.__globals__["argparse"].Namespace(iters=7, warmup=2, seed=3, checkpoint="/ckpt")
+    row = {"B": 8, "ctx": 256, "variant": "torch_graph", "median_us": 2600.0, "min_us": 2590.0}
+    seen, errors = [], {}
+    monkeypatch.setattr(run.subprocess, "run", _fake_child(0, [row], seen))
+    assert run.graph_in_child(args, 8, 256, errors) == [row] and errors == {}
+    cmd = seen[0]
+    assert cmd[cmd.index("--variants") + 1] == "torch_graph" and "--graph-here" in cmd and "--skip-correctness" in cmd
+    assert [cmd[cmd.index(f) + 1] for f in ("--batches", "--contexts", "--iters", "--warmup", "--seed", "--checkpoint")] \
+        == ["8", "256", "7", "2", "3", "/ckpt"]
+
+
+def test_a_failed_reference_graph_child_is_an_error_of_its_config_not_of_the_run(monkeypatch):
+    run = _decode_run()
+    args = run.main.__globals__["argparse"].Namespace(iters=7, warmup=2, seed=0, checkpoint=None)
+    errors = {}
+    monkeypatch.setattr(run.subprocess, "run", _fake_child(1, [], []))
+    assert run.graph_in_child(args, 1, 16, errors) == []
+    assert "exited 1" in errors["torch_graph B=1 ctx=16"] and "CUDA error" in errors["torch_graph B=1 ctx=16"]

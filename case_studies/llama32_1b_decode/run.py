@@ -139,7 +139,6 @@ def as_graph(fn):
 
 def fp32_reference(model):
     """The reference model in fp32: the same weights (bf16 values are exact in fp32), fp32 arithmetic."""
-    import copy
     return copy.deepcopy(model).float()
 
 
@@ -292,8 +291,7 @@ def bench_config(model, dm, variants, B, ctx, warmup, iters, torch_variants, err
             errors[f"{name} B={B} ctx={ctx}"] = f"{type(exc).__name__}: {exc}"
             log(f"{name} at B={B} ctx={ctx}: {exc}")
     for name in torch_variants:
-        # Each its own step and cache: neither's steps move the other's inputs or cache.
-        hf = HFStep(model, B, ctx)
+        hf = HFStep(model, B, ctx)  # each variant its own cache
         hf.set(tokens.long(), pos)
         hf.step()  # the cache's tensors exist after a first step
         hf.fill_cache_random(seed=ctx)
@@ -313,6 +311,32 @@ def bench_config(model, dm, variants, B, ctx, warmup, iters, torch_variants, err
         log(f"B={B} ctx={ctx:6d} {r['variant']:16s} median {r['median_us']:9.2f} us  min {r['min_us']:9.2f} us")
     del fns, keep
     torch.cuda.empty_cache()
+    return rows
+
+
+def graph_in_child(args, B: int, ctx: int, errors: dict) -> list:
+    """torch_graph at (B, ctx), timed by a child process running only it. Eager steps of the reference in a
+    process where a graph of it was captured failed on the H200 (transformers 5.17, torch 2.11: an index assert in
+    the StaticCache update, then cuBLAS), with or without a copy of the model for the graph; eager steps, and one
+    graph, each alone in a process ran clean. So the graph's timings are not interleaved with the others'."""
+    with tempfile.TemporaryDirectory(prefix="llama_decode_graph_") as tmp:
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--graph-here", "--skip-correctness", "--variants",
+               "torch_graph", "--batches", str(B), "--contexts", str(ctx), "--iters", str(args.iters), "--warmup",
+               str(args.warmup), "--seed", str(args.seed), "--out", tmp, "--name", "graph"]
+        if args.checkpoint:
+            cmd += ["--checkpoint", args.checkpoint]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        out = Path(tmp) / "graph.json"
+        child = json.loads(out.read_text()) if out.exists() else {}
+    rows = child.get("latency", [])
+    errors.update(child.get("errors", {}))
+    if done.returncode != 0 or not rows:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+        errors[f"torch_graph B={B} ctx={ctx}"] = f"the child process exited {done.returncode}: {tail[0]}"
+        log(f"torch_graph at B={B} ctx={ctx}: {errors[f'torch_graph B={B} ctx={ctx}']}")
+    for r in rows:
+        log(f"B={B} ctx={ctx:6d} {r['variant']:16s} median {r['median_us']:9.2f} us  min {r['min_us']:9.2f} us "
+            "(a process of its own)")
     return rows
 
 
@@ -357,6 +381,8 @@ def main(argv=None) -> int:
                          "another commit's build; its pipeline files too where DIR/pipelines holds them), timed as "
                          "VARIANT@NAME in the same round-robin; repeatable")
     ap.add_argument("--skip-correctness", action="store_true")
+    ap.add_argument("--graph-here", action="store_true",
+                    help="time torch_graph in this process (what the child process of each batch and context does)")
     ap.add_argument("--skip-bench", action="store_true")
     ap.add_argument("--quick", action="store_true", help="B=1 only, contexts 16 and 1024, 50 iterations")
     ap.add_argument("--out", default=str(HERE / "results"), help="results folder")
@@ -384,11 +410,13 @@ def main(argv=None) -> int:
     dm = DecodeModel.from_hf(model)
     results["weight_bytes_per_step"] = {str(B): report.weight_bytes(B) for B in args.batches}
 
-    log("building and linking the pipelink components")
-    from decode_kernels import build_objects
-    build = Path(tempfile.mkdtemp(prefix="llama_decode_build_"))
-    objects = build_objects(build)
     wanted = [v for v in args.variants if v in PIPELINK_VARIANTS]
+    build = Path(tempfile.mkdtemp(prefix="llama_decode_build_"))
+    objects = {}
+    if wanted:
+        log("building and linking the pipelink components")
+        from decode_kernels import build_objects
+        objects = build_objects(build)
     variants = load_variants(objects, wanted, errors)
     results["value_sets"] = {vs.name: [list(v) for v in vs.values] for vs in args.values}
     for vs in args.values:
@@ -407,6 +435,12 @@ def main(argv=None) -> int:
         pipelines = folder / "pipelines" if (folder / "pipelines").is_dir() else None
         variants.update({f"{v}@{name}": step for v, step in load_variants(objs, wanted, errors, pipelines).items()})
     torch_variants = [v for v in args.variants if v.startswith("torch_")]
+    # The reference's CUDA graph is captured and timed in a process of its own, one per batch and context (see
+    # graph_in_child), unless this process is such a child.
+    graph_apart = "torch_graph" in torch_variants and not args.graph_here
+    if graph_apart:
+        torch_variants.remove("torch_graph")
+        results["graph_apart"] = True
     results["kernels"] = describe(variants)
 
     def save():
@@ -415,16 +449,14 @@ def main(argv=None) -> int:
         (out_dir / "RESULTS.md").write_text(report.render(results))
         return path
 
-    # The latency runs first: after the correctness run's eager reference steps (a 256-position cache), an eager
-    # step of the reference on a 16-position cache failed transformers' index check in the same process (H200,
-    # transformers 5.17, not understood; without the correctness run before it, that step ran clean beside each
-    # pipelink variant).
     if not args.skip_bench:
         rows = []
         for B in args.batches:
             for ctx in args.contexts:
                 log(f"latency: B={B} ctx={ctx}")
                 rows += bench_config(model, dm, variants, B, ctx, args.warmup, args.iters, torch_variants, errors)
+                if graph_apart:
+                    rows += graph_in_child(args, B, ctx, errors)
                 results["latency"] = rows
                 save()
     if not args.skip_correctness:
