@@ -359,3 +359,25 @@ def test_a_failed_reference_graph_child_is_an_error_of_its_config_not_of_the_run
     monkeypatch.setattr(run.subprocess, "run", _fake_child(1, [], []))
     assert run.graph_in_child(args, 1, 16, errors) == []
     assert "exited 1" in errors["torch_graph B=1 ctx=16"] and "CUDA error" in errors["torch_graph B=1 ctx=16"]
+
+
+def test_the_graph_childs_command_is_one_run_py_takes(monkeypatch):
+    import builtins
+    run = _decode_run()
+    args = run.main.__globals__["argparse"].Namespace(iters=7, warmup=2, seed=0, checkpoint=None)
+    seen = []
+    monkeypatch.setattr(run.subprocess, "run", _fake_child(0, [{"variant": "torch_graph", "median_us": 1.0,
+                                                                 "min_us": 1.0}], seen))
+    run.graph_in_child(args, 1, 16, {})
+
+    class Parsed(Exception):
+        pass
+    real_import = builtins.__import__
+
+    def no_torch(name, *a, **k):  # run.main imports torch right after its arguments parse
+        if name == "torch":
+            raise Parsed
+        return real_import(name, *a, **k)
+    monkeypatch.setattr(builtins, "__import__", no_torch)
+    with pytest.raises(Parsed):
+        run.main(seen[0][2:])
