@@ -252,3 +252,36 @@ def test_lm_head_argmax_ties_take_the_lowest_index(kernels, B):
     zero = torch.zeros(B, K, dtype=torch.bfloat16, device="cuda")
     _, token = _run_head(kernels, w, zero, B, V, K, f"lm_head_argmax zero input B={B} seed={seed}")
     assert (token == 0).all(), token.tolist()
+
+
+def test_lm_head_marks_its_phases_in_a_profiled_link(tmp_path):
+    """The LM head linked with a task profile: the results as without, and every task's marks (gemv.cuh: 0 x
+    staged, on a CTA's first task of the call only; 1 warp 0's first pass of W in; 2 its walk over W done; 3
+    the sums stored) in order between its waits met and its end; argmax_merge stamps none."""
+    import dataclasses
+    import pipelink
+    from pipelink.core.diagnostics import DiagnosticSink
+    from pipelink.core.pipeline import load_pipeline
+    objects = decode_parts.build_more(tmp_path)
+    spec = dataclasses.replace(load_pipeline(decode_parts.HEAD_PIPELINE, DiagnosticSink()), profile_tasks=1 << 14)
+    linked = pipelink.link([str(objects[n]) for n in decode_parts.HEAD_PIPELINED], pipeline=spec)
+    assert linked.ok, [d.render() for d in linked.diagnostics]
+    kernel = linked.kernel()
+    try:
+        seed = fresh_seed()
+        g = _gen(seed)
+        B, V, K = 3, decode_parts.VOCAB, decode_parts.HIDDEN
+        w, x = _weights(g, V, K), _activations(g, B, K)
+        _run_head({"lm_head_argmax": kernel}, w, x, B, V, K, f"profiled lm_head_argmax seed={seed}")
+        records = kernel.task_profile()
+        head = [r for r in records if r.component == "lm_head"]
+        assert len(head) == -(-V // decode_parts.LM_ROWS)
+        grid = kernel.resident_blocks()
+        for r in head:
+            m = r.marks
+            assert (m[0] != 0) == (r.task < grid), r  # x is staged by a CTA's first task of the call
+            assert all(m[1:]), r
+            assert r.ready <= (m[0] or m[1]) <= m[1] <= m[2] <= m[3] <= r.done, r
+        assert all(not any(r.marks) for r in records if r.component == "argmax_merge")
+    finally:
+        kernel.unload()

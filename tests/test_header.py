@@ -28,12 +28,13 @@ def test_everything_the_contract_decides_is_a_link_time_constant():
     assert set(syms) == {
         "pl_comp__warp_begin", "pl_comp__role_begin__producer", "pl_comp__role_begin__consumer",
         "pl_comp__smem__stage", "pl_comp__smem__temp", "pl_comp__port__out", "pl_comp__port_stride__out",
-        "pl_comp__bar__ready", "pl_comp__mbar__full", "pl_comp__geom__TILE_N"}
+        "pl_comp__bar__ready", "pl_comp__mbar__full", "pl_comp__geom__TILE_N", "pl_comp__profile_mark"}
     header = generate_header(c)
     for sym, ctype in syms.items():
         assert f"__device__ extern const {ctype} {sym};" in header
     assert "constexpr int TILE_M = 64;" in header          # provided: compile-time
     assert "int TILE_N() { return pl_comp__geom__TILE_N; }" in header  # consumed: link-time
+    assert "void profile_mark(int i) { pl::profile_mark(pl_comp__profile_mark, i); }" in header
     assert f'extern "C" __device__ const unsigned {marker_symbol(c)} = 1u;' in header
     assert marker_symbol(c) == f"pl_comp__contract__{c.hash[:16]}"
 

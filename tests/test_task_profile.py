@@ -46,6 +46,30 @@ def test_glue_stamps_every_task_only_when_asked(dispatch):
     assert read < begins[0] and len(moved) == 1 and moved[0] > begins[-1]  # the last CTA out moves it on
 
 
+@pytest.mark.parametrize("dispatch", ["static", "dynamic"])
+def test_components_find_the_running_tasks_record_for_their_marks_only_in_a_profiled_link(dispatch):
+    from pipelink.authoring.header import symbol_prefix
+    from pipelink.linker.allocate import GLUE_FLAG_BYTES, held_words, profile_record_offset
+    from pipelink.linker.glue import constant_values
+    pipe, spec = _spec("splitk_gemv", dispatch=dispatch)
+    comps = [shipped_component(n) for n in pipe.components]
+    plain = run_passes(options=LinkOptions(arch="sm_90", pipeline=spec), components=comps, until="generate")
+    values = constant_values(plain.resolved, plain.allocation)
+    assert all(values[f"{symbol_prefix(c)}profile_mark"] == 0 for c in comps)  # the marks fold away
+    spec = dataclasses.replace(spec, profile_tasks=4096)
+    ctx = run_passes(options=LinkOptions(arch="sm_90", pipeline=spec), components=comps, until="generate")
+    at = profile_record_offset(ctx.resolved, ctx.allocation)
+    flags = ctx.allocation.buffer_offset[("pl_glue", "flags")]
+    assert at == flags + GLUE_FLAG_BYTES + 8 * held_words(ctx.resolved)  # after the flags and held sizes
+    values = constant_values(ctx.resolved, ctx.allocation)
+    assert all(values[f"{symbol_prefix(c)}profile_mark"] == at + 1 for c in comps)
+    lines = ctx.glue.splitlines()
+    begins = [i for i, ln in enumerate(lines) if "pl::profile::begin(pl_profile_ring" in ln]
+    for i in begins:  # thread 0 keeps each task's record where the marks look, right after taking it
+        assert lines[i + 1].strip() == (f"if (threadIdx.x == 0) *reinterpret_cast<unsigned long long**>("
+                                        f"pl::dynamic_smem() + {at}u) = pl_record;")
+
+
 def test_profile_outside_a_persistent_kernel_is_refused():
     pipe, spec = _spec("rowsum", profile_tasks=64)
     assert spec.schedule != "persistent"
@@ -217,3 +241,25 @@ def test_first_and_later_tells_a_ctas_first_task_of_a_call_from_the_rest():
     assert text.splitlines()[1].split() == ["a", "4", "3.00", "4", "1.00"]
     assert profile.first_and_later(recs, 2, {"a"}, grid=4) == {"a": (2.0, None, 8, 0)}
     assert "-" in profile.render_first_and_later(profile.first_and_later(recs, 2, {"a"}, grid=4)).splitlines()[1]
+
+
+def test_decode_reads_the_marks_and_marks_tells_where_first_and_later_tasks_spend_their_time():
+    comps = ["gemv"]
+    data = bytearray(8 * profile.WORDS * 8)
+    # one layer of 3 tasks on a grid of 2: tasks 0 and 1 are their CTAs' first, task 2 a later one
+    rows = [(0, (0, 1000, 5000, 5100), (1800, 3000, 0, 0)),
+            (1, (0, 1000, 7000, 7100), (2200, 3400, 0, 0)),
+            (2, (5100, 5200, 8000, 8100), (0, 6000, 0, 0))]
+    for n, (task, stamps, marks) in enumerate(rows):
+        struct.pack_into(f"<{profile.WORDS}Q", data, n * profile.WORDS * 8, (9 << 48) | task, *stamps, *marks)
+    recs = profile.decode(bytes(data), len(rows), 8, comps)
+    assert profile.MARKS == 4 and recs[0].marks == (1800, 3000, 0, 0)
+    got = profile.marks(recs, 1, {"gemv"}, 2)
+    n, at, run = got["gemv"]["first"]
+    assert n == 2 and at[0] == pytest.approx(1.0) and at[1] == pytest.approx(2.2) and at[2] is None
+    assert run == pytest.approx(5.0)  # (4.0 + 6.0) / 2
+    n, at, run = got["gemv"]["later"]
+    assert n == 1 and at[0] is None and at[1] == pytest.approx(0.8) and run == pytest.approx(2.8)
+    text = profile.render_marks(got)
+    assert "2 first" in text and "1 later" in text and "mark 3" in text
+    assert profile.render_marks({}) == "no component stamped profile marks"

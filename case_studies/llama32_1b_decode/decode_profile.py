@@ -117,13 +117,18 @@ def main(argv=None) -> int:
         # static dispatch: how long each call's slowest CTA holds it up past the median one
         tails = profile.tails(records, dm.NL, layered, step.kernel.resident_blocks())
         print(profile.render_tails(tails))
+        # inside the tasks: the GEMVs' marks (0 x staged, 1 warp 0's first pass of W in, 2 its walk over W done,
+        # 3 the sums stored) and attention's (0 the split walked), first tasks of a call against later ones
+        marks = profile.marks(records, dm.NL, layered, step.kernel.resident_blocks())
+        print(profile.render_marks(marks))
         if args.out:
             span, sms, per = profile.summarize(records)
             Path(args.out).write_text(json.dumps(dict(**provenance(), B=args.B, ctx=args.ctx, variant=args.tasks,
                                                       span_us=span, sms=sms,
                                                       components=[c.__dict__ for c in per],
                                                       phases=[p.__dict__ for p in phases],
-                                                      first_and_later=split, tails=tails), indent=1) + "\n")
+                                                      first_and_later=split, tails=tails, marks=marks), indent=1)
+                                           + "\n")
         step.unload()
         return 0
     if args.launch:

@@ -30,6 +30,7 @@ def constant_symbols(c: Contract) -> dict[str, str]:
     syms.update({f"{p}bar__{b.name}": "unsigned" for b in c.barriers.named})
     syms.update({f"{p}mbar__{b.name}": "unsigned" for b in c.barriers.mbarriers})
     syms.update({f"{p}geom__{g}": "int" for g in c.geometry.consumes})
+    syms[f"{p}profile_mark"] = "unsigned"  # where the task's profile record is (pl::profile_mark), 0: none
     if c.entries:  # role-structured: instances of roles, copies of the component's own resources
         syms.update({f"{p}role_instances__{r.name}": "unsigned" for r in c.threads.roles})
         syms[f"{p}copies"] = "unsigned"
@@ -203,6 +204,10 @@ def generate_header(c: Contract) -> str:
                    f"{{ return reinterpret_cast<unsigned long long*>(pl::dynamic_smem() + {p}mbar__{b.name}{copy})"
                    " + i; }")
 
+    out += ["", "// Task-profile marks: in a link with a task profile, stamps point i (0 .. pl::kProfileMarks - 1) of",
+            "// the running task into its record (`pipelink link --profile-tasks`); elsewhere it folds away. Call it",
+            "// from the component's first thread (thread_rank() 0).",
+            f"__device__ __forceinline__ void profile_mark(int i) {{ pl::profile_mark({p}profile_mark, i); }}"]
     out += ["", f"}} }}  // namespace pl::{c.name}", "",
             "// The component's own namespace under a fixed name, so one source can serve several contracts.",
             self_alias(c), "",

@@ -225,8 +225,9 @@ def _smem_items(r: Resolved, steps: dict[str, int], copies: dict[str, int], held
         items.append(SmemItem(f"port {w.consumer}.{w.in_port.name}", "port", w.consumer, size,
                               max(PORT_ALIGN, w.in_port.align or 0), Lifetime(frozenset({s - 1, s}))))
     if r.schedule == "persistent":  # the glue's own words: the wait verdict, the claimed task, the held sizes
-        items.append(SmemItem("buffer pl_glue.flags", "buffer", "pl_glue", GLUE_FLAG_BYTES + 8 * held_words, 16,
-                              Lifetime(None)))
+        # and, with a task profile, the running task's record (profile_record_offset)
+        items.append(SmemItem("buffer pl_glue.flags", "buffer", "pl_glue",
+                              GLUE_FLAG_BYTES + 8 * held_words + (8 if r.profile_tasks else 0), 16, Lifetime(None)))
     if r.loader is not None:  # the loader warp's ring: slots, then full and empty mbarriers per slot and an abort word
         items.append(SmemItem("buffer pl_glue.ring", "buffer", "pl_glue", r.loader.slots * r.loader.slot_bytes,
                               ARENA_ALIGN, Lifetime(None)))
@@ -439,6 +440,14 @@ def _round_up(x: int, a: int) -> int:
 
 
 GLUE_FLAG_BYTES = 16  # pl_glue.flags: the wait verdict and the claimed task; the held sizes follow
+
+
+def profile_record_offset(r: Resolved, a: Allocation) -> int | None:
+    """The arena offset of the word holding the running task's profile record (the components' profile marks,
+    pipelink/component.h): after the glue's flags and held sizes, in a persistent link with a task profile."""
+    if not r.profile_tasks or r.schedule != "persistent":
+        return None
+    return a.buffer_offset[("pl_glue", "flags")] + GLUE_FLAG_BYTES + 8 * held_words(r)
 
 
 # A component asking for this many registers a thread or more (a wgmma mainloop's accumulators) makes the

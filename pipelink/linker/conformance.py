@@ -116,6 +116,7 @@ def probe_plan(c: Contract) -> Probe:
         values[f"{p}copies"] = 1
         values.update({f"{p}smem_stride__{b.name}": 0 for b in c.buffers})
         values.update({f"{p}mbar_stride__{m.name}": 0 for m in c.barriers.mbarriers})
+    values[f"{p}profile_mark"] = 0  # alone: no task profile
     types = constant_symbols(c)
     assert set(types) == set(values), set(types) ^ set(values)
     if c.entries:

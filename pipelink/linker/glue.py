@@ -16,7 +16,8 @@ from ..core.model import DTYPE_C, dtype_includes
 from ..runtime.manifest import IMPLICIT_PARAMS, STREAM_K_PARAMS, WORKSPACE
 from ..runtime.profile import LAUNCH_SYMBOL as PROFILE_LAUNCH, NEXT_SYMBOL as PROFILE_NEXT, RING_SYMBOL as PROFILE_RING
 from . import event_glue
-from .allocate import ARENA_ALIGN, GLUE_FLAG_BYTES, Allocation, held_words, holds_sizes, task_groups
+from .allocate import (ARENA_ALIGN, GLUE_FLAG_BYTES, Allocation, held_words, holds_sizes, profile_record_offset,
+                       task_groups)
 from .calls import layered_events
 from .resolve import Resolved, Wire
 
@@ -45,6 +46,8 @@ def constant_values(r: Resolved, a: Allocation) -> dict[str, int]:
             values[f"{p}mbar__{m.name}"] = a.mbar_offset[(c.name, m.name)]
         for g in c.geometry.consumes:
             values[f"{p}geom__{g}"] = r.geometry[g]
+        record = profile_record_offset(r, a)  # concurrent tasks share one block: their marks have no one record
+        values[f"{p}profile_mark"] = 0 if record is None or c.threads.concurrent else record + 1
         if c.entries:
             for role in c.threads.roles:
                 values[f"{p}role_instances__{role.name}"] = r.roles.group_of(c.name, role.name).instances
@@ -932,6 +935,9 @@ def _task_body(r: Resolved, a: Allocation, k: int, name: str, indent: str, skip:
     if r.profile_tasks:  # thread 0 records the task (its slot, then a stamp at each step)
         task = f"(long long)pl_layer * (long long)c{k}_tasks + t" if event_glue.has_layers(r) else "t"
         out.append(_profile_record(r, comp_index, "threadIdx.x == 0", task, indent))
+        # where the components' profile marks find it (pl::profile_mark: the component's first thread, this one)
+        out.append(f"{indent}if (threadIdx.x == 0) *reinterpret_cast<unsigned long long**>(pl::dynamic_smem() + "
+                   f"{profile_record_offset(r, a)}u) = pl_record;")
     stacked, bind = _stacked_args(r, name), (r.calls.bind.get(name) if r.calls else None)
     threads = comp.contract.threads.count
     guard = f"if (threadIdx.x < {threads}) " if threads < compute_threads(r, a) else ""

@@ -5,7 +5,8 @@ glue into a ring in device memory (`pl_profile_ring`, next slot `pl_profile_next
 A record says which component's task ran on which SM, and four global-timer stamps (ns): the task starts
 (its CTA has it), its waits are met, its entry and the block's barrier after it are done, its
 notifications are out. So a component's time splits into waiting (for its inputs' events), running, and
-notifying; what no task covers is the claim between tasks and idle CTAs.
+notifying; what no task covers is the claim between tasks and idle CTAs. A component may stamp points of its
+own in between (its header's `profile_mark(i)`): where its running time goes.
 """
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ import statistics
 import struct
 from dataclasses import dataclass
 
-WORDS = 5  # pl::profile::kWords
+MARKS = 4  # pl::kProfileMarks (pipelink/component.h)
+WORDS = 5 + MARKS  # pl::profile::kWords: the tag, four stamps, the marks
 # The glue's globals, read by name: the ring, the next slot, and the count of launches (the records' tag).
 RING_SYMBOL, NEXT_SYMBOL, LAUNCH_SYMBOL = "pl_profile_ring", "pl_profile_next", "pl_profile_launch"
 
@@ -28,6 +30,7 @@ class TaskRecord:
     ready: int         # waits met
     done: int          # entry and barrier done
     notified: int      # notifications out
+    marks: tuple = ()  # the component's own stamps (ns), 0 where the task stamped none
 
     @property
     def wait_ns(self) -> int:
@@ -57,7 +60,7 @@ def decode(ring: bytes, next_slot: int, capacity: int, components: list[str]) ->
         comp = (w[0] >> 40) & 0xFF
         records.append(TaskRecord(launch=w[0] >> 48, component=components[comp] if comp < len(components) else
                                   f"#{comp}", task=w[0] & 0xFFFFFFFF, sm=(w[0] >> 32) & 0xFF,
-                                  start=w[1], ready=w[2], done=w[3], notified=w[4]))
+                                  start=w[1], ready=w[2], done=w[3], notified=w[4], marks=tuple(w[5:])))
     if not records:
         return []
     latest = records[-1].launch
@@ -232,4 +235,45 @@ def render_tails(t: dict[str, tuple]) -> str:
              "(the call's last CTA out less its median CTA's end)"]
     for c, (median, largest, ctas) in t.items():
         lines.append(f"{c:24s} {ctas:6d} {median:15.2f} {largest:16.2f}")
+    return "\n".join(lines)
+
+
+def marks(records: list[TaskRecord], layers: int, layered: set[str], grid: int) -> dict[str, dict]:
+    """Per component that stamped marks, for its CTAs' first tasks of a call in a layer and for the later ones
+    (as first_and_later tells them apart): {"first" | "later": (tasks, [median us from the waits met to mark i,
+    or None where no task stamped it], median run us)}. Where a task's running time goes, phase by phase."""
+    count: dict[str, int] = {}
+    for r in records:
+        count[r.component] = count.get(r.component, 0) + 1
+    by: dict[str, dict[str, list]] = {}
+    for r in records:
+        if not any(r.marks):
+            continue
+        per_layer = count[r.component] // layers if r.component in layered and not count[r.component] % layers else 0
+        t = r.task % per_layer if per_layer else r.task
+        by.setdefault(r.component, {}).setdefault("first" if t < grid else "later", []).append(r)
+    out: dict[str, dict] = {}
+    for c, kinds in by.items():
+        out[c] = {}
+        for kind, rs in kinds.items():
+            at = []
+            for i in range(MARKS):
+                ds = [(r.marks[i] - r.ready) / 1000.0 for r in rs if i < len(r.marks) and r.marks[i]]
+                at.append(statistics.median(ds) if ds else None)
+            out[c][kind] = (len(rs), at, statistics.median(r.run_ns for r in rs) / 1000.0)
+    return out
+
+
+def render_marks(m: dict[str, dict]) -> str:
+    """marks() as a table: the median us from a task's waits met to each of its marks, and to its end."""
+    if not m:
+        return "no component stamped profile marks"
+    head = "".join(f"{f'mark {i}':>9s}" for i in range(MARKS))
+    lines = [f"{'component':24s} {'tasks':>13s} {head} {'done':>9s}  (median us after its waits are met)"]
+    for c, kinds in m.items():
+        for kind in ("first", "later"):
+            if kind in kinds:
+                n, at, run = kinds[kind]
+                cells = "".join(f"{'-':>9s}" if v is None else f"{v:9.2f}" for v in at)
+                lines.append(f"{c:24s} {f'{n} {kind}':>13s} {cells} {run:9.2f}")
     return "\n".join(lines)

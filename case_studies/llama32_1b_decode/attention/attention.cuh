@@ -505,8 +505,9 @@ __device__ __forceinline__ int attend_split(const bf16* __restrict__ q, const bf
                                             int t, Ahead ahead = {}) {
   const int splits = split_count(B, L, tasks, min_len);
   const int l0 = split_begin(s, splits, L), l1 = split_begin(s + 1, splits, L);
-  write_record(part, b, h, s, splits,
-               attend<UNROLL, STAGES, RING_ROUNDS, WALK>(q, k, v, b, h, l0, l1, Lmax, red, sync, ahead), t);
+  const State state = attend<UNROLL, STAGES, RING_ROUNDS, WALK>(q, k, v, b, h, l0, l1, Lmax, red, sync, ahead);
+  if (t == 0) pl_component::profile_mark(0);  // the split walked (profiled links only, else folded away)
+  write_record(part, b, h, s, splits, state, t);
   return splits;
 }
 

@@ -522,6 +522,7 @@ __device__ __forceinline__ void rows_from(const WSrc& wsrc, const Stage& stage, 
     // kernels, clean, were no faster at B = 1. Copying them into L1 (cp.async.ca) made the first tasks longer
     // (PERFORMANCE.md, Tried).
     stage_resident<THREADS, CHUNK_VECS>(stage, xs, B, kvecs, sync);
+    if (t == 0) pl_component::profile_mark(0);  // x staged (and normed): profiled links only, else folded away
   }
 
   for (int bg = 0; bg < B; bg += BATCH) {
@@ -597,11 +598,14 @@ __device__ __forceinline__ void rows_from(const WSrc& wsrc, const Stage& stage, 
             mma_block(acc[mt], wv[mt][0][u], wv[mt][1][u], xv);
           }
         }
+        if (t == 0 && p == 0 && c == 0 && bg == 0) pl_component::profile_mark(1);  // warp 0's first pass of W in
       }
       if (!resident) sync();  // every warp is done with this chunk of x before the next one is staged
     }
+    if (t == 0 && bg == 0) pl_component::profile_mark(2);  // warp 0's walk over W done
 
     sum_and_store<WARPS, ROWS>(acc, sums, bg, nb, store, flush, sync);
+    if (t == 0 && bg == 0) pl_component::profile_mark(3);  // the warps' sums added and stored
     if (bg + BATCH < B) sync();  // the sums are read before the next group's warps write theirs
   }
 }

@@ -44,6 +44,26 @@ __device__ __forceinline__ void barrier_arrive(unsigned id, unsigned threads) {
 __device__ __forceinline__ unsigned warp_index() { return threadIdx.x >> 5; }
 __device__ __forceinline__ unsigned lane_index() { return threadIdx.x & 31; }
 
+// Task-profile marks. A persistent kernel linked with a task profile (`profile_tasks`) keeps the address of
+// the running task's record in a word of shared memory; a component stamps point i of its task (0 ..
+// kProfileMarks - 1: where its own phases end) with its header's `profile_mark(i)`, called by its first thread
+// (thread_rank() 0: the thread that stores the record's address, so no barrier is needed between them).
+// `at` is the link-time constant naming that word (its arena offset + 1), 0 where the link records no profile:
+// there the call folds away. The record's words: its tag, the task's start, waits met, done, notifications
+// out (pipelink/events.h), then one word per mark (0 where the task stamped none).
+constexpr int kProfileMarks = 4;
+constexpr int kProfileFirstMark = 5;
+__device__ __forceinline__ void profile_mark(unsigned at, int i) {
+  if (at != 0u && i >= 0 && i < kProfileMarks) {
+    unsigned long long* const record = *reinterpret_cast<unsigned long long* volatile*>(dynamic_smem() + (at - 1u));
+    if (record != nullptr) {
+      unsigned long long now;
+      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+      record[kProfileFirstMark + i] = now;
+    }
+  }
+}
+
 }  // namespace pl
 
 namespace pl {

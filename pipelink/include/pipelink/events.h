@@ -4,6 +4,7 @@
 // launch after it (see pipelink/workspace.py), so nothing resets them in the stream.
 #pragma once
 
+#include <pipelink/component.h>  // the profile record's marks
 #include <pipelink/workspace.h>  // the workspace header: the timeout report, the task counter
 
 // How long a waiting thread sleeps between two reads of a counter (the pipeline's wait_backoff_ns; the glue
@@ -83,10 +84,11 @@ __device__ __forceinline__ unsigned sm_id() {
 }
 
 // Record: [launch (16 bits) | component (8) | SM (8) | task (32)], then the stamps (ns): the task starts,
-// its waits are met, its entry and the block's barrier are done, its notifications are out. `begin` takes
-// the task's slot and writes the first two words; `stamp` the others as the task gets there (so only the
-// slot's address stays live across the component's code).
-constexpr int kWords = 5;
+// its waits are met, its entry and the block's barrier are done, its notifications are out; then the
+// component's own marks (pl::profile_mark in component.h), 0 where it stamped none. `begin` takes the task's
+// slot, writes the first two words and clears the marks; `stamp` the others as the task gets there (so only
+// the slot's address stays live across the component's code).
+constexpr int kWords = kProfileFirstMark + kProfileMarks;
 
 __device__ __forceinline__ unsigned long long* begin(unsigned long long* ring, unsigned long long* next,
                                                      unsigned long long capacity, unsigned long long launch,
@@ -96,6 +98,8 @@ __device__ __forceinline__ unsigned long long* begin(unsigned long long* ring, u
   r[0] = ((launch & 0xFFFFull) << 48) | ((unsigned long long)(component & 0xFFu) << 40) |
          ((unsigned long long)(sm_id() & 0xFFu) << 32) | (unsigned long long)(unsigned)task;
   r[1] = now();
+#pragma unroll
+  for (int i = 0; i < kProfileMarks; ++i) r[kProfileFirstMark + i] = 0ull;
   return r;
 }
 
