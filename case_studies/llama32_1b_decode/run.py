@@ -5,15 +5,16 @@ latency against the baselines, on one GPU.
 
 1. Builds Llama-3.2-1B with random weights (seeded; or loads a safetensors checkpoint) in bf16 on cuda.
 2. Lays its weights out for the pipelink kernels (model.DecodeModel), shared by every variant.
-3. Correctness: feeds a fixed prompt token by token (positions 0..P-1), then decodes greedily for --steps
+3. Latency: at every batch size and context (the cache length attended, filled with random values), every
+   variant's step is timed with CUDA events, the variants alternating round-robin, median over --iters; the
+   reference's CUDA graph in a child process of its own per batch and context (graph_in_child says why).
+4. Correctness: feeds a fixed prompt token by token (positions 0..P-1), then decodes greedily for --steps
    steps. At every step each pipelink variant's logits are compared with the reference's (max abs error), and
    its greedy token with the reference's argmax; every variant is fed the reference's token (so the logits
    stay comparable after a near-tie flips), a mismatch is printed with the reference's top-2 margin. The same
    steps run through the reference in fp32 (the same weights upcast, exact; --no-fp32-reference: not): each
    variant's tokens and logits against it too, and the bf16 reference's own, where two bf16 implementations
    split near-ties differently.
-4. Latency: at every batch size and context (the cache length attended, filled with random values), every
-   variant's step is timed with CUDA events, the variants alternating round-robin, median over --iters.
 5. Writes results/<name>.json and renders results/RESULTS.md (decode_report.py).
 """
 from __future__ import annotations

@@ -396,8 +396,10 @@ __device__ __forceinline__ void rows_ring(const pl::Tile& tile, const Stage& sta
 #pragma unroll
     for (int h = 0; h < 2; ++h) row_ok[mt][h] = mt * 16 + h * 8 < ROWS && row_of(mt * 16 + h * 8 + g) >= 0;
 
-  if (resident && !continues)  // the call's first task on this CTA: all of x, once (the loader is already
+  if (resident && !continues) {  // the call's first task on this CTA: all of x, once (the loader is already
     stage_resident<THREADS, CHUNK_VECS>(stage, xs, B, kvecs, sync);  // streaming this task's W into the ring)
+    if (t == 0) pl_component::profile_mark(0);  // x staged (the marks as rows_from's below)
+  }
 
   int s = 0;  // the task's next slot
   for (int bg = 0; bg < B; bg += BATCH) {
@@ -434,10 +436,13 @@ __device__ __forceinline__ void rows_ring(const pl::Tile& tile, const Stage& sta
           }
         }
         pl::ring::release(tile, s);
+        if (t == 0 && s == 0 && bg == 0) pl_component::profile_mark(1);  // warp 0's first slot of W in and used
       }
       if (!resident) sync();
     }
+    if (t == 0 && bg == 0) pl_component::profile_mark(2);
     sum_and_store<WARPS, ROWS>(acc, sums, bg, nb, store, flush, sync);
+    if (t == 0 && bg == 0) pl_component::profile_mark(3);
     if (bg + BATCH < B) sync();  // the sums are read before the next group's warps write theirs
   }
 }
@@ -454,6 +459,8 @@ __device__ __forceinline__ void rows_ring(const pl::Tile& tile, const Stage& sta
 // local row i < kSlotRows in the first chunk.
 // xs: BATCH * KCHUNK bf16 of shared memory; sums: WARPS * ROWS * 8 floats (sums_floats).
 // continues: the CTA's previous task was of the same call and left xs as it was (pass tile.continues).
+// Profile marks (a link with a task profile; folded away elsewhere): 0 x staged by the call's first task on the
+// CTA, 1 warp 0's first pass of W in (its mmas done), 2 warp 0's walk over W done, 3 the sums stored.
 template <int WARPS, int ROWS, int KCHUNK, int BATCH, class WSrc, class Stage, class RowOf, class Store, class Flush,
           class Sync>
 __device__ __forceinline__ void rows_from(const WSrc& wsrc, const Stage& stage, int B, int K,
