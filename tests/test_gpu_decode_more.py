@@ -255,9 +255,10 @@ def test_lm_head_argmax_ties_take_the_lowest_index(kernels, B):
 
 
 def test_lm_head_marks_its_phases_in_a_profiled_link(tmp_path):
-    """The LM head linked with a task profile: the results as without, and every task's marks (gemv.cuh: 0 x
-    staged, on a CTA's first task of the call only; 1 warp 0's first pass of W in; 2 its walk over W done; 3
-    the sums stored) in order between its waits met and its end; argmax_merge stamps none."""
+    """The LM head linked with a task profile: the results as without, and every task's marks (gemv.cuh: on a
+    CTA's first task of the call only 0 thread 0's copies of x in and 1 x staged; 2 warp 0's first pass of W in;
+    3 its walk over W done; 4 the sums stored) in order between its waits met and its end; argmax_merge stamps
+    none."""
     import dataclasses
     import pipelink
     from pipelink.core.diagnostics import DiagnosticSink
@@ -279,9 +280,10 @@ def test_lm_head_marks_its_phases_in_a_profiled_link(tmp_path):
         grid = kernel.resident_blocks()
         for r in head:
             m = r.marks
-            assert (m[0] != 0) == (r.task < grid), r  # x is staged by a CTA's first task of the call
-            assert all(m[1:]), r
-            assert r.ready <= (m[0] or m[1]) <= m[1] <= m[2] <= m[3] <= r.done, r
+            first = r.task < grid  # x is staged by a CTA's first task of the call
+            assert (m[0] != 0) == first and (m[1] != 0) == first and all(m[2:5]) and m[5] == 0, r
+            steps = [r.ready, *(m[:2] if first else ()), *m[2:5], r.done]
+            assert steps == sorted(steps), r
         assert all(not any(r.marks) for r in records if r.component == "argmax_merge")
     finally:
         kernel.unload()

@@ -247,13 +247,13 @@ def test_decode_reads_the_marks_and_marks_tells_where_first_and_later_tasks_spen
     comps = ["gemv"]
     data = bytearray(8 * profile.WORDS * 8)
     # one layer of 3 tasks on a grid of 2: tasks 0 and 1 are their CTAs' first, task 2 a later one
-    rows = [(0, (0, 1000, 5000, 5100), (1800, 3000, 0, 0)),
-            (1, (0, 1000, 7000, 7100), (2200, 3400, 0, 0)),
-            (2, (5100, 5200, 8000, 8100), (0, 6000, 0, 0))]
+    rows = [(0, (0, 1000, 5000, 5100), (1800, 3000, 0, 0, 0, 0)),
+            (1, (0, 1000, 7000, 7100), (2200, 3400, 0, 0, 0, 0)),
+            (2, (5100, 5200, 8000, 8100), (0, 6000, 0, 0, 0, 0))]
     for n, (task, stamps, marks) in enumerate(rows):
         struct.pack_into(f"<{profile.WORDS}Q", data, n * profile.WORDS * 8, (9 << 48) | task, *stamps, *marks)
     recs = profile.decode(bytes(data), len(rows), 8, comps)
-    assert profile.MARKS == 4 and recs[0].marks == (1800, 3000, 0, 0)
+    assert profile.MARKS == 6 and recs[0].marks == (1800, 3000, 0, 0, 0, 0)
     got = profile.marks(recs, 1, {"gemv"}, 2)
     n, at, run = got["gemv"]["first"]
     assert n == 2 and at[0] == pytest.approx(1.0) and at[1] == pytest.approx(2.2) and at[2] is None
@@ -261,5 +261,15 @@ def test_decode_reads_the_marks_and_marks_tells_where_first_and_later_tasks_spen
     n, at, run = got["gemv"]["later"]
     assert n == 1 and at[0] is None and at[1] == pytest.approx(0.8) and run == pytest.approx(2.8)
     text = profile.render_marks(got)
-    assert "2 first" in text and "1 later" in text and "mark 3" in text
+    assert "2 first" in text and "1 later" in text and "mark 5" in text
     assert profile.render_marks({}) == "no component stamped profile marks"
+
+
+def test_the_runtime_reads_records_as_wide_as_the_device_writes_them():
+    import re
+    from pathlib import Path
+    import pipelink
+    header = (Path(pipelink.__file__).parent / "include" / "pipelink" / "component.h").read_text()
+    marks = int(re.search(r"constexpr int kProfileMarks = (\d+);", header).group(1))
+    first = int(re.search(r"constexpr int kProfileFirstMark = (\d+);", header).group(1))
+    assert (profile.MARKS, profile.WORDS) == (marks, first + marks)

@@ -117,8 +117,9 @@ def main(argv=None) -> int:
         # static dispatch: how long each call's slowest CTA holds it up past the median one
         tails = profile.tails(records, dm.NL, layered, step.kernel.resident_blocks())
         print(profile.render_tails(tails))
-        # inside the tasks: the GEMVs' marks (0 x staged, 1 warp 0's first pass of W in, 2 its walk over W done,
-        # 3 the sums stored) and attention's (0 the split walked), first tasks of a call against later ones
+        # inside the tasks: the GEMVs' marks (first tasks: 0 x's copies in, 1 x staged; 2 warp 0's first pass of
+        # W in, 3 its walk over W done, 4 the sums stored) and attention's (0 the split walked), first tasks of a
+        # call against later ones
         marks = profile.marks(records, dm.NL, layered, step.kernel.resident_blocks())
         print(profile.render_marks(marks))
         if args.out:

@@ -204,7 +204,7 @@ def generate_header(c: Contract) -> str:
                    f"{{ return reinterpret_cast<unsigned long long*>(pl::dynamic_smem() + {p}mbar__{b.name}{copy})"
                    " + i; }")
 
-    out += ["", "// Task-profile marks: in a link with a task profile, stamps point i (0 .. pl::kProfileMarks - 1) of",
+    out += ["", "// Task-profile marks: in a link with a task profile, stamps point i (0 .. pl::kProfileMarks - 1: 5) of",
             "// the running task into its record (`pipelink link --profile-tasks`); elsewhere it folds away. Call it",
             "// from the component's first thread (thread_rank() 0).",
             f"__device__ __forceinline__ void profile_mark(int i) {{ pl::profile_mark({p}profile_mark, i); }}"]

@@ -241,6 +241,7 @@ __device__ __forceinline__ void stage_rows(const Stage& stage, uint4* __restrict
   const uint4 first = Stage::kTransforms && t < cv ? stage.constant(v0 + t) : make_uint4(0u, 0u, 0u, 0u);
   between();
   asm volatile("cp.async.wait_group 0;" ::: "memory");
+  if (scales_staged && t == 0) pl_component::profile_mark(0);  // a call's first task: thread 0's copies of x in
   if (scales_staged) stage.begin_staged(dst, slot, nb, cv);  // the stage's scales from the copied rows
   if constexpr (Stage::kTransforms) {
     for (int v = t; v < cv; v += THREADS) {
@@ -398,7 +399,7 @@ __device__ __forceinline__ void rows_ring(const pl::Tile& tile, const Stage& sta
 
   if (resident && !continues) {  // the call's first task on this CTA: all of x, once (the loader is already
     stage_resident<THREADS, CHUNK_VECS>(stage, xs, B, kvecs, sync);  // streaming this task's W into the ring)
-    if (t == 0) pl_component::profile_mark(0);  // x staged (the marks as rows_from's below)
+    if (t == 0) pl_component::profile_mark(1);  // x staged (the marks as rows_from's below)
   }
 
   int s = 0;  // the task's next slot
@@ -436,13 +437,13 @@ __device__ __forceinline__ void rows_ring(const pl::Tile& tile, const Stage& sta
           }
         }
         pl::ring::release(tile, s);
-        if (t == 0 && s == 0 && bg == 0) pl_component::profile_mark(1);  // warp 0's first slot of W in and used
+        if (t == 0 && s == 0 && bg == 0) pl_component::profile_mark(2);  // warp 0's first slot of W in and used
       }
       if (!resident) sync();
     }
-    if (t == 0 && bg == 0) pl_component::profile_mark(2);
-    sum_and_store<WARPS, ROWS>(acc, sums, bg, nb, store, flush, sync);
     if (t == 0 && bg == 0) pl_component::profile_mark(3);
+    sum_and_store<WARPS, ROWS>(acc, sums, bg, nb, store, flush, sync);
+    if (t == 0 && bg == 0) pl_component::profile_mark(4);
     if (bg + BATCH < B) sync();  // the sums are read before the next group's warps write theirs
   }
 }
@@ -459,8 +460,9 @@ __device__ __forceinline__ void rows_ring(const pl::Tile& tile, const Stage& sta
 // local row i < kSlotRows in the first chunk.
 // xs: BATCH * KCHUNK bf16 of shared memory; sums: WARPS * ROWS * 8 floats (sums_floats).
 // continues: the CTA's previous task was of the same call and left xs as it was (pass tile.continues).
-// Profile marks (a link with a task profile; folded away elsewhere): 0 x staged by the call's first task on the
-// CTA, 1 warp 0's first pass of W in (its mmas done), 2 warp 0's walk over W done, 3 the sums stored.
+// Profile marks (a link with a task profile; folded away elsewhere): in the call's first task on the CTA 0 thread
+// 0's copies of x in, 1 x staged (normed: the row scales summed, x scaled); in every task 2 warp 0's first pass
+// of W in (its mmas done), 3 warp 0's walk over W done, 4 the sums stored.
 template <int WARPS, int ROWS, int KCHUNK, int BATCH, class WSrc, class Stage, class RowOf, class Store, class Flush,
           class Sync>
 __device__ __forceinline__ void rows_from(const WSrc& wsrc, const Stage& stage, int B, int K,
@@ -529,7 +531,7 @@ __device__ __forceinline__ void rows_from(const WSrc& wsrc, const Stage& stage, 
     // kernels, clean, were no faster at B = 1. Copying them into L1 (cp.async.ca) made the first tasks longer
     // (PERFORMANCE.md, Tried).
     stage_resident<THREADS, CHUNK_VECS>(stage, xs, B, kvecs, sync);
-    if (t == 0) pl_component::profile_mark(0);  // x staged (and normed): profiled links only, else folded away
+    if (t == 0) pl_component::profile_mark(1);  // x staged (and normed): profiled links only, else folded away
   }
 
   for (int bg = 0; bg < B; bg += BATCH) {
@@ -605,14 +607,14 @@ __device__ __forceinline__ void rows_from(const WSrc& wsrc, const Stage& stage, 
             mma_block(acc[mt], wv[mt][0][u], wv[mt][1][u], xv);
           }
         }
-        if (t == 0 && p == 0 && c == 0 && bg == 0) pl_component::profile_mark(1);  // warp 0's first pass of W in
+        if (t == 0 && p == 0 && c == 0 && bg == 0) pl_component::profile_mark(2);  // warp 0's first pass of W in
       }
       if (!resident) sync();  // every warp is done with this chunk of x before the next one is staged
     }
-    if (t == 0 && bg == 0) pl_component::profile_mark(2);  // warp 0's walk over W done
+    if (t == 0 && bg == 0) pl_component::profile_mark(3);  // warp 0's walk over W done
 
     sum_and_store<WARPS, ROWS>(acc, sums, bg, nb, store, flush, sync);
-    if (t == 0 && bg == 0) pl_component::profile_mark(3);  // the warps' sums added and stored
+    if (t == 0 && bg == 0) pl_component::profile_mark(4);  // the warps' sums added and stored
     if (bg + BATCH < B) sync();  // the sums are read before the next group's warps write theirs
   }
 }

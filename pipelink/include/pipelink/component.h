@@ -51,7 +51,7 @@ __device__ __forceinline__ unsigned lane_index() { return threadIdx.x & 31; }
 // `at` is the link-time constant naming that word (its arena offset + 1), 0 where the link records no profile:
 // there the call folds away. The record's words: its tag, the task's start, waits met, done, notifications
 // out (pipelink/events.h), then one word per mark (0 where the task stamped none).
-constexpr int kProfileMarks = 4;
+constexpr int kProfileMarks = 6;
 constexpr int kProfileFirstMark = 5;
 __device__ __forceinline__ void profile_mark(unsigned at, int i) {
   if (at != 0u && i >= 0 && i < kProfileMarks) {
