@@ -450,6 +450,7 @@ def main(argv=None) -> int:
         (out_dir / "RESULTS.md").write_text(report.render(results))
         return path
 
+    # The latency first: each configuration's rows are saved as they come, whatever happens after them.
     if not args.skip_bench:
         rows = []
         for B in args.batches:
