@@ -269,7 +269,7 @@ def test_the_runtime_reads_records_as_wide_as_the_device_writes_them():
     import re
     from pathlib import Path
     import pipelink
-    header = (Path(pipelink.__file__).parent / "include" / "pipelink" / "component.h").read_text()
+    header = (Path(pipelink.__file__).parent / "include" / "pipelink" / "profile_record.h").read_text()
     marks = int(re.search(r"constexpr int kProfileMarks = (\d+);", header).group(1))
     first = int(re.search(r"constexpr int kProfileFirstMark = (\d+);", header).group(1))
     assert (profile.MARKS, profile.WORDS) == (marks, first + marks)

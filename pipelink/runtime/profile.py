@@ -14,7 +14,7 @@ import statistics
 import struct
 from dataclasses import dataclass
 
-MARKS = 6  # pl::kProfileMarks (pipelink/component.h)
+MARKS = 6  # pl::kProfileMarks (pipelink/profile_record.h)
 WORDS = 5 + MARKS  # pl::profile::kWords: the tag, four stamps, the marks
 # The glue's globals, read by name: the ring, the next slot, and the count of launches (the records' tag).
 RING_SYMBOL, NEXT_SYMBOL, LAUNCH_SYMBOL = "pl_profile_ring", "pl_profile_next", "pl_profile_launch"

@@ -1,6 +1,7 @@
 // pipelink component support: what every component may use, whatever its contract.
 // Plain CUDA C++ with no standard-library includes, so NVRTC compiles it too.
 #pragma once
+#include <pipelink/profile_record.h>
 
 namespace pl {
 
@@ -51,8 +52,6 @@ __device__ __forceinline__ unsigned lane_index() { return threadIdx.x & 31; }
 // `at` is the link-time constant naming that word (its arena offset + 1), 0 where the link records no profile:
 // there the call folds away. The record's words: its tag, the task's start, waits met, done, notifications
 // out (pipelink/events.h), then one word per mark (0 where the task stamped none).
-constexpr int kProfileMarks = 6;
-constexpr int kProfileFirstMark = 5;
 __device__ __forceinline__ void profile_mark(unsigned at, int i) {
   if (at != 0u && i >= 0 && i < kProfileMarks) {
     unsigned long long* const record = *reinterpret_cast<unsigned long long* volatile*>(dynamic_smem() + (at - 1u));

@@ -4,7 +4,7 @@
 // launch after it (see pipelink/workspace.py), so nothing resets them in the stream.
 #pragma once
 
-#include <pipelink/component.h>  // the profile record's marks
+#include <pipelink/profile_record.h>  // the task profile's record
 #include <pipelink/workspace.h>  // the workspace header: the timeout report, the task counter
 
 // How long a waiting thread sleeps between two reads of a counter (the pipeline's wait_backoff_ns; the glue
