@@ -381,3 +381,13 @@ def test_the_graph_childs_command_is_one_run_py_takes(monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_torch)
     with pytest.raises(Parsed):
         run.main(seen[0][2:])
+
+
+def test_without_a_gpu_run_links_the_variants_and_says_what_they_launch(monkeypatch, capsys):
+    run = _decode_run()
+    monkeypatch.setattr(run, "gpu_present", lambda: False)
+    assert run.main(["--variants", "pipelink_split", "torch_graph"]) == 0
+    out = capsys.readouterr()
+    text = out.out + out.err
+    assert "pipelink_split: kernel decode_step, 256 threads," in text and "B frame" in text
+    assert "no GPU here" in text

@@ -192,11 +192,14 @@ def launch_units(kernels: dict, NL: int, attention: str, t: dict) -> list:
 class MegaStep:
     """The linked megakernel of one attention variant, prepared for one DecodeState."""
 
-    def __init__(self, objects: dict, variant: str, profile_tasks: int = 0, pipelines: Path | None = None):
+    def __init__(self, objects: dict, variant: str, profile_tasks: int = 0, pipelines: Path | None = None,
+                 load: bool = True):
+        """`load`: load the kernel onto the GPU (False: linked only, `manifest` says what it would launch)."""
         self.variant = variant
         self.linked = link_mega(objects, variant, profile_tasks, pipelines)
-        self.kernel = self.linked.kernel()
-        self.names = [p.name for p in self.kernel.user_params]
+        self.manifest = self.linked.manifest
+        self.kernel = self.linked.kernel() if load else None
+        self.names = [p.name for p in self.kernel.user_params] if load else []
 
     def prepare(self, dm, state, L: int):
         from decode_model import pick_args
@@ -204,23 +207,28 @@ class MegaStep:
         return self.kernel.prepare(**args)
 
     def unload(self):
-        self.kernel.unload()
+        if self.kernel is not None:
+            self.kernel.unload()
 
 
 class PartsStep:
     """The components as separate kernels, in order; `prepare` returns a callable launching one step."""
 
-    def __init__(self, objects: dict, attention: str = "split", dependent: bool = True, ring: bool = False):
-        """`ring`: the GEMVs that decode_step_ring.json swaps in (RING_UNITS), the fair control of that step."""
+    def __init__(self, objects: dict, attention: str = "split", dependent: bool = True, ring: bool = False,
+                 load: bool = True):
+        """`ring`: the GEMVs that decode_step_ring.json swaps in (RING_UNITS), the fair control of that step;
+        `load`: load each kernel onto the GPU (False: linked only, `manifests` says what each would launch)."""
         self.attention = attention
         units = {u for u, _, _ in parts_schedule(1, attention, embed="embed" in objects)}
-        self.kernels, self.dependent = {}, {}
+        self.kernels, self.dependent, self.manifests = {}, {}, {}
         for unit in sorted(units):
             names, pipe = PART_UNITS[unit]
             if ring and unit in RING_UNITS:  # (the head's two components meet through their event: persistent)
                 names, pipe = RING_UNITS[unit], None
             result, dep = link_part(objects, names, pipe, dependent)
-            self.kernels[unit] = result.kernel()
+            self.manifests[unit] = result.manifest
+            if load:  # else linked only
+                self.kernels[unit] = result.kernel()
             self.dependent[unit] = dep
 
     def prepare(self, dm, state, L: int):

@@ -68,20 +68,21 @@ def machine() -> str:
 
 # --- the variants -----------------------------------------------------------------------------------------
 
-def load_variants(objects, wanted, errors, pipelines: Path | None = None):
+def load_variants(objects, wanted, errors, pipelines: Path | None = None, load: bool = True):
     """{name: MegaStep or PartsStep} for the pipelink variants that link and load; failures into `errors`.
-    `pipelines`: a folder of pipeline files the megakernels link with instead of pipelines/ (same names)."""
+    `pipelines`: a folder of pipeline files the megakernels link with instead of pipelines/ (same names);
+    `load`: False to link only (no GPU)."""
     from decode_kernels import MegaStep, PartsStep
     made = {}
     for name in wanted:
         try:
             if name.startswith("pipelink_"):  # a megakernel: decode_kernels.MEGA_PIPELINES / MEGA_OPTIONS
-                made[name] = MegaStep(objects, name[len("pipelink_"):], pipelines=pipelines)
+                made[name] = MegaStep(objects, name[len("pipelink_"):], pipelines=pipelines, load=load)
             elif name == "parts_graph":
-                made[name] = PartsStep(objects, "split", dependent=True)
+                made[name] = PartsStep(objects, "split", dependent=True, load=load)
                 log(f"parts_graph: dependent launch {made[name].dependent}")
             elif name == "parts_ring_graph":  # the ring step's components as separate kernels
-                made[name] = PartsStep(objects, "split", dependent=True, ring=True)
+                made[name] = PartsStep(objects, "split", dependent=True, ring=True, load=load)
         except Exception as exc:
             errors[name] = f"{type(exc).__name__}: {exc}"
             log(f"{name}: not available: {errors[name]}")
@@ -93,14 +94,15 @@ def describe(variants) -> dict:
     """What each pipelink variant launches: kernel names, blocks, dynamic shared memory, dependent launch."""
     from decode_kernels import MegaStep
 
-    def one(k):
-        m = k.manifest
+    def one(m):
         return dict(kernel=m.kernel, block=list(m.block), dynamic_smem=m.dynamic_smem, persistent=m.persistent,
-                    dependent_launch=m.dependent_launch)
+                    dependent_launch=m.dependent_launch,
+                    **({"registers": m.resources.registers, "frame_bytes": m.resources.frame_bytes}
+                       if m.resources is not None else {}))
     out = {}
     for name, v in variants.items():
         try:
-            out[name] = one(v.kernel) if isinstance(v, MegaStep) else {u: one(k) for u, k in v.kernels.items()}
+            out[name] = one(v.manifest) if isinstance(v, MegaStep) else {u: one(m) for u, m in v.manifests.items()}
         except Exception as exc:  # a manifest field this pipelink does not have
             out[name] = f"{type(exc).__name__}: {exc}"
     return out
@@ -341,6 +343,61 @@ def graph_in_child(args, B: int, ctx: int, errors: dict) -> list:
     return rows
 
 
+def link_variants(args, errors: dict, load: bool = True) -> dict:
+    """Every pipelink variant asked for, with the case study's objects, each --values set's and each --objects
+    folder's (VARIANT@NAME); `load`: False to link only."""
+    wanted = [v for v in args.variants if v in PIPELINK_VARIANTS]
+    if not wanted:
+        return {}
+    log("building and linking the pipelink components")
+    from decode_kernels import build_objects
+    build = Path(tempfile.mkdtemp(prefix="llama_decode_build_"))
+    objects = build_objects(build)
+    variants = load_variants(objects, wanted, errors, load=load)
+    for vs in args.values:
+        log(f"building and linking with {vs.name}: " + ", ".join(f"{c}.{k} = {v}" for c, k, v in vs.values))
+        try:
+            objs = decode_parts.build_value_set(build / vs.name, vs, objects)
+        except Exception as exc:
+            errors[vs.name] = f"{type(exc).__name__}: {exc}"
+            log(f"{vs.name}: not available: {errors[vs.name]}")
+            continue
+        variants.update({f"{name}@{vs.name}": step
+                         for name, step in load_variants(objs, wanted, errors, load=load).items()})
+    for name, folder in args.objects:
+        objs = {p.stem: p for p in sorted(folder.glob("*.o"))}
+        log(f"linking with the objects of {folder} as @{name}: {len(objs)} objects")
+        pipelines = folder / "pipelines" if (folder / "pipelines").is_dir() else None
+        variants.update({f"{v}@{name}": step
+                         for v, step in load_variants(objs, wanted, errors, pipelines, load=load).items()})
+    return variants
+
+
+def gpu_present() -> bool:
+    try:
+        import torch
+        return torch.cuda.is_available()
+    except ImportError:
+        return False
+
+
+def link_only(args) -> int:
+    """Where torch has no GPU to run on: build and link every pipelink variant asked for and say what each
+    would launch; 1 when one does not link."""
+    errors: dict = {}
+    for name, what in describe(link_variants(args, errors, load=False)).items():
+        if isinstance(what, str):  # its manifest could not be read
+            log(f"{name}: {what}")
+            continue
+        for unit, d in (what.items() if "kernel" not in what else [(None, what)]):
+            log(f"{name}{f' ({unit})' if unit else ''}: kernel {d['kernel']}, {d['block'][0]} threads, "
+                f"{d['dynamic_smem']} bytes of dynamic smem"
+                + (f", {d['registers']} registers, {d['frame_bytes']} B frame" if "registers" in d else ""))
+    log("no GPU here (torch with CUDA): built and linked; the correctness run against transformers and the "
+        "timings need one")
+    return 1 if errors else 0
+
+
 # --- main -------------------------------------------------------------------------------------------------
 
 def _value_set(text: str):
@@ -392,8 +449,9 @@ def main(argv=None) -> int:
     if args.quick:
         args.batches, args.contexts, args.iters = [1], [16, 1024], 50
 
+    if not gpu_present():
+        return link_only(args)
     import torch
-    assert torch.cuda.is_available(), "this needs a CUDA GPU"
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     errors: dict = {}
@@ -411,30 +469,9 @@ def main(argv=None) -> int:
     dm = DecodeModel.from_hf(model)
     results["weight_bytes_per_step"] = {str(B): report.weight_bytes(B) for B in args.batches}
 
-    wanted = [v for v in args.variants if v in PIPELINK_VARIANTS]
-    build = Path(tempfile.mkdtemp(prefix="llama_decode_build_"))
-    objects = {}
-    if wanted:
-        log("building and linking the pipelink components")
-        from decode_kernels import build_objects
-        objects = build_objects(build)
-    variants = load_variants(objects, wanted, errors)
     results["value_sets"] = {vs.name: [list(v) for v in vs.values] for vs in args.values}
-    for vs in args.values:
-        log(f"building and linking with {vs.name}: " + ", ".join(f"{c}.{k} = {v}" for c, k, v in vs.values))
-        try:
-            objs = decode_parts.build_value_set(build / vs.name, vs, objects)
-        except Exception as exc:
-            errors[vs.name] = f"{type(exc).__name__}: {exc}"
-            log(f"{vs.name}: not available: {errors[vs.name]}")
-            continue
-        variants.update({f"{name}@{vs.name}": step for name, step in load_variants(objs, wanted, errors).items()})
     results["object_sets"] = {name: str(folder) for name, folder in args.objects}
-    for name, folder in args.objects:
-        objs = {p.stem: p for p in sorted(folder.glob("*.o"))}
-        log(f"linking with the objects of {folder} as @{name}: {len(objs)} objects")
-        pipelines = folder / "pipelines" if (folder / "pipelines").is_dir() else None
-        variants.update({f"{v}@{name}": step for v, step in load_variants(objs, wanted, errors, pipelines).items()})
+    variants = link_variants(args, errors)
     torch_variants = [v for v in args.variants if v.startswith("torch_")]
     # The reference's CUDA graph is captured and timed in a process of its own, one per batch and context (see
     # graph_in_child), unless this process is such a child.
