@@ -19,8 +19,13 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))
 sys.path.insert(0, str(HERE))
 
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
+try:
+    import torch  # noqa: E402
+    import torch.nn.functional as F  # noqa: E402
+except ImportError:  # building and linking need neither: build.py
+    print(f"{Path(sys.argv[0]).name} runs the kernels: it needs torch and a CUDA GPU (build.py builds and links "
+          "without them)", file=sys.stderr)
+    sys.exit(2)
 
 from pipelink.runtime.launch import Kernel  # noqa: E402
 from report import results_md, summary  # noqa: E402
@@ -95,6 +100,10 @@ def main() -> None:
     ap.add_argument("--out", default=str(HERE / "results"))
     args = ap.parse_args()
     ms = [int(m) for m in args.ms.split(",")]
+    if not torch.cuda.is_available():
+        print("run.py runs the kernels: torch sees no CUDA GPU here (build.py builds and links without one)",
+              file=sys.stderr)
+        sys.exit(2)
     torch.backends.cuda.matmul.allow_tf32 = False
     dev = torch.device("cuda")
     seed = int(time.time())

@@ -14,8 +14,13 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))
 
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
+try:
+    import torch  # noqa: E402
+    import torch.nn.functional as F  # noqa: E402
+except ImportError:  # building and linking need neither: build.py
+    print(f"{Path(sys.argv[0]).name} runs the kernels: it needs torch and a CUDA GPU (build.py builds and links "
+          "without them)", file=sys.stderr)
+    sys.exit(2)
 
 from pipelink.runtime.launch import Kernel  # noqa: E402
 

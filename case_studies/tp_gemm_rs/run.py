@@ -154,8 +154,13 @@ def main() -> None:
     if args.quick:
         args.ms, args.iters, args.rounds = [1024], 10, 2
 
-    import torch
-    import torch.distributed as dist
+    try:
+        import torch
+        import torch.distributed as dist
+    except ImportError:  # building and linking need neither: build.py
+        print("run.py runs the kernels on two or more GPUs: it needs torch (build.py builds and links without)",
+              file=sys.stderr)
+        sys.exit(2)
 
     from pipelink.runtime import nvshmem
     local = setup()
