@@ -90,9 +90,14 @@ def load_variants(objects, wanted, errors, pipelines: Path | None = None, load: 
     return made
 
 
+def manifests_of(step) -> dict:
+    """{unit: Manifest} of a MegaStep (its one kernel, unit None) or a PartsStep (a kernel per unit)."""
+    from decode_kernels import MegaStep
+    return {None: step.manifest} if isinstance(step, MegaStep) else dict(step.manifests)
+
+
 def describe(variants) -> dict:
     """What each pipelink variant launches: kernel names, blocks, dynamic shared memory, dependent launch."""
-    from decode_kernels import MegaStep
 
     def one(m):
         return dict(kernel=m.kernel, block=list(m.block), dynamic_smem=m.dynamic_smem, persistent=m.persistent,
@@ -102,7 +107,8 @@ def describe(variants) -> dict:
     out = {}
     for name, v in variants.items():
         try:
-            out[name] = one(v.manifest) if isinstance(v, MegaStep) else {u: one(m) for u, m in v.manifests.items()}
+            per = {u: one(m) for u, m in manifests_of(v).items()}
+            out[name] = per[None] if None in per else per
         except Exception as exc:  # a manifest field this pipelink does not have
             out[name] = f"{type(exc).__name__}: {exc}"
     return out
@@ -385,14 +391,11 @@ def link_only(args) -> int:
     """Where torch has no GPU to run on: build and link every pipelink variant asked for and say what each
     would launch; 1 when one does not link."""
     errors: dict = {}
-    for name, what in describe(link_variants(args, errors, load=False)).items():
-        if isinstance(what, str):  # its manifest could not be read
-            log(f"{name}: {what}")
-            continue
-        for unit, d in (what.items() if "kernel" not in what else [(None, what)]):
-            log(f"{name}{f' ({unit})' if unit else ''}: kernel {d['kernel']}, {d['block'][0]} threads, "
-                f"{d['dynamic_smem']} bytes of dynamic smem"
-                + (f", {d['registers']} registers, {d['frame_bytes']} B frame" if "registers" in d else ""))
+    for name, step in link_variants(args, errors, load=False).items():
+        for unit, m in manifests_of(step).items():
+            log(f"{name}{f' ({unit})' if unit else ''}: kernel {m.kernel}, {m.block[0]} threads, "
+                f"{m.dynamic_smem} bytes of dynamic smem"
+                + (f", {m.resources.registers} registers, {m.resources.frame_bytes} B frame" if m.resources else ""))
     log("no GPU here (torch with CUDA): built and linked; the correctness run against transformers and the "
         "timings need one")
     return 1 if errors else 0

@@ -55,11 +55,7 @@ __device__ __forceinline__ unsigned lane_index() { return threadIdx.x & 31; }
 __device__ __forceinline__ void profile_mark(unsigned at, int i) {
   if (at != 0u && i >= 0 && i < kProfileMarks) {
     unsigned long long* const record = *reinterpret_cast<unsigned long long* volatile*>(dynamic_smem() + (at - 1u));
-    if (record != nullptr) {
-      unsigned long long now;
-      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-      record[kProfileFirstMark + i] = now;
-    }
+    if (record != nullptr) record[kProfileFirstMark + i] = profile::now();
   }
 }
 

@@ -71,12 +71,6 @@ __device__ __forceinline__ bool wait_for(const unsigned long long* p, unsigned c
 // ring in global memory that the launcher reads back (runtime/profile.py decodes it).
 namespace profile {
 
-__device__ __forceinline__ unsigned long long now() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-
 __device__ __forceinline__ unsigned sm_id() {
   unsigned id;
   asm volatile("mov.u32 %0, %%smid;" : "=r"(id));

@@ -9,4 +9,14 @@ namespace pl {
 constexpr int kProfileFirstMark = 5;
 constexpr int kProfileMarks = 6;
 
+namespace profile {
+
+// A record's stamps: the global timer (ns).
+__device__ __forceinline__ unsigned long long now() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+}  // namespace profile
 }  // namespace pl
