@@ -24,9 +24,23 @@ def cache_tensors(cache) -> list:
     return list(zip(cache.key_cache, cache.value_cache))
 
 
+def write_counters(cache) -> list:
+    """The per-layer write positions of a StaticCache that keeps its own (transformers 5: each layer's
+    `cumulative_length`, a 0-d tensor that every update advances and writes at, whatever `cache_position` says);
+    [] where the cache writes at `cache_position` (transformers 4). Read them anew each time: a layer replaces its
+    tensor by a device copy at its first update."""
+    return [layer.cumulative_length for layer in getattr(cache, "layers", [])
+            if getattr(layer, "cumulative_length", None) is not None]
+
+
 class HFStep:
     """One decode step of the reference: `step()` runs the model on `ids` [B, 1] at `cache_pos` [1] and leaves
-    the last logits in `self.logits` [B, V]. The inputs are static tensors, so a CUDA graph may capture it."""
+    the last logits in `self.logits` [B, V]. The inputs are static tensors, so a CUDA graph may capture it.
+
+    A step writes its keys and values at `pos` every time it runs (as a pipelink step does): where the cache
+    advances a write counter of its own in every update, the step moves it back by one afterwards (one foreach
+    kernel, also in the graph). Without that, repeated steps (warm-up, timing, graph replays) wrote at pos, pos + 1,
+    ... and past the cache's end: index_copy_'s device assert."""
 
     def __init__(self, model, B: int, Lmax: int):
         import torch
@@ -45,14 +59,24 @@ class HFStep:
         self.ids.copy_(torch.as_tensor(tokens, device=self.ids.device).view(self.B, 1))
         self.cache_pos.fill_(pos)
         self.position_ids.fill_(pos)
+        for counter in write_counters(self.cache):
+            counter.fill_(pos)
 
     def step(self):
         import torch
         with torch.no_grad():
             out = self.model(input_ids=self.ids, position_ids=self.position_ids, cache_position=self.cache_pos,
                              past_key_values=self.cache, use_cache=True)
+            self._rewind()
         self.logits = out.logits[:, -1, :]
         return self.logits
+
+    def _rewind(self) -> None:
+        """Undo the step's advance of the cache's write counters (see the class)."""
+        import torch
+        counters = write_counters(self.cache)
+        if counters:
+            torch._foreach_sub_(counters, 1)
 
     def fill_cache_random(self, seed: int = 1) -> None:
         """Random keys and values in every slot (the cache's tensors exist after a first step)."""
@@ -75,6 +99,7 @@ class HFStep:
         with torch.no_grad(), torch.cuda.graph(self.graph):
             out = self.model(input_ids=self.ids, position_ids=self.position_ids, cache_position=self.cache_pos,
                              past_key_values=self.cache, use_cache=True)
+            self._rewind()
             self.graph_logits = out.logits[:, -1, :]
 
     def replay(self):

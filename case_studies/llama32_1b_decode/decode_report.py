@@ -115,9 +115,6 @@ def render(results: dict) -> str:
     out += [f"Merged in from a run of its own: `{m.get('command', '?')}` ({m.get('date', '?')}, {m.get('machine', '?')})."
             for m in results.get("merged_runs", [])]
     out += [""] if results.get("merged_runs") else []
-    if results.get("graph_apart"):
-        out += ["The reference's CUDA graph was captured and timed in a child process of its own for each batch and "
-                "context (`run.py`'s `graph_in_child` says why), the other variants alternating in this one.", ""]
     out += _correctness(results)
     out += _headline(results)
     out += _swap(results)

@@ -6,8 +6,7 @@ latency against the baselines, on one GPU.
 1. Builds Llama-3.2-1B with random weights (seeded; or loads a safetensors checkpoint) in bf16 on cuda.
 2. Lays its weights out for the pipelink kernels (model.DecodeModel), shared by every variant.
 3. Latency: at every batch size and context (the cache length attended, filled with random values), every
-   variant's step is timed with CUDA events, the variants alternating round-robin, median over --iters; the
-   reference's CUDA graph in a child process of its own per batch and context (graph_in_child says why).
+   variant's step is timed with CUDA events, the variants alternating round-robin, median over --iters.
 4. Correctness: feeds a fixed prompt token by token (positions 0..P-1), then decodes greedily for --steps
    steps. At every step each pipelink variant's logits are compared with the reference's (max abs error), and
    its greedy token with the reference's argmax; every variant is fed the reference's token (so the logits
@@ -323,32 +322,6 @@ def bench_config(model, dm, variants, B, ctx, warmup, iters, torch_variants, err
     return rows
 
 
-def graph_in_child(args, B: int, ctx: int, errors: dict) -> list:
-    """torch_graph at (B, ctx), timed by a child process running only it. Eager steps of the reference in a
-    process where a graph of it was captured failed on the H200 (transformers 5.17, torch 2.11: an index assert in
-    the StaticCache update, then cuBLAS), with or without a copy of the model for the graph; eager steps, and one
-    graph, each alone in a process ran clean. So the graph's timings are not interleaved with the others'."""
-    with tempfile.TemporaryDirectory(prefix="llama_decode_graph_") as tmp:
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--graph-here", "--skip-correctness", "--variants",
-               "torch_graph", "--batches", str(B), "--contexts", str(ctx), "--iters", str(args.iters), "--warmup",
-               str(args.warmup), "--seed", str(args.seed), "--out", tmp, "--name", "graph"]
-        if args.checkpoint:
-            cmd += ["--checkpoint", args.checkpoint]
-        done = subprocess.run(cmd, capture_output=True, text=True)
-        out = Path(tmp) / "graph.json"
-        child = json.loads(out.read_text()) if out.exists() else {}
-    rows = child.get("latency", [])
-    errors.update(child.get("errors", {}))
-    if done.returncode != 0 or not rows:
-        tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
-        errors[f"torch_graph B={B} ctx={ctx}"] = f"the child process exited {done.returncode}: {tail[0]}"
-        log(f"torch_graph at B={B} ctx={ctx}: {errors[f'torch_graph B={B} ctx={ctx}']}")
-    for r in rows:
-        log(f"B={B} ctx={ctx:6d} {r['variant']:16s} median {r['median_us']:9.2f} us  min {r['min_us']:9.2f} us "
-            "(a process of its own)")
-    return rows
-
-
 def link_variants(args, errors: dict, load: bool = True) -> dict:
     """Every pipelink variant asked for, with the case study's objects, each --values set's and each --objects
     folder's (VARIANT@NAME); `load`: False to link only."""
@@ -442,8 +415,6 @@ def main(argv=None) -> int:
                          "another commit's build; its pipeline files too where DIR/pipelines holds them), timed as "
                          "VARIANT@NAME in the same round-robin; repeatable")
     ap.add_argument("--skip-correctness", action="store_true")
-    ap.add_argument("--graph-here", action="store_true",
-                    help="time torch_graph in this process (what the child process of each batch and context does)")
     ap.add_argument("--skip-bench", action="store_true")
     ap.add_argument("--quick", action="store_true", help="B=1 only, contexts 16 and 1024, 50 iterations")
     ap.add_argument("--out", default=str(HERE / "results"), help="results folder")
@@ -476,12 +447,6 @@ def main(argv=None) -> int:
     results["object_sets"] = {name: str(folder) for name, folder in args.objects}
     variants = link_variants(args, errors)
     torch_variants = [v for v in args.variants if v.startswith("torch_")]
-    # The reference's CUDA graph is captured and timed in a process of its own, one per batch and context (see
-    # graph_in_child), unless this process is such a child.
-    graph_apart = "torch_graph" in torch_variants and not args.graph_here
-    if graph_apart:
-        torch_variants.remove("torch_graph")
-        results["graph_apart"] = True
     results["kernels"] = describe(variants)
 
     def save():
@@ -497,8 +462,6 @@ def main(argv=None) -> int:
             for ctx in args.contexts:
                 log(f"latency: B={B} ctx={ctx}")
                 rows += bench_config(model, dm, variants, B, ctx, args.warmup, args.iters, torch_variants, errors)
-                if graph_apart:
-                    rows += graph_in_child(args, B, ctx, errors)
                 results["latency"] = rows
                 save()
     if not args.skip_correctness:
