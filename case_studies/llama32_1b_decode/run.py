@@ -19,6 +19,7 @@ latency against the baselines, on one GPU.
 from __future__ import annotations
 
 import argparse
+import copy
 import datetime
 import json
 import shlex
