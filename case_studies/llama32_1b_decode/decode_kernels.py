@@ -35,7 +35,7 @@ MEGA_PIPELINES = {"split": HERE / "pipelines" / "decode_step.json",
 # X_per_task: every task adds to its call's whole-call events (the glue before they were counted per CTA).
 MEGA_OPTIONS = {f"{v}_per_task": (v, {"counts_per_cta": False}) for v in MEGA_PIPELINES}
 # lr_sN: the loader step with a ring of N slots (the pipeline's loader_slots).
-MEGA_OPTIONS.update({f"lr_s{n}": ("lr", {"loader_slots": n}) for n in (3, 4, 8, 10)})
+MEGA_OPTIONS.update({f"lr_s{n}": ("lr", {"loader_slots": n}) for n in (2, 3, 4, 5, 8, 10)})
 # X_deal: the static walk deals each call's tasks on from where the previous call's ended (pipeline `deal`).
 MEGA_OPTIONS.update({f"{v}_deal": (v, {"deal": "continue"}) for v in ("split", "head", "lr")})
 # X_waitN: waiters sleep N ns between two reads of a counter (pipeline `wait_backoff_ns`; 64 by default).

@@ -49,8 +49,9 @@ CONTEXTS = [16, 256, 1024, 4096, 16384]
 PIPELINK_VARIANTS = (tuple(f"pipelink_{v}" for v in (*decode_kernels.MEGA_PIPELINES, *decode_kernels.MEGA_OPTIONS))
                      + ("parts_graph", "parts_ring_graph"))
 TORCH_VARIANTS = ("torch_eager", "torch_graph")
-# What the results table compares; the ring and last-arriver steps are experiments, asked for by name.
-DEFAULT_VARIANTS = ("pipelink_split", "pipelink_head", "parts_graph") + TORCH_VARIANTS
+# What the results table compares: the split-KV step (the summary line's), its loader-ring form, the
+# whole-context step (the attention swap) and the baselines; the other steps are experiments, asked for by name.
+DEFAULT_VARIANTS = ("pipelink_split", "pipelink_lr", "pipelink_head", "parts_graph") + TORCH_VARIANTS
 
 
 def log(*a):
