@@ -14,8 +14,8 @@ import statistics
 import struct
 from dataclasses import dataclass
 
-MARKS = 6  # pl::kProfileMarks (pipelink/profile_record.h)
-WORDS = 5 + MARKS  # pl::profile::kWords: the tag, four stamps, the marks
+FIRST_MARK, MARKS = 5, 6  # pl::kProfileFirstMark, pl::kProfileMarks (pipelink/profile_record.h)
+WORDS = FIRST_MARK + MARKS  # pl::profile::kWords: the tag, four stamps, the marks
 # The glue's globals, read by name: the ring, the next slot, and the count of launches (the records' tag).
 RING_SYMBOL, NEXT_SYMBOL, LAUNCH_SYMBOL = "pl_profile_ring", "pl_profile_next", "pl_profile_launch"
 
@@ -60,7 +60,7 @@ def decode(ring: bytes, next_slot: int, capacity: int, components: list[str]) ->
         comp = (w[0] >> 40) & 0xFF
         records.append(TaskRecord(launch=w[0] >> 48, component=components[comp] if comp < len(components) else
                                   f"#{comp}", task=w[0] & 0xFFFFFFFF, sm=(w[0] >> 32) & 0xFF,
-                                  start=w[1], ready=w[2], done=w[3], notified=w[4], marks=tuple(w[5:])))
+                                  start=w[1], ready=w[2], done=w[3], notified=w[4], marks=tuple(w[FIRST_MARK:])))
     if not records:
         return []
     latest = records[-1].launch
@@ -185,18 +185,24 @@ def first_and_later(records: list[TaskRecord], layers: int, layered: set[str], g
     ones or None, how many of each): under static dispatch CTA c runs tasks c, c + grid, .. of each call, so
     a task numbered below `grid` within its layer is its CTA's first. What the first pays and the later ones
     do not (a GEMV staging x for the call) is the difference."""
+    runs: dict[str, tuple[list, list]] = {}
+    for r, t in zip(records, _tasks_in_layer(records, layers, layered)):
+        if t is None:
+            continue
+        first, later = runs.setdefault(r.component, ([], []))
+        (first if t < grid else later).append(r.run_ns / 1000.0)
+    return {c: (statistics.median(f) if f else None, statistics.median(lt) if lt else None, len(f), len(lt))
+            for c, (f, lt) in runs.items()}
+
+
+def _tasks_in_layer(records: list[TaskRecord], layers: int, layered: set[str]) -> list[int | None]:
+    """Each record's task number within its layer's call (a layered component whose task count the layers
+    divide), else None."""
     count: dict[str, int] = {}
     for r in records:
         count[r.component] = count.get(r.component, 0) + 1
-    runs: dict[str, tuple[list, list]] = {}
-    for r in records:
-        if r.component not in layered or count[r.component] % layers:
-            continue
-        per_layer = count[r.component] // layers
-        first, later = runs.setdefault(r.component, ([], []))
-        (first if r.task % per_layer < grid else later).append(r.run_ns / 1000.0)
-    return {c: (statistics.median(f) if f else None, statistics.median(lt) if lt else None, len(f), len(lt))
-            for c, (f, lt) in runs.items()}
+    return [r.task % (count[r.component] // layers) if r.component in layered and not count[r.component] % layers
+            else None for r in records]
 
 
 def render_first_and_later(split: dict[str, tuple]) -> str:
@@ -242,15 +248,11 @@ def marks(records: list[TaskRecord], layers: int, layered: set[str], grid: int) 
     """Per component that stamped marks, for its CTAs' first tasks of a call in a layer and for the later ones
     (as first_and_later tells them apart): {"first" | "later": (tasks, [median us from the waits met to mark i,
     or None where no task stamped it], median run us)}. Where a task's running time goes, phase by phase."""
-    count: dict[str, int] = {}
-    for r in records:
-        count[r.component] = count.get(r.component, 0) + 1
     by: dict[str, dict[str, list]] = {}
-    for r in records:
+    for r, in_layer in zip(records, _tasks_in_layer(records, layers, layered)):
         if not any(r.marks):
             continue
-        per_layer = count[r.component] // layers if r.component in layered and not count[r.component] % layers else 0
-        t = r.task % per_layer if per_layer else r.task
+        t = r.task if in_layer is None else in_layer
         by.setdefault(r.component, {}).setdefault("first" if t < grid else "later", []).append(r)
     out: dict[str, dict] = {}
     for c, kinds in by.items():
