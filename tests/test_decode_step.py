@@ -61,6 +61,7 @@ def test_the_driver_passes_every_parameter_with_its_extents(linked, variant):
     m = linked[variant].manifest
     B, Lmax = 8, 4096
     shapes = dict(decode_model.weight_shapes())
+    shapes.update(decode_model.packed_weight_shapes())
     shapes.update(decode_model.scratch_shapes(B, Lmax))
     shapes.update(k_cache=decode_model.cache_shape(B, Lmax), v_cache=decode_model.cache_shape(B, Lmax),
                   token=(B,), pos=(B,), inv_freq=(32,))
@@ -110,7 +111,8 @@ def test_the_last_step_swaps_only_the_attention():
 
 def test_the_loader_step_swaps_only_the_gemvs():
     """decode_step_lr.json is decode_step.json with the four GEMV components' `_lr` versions (one team's folder)
-    and the ring's slot count: the same calls, bindings and events."""
+    and the ring's slot count: the same calls, bindings and events, but W bound to its packed form (the model's
+    PACKED_WEIGHTS, made from the weight the plain call binds for the component that reads it)."""
     import json
     plain = json.loads((CASE / "pipelines" / "decode_step.json").read_text())
     lr = json.loads((CASE / "pipelines" / "decode_step_lr.json").read_text())
@@ -119,6 +121,10 @@ def test_the_loader_step_swaps_only_the_gemvs():
     for a, b in zip(plain["calls"], lr["calls"]):
         name = a.get("component", a["name"])
         assert b.get("component", b["name"]) == swap.get(name, name)
+        if name in swap:
+            packed = b["bind"]["w"]
+            assert decode_model.PACKED_WEIGHTS[packed][:2] == (a["bind"]["w"], swap[name]), packed
+            b = dict(b, bind=dict(b["bind"], w=a["bind"]["w"]))
         assert {k: v for k, v in a.items() if k != "component"} == {k: v for k, v in b.items() if k != "component"}
 
 

@@ -5,7 +5,8 @@ against the plain ones: the same products in the same order, only where W comes 
   from a shared-memory slot that the prefetch entry's bulk copies filled (linked alone, the entry runs right
   before the task).
 - `_lr` (gemv_residual_lr, ...): W from the kernel's loader ring, which the loader warp fills ahead of the compute
-  warps (linked alone: a persistent kernel with one loader warp a CTA).
+  warps (linked alone: a persistent kernel with one loader warp a CTA), from W packed by linear/packing.py (so
+  these tests check the packing too).
 
 The first launch runs on 8 CTAs, so each walks many tasks through every slot and both mbarrier phases, partial
 slots included (K = 40 and 2056). Fresh random inputs every run (the seed is in the failure message), outputs
@@ -21,6 +22,7 @@ CASE = Path(__file__).resolve().parent.parent / "case_studies" / "llama32_1b_dec
 sys.path.insert(0, str(CASE))
 
 import decode_parts  # noqa: E402
+from linear import packing  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 EPS = decode_parts.RMS_EPS
@@ -55,6 +57,11 @@ def _nan(*shape):
     return torch.full(shape, float("nan"), dtype=torch.bfloat16, device="cuda")
 
 
+def _w(w, suffix, component, n):
+    """W as the component of that suffix takes it: packed for the loader ring's."""
+    return packing.pack(w, component + "_lr", n) if suffix == "_lr" else w
+
+
 def _same(got, want, what):
     import torch
     assert torch.equal(got.view(torch.int16), want.view(torch.int16)), \
@@ -75,7 +82,8 @@ def test_gemv_residual(kernels, suffix, B, N, K):
     kernels["gemv_residual"].launch(w=w, x=x, r=r, y=want, B=B, N=N, K=K)
     for launch in range(2):
         got = _nan(B, N)
-        kernels["gemv_residual" + suffix].launch(w=w, x=x, r=r, y=got, B=B, N=N, K=K, grid=8 if launch == 0 else None)
+        kernels["gemv_residual" + suffix].launch(w=_w(w, suffix, "gemv_residual", N), x=x, r=r, y=got, B=B, N=N, K=K,
+                                                 grid=8 if launch == 0 else None)
         torch.cuda.synchronize()
         _same(got, want, f"{suffix} B={B} N={N} K={K} seed={seed} launch {launch}")
 
@@ -94,7 +102,8 @@ def test_gemv_swiglu_normed(kernels, suffix, B, I, K):
     kernels["gemv_swiglu_normed"].launch(w=w, x=x, norm_w=norm_w, eps=EPS, h=want, B=B, I=I, K=K)
     for launch in range(2):
         got = _nan(B, I)
-        kernels["gemv_swiglu_normed" + suffix].launch(w=w, x=x, norm_w=norm_w, eps=EPS, h=got, B=B, I=I, K=K,
+        kernels["gemv_swiglu_normed" + suffix].launch(w=_w(w, suffix, "gemv_swiglu_normed", I), x=x, norm_w=norm_w,
+                                                      eps=EPS, h=got, B=B, I=I, K=K,
                                                       grid=8 if launch == 0 else None)
         torch.cuda.synchronize()
         _same(got, want, f"{suffix} B={B} I={I} K={K} seed={seed} launch {launch}")
@@ -116,7 +125,8 @@ def test_qkv_rope_normed(kernels, suffix, B, K):
     outs = {}
     for name in ("qkv_rope_normed", "qkv_rope_normed" + suffix):
         q, kc, vc = _nan(B, 32, 64), _nan(B * 8, Lmax, 64), _nan(B * 8, Lmax, 64)
-        kernels[name].launch(w=w, x=x, norm_w=norm_w, eps=EPS, pos=pos, inv_freq=inv_freq, q=q, k_cache=kc,
+        wk = _w(w, suffix, "qkv_rope_normed", 0) if name.endswith(suffix) else w
+        kernels[name].launch(w=wk, x=x, norm_w=norm_w, eps=EPS, pos=pos, inv_freq=inv_freq, q=q, k_cache=kc,
                              v_cache=vc, B=B, K=K, Lmax=Lmax, grid=8 if name.endswith(suffix) else None)
         torch.cuda.synchronize()
         outs[name] = (q, kc, vc)
@@ -137,10 +147,26 @@ def test_lm_head(kernels, suffix, B, V, K):
     for name in ("lm_head", "lm_head" + suffix):
         logits = _nan(B, V)
         part = torch.full(decode_parts.argmax_workspace_shape(B, V), -1, dtype=torch.int64, device="cuda")
-        kernels[name].launch(w=w, x=x, logits=logits, part=part.view(torch.uint64), B=B, V=V, K=K,
+        wk = _w(w, suffix, "lm_head", V) if name.endswith(suffix) else w
+        kernels[name].launch(w=wk, x=x, logits=logits, part=part.view(torch.uint64), B=B, V=V, K=K,
                              grid=16 if name.endswith(suffix) else None)
         torch.cuda.synchronize()
         outs[name] = (logits, part)
     _same(outs["lm_head" + suffix][0], outs["lm_head"][0], f"{suffix} logits B={B} V={V} K={K} seed={seed}")
     assert torch.equal(outs["lm_head" + suffix][1], outs["lm_head"][1]), \
         f"{suffix} argmax keys B={B} V={V} K={K} seed={seed}"
+
+
+@pytest.mark.parametrize("component,n,K", [("gemv_residual_lr", 1000, 40), ("gemv_swiglu_normed_lr", 1001, 72),
+                                           ("qkv_rope_normed_lr", 0, 40), ("lm_head_lr", 1001, 2056)], ids=str)
+def test_packing_places_every_element(component, n, K):
+    """linear/packing.py's pack (torch, on the GPU) puts each element where its pure `source` says: W's values are
+    their own positions (from 1: 0 is the padding's), so every packed element names the element it holds."""
+    import torch
+    rows = 3072 if component.startswith("qkv") else 2 * n if "swiglu" in component else n
+    w = torch.arange(1, rows * K + 1, device="cuda", dtype=torch.int64).reshape(rows, K)
+    got = packing.pack(w.view(1, rows, K), component, n)[0].flatten().tolist()
+    assert tuple(packing.pack(w, component, n).shape) == packing.packed_shape(component, n, K)
+    table = packing.task_rows(component, n)
+    want = [(lambda s: 0 if s is None else s[0] * K + s[1] + 1)(packing.source(table, K, i)) for i in range(len(got))]
+    assert got == want

@@ -203,6 +203,7 @@ class MegaStep:
 
     def prepare(self, dm, state, L: int):
         from decode_model import pick_args
+        dm.packed(self.names)
         args = pick_args(self.names, {}, state.common_args(dm, L), f"megakernel ({self.variant})")
         return self.kernel.prepare(**args)
 

@@ -75,6 +75,28 @@ def weight_shapes(H: int = HIDDEN, I: int = INTERMEDIATE, V: int = VOCAB, NL: in
     }
 
 
+# W packed for the loader-ring GEMVs (linear/packing.py), made from the row-major weights when a kernel takes them:
+# name -> (the row-major weight, the component that reads it, which size is its output: "H", "I", "V" or None).
+PACKED_WEIGHTS = {
+    "w_qkv_packed": ("w_qkv", "qkv_rope_normed_lr", None),
+    "w_o_packed": ("w_o", "gemv_residual_lr", "H"),
+    "w_gu_packed": ("w_gu", "gemv_swiglu_normed_lr", "I"),
+    "w_down_packed": ("w_down", "gemv_residual_lr", "H"),
+    "w_lm_packed": ("w_lm", "lm_head_lr", "V"),
+}
+
+
+def packed_weight_shapes(H: int = HIDDEN, I: int = INTERMEDIATE, V: int = VOCAB, NL: int = LAYERS) -> dict[str, tuple]:
+    """The extents of the PACKED_WEIGHTS (layers first where the row-major weight has them)."""
+    from linear import packing
+    sizes, shapes = {"H": H, "I": I, "V": V, None: 0}, weight_shapes(H, I, V, NL)
+    out = {}
+    for name, (src, component, size) in PACKED_WEIGHTS.items():
+        lead = shapes[src][:-2]
+        out[name] = lead + packing.packed_shape(component, sizes[size], shapes[src][-1])
+    return out
+
+
 def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
@@ -231,6 +253,15 @@ class DecodeModel:
                  theta=float(getattr(cfg, "rope_theta", ROPE_THETA)))
         dm.check()
         return dm
+
+    def packed(self, names) -> None:
+        """Make the PACKED_WEIGHTS among `names` (a kernel's parameters) that are not made yet, once each."""
+        from linear import packing
+        for name in names:
+            if name in PACKED_WEIGHTS and name not in self.tensors:
+                src, component, size = PACKED_WEIGHTS[name]
+                n = {"H": self.H, "I": self.I, "V": self.V, None: 0}[size]
+                self.tensors[name] = packing.pack(self.tensors[src], component, n)
 
     def check(self) -> None:
         want = weight_shapes(self.H, self.I, self.V, self.NL)

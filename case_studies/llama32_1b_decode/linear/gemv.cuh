@@ -330,13 +330,19 @@ __device__ __forceinline__ void sum_and_store(const float (&acc)[(ROWS + 15) / 1
 // W through the kernel's loader ring (pipelink/component.h's pl::ring; the `_lr` components): the load entry
 // (the loader warp) copies a task's W, SLOT_K columns of its ROWS rows per slot, slot after slot in K order (and
 // again per group of BATCH batch rows), before the task waits; the entry reads each slot at the mma and releases
-// it. A slot row is SLOT_K bf16 plus 64 bytes, so the two rows a quarter warp reads sit in different banks.
+// it. W comes packed in the order the walk reads it (linear/packing.py), so a slot is one contiguous bulk copy:
+// task t's rows (in local row order, absent rows zero) and K padded to whole 32-wide blocks, as
+// [t][32-wide block][8-row half][row g][k quarter q][8 bf16]: the 16-byte vector lane 4g + q of a warp reads for
+// one half and block. A warp's read of a half is 512 contiguous bytes (no bank conflict), and a task's bytes are
+// contiguous, slot after slot: one copy a slot where rows of W took one a row (the count of copies, not the
+// bytes in flight, bounded the ring: the case study's PERFORMANCE.md).
 template <int ROWS, int SLOT_K>
 struct WLoaderRing {
+  static_assert(ROWS % 8 == 0 && SLOT_K % 32 == 0, "gemv: packed W is whole 8-row halves and 32-wide blocks");
   static constexpr int kSlotRows = 0;
   static constexpr bool kLoaderRing = true;
-  static constexpr int kPitch = SLOT_K * 2 + 64;      // bytes of one row in a slot
-  static constexpr int kSlotBytes = ROWS * kPitch;
+  static constexpr int kHalves = ROWS / 8;
+  static constexpr int kSlotBytes = ROWS * SLOT_K * 2;
   static constexpr int kSlotK = SLOT_K;
   pl::Tile tile;
   // rows_from's register walk (compiled, never run: rows_from hands a loader ring to rows_ring)
@@ -345,25 +351,26 @@ struct WLoaderRing {
   __device__ __forceinline__ uint4 slot(int, int) const { return make_uint4(0u, 0u, 0u, 0u); }
 };
 
-// The load entry's body (every lane of the loader warp): the task's slots, in the order rows_from drains them.
-template <int ROWS, int SLOT_K, int BATCH, class RowOf>
-__device__ __forceinline__ void load_slots(const pl::Tile& tile, const bf16* __restrict__ w, int B, int K,
-                                           RowOf row_of) {
-  static_assert(ROWS <= 32, "gemv: one lane copies one row of a slot");
-  constexpr int PITCH = WLoaderRing<ROWS, SLOT_K>::kPitch;
-  const int lane = threadIdx.x % 32;
-  const int n = lane < ROWS ? row_of(lane) : -1;
-  int valid = 0;
-#pragma unroll
-  for (int i = 0; i < ROWS; ++i) valid += row_of(i) >= 0;
-  const int slots = (K + SLOT_K - 1) / SLOT_K;
+// K padded to whole 32-wide blocks: a packed row's length (linear/packing.py's padded_k).
+__device__ __forceinline__ int packed_k(int K) { return (K + 31) / 32 * 32; }
+
+// The load entry's body (the loader warp): task `task`'s slots of packed W, in the order rows_ring drains them,
+// one bulk copy a slot by lane 0.
+template <int ROWS, int SLOT_K, int BATCH>
+__device__ __forceinline__ void load_slots(const pl::Tile& tile, const bf16* __restrict__ w_packed, long long task,
+                                           int B, int K) {
+  const int kp = packed_k(K);
+  const bf16* const src = w_packed + task * ROWS * (long long)kp;
+  const int slots = (kp + SLOT_K - 1) / SLOT_K;
   for (int bg = 0, s = 0; bg < B; bg += BATCH) {
     for (int j = 0; j < slots; ++j, ++s) {
       if (!pl::ring::acquire(tile, s)) return;
-      const unsigned bytes = (unsigned)min(SLOT_K, K - j * SLOT_K) * 2u;
-      if (lane == 0) pl::ring::expect(tile, s, bytes * (unsigned)valid);
+      if (threadIdx.x % 32 == 0) {
+        const unsigned bytes = (unsigned)(ROWS * min(SLOT_K, kp - j * SLOT_K) * 2);
+        pl::ring::expect(tile, s, bytes);
+        pl::ring::copy(tile, s, 0u, src + (long long)j * ROWS * SLOT_K, bytes);
+      }
       __syncwarp();
-      if (n >= 0) pl::ring::copy(tile, s, (unsigned)(lane * PITCH), w + (long long)n * K + (long long)j * SLOT_K, bytes);
     }
   }
 }
@@ -385,7 +392,7 @@ __device__ __forceinline__ void rows_ring(const pl::Tile& tile, const Stage& sta
   constexpr int CHUNK_VECS = KCHUNK / 8;
   constexpr int SLOT_VECS = SLOT_K / 8;
   constexpr int BPW = SLOT_K / 32 / WARPS;  // a warp's 32-wide blocks of a slot
-  constexpr int PITCH = WLoaderRing<ROWS, SLOT_K>::kPitch;
+  constexpr int HALVES = WLoaderRing<ROWS, SLOT_K>::kHalves;
   const int t = threadIdx.x % THREADS, warp = t / 32, lane = t % 32;
   const int g = lane / 4, q = lane % 4;
   const int kvecs = K / 8;
@@ -430,7 +437,7 @@ __device__ __forceinline__ void rows_ring(const pl::Tile& tile, const Stage& sta
 #pragma unroll
             for (int h = 0; h < 2; ++h)
               half[h] = (row_ok[mt][h] && in)
-                            ? *reinterpret_cast<const uint4*>(slot + (mt * 16 + h * 8 + g) * PITCH + (blk * 32 + 8 * q) * 2)
+                            ? *reinterpret_cast<const uint4*>(slot + ((blk * HALVES + mt * 2 + h) * 32 + lane) * 16)
                             : make_uint4(0u, 0u, 0u, 0u);
             mma_16816(acc[mt][0], half[0].x, half[1].x, half[0].y, half[1].y, xv.x, xv.y);
             mma_16816(acc[mt][1], half[0].z, half[1].z, half[0].w, half[1].w, xv.z, xv.w);

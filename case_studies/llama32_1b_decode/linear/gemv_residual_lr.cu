@@ -8,13 +8,12 @@ using namespace pl::gemv_residual_lr;
 using Ring = gemv_body::WLoaderRing<GEMV_ROWS, GEMV_RING_K>;
 static_assert(smem_xs_bytes >= GEMV_BATCH * GEMV_KCHUNK * 2, "contract gemv_residual_lr: smem.buffers.xs is too small");
 static_assert(smem_sums_bytes >= gemv_body::sums_floats<WARPS, GEMV_ROWS> * 4, "contract gemv_residual_lr: smem.buffers.sums is too small");
-static_assert(GEMV_ROWS * (GEMV_RING_K * 2 + 64) == Ring::kSlotBytes, "contract gemv_residual_lr: loader.slot_bytes is not the slot's");
+static_assert(GEMV_ROWS * GEMV_RING_K * 2 == Ring::kSlotBytes, "contract gemv_residual_lr: loader.slot_bytes is not the slot's");
 
 extern "C" __device__ void gemv_residual_lr_load(pl::Tile tile, const __nv_bfloat16* __restrict__ w,
                                                  const __nv_bfloat16* __restrict__, const __nv_bfloat16* __restrict__,
                                                  __nv_bfloat16* __restrict__, int B, int N, int K) {
-  const int n0 = tile.coord[0] * GEMV_ROWS;
-  gemv_body::load_slots<GEMV_ROWS, GEMV_RING_K, GEMV_BATCH>(tile, w, B, K, [=](int i) { return n0 + i < N ? n0 + i : -1; });
+  gemv_body::load_slots<GEMV_ROWS, GEMV_RING_K, GEMV_BATCH>(tile, w, tile.coord[0], B, K);
 }
 
 extern "C" __device__ void gemv_residual_lr(pl::Tile tile, const __nv_bfloat16* __restrict__ w,

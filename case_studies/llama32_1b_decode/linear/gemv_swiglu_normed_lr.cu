@@ -11,14 +11,12 @@ static_assert(smem_xs_bytes >= GEMV_BATCH * GEMV_KCHUNK * 2, "contract gemv_swig
 static_assert(smem_sums_bytes >= gemv_body::sums_floats<WARPS, TASK_ROWS> * 4, "contract gemv_swiglu_normed_lr: smem.buffers.sums is too small");
 static_assert(smem_res_bytes >= GEMV_BATCH * TASK_ROWS * 4, "contract gemv_swiglu_normed_lr: smem.buffers.res is too small");
 static_assert(smem_norm_bytes >= (WARPS + 1) * GEMV_BATCH * 4, "contract gemv_swiglu_normed_lr: smem.buffers.norm is too small");
-static_assert(TASK_ROWS * (SWIGLU_RING_K * 2 + 64) == Ring::kSlotBytes, "contract gemv_swiglu_normed_lr: loader.slot_bytes is not the slot's");
+static_assert(TASK_ROWS * SWIGLU_RING_K * 2 == Ring::kSlotBytes, "contract gemv_swiglu_normed_lr: loader.slot_bytes is not the slot's");
 
 extern "C" __device__ void gemv_swiglu_normed_lr_load(pl::Tile tile, const __nv_bfloat16* __restrict__ w,
                                                       const __nv_bfloat16* __restrict__, const __nv_bfloat16* __restrict__,
                                                       float, __nv_bfloat16* __restrict__, int B, int I, int K) {
-  const int n0 = tile.coord[0] * SWIGLU_COLS;
-  gemv_body::load_slots<TASK_ROWS, SWIGLU_RING_K, GEMV_BATCH>(
-      tile, w, B, K, [=](int i) { return swiglu_body::row_of<SWIGLU_COLS>(n0, I, i); });
+  gemv_body::load_slots<TASK_ROWS, SWIGLU_RING_K, GEMV_BATCH>(tile, w, tile.coord[0], B, K);
 }
 
 extern "C" __device__ void gemv_swiglu_normed_lr(pl::Tile tile, const __nv_bfloat16* __restrict__ w,

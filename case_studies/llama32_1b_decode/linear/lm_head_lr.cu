@@ -9,13 +9,12 @@ using Ring = gemv_body::WLoaderRing<LM_ROWS, LM_RING_K>;
 static_assert(smem_xs_bytes >= GEMV_BATCH * GEMV_KCHUNK * 2, "contract lm_head_lr: smem.buffers.xs is too small");
 static_assert(smem_sums_bytes >= gemv_body::sums_floats<WARPS, LM_ROWS> * 4, "contract lm_head_lr: smem.buffers.sums is too small");
 static_assert(smem_keys_bytes >= GEMV_BATCH * LM_ROWS * 8, "contract lm_head_lr: smem.buffers.keys is too small");
-static_assert(LM_ROWS * (LM_RING_K * 2 + 64) == Ring::kSlotBytes, "contract lm_head_lr: loader.slot_bytes is not the slot's");
+static_assert(LM_ROWS * LM_RING_K * 2 == Ring::kSlotBytes, "contract lm_head_lr: loader.slot_bytes is not the slot's");
 
 extern "C" __device__ void lm_head_lr_load(pl::Tile tile, const __nv_bfloat16* __restrict__ w,
                                            const __nv_bfloat16* __restrict__, __nv_bfloat16* __restrict__,
                                            unsigned long long* __restrict__, int B, int V, int K) {
-  const int n0 = tile.coord[0] * LM_ROWS;
-  gemv_body::load_slots<LM_ROWS, LM_RING_K, GEMV_BATCH>(tile, w, B, K, [=](int i) { return n0 + i < V ? n0 + i : -1; });
+  gemv_body::load_slots<LM_ROWS, LM_RING_K, GEMV_BATCH>(tile, w, tile.coord[0], B, K);
 }
 
 extern "C" __device__ void lm_head_lr(pl::Tile tile, const __nv_bfloat16* __restrict__ w,

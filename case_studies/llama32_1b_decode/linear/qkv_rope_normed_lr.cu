@@ -10,16 +10,16 @@ static_assert(smem_xs_bytes >= GEMV_BATCH * GEMV_KCHUNK * 2, "contract qkv_rope_
 static_assert(smem_sums_bytes >= gemv_body::sums_floats<WARPS, QKV_ROWS> * 4, "contract qkv_rope_normed_lr: smem.buffers.sums is too small");
 static_assert(smem_res_bytes >= GEMV_BATCH * QKV_ROWS * 4, "contract qkv_rope_normed_lr: smem.buffers.res is too small");
 static_assert(smem_norm_bytes >= (WARPS + 1) * GEMV_BATCH * 4, "contract qkv_rope_normed_lr: smem.buffers.norm is too small");
-static_assert(QKV_ROWS * (QKV_RING_K * 2 + 64) == Ring::kSlotBytes, "contract qkv_rope_normed_lr: loader.slot_bytes is not the slot's");
+static_assert(QKV_ROWS * QKV_RING_K * 2 == Ring::kSlotBytes, "contract qkv_rope_normed_lr: loader.slot_bytes is not the slot's");
 
 extern "C" __device__ void qkv_rope_normed_lr_load(pl::Tile tile, const __nv_bfloat16* __restrict__ w,
                                                    const __nv_bfloat16* __restrict__, const __nv_bfloat16* __restrict__,
                                                    float, const int* __restrict__, const float* __restrict__,
                                                    __nv_bfloat16* __restrict__, __nv_bfloat16* __restrict__,
                                                    __nv_bfloat16* __restrict__, int B, int K, int) {
-  const int hd = tile.coord[0], j = tile.coord[1];
-  gemv_body::load_slots<QKV_ROWS, QKV_RING_K, GEMV_BATCH>(tile, w, B, K,
-                                                      [=](int i) { return qkv_body::row_of<QKV_ROWS>(hd, j, i); });
+  // tasks in the grid's row-major order (contract: [48, 64 // QKV_ROWS])
+  gemv_body::load_slots<QKV_ROWS, QKV_RING_K, GEMV_BATCH>(tile, w, tile.coord[0] * (64 / QKV_ROWS) + tile.coord[1],
+                                                      B, K);
 }
 
 extern "C" __device__ void qkv_rope_normed_lr(pl::Tile tile, const __nv_bfloat16* __restrict__ w,
