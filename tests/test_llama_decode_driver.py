@@ -154,11 +154,12 @@ def _results():
     lat = []
     for B in (1, 8):
         for ctx in (16, 256, 1024, 4096, 16384):
-            for v, t in (("pipelink_split", 700.0), ("pipelink_head", 690.0 + ctx / 10), ("parts_graph", 800.0),
-                         ("torch_graph", 1500.0), ("torch_eager", 9000.0)):
+            for v, t in (("pipelink_split", 720.0), ("pipelink_lr", 700.0), ("pipelink_head", 690.0 + ctx / 10),
+                         ("parts_graph", 800.0), ("parts_lr_graph", 850.0), ("torch_graph", 1500.0),
+                         ("torch_eager", 9000.0)):
                 lat.append(dict(B=B, ctx=ctx, variant=v, median_us=t + B, min_us=t, mean_us=t, n=50))
     corr = dict(batch=1, prompt=[1, 2, 3], steps=64, atol=0.1, rtol=0.02, reference_tokens=[5] * 64, variants={
-        "pipelink_split": dict(max_abs_err=0.03, ref_absmax=4.0, argmax_match=63, generated=64, steps=67,
+        "pipelink_lr": dict(max_abs_err=0.03, ref_absmax=4.0, argmax_match=63, generated=64, steps=67,
                                mismatches=[dict(step=40, position=40, ref=5, got=[6], ref_top2_margin=0.01,
                                                 max_abs_err=0.02)], tokens=[5] * 64, token_is_logit_argmax=67,
                                within_tolerance=True)})
@@ -168,9 +169,16 @@ def _results():
 
 
 def test_summary_line():
+    """The summary's megakernel (SUMMARY_VARIANT) against the faster of the separate-kernel graphs."""
     line = report.summary_line(_results())
+    assert report.SUMMARY_VARIANT == "pipelink_lr"
     assert line == ("summary: bs1 ctx1024 701 us/step; vs reference graph 2.14x; vs separate-kernel graph 1.14x; "
                     "greedy tokens identical 63/64")
+    faster_lr_parts = _results()
+    for r in faster_lr_parts["latency"]:
+        if r["variant"] == "parts_lr_graph":
+            r["median_us"] = 750.0
+    assert "vs separate-kernel graph 1.07x" in report.summary_line(faster_lr_parts)
 
 
 def test_summary_line_without_results():
@@ -208,7 +216,7 @@ def test_the_report_shows_the_fp32_reference_where_the_run_had_one():
     c = res["correctness"]
     c["reference_bf16_vs_fp32"] = dict(max_abs_err=0.05, argmax_match=60, generated=64,
                                        mismatches=[dict(step=30, fp32=7, bf16=8, fp32_top2_margin=0.002)])
-    c["variants"]["pipelink_split"]["fp32"] = dict(max_abs_err=0.12, argmax_match=61, generated=64)
+    c["variants"]["pipelink_lr"]["fp32"] = dict(max_abs_err=0.12, argmax_match=61, generated=64)
     section = report.render(res).split("## Correctness")[1].split("##")[0]
     assert "| max abs error vs fp32 | tokens match fp32 |" in section
     assert "| 63/64 | 0.12 | 61/64 | step 40:" in section
@@ -237,6 +245,22 @@ def test_the_ring_control_swaps_the_same_gemvs_as_the_ring_step():
     swapped = {c["component"] for c in ring["calls"] if c.get("component", "").endswith("_ring")}
     assert {names[0] for names in kernels.RING_UNITS.values()} == swapped
     assert set(kernels.RING_UNITS) <= set(kernels.PART_UNITS)
+
+
+def test_the_loader_ring_control_swaps_the_same_gemvs_and_binds_their_packed_w():
+    """parts_lr_graph launches the loader-ring step's GEMVs as separate kernels: the same components, and each of
+    their calls takes the W the step binds (PACKED_W: the tensor decode_step_lr.json binds to that call's `w`)."""
+    import json
+    lr = json.loads((CASE / "pipelines" / "decode_step_lr.json").read_text())
+    swapped = {c["component"] for c in lr["calls"] if c.get("component", "").endswith("_lr")}
+    assert {names[0] for names in kernels.LR_UNITS.values()} == swapped
+    assert set(kernels.LR_UNITS) <= set(kernels.PART_UNITS)
+    step_call = {"lm_head": "head"}  # the step's call names where the separate kernels' schedule says otherwise
+    bound = {step_call.get(c["name"], c["name"]): c["bind"]["w"] for c in lr["calls"]
+             if c.get("component", "").endswith("_lr")}
+    assert bound == kernels.PACKED_W
+    swapped_calls = {call for unit, _, call in kernels.parts_schedule(2) if unit in kernels.LR_UNITS}
+    assert swapped_calls == set(kernels.PACKED_W)
 
 
 

@@ -130,6 +130,12 @@ PART_UNITS = {
 # The separate-kernel units decode_step_ring.json's GEMVs replace (same parameters, same arithmetic).
 RING_UNITS = {"gemv_residual": ("gemv_residual_ring",), "gemv_swiglu_normed": ("gemv_swiglu_normed_ring",),
               "qkv_rope_normed": ("qkv_rope_normed_ring",), "lm_head": ("lm_head_ring", "argmax_merge")}
+# ... and those decode_step_lr.json's GEMVs replace: each a kernel with its own loader warp and ring, W packed.
+LR_UNITS = {"gemv_residual": ("gemv_residual_lr",), "gemv_swiglu_normed": ("gemv_swiglu_normed_lr",),
+            "qkv_rope_normed": ("qkv_rope_normed_lr",), "lm_head": ("lm_head_lr", "argmax_merge")}
+# The calls whose W an `_lr` unit takes packed: call -> the model's tensor (decode_model.PACKED_WEIGHTS).
+PACKED_W = {"qkv": "w_qkv_packed", "o_proj": "w_o_packed", "gate_up": "w_gu_packed", "down": "w_down_packed",
+            "head": "w_lm_packed"}
 
 
 def parts_schedule(NL: int, attention: str = "split", embed: bool = True) -> list[tuple[str, int | None, str]]:
@@ -178,13 +184,18 @@ def call_args(call: str, layer: int | None, t: dict) -> dict:
     raise KeyError(call)
 
 
-def launch_units(kernels: dict, NL: int, attention: str, t: dict) -> list:
-    """The PreparedLaunch of every launch of one step (kernels: unit -> loaded Kernel)."""
+def launch_units(kernels: dict, NL: int, attention: str, t: dict, packed: frozenset = frozenset()) -> list:
+    """The PreparedLaunch of every launch of one step (kernels: unit -> loaded Kernel; `packed`: the units that
+    take W packed, their calls' W from t["<unit>:packed"][PACKED_W[call]])."""
     from decode_model import pick_args
     launches = []
     for unit, layer, call in parts_schedule(NL, attention, embed="embed" in kernels):
         k = kernels[unit]
-        args = pick_args([p.name for p in k.user_params], call_args(call, layer, t), t, f"{unit} ({call})")
+        args = call_args(call, layer, t)
+        if unit in packed:
+            w = t[f"{unit}:packed"][PACKED_W[call]]
+            args["w"] = w if layer is None else w[layer]
+        args = pick_args([p.name for p in k.user_params], args, t, f"{unit} ({call})")
         launches.append(k.prepare(**args))
     return launches
 
@@ -203,8 +214,8 @@ class MegaStep:
 
     def prepare(self, dm, state, L: int):
         from decode_model import pick_args
-        dm.packed(self.names)
-        args = pick_args(self.names, {}, state.common_args(dm, L), f"megakernel ({self.variant})")
+        packed = dm.packed(self.names, self.manifest.geometry)
+        args = pick_args(self.names, packed, state.common_args(dm, L), f"megakernel ({self.variant})")
         return self.kernel.prepare(**args)
 
     def unload(self):
@@ -216,16 +227,19 @@ class PartsStep:
     """The components as separate kernels, in order; `prepare` returns a callable launching one step."""
 
     def __init__(self, objects: dict, attention: str = "split", dependent: bool = True, ring: bool = False,
-                 load: bool = True):
+                 load: bool = True, lr: bool = False):
         """`ring`: the GEMVs that decode_step_ring.json swaps in (RING_UNITS), the fair control of that step;
+        `lr`: those of decode_step_lr.json (LR_UNITS), the loader-ring step's;
         `load`: load each kernel onto the GPU (False: linked only, `manifests` says what each would launch)."""
         self.attention = attention
         units = {u for u, _, _ in parts_schedule(1, attention, embed="embed" in objects)}
         self.kernels, self.dependent, self.manifests = {}, {}, {}
+        swap = LR_UNITS if lr else RING_UNITS if ring else {}
+        self.packed = frozenset(swap) if lr else frozenset()
         for unit in sorted(units):
             names, pipe = PART_UNITS[unit]
-            if ring and unit in RING_UNITS:  # (the head's two components meet through their event: persistent)
-                names, pipe = RING_UNITS[unit], None
+            if unit in swap:  # (the head's two components meet through their event: persistent)
+                names, pipe = swap[unit], None
             result, dep = link_part(objects, names, pipe, dependent)
             self.manifests[unit] = result.manifest
             if load:  # else linked only
@@ -234,7 +248,9 @@ class PartsStep:
 
     def prepare(self, dm, state, L: int):
         t = state.common_args(dm, L)
-        launches = launch_units(self.kernels, dm.NL, self.attention, t)
+        for unit in self.packed:  # each unit's W packed for its own kernel's geometry
+            t[f"{unit}:packed"] = dm.packed(PACKED_W.values(), self.manifests[unit].geometry)
+        launches = launch_units(self.kernels, dm.NL, self.attention, t, self.packed)
         embed = "embed" in self.kernels
 
         def step(stream):

@@ -229,7 +229,7 @@ class DecodeModel:
     NL: int = LAYERS
     eps: float = EPS
     theta: float = ROPE_THETA
-    extra: dict = field(default_factory=dict)
+    packed_w: dict = field(default_factory=dict)  # (name, rows per task) -> packed W (`packed`)
 
     def __getitem__(self, name):
         return self.tensors[name]
@@ -254,14 +254,21 @@ class DecodeModel:
         dm.check()
         return dm
 
-    def packed(self, names) -> None:
-        """Make the PACKED_WEIGHTS among `names` (a kernel's parameters) that are not made yet, once each."""
+    def packed(self, names, geometry: dict) -> dict:
+        """The PACKED_WEIGHTS among `names` (a kernel's parameters), packed for the rows per task of `geometry`
+        (the linked kernel's values), by name; each made once per rows per task."""
         from linear import packing
+        out = {}
         for name in names:
-            if name in PACKED_WEIGHTS and name not in self.tensors:
-                src, component, size = PACKED_WEIGHTS[name]
+            if name not in PACKED_WEIGHTS:
+                continue
+            src, component, size = PACKED_WEIGHTS[name]
+            key = (name, packing.rows_per_task(component, geometry))
+            if key not in self.packed_w:
                 n = {"H": self.H, "I": self.I, "V": self.V, None: 0}[size]
-                self.tensors[name] = packing.pack(self.tensors[src], component, n)
+                self.packed_w[key] = packing.pack(self.tensors[src], component, n, geometry)
+            out[name] = self.packed_w[key]
+        return out
 
     def check(self) -> None:
         want = weight_shapes(self.H, self.I, self.V, self.NL)

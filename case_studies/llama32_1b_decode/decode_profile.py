@@ -78,7 +78,7 @@ def main(argv=None) -> int:
     ap.add_argument("--ctx", type=int, default=1024)
     ap.add_argument("--ring", action="store_true", help="the ring GEMVs' separate kernels")
     ap.add_argument("--launch", help="run steps of this variant (pipelink_split|pipelink_head|pipelink_ring|"
-                                     "pipelink_ring_od|pipelink_last|pipelink_lr|pipelink_split_per_task|parts_graph|parts_ring_graph), for ncu or compute-sanitizer")
+                                     "pipelink_ring_od|pipelink_last|pipelink_lr|pipelink_split_per_task|parts_graph|parts_ring_graph|parts_lr_graph), for ncu or compute-sanitizer")
     ap.add_argument("--times", type=int, default=4, help="--launch: steps run (the last one profiled)")
     ap.add_argument("--tasks", metavar="VARIANT", help="link this megakernel (split|head|ring|ring_od|last, or any of them + _per_task) with a task profile, "
                                                        "run a few steps and print where the last one's time went")
@@ -135,7 +135,7 @@ def main(argv=None) -> int:
     if args.launch:
         v = args.launch
         step = (MegaStep(objects, v.removeprefix("pipelink_")) if v.startswith("pipelink_")
-                else PartsStep(objects, "split", ring=(v == "parts_ring_graph")))
+                else PartsStep(objects, "split", ring=(v == "parts_ring_graph"), lr=(v == "parts_lr_graph")))
         if isinstance(step, MegaStep):
             prepared = step.prepare(dm, st, args.ctx)
             launch = prepared.launch

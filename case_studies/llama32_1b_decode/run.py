@@ -47,11 +47,12 @@ CONTEXTS = [16, 256, 1024, 4096, 16384]
 
 # pipelink_X: the megakernel of pipeline X, or of pipeline X linked with other options (decode_kernels owns both).
 PIPELINK_VARIANTS = (tuple(f"pipelink_{v}" for v in (*decode_kernels.MEGA_PIPELINES, *decode_kernels.MEGA_OPTIONS))
-                     + ("parts_graph", "parts_ring_graph"))
+                     + ("parts_graph", "parts_ring_graph", "parts_lr_graph"))
 TORCH_VARIANTS = ("torch_eager", "torch_graph")
-# What the results table compares: the split-KV step (the summary line's), its loader-ring form, the
-# whole-context step (the attention swap) and the baselines; the other steps are experiments, asked for by name.
-DEFAULT_VARIANTS = ("pipelink_split", "pipelink_lr", "pipelink_head", "parts_graph") + TORCH_VARIANTS
+# What the results table compares: the split-KV step, its loader-ring form (the summary line's), the whole-context
+# step (the attention swap), each step's components as separate kernels in a graph, and the reference; the other
+# steps are experiments, asked for by name.
+DEFAULT_VARIANTS = ("pipelink_split", "pipelink_lr", "pipelink_head", "parts_graph", "parts_lr_graph") + TORCH_VARIANTS
 
 
 def log(*a):
@@ -84,6 +85,8 @@ def load_variants(objects, wanted, errors, pipelines: Path | None = None, load: 
                 log(f"parts_graph: dependent launch {made[name].dependent}")
             elif name == "parts_ring_graph":  # the ring step's components as separate kernels
                 made[name] = PartsStep(objects, "split", dependent=True, ring=True, load=load)
+            elif name == "parts_lr_graph":  # the loader-ring step's components as separate kernels
+                made[name] = PartsStep(objects, "split", dependent=True, lr=True, load=load)
         except Exception as exc:
             errors[name] = f"{type(exc).__name__}: {exc}"
             log(f"{name}: not available: {errors[name]}")

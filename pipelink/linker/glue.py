@@ -736,13 +736,14 @@ def _persistent(r: Resolved, a: Allocation) -> list[str]:
 
 def _ring_init(r: Resolved, a: Allocation, indent: str) -> list[str]:
     """The loader ring's mbarriers: full[i] completes with the loader's one arrival and the slot's bytes,
-    empty[i] with one arrival from each compute warp once it has read the slot; the abort word at zero."""
+    empty[i] with one arrival from each compute thread once it has read the slot (each thread releases its own
+    reads: no lane's reads reach the loader through another lane's arrival); the abort word at zero."""
     bars, n = a.mbar_offset[("pl_glue", "ring_bars")], r.loader.slots
-    warps = compute_threads(r, a) // 32
+    threads = compute_threads(r, a)
     return [f"{indent}if (threadIdx.x == 0) {{",
             f"{indent}  for (unsigned i = 0; i < {n}u; ++i) {{",
             f"{indent}    pl::glue::mbarrier_init({bars}u + 8u * i, 1u);  // loader ring full[i]",
-            f"{indent}    pl::glue::mbarrier_init({bars + 8 * n}u + 8u * i, {warps}u);  // loader ring empty[i]",
+            f"{indent}    pl::glue::mbarrier_init({bars + 8 * n}u + 8u * i, {threads}u);  // loader ring empty[i]",
             f"{indent}  }}",
             f"{indent}  *pl::glue::mbarrier_at({bars + 16 * n}u) = 0ull;  // the compute warps left (a debug abort)",
             f"{indent}  pl::glue::mbarrier_init_fence();",

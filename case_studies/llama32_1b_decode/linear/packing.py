@@ -8,8 +8,9 @@ WLoaderRing): [task][32-wide block of K][8-row half][row g of the half][k quarte
 (past N) and the columns past K (to whole 32-wide blocks) are zeros. Which rows a task has is the component's
 (its load entry and its walk use the same order): `task_rows`.
 
-The sizes a task takes (rows per task) are read from the components' contracts, their one owner. `task_rows`,
-`padded_k` and `source` need nothing but Python; `pack` takes torch tensors (any device).
+The sizes a task takes (rows per task) are the geometry values the components provide: by default as their
+contracts declare them, or as a linked kernel has them (its manifest's geometry, which --values may have changed):
+`provides`. `task_rows`, `padded_k` and `source` need nothing but Python; `pack` takes torch tensors (any device).
 """
 from __future__ import annotations
 
@@ -29,9 +30,10 @@ def _provides(component: str) -> dict:
     return json.loads((HERE / f"{component}.json").read_text())["geometry"]["provides"]
 
 
-def rows_per_task(component: str) -> int:
-    """The rows of W one task of `component` multiplies (its packed task's height)."""
-    p = _provides(component)
+def rows_per_task(component: str, provides: dict | None = None) -> int:
+    """The rows of W one task of `component` multiplies (its packed task's height); `provides`: the geometry
+    values to read it from (a linked kernel's), else the contract's."""
+    p = dict(_provides(component), **(provides or {}))
     return {"gemv_residual_lr": lambda: p["GEMV_ROWS"], "lm_head_lr": lambda: p["LM_ROWS"],
             "gemv_swiglu_normed_lr": lambda: 2 * p["SWIGLU_COLS"], "qkv_rope_normed_lr": lambda: p["QKV_ROWS"]}[component]()
 
@@ -41,11 +43,11 @@ def padded_k(K: int) -> int:
     return -(-K // BLOCK) * BLOCK
 
 
-def task_rows(component: str, n: int) -> list[list[int]]:
+def task_rows(component: str, n: int, provides: dict | None = None) -> list[list[int]]:
     """For each task of `component` in its grid's order, the row of W each local row multiplies (-1: none).
     n: the component's output size (gemv_residual_lr N, gemv_swiglu_normed_lr I, lm_head_lr V; unused by
     qkv_rope_normed_lr, whose W_qkv has 3072 rows)."""
-    R = rows_per_task(component)
+    R = rows_per_task(component, provides)
     if component in ("gemv_residual_lr", "lm_head_lr"):
         return [[t * R + i if t * R + i < n else -1 for i in range(R)] for t in range(-(-n // R))]
     if component == "gemv_swiglu_normed_lr":  # gate rows, then the same columns' up rows (swiglu.cuh's row_of)
@@ -59,9 +61,9 @@ def task_rows(component: str, n: int) -> list[list[int]]:
     raise KeyError(f"{component}: not a loader-ring GEMV of this folder")
 
 
-def packed_shape(component: str, n: int, K: int) -> tuple[int, int, int]:
+def packed_shape(component: str, n: int, K: int, provides: dict | None = None) -> tuple[int, int, int]:
     """[tasks, rows per task, padded K]: the extents of one layer's packed W (the contract's shape of `w`)."""
-    return (len(task_rows(component, n)), rows_per_task(component), padded_k(K))
+    return (len(task_rows(component, n, provides)), rows_per_task(component, provides), padded_k(K))
 
 
 def source(rows: list[list[int]], K: int, index: int) -> tuple[int, int] | None:
@@ -76,11 +78,11 @@ def source(rows: list[list[int]], K: int, index: int) -> tuple[int, int] | None:
     return None if row < 0 or col >= K else (row, col)
 
 
-def pack(w, component: str, n: int):
+def pack(w, component: str, n: int, provides: dict | None = None):
     """W ([..., rows, K] torch tensor, leading dims such as layers kept) packed for `component`:
     [..., tasks, rows per task, padded K], contiguous, on w's device."""
     import torch
-    rows = task_rows(component, n)
+    rows = task_rows(component, n, provides)
     T, R, K = len(rows), len(rows[0]), w.shape[-1]
     kp = padded_k(K)
     idx = torch.tensor(rows, dtype=torch.long, device=w.device)
