@@ -22,7 +22,6 @@ if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
 import decode_parts  # noqa: E402
-from decode_model import ceil_div  # noqa: E402
 
 MEGA_PIPELINES = {"split": HERE / "pipelines" / "decode_step.json",
                   "head": HERE / "pipelines" / "decode_step_head.json",

@@ -10,7 +10,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE)); sys.path.insert(0, str(HERE.parent.parent))
 import run
 from decode_model import DecodeModel, build_reference
-from decode_kernels import MegaStep, build_objects, PartsStep
+from decode_kernels import MegaStep, build_objects
 from pipelink.runtime import driver as _cu
 
 model = build_reference(0, None)

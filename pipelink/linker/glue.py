@@ -685,7 +685,7 @@ def _persistent(r: Resolved, a: Allocation) -> list[str]:
         for i, (names, layered) in enumerate(segments):
             total = " + ".join(f"(long long)c{plan.order.index(n)}_tasks" for n in names)
             out.append(f"  const long long pl_segment_{i} = {total};"
-                       + (f"  // one layer's tasks" if layered else ""))
+                       + ("  // one layer's tasks" if layered else ""))
             seg_tasks.append(f"pl_segment_{i} * (long long)({r.calls.layers_c()})" if layered else f"pl_segment_{i}")
         out.append("  const unsigned long long total_tasks = (unsigned long long)(" + " + ".join(seg_tasks) + ");")
         out += ["  while (true) {",
