@@ -182,7 +182,6 @@ def test_router_slices_spread_the_gate_reads_at_few_tokens_only():
 def test_every_router_slicing_routes_the_same(baseline, slices):
     """The router's picking task sums its slices' partial logits: any slicing (forced here, whatever the
     launcher would pick) routes like the fp32 reference, in the fused layer and in its separate kernels."""
-    layer = case_module(CASE, 'layer')
     launchers = case_module(CASE, 'launchers')
     base, _ = baseline
     for impl in (launchers.PipelinkLayer.from_link(builds.link_pipelink(base.pipelink_objects)),

@@ -7,7 +7,6 @@ against NVSHMEM (its headers for the glue, its device library for nvJitLink); wi
 from __future__ import annotations
 
 import copy
-from dataclasses import replace
 
 import pytest
 

@@ -45,7 +45,7 @@ def test_split_k_plan():
 
 def test_tile_chain_plan_and_glue():
     ctx = linked([comp("tile_silu_store"), comp("tile_axpby")], dispatch="dynamic")
-    r, a, sink, glue = ctx.resolved, ctx.allocation, ctx.sink, ctx.glue
+    a, sink, glue = ctx.allocation, ctx.sink, ctx.glue
     assert not sink.items
     assert "atomicAdd(pl_workspace + 8, 1ull), (unsigned long long)total_tasks)" in glue
     assert "pl::events::wait_for" in glue and "pl_task_base" not in glue

@@ -531,7 +531,7 @@ def test_instances_give_a_joining_component_a_copy_of_its_resources():
 
 def test_instances_take_turns_in_the_generated_glue():
     ctx = link_ctx(_pingpong, _epi_per_warpgroup)
-    r, a, glue = ctx.resolved, ctx.allocation, ctx.glue
+    a, glue = ctx.allocation, ctx.glue
     off = a.turn_mbar["ml.consumer"]
     assert f"pl::glue::mbarrier_init({off}u, 128u);" in glue and f"pl::glue::mbarrier_init({off + 8}u, 128u);" in glue
     body = glue[glue.index("const int pl_instance"):]

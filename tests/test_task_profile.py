@@ -6,7 +6,7 @@ import struct
 import pytest
 
 from pipelink.core.diagnostics import DiagnosticSink
-from pipelink.core.pipeline import PipelineSpec, load_pipeline
+from pipelink.core.pipeline import load_pipeline
 from pipelink.harness.shipped import shipped_pipelines
 from pipelink.linker.passes import LinkOptions, link, run_passes
 from pipelink.runtime import profile
@@ -164,7 +164,7 @@ def test_phases_split_layered_calls_by_layer_and_measure_the_hand_offs():
     recs.append(_rec("c", 0, 20_000, 20_500, 21_000, 21_100))
     ps = profile.phases(recs, 2, {"a", "b"})
     assert [(p.component, p.layer) for p in ps] == [("a", 0), ("b", 0), ("a", 1), ("b", 1), ("c", -1)]
-    a0, b0, a1 = ps[0], ps[1], ps[2]
+    a0, b0 = ps[0], ps[1]
     assert (a0.ready_us, a0.done_us) == (0.0, 1.2)          # first waits met, last notification
     assert (b0.ready_us, b0.done_us) == (1.5, 3.201)
     text = profile.render_phases(ps)

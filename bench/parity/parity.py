@@ -209,8 +209,6 @@ def main():
     tmp = Path(tempfile.mkdtemp(prefix="pipelink-parity-"))
     if args.sass_only:
         return sass_only(args, tmp)
-    import hashlib
-
     import torch
 
     from pipelink.formats.cubin import read_cubin

@@ -244,7 +244,7 @@ def main() -> None:
               f"| cublas+compiled {med['cublas_compiled_act']:.3f} | gemm {med['pipelink_plain_gemm']:.3f} vs cublas "
               f"{med['cublas_gemm']:.3f} | down+res {med['pipelink_residual']:.3f} vs {med['cublas_linear_then_add']:.3f}"
               f" | err {max(errs.values()):.2e}", flush=True)
-        del x, h_in, resid, h, d, y, yd, gu, yc, captured
+        x = h_in = resid = h = d = y = yd = gu = yc = captured = None  # the shape's tensors, freed before the next
         torch.cuda.empty_cache()
         doc = save(args, seed, failures, results)  # after every shape: a run cut short keeps what it measured
     print("\n".join(failures) or "all outputs correct")

@@ -12,7 +12,6 @@ from pathlib import Path
 
 from . import jsonread, validate
 from .diagnostics import DiagnosticSink, Location
-from .model import is_identifier
 
 FORMAT_VERSION = 1
 SCHEMA_FILE = validate.PIPELINE_SCHEMA
