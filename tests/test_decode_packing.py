@@ -63,12 +63,19 @@ def test_task_rows_follow_the_components_row_order():
     R = packing.rows_per_task("qkv_rope_normed_lr")
     assert len(qkv) == 48 * (64 // R) and qkv[1][:R // 2] == list(range(R // 2, R)) and qkv[1][R // 2] == 32 + R // 2
     assert sorted(r for t in qkv for r in t) == list(range(3072))
-    sw = packing.task_rows("gemv_swiglu_normed_lr", 20)
-    cols = packing.rows_per_task("gemv_swiglu_normed_lr") // 2
-    assert sw[0] == list(range(cols)) + list(range(20, 20 + cols))
-    assert sw[-1][: 20 - cols * (len(sw) - 1)] == list(range(cols * (len(sw) - 1), 20))
-    assert sw[-1][cols - 1] == -1 or 20 % cols == 0
-    assert packing.task_rows("lm_head_lr", 17)[1][:2] == [packing.rows_per_task("lm_head_lr"), -1][:2]
+    sw = packing.task_rows("gemv_swiglu_normed_lr", 20, {"SWIGLU_COLS": 8})  # I = 20: the last task has 4 columns
+    assert sw == [[*range(0, 8), *range(20, 28)], [*range(8, 16), *range(28, 36)],
+                  [16, 17, 18, 19, -1, -1, -1, -1, 36, 37, 38, 39, -1, -1, -1, -1]]
+    assert packing.task_rows("lm_head_lr", 17, {"LM_ROWS": 16}) == [list(range(16)), [16] + [-1] * 15]
+
+
+def test_the_rows_per_task_are_the_linked_kernels():
+    """A kernel linked with other contract values (run.py --values) has W packed for its own rows per task."""
+    assert packing.rows_per_task("lm_head_lr", {"LM_ROWS": 32}) == 32
+    assert packing.rows_per_task("gemv_swiglu_normed_lr", {"SWIGLU_COLS": 16}) == 32
+    assert packing.packed_shape("qkv_rope_normed_lr", 0, 2048, {"QKV_ROWS": 16}) == (192, 16, 2048)
+    doc = json.loads((CASE / "linear" / "lm_head_lr.json").read_text())
+    assert packing.rows_per_task("lm_head_lr") == doc["geometry"]["provides"]["LM_ROWS"]
 
 
 @pytest.mark.parametrize("component", ["gemv_residual_lr", "gemv_swiglu_normed_lr", "qkv_rope_normed_lr", "lm_head_lr"])
