@@ -30,11 +30,11 @@ def test_step_links_into_one_kernel(linked, variant):
     assert result.ok, [d.render() for d in result.diagnostics]
     m = result.manifest
     if variant == "lr":
-        # the loader ring: 4 slots of 16 rows x 1024 columns (padded rows; 2 KB bulk copies, where 1 KB ones
-        # streamed W a fifth slower) beside the tasks' scratch, and the loader warp after the 8 compute warps: one
-        # CTA an SM, the GEMVs' caps (168) its register budget, no spills
+        # the loader ring: 4 slots of 32 KB (a task's packed rows, one bulk copy each) beside the tasks' scratch,
+        # and the loader warp after the 8 compute warps: one CTA an SM, the GEMVs' caps (168) its register budget,
+        # no spills
         assert m.schedule == "persistent" and m.block == (288, 1, 1)
-        assert 4 * 16 * (1024 * 2 + 64) <= m.dynamic_smem <= 180 * 1024
+        assert 4 * 16 * 1024 * 2 <= m.dynamic_smem <= 180 * 1024
         assert "  1 block of 288 threads" in result.link_map, result.link_map.split("## residency")[1][:300]
         assert m.resources.registers <= 168 and m.resources.frame_bytes == 0, m.resources
         return
@@ -51,6 +51,17 @@ def test_step_links_into_one_kernel(linked, variant):
     assert m.resources.registers <= 128
     spill_limit = {"ring": 40, "ring_od": 40, "pf": 8}.get(variant, 0)
     assert m.resources.frame_bytes <= spill_limit, m.resources
+
+
+def test_attentions_split_count_is_the_pipelines(objects, linked):
+    """attn_split consumes SPLIT_TASKS (how many split tasks fill the kernel): 256 by default, what the pipeline's
+    `geometry` gives otherwise (the lr_st128 link, one block an SM), for the splits and their merge alike."""
+    assert linked["split"].manifest.geometry["SPLIT_TASKS"] == 256
+    st = decode_kernels.link_mega(objects, "lr_st128")
+    assert st.ok, [d.render() for d in st.diagnostics]
+    assert st.manifest.geometry["SPLIT_TASKS"] == 128
+    assert st.manifest.tasks["attn_split"] != linked["lr"].manifest.tasks["attn_split"]
+    assert "128" in st.manifest.tasks["attn_split"], st.manifest.tasks["attn_split"]
 
 
 @pytest.mark.parametrize("variant", sorted(decode_kernels.MEGA_PIPELINES))

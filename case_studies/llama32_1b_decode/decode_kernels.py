@@ -39,6 +39,10 @@ MEGA_OPTIONS.update({f"lr_s{n}": ("lr", {"loader_slots": n}) for n in (2, 3, 4, 
 MEGA_OPTIONS.update({f"{v}_deal": (v, {"deal": "continue"}) for v in ("split", "head", "lr")})
 # X_waitN: waiters sleep N ns between two reads of a counter (pipeline `wait_backoff_ns`; 64 by default).
 MEGA_OPTIONS.update({f"{v}_wait{n}": (v, {"wait_backoff_ns": n}) for v in ("split", "head") for n in (0, 16, 256)})
+# X_stN: attention's splits sized for N tasks (the pipeline's `geometry` SPLIT_TASKS; 256 by default, about the CTAs
+# of two blocks an SM, where the loader step runs one).
+MEGA_OPTIONS.update({f"{v}_st{n}": (v, {"geometry": {"SPLIT_TASKS": n}}) for v in ("split", "lr") for n in (128,)})
+MEGA_OPTIONS["lr_deal_st128"] = ("lr", {"deal": "continue", "geometry": {"SPLIT_TASKS": 128}})
 # X_dynamic: every task claimed from the launch's one counter instead of each CTA's fixed order (pipeline `dispatch`;
 # `after` events then count a task at a time).
 MEGA_OPTIONS.update({f"{v}_dynamic": (v, {"dispatch": "dynamic", "counts_per_cta": False}) for v in ("split", "head")})

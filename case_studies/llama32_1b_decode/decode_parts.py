@@ -108,7 +108,8 @@ def attn_workspace_shape(B: int, L: int) -> tuple[int, ...]:
 
     contract = json.loads(ATTENTION_PARTS[1].contract.read_text())
     (part,) = [p for p in contract["entry"]["params"] if p["name"] == "part"]
-    env = {"B": B, "L": L, **{k: provided(ATTENTION_PARTS[1], k) for k in contract["geometry"]["provides"]}}
+    env = {"B": B, "L": L, **{k: provided(ATTENTION_PARTS[1], k) for k in contract["geometry"]["provides"]},
+           **{k: v["default"] for k, v in contract["geometry"].get("consumes", {}).items()}}  # a pipeline may give less
     return tuple(parse(extent).evaluate(env) for extent in part["shape"])
 
 

@@ -22,7 +22,7 @@ extern "C" __device__ void attn_last_prefetch(pl::Tile tile, const __nv_bfloat16
                                               int Lmax, unsigned* __restrict__ carry) {
   const int b = tile.coord[0];
   attn_body::attend_split_ahead<ATTN_UNROLL, ATTN_STAGES, ATTN_WALK>(
-      k, v, b, tile.coord[1], tile.coord[2], B, L, Lmax, SPLIT_TASKS, SPLIT_MIN_L, __ldcg(pos + b), smem_red<float>())
+      k, v, b, tile.coord[1], tile.coord[2], B, L, Lmax, SPLIT_TASKS(), SPLIT_MIN_L, __ldcg(pos + b), smem_red<float>())
       .store(carry);
 }
 
@@ -32,7 +32,7 @@ extern "C" __device__ void attn_last(pl::Tile tile, const __nv_bfloat16* __restr
                                      __nv_bfloat16* __restrict__ o, int B, int L, int Lmax, unsigned* __restrict__ carry) {
   const int b = tile.coord[0], h = tile.coord[1], t = thread_rank();
   const int splits = attn_body::attend_split<ATTN_UNROLL, ATTN_STAGES, ATTN_RING_ROUNDS, ATTN_WALK>(
-      q, k, v, part, b, h, tile.coord[2], B, L, Lmax, SPLIT_TASKS, SPLIT_MIN_L, smem_red<float>(), [] { sync_merge(); }, t,
+      q, k, v, part, b, h, tile.coord[2], B, L, Lmax, SPLIT_TASKS(), SPLIT_MIN_L, smem_red<float>(), [] { sync_merge(); }, t,
       attn_body::Ahead::load(carry));
   int* const last = smem_last<int>();
   sync_merge();  // every thread's record is written

@@ -19,7 +19,7 @@ extern "C" __device__ void attn_split_prefetch(pl::Tile tile, const __nv_bfloat1
                                                int Lmax, unsigned* __restrict__ carry) {
   const int b = tile.coord[0];
   attn_body::attend_split_ahead<ATTN_UNROLL, ATTN_STAGES, ATTN_WALK>(
-      k, v, b, tile.coord[1], tile.coord[2], B, L, Lmax, SPLIT_TASKS, SPLIT_MIN_L, __ldcg(pos + b), smem_red<float>())
+      k, v, b, tile.coord[1], tile.coord[2], B, L, Lmax, SPLIT_TASKS(), SPLIT_MIN_L, __ldcg(pos + b), smem_red<float>())
       .store(carry);
 }
 
@@ -28,6 +28,6 @@ extern "C" __device__ void attn_split(pl::Tile tile, const __nv_bfloat16* __rest
                                       const int* __restrict__ pos, float* __restrict__ part, int B, int L, int Lmax,
                                       unsigned* __restrict__ carry) {
   attn_body::attend_split<ATTN_UNROLL, ATTN_STAGES, ATTN_RING_ROUNDS, ATTN_WALK>(
-      q, k, v, part, tile.coord[0], tile.coord[1], tile.coord[2], B, L, Lmax, SPLIT_TASKS, SPLIT_MIN_L, smem_red<float>(),
+      q, k, v, part, tile.coord[0], tile.coord[1], tile.coord[2], B, L, Lmax, SPLIT_TASKS(), SPLIT_MIN_L, smem_red<float>(),
       [] { sync_merge(); }, thread_rank(), attn_body::Ahead::load(carry));
 }
