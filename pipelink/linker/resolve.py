@@ -350,8 +350,8 @@ def _order(components: list[Component], spec: PipelineSpec, sink: DiagnosticSink
 
 
 def _geometry(comps: list[Component], spec: PipelineSpec, sink: DiagnosticSink) -> dict[str, int]:
-    """Every geometry name's link-time value: the provider's, else the pipeline's (`geometry`: what the other
-    components of a larger layer provide), else the consumer's default."""
+    """Every geometry name's link-time value: the provider's, else the pipeline's (`geometry`: a value of the
+    kernel, or what the other components of a larger layer provide), else the consumer's default."""
     env: dict[str, int] = {}
     for c in comps:
         env.update(c.contract.geometry.provides)  # conflicts were reported by check (PL050)
