@@ -251,8 +251,9 @@ class PartsStep:
 
     def prepare(self, dm, state, L: int):
         t = state.common_args(dm, L)
-        for unit in self.packed:  # each unit's W packed for its own kernel's geometry
-            t[f"{unit}:packed"] = dm.packed(PACKED_W.values(), self.manifests[unit].geometry)
+        for unit in self.packed:  # the W of each unit's calls, packed for its own kernel's geometry
+            calls = {call for u, _, call in parts_schedule(1, self.attention) if u == unit}
+            t[f"{unit}:packed"] = dm.packed([PACKED_W[c] for c in calls], self.manifests[unit].geometry)
         launches = launch_units(self.kernels, dm.NL, self.attention, t, self.packed)
         embed = "embed" in self.kernels
 
