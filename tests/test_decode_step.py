@@ -54,14 +54,17 @@ def test_step_links_into_one_kernel(linked, variant):
 
 
 def test_attentions_split_count_is_the_pipelines(objects, linked):
-    """attn_split consumes SPLIT_TASKS (how many split tasks fill the kernel): 256 by default, what the pipeline's
-    `geometry` gives otherwise (the lr_st128 link, one block an SM), for the splits and their merge alike."""
+    """attn_split consumes SPLIT_TASKS (how many split tasks fill the kernel): 256 by default (the split step, two
+    blocks an SM), what the pipeline's `geometry` gives otherwise (the loader step's 128, one block an SM), for the
+    splits and their merge alike; a link option overrides the pipeline's geometry."""
     assert linked["split"].manifest.geometry["SPLIT_TASKS"] == 256
-    st = decode_kernels.link_mega(objects, "lr_st128")
+    assert linked["lr"].manifest.geometry["SPLIT_TASKS"] == 128
+    assert "128" in linked["lr"].manifest.tasks["attn_split"], linked["lr"].manifest.tasks["attn_split"]
+    st = decode_kernels.link_mega(objects, "lr_restart_st256")
     assert st.ok, [d.render() for d in st.diagnostics]
-    assert st.manifest.geometry["SPLIT_TASKS"] == 128
+    assert st.manifest.geometry["SPLIT_TASKS"] == 256
     assert st.manifest.tasks["attn_split"] != linked["lr"].manifest.tasks["attn_split"]
-    assert "128" in st.manifest.tasks["attn_split"], st.manifest.tasks["attn_split"]
+    assert "256" in st.manifest.tasks["attn_split"], st.manifest.tasks["attn_split"]
 
 
 @pytest.mark.parametrize("variant", sorted(decode_kernels.MEGA_PIPELINES))

@@ -43,6 +43,8 @@ MEGA_OPTIONS.update({f"{v}_wait{n}": (v, {"wait_backoff_ns": n}) for v in ("spli
 # of two blocks an SM, where the loader step runs one).
 MEGA_OPTIONS.update({f"{v}_st{n}": (v, {"geometry": {"SPLIT_TASKS": n}}) for v in ("split", "lr") for n in (128,)})
 MEGA_OPTIONS["lr_deal_st128"] = ("lr", {"deal": "continue", "geometry": {"SPLIT_TASKS": 128}})
+# lr_restart_st256: the loader step as linked before its pipeline took deal: continue and SPLIT_TASKS 128.
+MEGA_OPTIONS["lr_restart_st256"] = ("lr", {"deal": "restart", "geometry": {"SPLIT_TASKS": 256}})
 # X_dynamic: every task claimed from the launch's one counter instead of each CTA's fixed order (pipeline `dispatch`;
 # `after` events then count a task at a time).
 MEGA_OPTIONS.update({f"{v}_dynamic": (v, {"dispatch": "dynamic", "counts_per_cta": False}) for v in ("split", "head")})
