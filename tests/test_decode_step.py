@@ -54,17 +54,27 @@ def test_step_links_into_one_kernel(linked, variant):
 
 
 def test_attentions_split_count_is_the_pipelines(objects, linked):
-    """attn_split consumes SPLIT_TASKS (how many split tasks fill the kernel): 256 by default (the split step, two
-    blocks an SM), what the pipeline's `geometry` gives otherwise (the loader step's 128, one block an SM), for the
-    splits and their merge alike; a link option overrides the pipeline's geometry."""
+    """attn_split consumes SPLIT_TASKS (how many split tasks fill the kernel): 256 by default, what the pipeline's
+    `geometry` gives otherwise (the lr_st128 link, one block an SM), for the splits and their merge alike."""
     assert linked["split"].manifest.geometry["SPLIT_TASKS"] == 256
-    assert linked["lr"].manifest.geometry["SPLIT_TASKS"] == 128
-    assert "128" in linked["lr"].manifest.tasks["attn_split"], linked["lr"].manifest.tasks["attn_split"]
-    st = decode_kernels.link_mega(objects, "lr_restart_st256")
+    st = decode_kernels.link_mega(objects, "lr_st128")
     assert st.ok, [d.render() for d in st.diagnostics]
-    assert st.manifest.geometry["SPLIT_TASKS"] == 256
+    assert st.manifest.geometry["SPLIT_TASKS"] == 128
     assert st.manifest.tasks["attn_split"] != linked["lr"].manifest.tasks["attn_split"]
-    assert "256" in st.manifest.tasks["attn_split"], st.manifest.tasks["attn_split"]
+    assert "128" in st.manifest.tasks["attn_split"], st.manifest.tasks["attn_split"]
+
+
+def test_the_loader_step_links_with_l2_requests_ahead(objects, linked):
+    """load_ahead (lr_deal_st128_ahead2): every `_lr` GEMV's loader says ahead, so the loader asks L2 for the CTA's
+    tasks two on in each of their calls; the compute warps' code is not touched and nothing spills."""
+    ahead = decode_kernels.link_mega(objects, "lr_deal_st128_ahead2")
+    assert ahead.ok, [d.render() for d in ahead.diagnostics]
+    loader = ahead.glue[ahead.glue.index("// the loader warp"):ahead.glue.index("int pl_ring_pos = 0;  // the next task's")]
+    for call in ("qkv", "o_proj", "gate_up", "down", "lm_head"):
+        part = loader[loader.index(f"// {call}\n"):]
+        assert part.index("// ask L2 ahead (load_ahead 2)") < part.index("tile.ring = pl_ring_pos;"), call
+    assert "tile.ahead" not in linked["lr"].glue
+    assert ahead.manifest.resources.frame_bytes == 0 and ahead.manifest.resources.registers <= 168
 
 
 @pytest.mark.parametrize("variant", sorted(decode_kernels.MEGA_PIPELINES))

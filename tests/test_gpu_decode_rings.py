@@ -6,7 +6,8 @@ against the plain ones: the same products in the same order, only where W comes 
   before the task).
 - `_lr` (gemv_residual_lr, ...): W from the kernel's loader ring, which the loader warp fills ahead of the compute
   warps (linked alone: a persistent kernel with one loader warp a CTA), from W packed by linear/packing.py (so
-  these tests check the packing too).
+  these tests check the packing too). `_lr_ahead`: the same object linked with `load_ahead` 2, its loader also
+  asking L2 for the CTA's tasks two on (the W is the same; a request past the call's tasks would fault).
 
 The first launch runs on 8 CTAs, so each walks many tasks through every slot and both mbarrier phases, partial
 slots included (K = 40 and 2056). Fresh random inputs every run (the seed is in the failure message), outputs
@@ -27,7 +28,7 @@ from linear import packing  # noqa: E402
 pytestmark = pytest.mark.gpu
 EPS = decode_parts.RMS_EPS
 PLAIN = ("gemv_residual", "gemv_swiglu_normed", "qkv_rope_normed", "lm_head")
-SUFFIXES = ("_ring", "_lr")
+SUFFIXES = ("_ring", "_lr", "_lr_ahead")
 
 
 @pytest.fixture(scope="module")
@@ -37,9 +38,11 @@ def kernels(tmp_path_factory):
     objects = decode_parts.build_all(tmp_path_factory.mktemp("rings"), parts)
     out = {}
     for name in PLAIN + tuple(p + s for p in PLAIN for s in SUFFIXES):
-        linked = decode_parts.link_alone(objects[name])
-        assert linked.ok, [d.render() for d in linked.diagnostics]
-        if name.endswith("_lr"):  # a load entry makes a persistent kernel with a loader warp
+        ahead = name.endswith("_ahead")
+        linked = decode_parts.link_alone(objects[name.removesuffix("_ahead")], {"load_ahead": 2} if ahead else None)
+        assert linked.ok and "PL189" not in {d.code for d in linked.diagnostics}, [d.render() for d in linked.diagnostics]
+        assert ("tile.ahead = 1;" in linked.glue) == ahead, name
+        if "_lr" in name:  # a load entry makes a persistent kernel with a loader warp
             assert linked.manifest.schedule == "persistent" and linked.manifest.block == (288, 1, 1)
         out[name] = linked.kernel()
     yield out
@@ -59,7 +62,7 @@ def _nan(*shape):
 
 def _w(w, suffix, component, n):
     """W as the component of that suffix takes it: packed for the loader ring's."""
-    return packing.pack(w, component + "_lr", n) if suffix == "_lr" else w
+    return packing.pack(w, component + "_lr", n) if suffix.startswith("_lr") else w
 
 
 def _same(got, want, what):

@@ -73,6 +73,15 @@ def test_profile_weight_bytes_of_the_calls_add_up_to_a_step():
     assert profile.call_weight_bytes("attn", 1) == 0
 
 
+def test_profile_layer_fit_recovers_a_layer_and_the_rest():
+    """--layers' fit: launches of n layers taking rest + n * layer give back layer and rest, noise or not."""
+    import decode_profile as profile
+    per_layer, rest = profile.layer_fit({n: 120.0 + 45.5 * n for n in (0, 1, 2, 4, 8, 16)})
+    assert per_layer == pytest.approx(45.5) and rest == pytest.approx(120.0)
+    per_layer, rest = profile.layer_fit({0: 121.0, 1: 165.0, 2: 211.5, 4: 302.0, 8: 484.5, 16: 848.0})
+    assert 45.0 < per_layer < 46.0 and 118.0 < rest < 122.0
+
+
 def test_pick_args_takes_the_call_first_and_names_what_is_missing():
     assert model.pick_args(["x", "B"], {"x": 1, "unused": 2}, {"x": 0, "B": 8}) == {"x": 1, "B": 8}
     with pytest.raises(KeyError, match="'theta'"):

@@ -109,3 +109,54 @@ def test_loader_slots_is_checked_by_the_schema():
     sink = DiagnosticSink()
     assert load_pipeline_dict(dict(MLP_LAYERS, loader_slots=1), sink, "p.json") is None
     assert sink.errors
+
+
+def with_loader_ahead(name, raw):
+    """with_loader, and gemv_swiglu's load entry also asks L2 for a task's data when called with tile.ahead."""
+    with_loader(name, raw)
+    if name == "gemv_swiglu":
+        raw["loader"]["ahead"] = True
+
+
+def test_load_ahead_asks_l2_for_the_ctas_later_tasks_of_the_call():
+    ctx = run(dict(MLP_LAYERS, load_ahead=3), components(edit=with_loader_ahead), until="compile")
+    assert not ctx.sink.items, [d.render() for d in ctx.sink.items]
+    assert ctx.resolved.loader.ahead == 3
+    glue = ctx.glue
+    loader = glue[glue.index("// the loader warp"):glue.index("int pl_ring_pos = 0;  // the next task's")]
+    compute = glue[glue.index("int pl_ring_pos = 0;  // the next task's"):]
+    # only the component whose loader says ahead is called ahead, in the loader, before its ring load; the call's
+    # first task asks for every task up to 3 on, a later one for the third on, none past the call's tasks
+    swiglu = loader[loader.index("// gate_up"):loader.index("// down")]
+    assert swiglu.count("gemv_swiglu_load(tile") == 2 and "tile.ahead = 1;" in swiglu
+    assert swiglu.index("tile.ahead = 1;") < swiglu.index("tile.ring = pl_ring_pos;")
+    assert re.search(r"\? 1 : 3\) \* \(int\)gridDim\.x; t <= pl_now \+ 3 \* \(int\)gridDim\.x && t < c\d+_tasks;", swiglu)
+    residual = loader[loader.index("// down"):]
+    assert residual.count("gemv_residual_load(tile") == 1 and "tile.ahead" not in residual
+    assert "tile.ahead" not in compute
+    # without load_ahead the glue is the one before
+    plain = run(MLP_LAYERS, components(edit=with_loader_ahead), until="generate").glue
+    assert "tile.ahead" not in plain and "pl_now" not in plain
+
+
+def test_load_ahead_without_a_component_that_loads_ahead_warns():
+    ctx = run(dict(MLP_LAYERS, load_ahead=2), components(edit=with_loader), until="generate")
+    assert [d.code for d in ctx.sink.items] == ["PL189"] and not ctx.sink.errors
+    assert ctx.sink.items[0].severity == "warning"
+    assert ctx.resolved.loader.ahead == 0 and "tile.ahead" not in ctx.glue
+
+
+@pytest.mark.parametrize("value", [-1, 17, 1.5, "2"])
+def test_load_ahead_is_checked_by_the_schema(value):
+    sink = DiagnosticSink()
+    assert load_pipeline_dict(dict(MLP_LAYERS, load_ahead=value), sink, "p.json") is None
+    assert [d.code for d in sink.errors] == ["PL133"] and "/load_ahead" in sink.errors[0].render()
+
+
+def test_loader_ahead_is_a_boolean():
+    raw = json.loads((DECODE / CONTRACTS["gemv_residual"]).read_text())
+    with_loader("gemv_residual", raw)
+    raw["loader"]["ahead"] = "yes"
+    sink = DiagnosticSink()
+    assert load_contract_dict(raw, Source("c.json"), sink) is None
+    assert sink.errors and "/loader/ahead" in sink.errors[0].render()

@@ -43,8 +43,11 @@ MEGA_OPTIONS.update({f"{v}_wait{n}": (v, {"wait_backoff_ns": n}) for v in ("spli
 # of two blocks an SM, where the loader step runs one).
 MEGA_OPTIONS.update({f"{v}_st{n}": (v, {"geometry": {"SPLIT_TASKS": n}}) for v in ("split", "lr") for n in (128,)})
 MEGA_OPTIONS["lr_deal_st128"] = ("lr", {"deal": "continue", "geometry": {"SPLIT_TASKS": 128}})
-# lr_restart_st256: the loader step as linked before its pipeline took deal: continue and SPLIT_TASKS 128.
-MEGA_OPTIONS["lr_restart_st256"] = ("lr", {"deal": "restart", "geometry": {"SPLIT_TASKS": 256}})
+# lr_aheadN: the loader also asks L2 for the W of the CTA's task N tasks on in the same call, before it waits for
+# a slot (the pipeline's `load_ahead`); lr_deal_st128_aheadN the same on lr_deal_st128.
+MEGA_OPTIONS.update({f"lr_ahead{n}": ("lr", {"load_ahead": n}) for n in (1, 2, 4)})
+MEGA_OPTIONS.update({f"lr_deal_st128_ahead{n}": ("lr", {"deal": "continue", "geometry": {"SPLIT_TASKS": 128},
+                                                         "load_ahead": n}) for n in (1, 2, 4)})
 # X_dynamic: every task claimed from the launch's one counter instead of each CTA's fixed order (pipeline `dispatch`;
 # `after` events then count a task at a time).
 MEGA_OPTIONS.update({f"{v}_dynamic": (v, {"dispatch": "dynamic", "counts_per_cta": False}) for v in ("split", "head")})
@@ -217,10 +220,16 @@ class MegaStep:
         self.kernel = self.linked.kernel() if load else None
         self.names = [p.name for p in self.kernel.user_params] if load else []
 
-    def prepare(self, dm, state, L: int):
+    def prepare(self, dm, state, L: int, layers: int | None = None):
+        """`layers`: run that many of the model's layers (NL is the kernel's runtime value), not all."""
         from decode_model import pick_args
         packed = dm.packed(self.names, self.manifest.geometry)
-        args = pick_args(self.names, packed, state.common_args(dm, L), f"megakernel ({self.variant})")
+        common = state.common_args(dm, L)
+        if layers is not None:
+            if not 0 <= layers <= dm.NL:
+                raise ValueError(f"layers {layers}: the model has {dm.NL}")
+            common["NL"] = layers
+        args = pick_args(self.names, packed, common, f"megakernel ({self.variant})")
         return self.kernel.prepare(**args)
 
     def unload(self):

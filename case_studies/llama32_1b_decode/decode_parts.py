@@ -135,10 +135,11 @@ def build_all(out_dir: Path, parts=PARTS) -> dict[str, Path]:
         return dict(pool.map(one, parts))
 
 
-def link_alone(obj: Path):
-    """One component linked alone as its own kernel (pipelink.link's result)."""
+def link_alone(obj: Path, pipeline: dict | None = None):
+    """One component linked alone as its own kernel (pipelink.link's result); `pipeline`: link options (a pipeline
+    file's fields) other than the defaults."""
     import pipelink
-    return pipelink.link([str(obj)])
+    return pipelink.link([str(obj)], pipeline=dict(pipeline, pipeline=1) if pipeline else None)
 
 
 def link_norm_gemv(objects: dict[str, Path]):

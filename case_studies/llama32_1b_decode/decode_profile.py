@@ -1,10 +1,12 @@
 """Where a decode step's time goes: each separate-kernel launch of the step timed by the profiler (CUPTI), per
 call and layer summed, with the weight bytes it reads and the bandwidth that makes; and (--launch) steps of a
-chosen variant, the last one between cudaProfilerStart/Stop: a target for Nsight Compute and compute-sanitizer.
+chosen variant, the last one between cudaProfilerStart/Stop: a target for Nsight Compute and compute-sanitizer;
+(--layers) megakernels timed with 0 to all layers, for a layer's time without task stamps.
 
     python case_studies/llama32_1b_decode/decode_profile.py [--B 1] [--ctx 1024] [--ring] [--out FILE]
     ncu --profile-from-start off --section SpeedOfLight ... python .../decode_profile.py --launch pipelink_split
     compute-sanitizer --tool racecheck python .../decode_profile.py --launch pipelink_split --times 1
+    python .../decode_profile.py --layers pipelink_lr pipelink_split [--B 1] [--ctx 1024]
 """
 from __future__ import annotations
 
@@ -72,6 +74,47 @@ def provenance() -> dict:
                 date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
 
 
+def layer_fit(times: dict[int, float]) -> tuple[float, float]:
+    """Least squares of t = rest + layers * per_layer over {layers: us}: (per_layer, rest)."""
+    xs, ys = list(times), list(times.values())
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+    return slope, my - slope * mx
+
+
+def time_layers(args, objects, dm, st) -> int:
+    """Each megakernel of --layers with NL = 0, 1, 2, 4, 8 and all, every launch alternating (CUDA events,
+    medians): the slope is a layer's time and the intercept the embedding, final norm, LM head and launch's,
+    measured without the task stamps that --tasks adds."""
+    from decode_kernels import MegaStep
+    from run import time_round_robin
+    counts = sorted({0, 1, 2, 4, 8, dm.NL})
+    steps, fns = [], {}
+    for v in args.layers:
+        if not v.startswith("pipelink_"):
+            raise SystemExit(f"--layers {v}: a megakernel variant (pipelink_*) has a runtime layer count")
+        steps.append(MegaStep(objects, v.removeprefix("pipelink_")))
+        for n in counts:
+            fns[(v, n)] = steps[-1].prepare(dm, st, args.ctx, layers=n).launch
+    timed = time_round_robin(fns, warmup=5, iters=args.iters)
+    rows = []
+    print(f"B={args.B} ctx={args.ctx}, median us per launch of NL layers ({args.iters} rounds)")
+    print(f"{'variant':24s} " + " ".join(f"{'NL=' + str(n):>9s}" for n in counts) + f" {'us/layer':>9s} {'rest us':>8s}")
+    for v in args.layers:
+        times = {n: timed[(v, n)]["median_us"] for n in counts}
+        per_layer, rest = layer_fit(times)
+        rows.append(dict(variant=v, median_us={str(n): t for n, t in times.items()}, us_per_layer=per_layer,
+                         rest_us=rest))
+        print(f"{v:24s} " + " ".join(f"{times[n]:9.1f}" for n in counts) + f" {per_layer:9.2f} {rest:8.1f}")
+    if args.out:
+        Path(args.out).write_text(json.dumps(dict(**provenance(), B=args.B, ctx=args.ctx, iters=args.iters,
+                                                  layers=rows), indent=1) + "\n")
+    for s in steps:
+        s.unload()
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--B", type=int, default=1)
@@ -82,6 +125,10 @@ def main(argv=None) -> int:
     ap.add_argument("--times", type=int, default=4, help="--launch: steps run (the last one profiled)")
     ap.add_argument("--tasks", metavar="VARIANT", help="link this megakernel (split|head|ring|ring_od|last, or any of them + _per_task) with a task profile, "
                                                        "run a few steps and print where the last one's time went")
+    ap.add_argument("--layers", nargs="+", metavar="VARIANT",
+                    help="time these megakernels (pipelink_*) running 0, 1, 2, 4, 8 and all layers, alternating: "
+                         "a layer's and the rest's time without task stamps")
+    ap.add_argument("--iters", type=int, default=50, help="--layers: timed rounds")
     ap.add_argument("--out", help="write the profile as JSON here")
     args = ap.parse_args(argv)
     import torch
@@ -132,6 +179,8 @@ def main(argv=None) -> int:
                                            + "\n")
         step.unload()
         return 0
+    if args.layers:
+        return time_layers(args, objects, dm, st)
     if args.launch:
         v = args.launch
         step = (MegaStep(objects, v.removeprefix("pipelink_")) if v.startswith("pipelink_")

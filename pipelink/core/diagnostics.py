@@ -263,6 +263,10 @@ CODES = _codes(
          "rename the parameter (or entry) in its contract, or bind it to another kernel parameter in a calls "
          "pipeline: a C++ keyword does not compile, and a parameter named as one of the glue's own names (its "
          "locals: t, tile, rest, ...; every name beginning pl_) would reach the components with the glue's value"),
+    Code("PL189", "load_ahead with no component that loads ahead", L,
+         "load_ahead has the loader ask L2 for later tasks' data through the load entries whose contract says "
+         "`loader.ahead`: add it to a component whose load entry honours tile.ahead, or drop load_ahead",
+         warning="always a warning (the link is the one without load_ahead)"),
 )
 
 

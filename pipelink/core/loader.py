@@ -213,7 +213,7 @@ class _SemanticCheck:
         if size is not None and size % 16:
             self.error("PL185", f"loader.slot_bytes is {size}, not a multiple of 16 (bulk copies move 16-byte units)",
                        "/loader/slot_bytes")
-        return None if size is None or size % 16 else Loader(size, slots)
+        return None if size is None or size % 16 else Loader(size, slots, bool(section.get("ahead", False)))
 
     def concurrent(self, threads: Threads, buffers, barriers, ports, entries) -> None:
         """Tasks that run several to a block (threads.concurrent) share it with each other: nothing of

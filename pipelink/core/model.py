@@ -113,6 +113,7 @@ class Loader:
 
     slot_bytes: int      # one slot, over provided geometry
     slots: Expr          # slots a task fills and drains, over the entry's integer parameters and geometry
+    ahead: bool = False  # the load entry, called with tile.ahead, only asks L2 for the task's data
     pointer_path: str = "/loader"
 
 

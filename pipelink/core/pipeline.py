@@ -66,6 +66,7 @@ class PipelineSpec:
     counts_per_cta: bool | None = None  # static: a call's whole-call events counted once per CTA, not per task
                                         # (None: wherever the schedule allows it; False: one add per task)
     loader_slots: int = 4               # static: the loader ring's slots (components with a load entry)
+    load_ahead: int = 0                 # static: tasks ahead the loader asks L2 for (loader.ahead components)
     deal: str = "restart"               # static: each call's first task on CTA 0, or after the previous call's last
     wait_backoff_ns: int = 64           # persistent: a waiting thread's sleep between two reads of a counter
     debug_events: bool = False          # a wait that spins too long stops the kernel and is reported
@@ -176,6 +177,7 @@ def read_pipeline(raw, file: str, sink: DiagnosticSink) -> PipelineSpec | None:
                         wires=tuple(wires), schedule=raw.get("schedule"), dispatch=raw.get("dispatch", default.dispatch),
                         counts_per_cta=raw.get("counts_per_cta", default.counts_per_cta),
                         loader_slots=raw.get("loader_slots", default.loader_slots),
+                        load_ahead=raw.get("load_ahead", default.load_ahead),
                         deal=raw.get("deal", default.deal),
                         wait_backoff_ns=raw.get("wait_backoff_ns", default.wait_backoff_ns),
                         debug_events=raw.get("debug_events", default.debug_events),

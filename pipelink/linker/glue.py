@@ -776,6 +776,8 @@ def _loader_walk(r: Resolved, a: Allocation, segments, indent: str) -> list[str]
             stacked, bind = _stacked_args(r, name), (r.calls.bind.get(name) if r.calls else None)
             out += _deal_first(r, k, body)
             out.append(f"{body}for (int t = {first_task(r, k)}; t < c{k}_tasks; t += gridDim.x) {{  // {name}")
+            if r.loader.ahead and comp.contract.loader.ahead:
+                out += _load_ahead(r, k, name, stacked, bind, body + "  ")
             out += _decode(r, k, name, body + "  ", "0", _continues(r, k))
             out += [f"{body}  tile.ring = pl_ring_pos;",
                     _call(comp, body + "  ", stacked, bind, comp.code.entry.load),
@@ -787,6 +789,23 @@ def _loader_walk(r: Resolved, a: Allocation, segments, indent: str) -> list[str]
         if layered:
             out.append(f"{inner}}}")
     return out + [f"{inner}return;", f"{indent}}}"]
+
+
+def _load_ahead(r: Resolved, k: int, name: str, stacked, bind, indent: str) -> list[str]:
+    """Before the loader fills the ring for task t (where it may wait for a slot), it asks L2 for the data of the
+    CTA's task `ahead` tasks on in the same call, through the load entry called with tile.ahead (at the call's
+    first task, of every task up to there), so HBM goes on streaming while the ring is full and the refill of
+    the slot comes from L2. Only within a call: the layer's pointers and the call's task count are this call's."""
+    d, inner, comp = r.loader.ahead, indent + "  ", r.component(name)
+    head = [f"{indent}{{  // ask L2 ahead (load_ahead {d})",
+            f"{inner}const int pl_now = t;",
+            f"{inner}for (int t = pl_now + (pl_now == {first_task(r, k)} ? 1 : {d}) * (int)gridDim.x; "
+            f"t <= pl_now + {d} * (int)gridDim.x && t < c{k}_tasks; t += gridDim.x) {{"]
+    return head + _decode(r, k, name, inner + "  ", "0") + [
+        f"{inner}  tile.ahead = 1;",
+        _call(comp, inner + "  ", stacked, bind, comp.code.entry.load),
+        f"{inner}}}",
+        f"{indent}}}"]
 
 
 def _batched_notifies(r: Resolved, name: str) -> list:

@@ -99,6 +99,7 @@ class LoaderPlan:
     slots: int
     slot_bytes: int
     components: tuple[str, ...]  # the calls with a load entry
+    ahead: int = 0               # tasks on that the loader asks L2 for (components whose loader says ahead)
 
 
 def plan_loader(comps: list, spec: PipelineSpec, schedule: str, role_structured: bool,
@@ -106,6 +107,12 @@ def plan_loader(comps: list, spec: PipelineSpec, schedule: str, role_structured:
     """A load entry runs ahead of its task's waits on its own warp, which only a persistent kernel with static
     dispatch can place: the loader must know the CTA's next tasks before they are claimed (PL186)."""
     loading = [c for c in comps if c.contract.entry.load]
+    ahead = [c for c in loading if c.contract.loader.ahead]
+    if spec.load_ahead and not ahead:
+        sink.warning("PL189", f"load_ahead is {spec.load_ahead}, but no component of this link has a load entry that "
+                     "asks L2 ahead (loader.ahead): the loader asks for nothing ahead",
+                     Location(file=spec.source, pointer="/load_ahead") if spec.source else None,
+                     hint="drop load_ahead, or link components whose contract's loader says ahead")
     if not loading:
         return None
     if schedule != "persistent" or role_structured or spec.dispatch != "static":
@@ -124,7 +131,7 @@ def plan_loader(comps: list, spec: PipelineSpec, schedule: str, role_structured:
                        c.contract.at("/threads"), hint=f"give '{c.name}' {warps} warps")
             return None
     return LoaderPlan(spec.loader_slots, max(c.contract.loader.slot_bytes for c in loading),
-                      tuple(c.name for c in loading))
+                      tuple(c.name for c in loading), spec.load_ahead if ahead else 0)
 
 
 SAMPLE_SHAPES = (1, 2, 3, 17, 64, 100, 129, 1000, 4096, 5003)

@@ -362,6 +362,13 @@ __device__ __forceinline__ void load_slots(const pl::Tile& tile, const bf16* __r
   const int kp = packed_k(K);
   const bf16* const src = w_packed + task * ROWS * (long long)kp;
   const int slots = (kp + SLOT_K - 1) / SLOT_K;
+  if (tile.ahead) {  // the loader, tasks before this one's turn (loader.ahead): its W into L2, one request a slot
+    if (threadIdx.x % 32 == 0)
+      for (int j = 0; j < slots; ++j)
+        pl::ring::ahead_l2(src + (long long)j * ROWS * SLOT_K, (unsigned)(ROWS * min(SLOT_K, kp - j * SLOT_K) * 2));
+    __syncwarp();
+    return;
+  }
   for (int bg = 0, s = 0; bg < B; bg += BATCH) {
     for (int j = 0; j < slots; ++j, ++s) {
       if (!pl::ring::acquire(tile, s)) return;

@@ -25,6 +25,10 @@ struct Tile {
   // A component with a load entry: the position of the task's first slot in the kernel's loader ring (the
   // same for the loader's call and the entry's; pl::ring below).
   int ring = 0;
+  // A load entry whose contract says `loader.ahead`: 1 when the loader calls it for a task some tasks ahead of
+  // the one it fills the ring for (the pipeline's `load_ahead`), to ask L2 for that task's data (pl::ring::ahead_l2)
+  // while the ring is full: no slot, no barrier. 0 for every other call.
+  int ahead = 0;
 };
 
 // The block's dynamic shared memory. Every component sees the same base; the linker hands out
@@ -148,6 +152,12 @@ __device__ __forceinline__ void copy(const Tile& tile, int i, unsigned offset, c
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
                ::"r"(smem_u32(slot(tile, i) + offset)), "l"(src), "r"(bytes), "r"(full_bar(position(tile, i)))
                : "memory");
+}
+
+// The load entry called with tile.ahead (any lane): ask L2 for `bytes` (a multiple of 16, from a 16-byte
+// aligned global address) that a later call of the entry copies into the ring; nothing waits for it.
+__device__ __forceinline__ void ahead_l2(const void* src, unsigned bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
 }
 
 // The glue, when the compute warps leave early (a debug build's event timeout): the loader stops too.
