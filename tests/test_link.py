@@ -240,3 +240,31 @@ def test_inspect_refuses_a_malformed_manifest(linked, tmp_path, capsys, manifest
     assert main(["inspect", str(cubin)]) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and f"--> {tmp_path / 'rowsum.json'}" in err
+
+
+def test_an_object_built_against_another_component_abi_is_named(shipped_objects, tmp_path, monkeypatch):
+    """Every object built against a generated header defines pl_<name>__abi__<N> for the component.h it was
+    compiled with. One that does not (an older pipelink's header, simulated by a header without the marker) gets
+    PL190 where the kernel kept a call (verify.py asks only then): the cause, where it is a stale build."""
+    from pipelink.authoring import builder
+    from pipelink.authoring.header import abi_marker_symbol, component_abi, generate_header
+    from pipelink.core.loader import load_contract_file
+    from pipelink.linker.collect import read_components, warn_other_abi
+    contract_path = REPO / "contracts" / "block_rowsum.json"
+    sink = DiagnosticSink()
+    contract = load_contract_file(contract_path, sink)
+    assert abi_marker_symbol(contract) == f"pl_block_rowsum__abi__{component_abi()}"
+    assert "PL_ABI_MARKER(pl_block_rowsum__abi__);" in generate_header(contract)
+    monkeypatch.setattr(builder, "generate_header", lambda c: "\n".join(
+        line for line in generate_header(c).splitlines() if not line.startswith("PL_ABI_MARKER(")))
+    old = tmp_path / "block_rowsum.o"
+    assert builder.build_component(contract, contract_path.read_bytes(), REPO / "components" / "block_rowsum" /
+                                   "block_rowsum.cu", old, sink, builder.BuildOptions()), sink.items
+    for obj, stale in ((shipped_objects["block_rowsum"], False), (old, True)):
+        comps = read_components([str(obj)], sink)
+        found = DiagnosticSink()
+        warn_other_abi(comps, "sm_90", found)
+        assert [d.code for d in found.items] == (["PL190"] if stale else []), [d.render() for d in found.items]
+        if stale:
+            assert f"defines no pl_block_rowsum__abi__{component_abi()}" in found.items[0].message
+            assert found.items[0].severity == "warning" and "rebuild" in found.items[0].hint

@@ -8,6 +8,11 @@ glue references, and the link says so instead of producing a kernel that hangs.
 """
 from __future__ import annotations
 
+import functools
+import re
+from importlib import resources
+from pathlib import Path
+
 from ..core.model import DTYPE_BYTES, DTYPE_C, Contract, dtype_includes
 
 MARKER_HEX = 16  # hex digits of the contract hash in the marker name
@@ -45,6 +50,21 @@ def self_alias(c: Contract) -> str:
 
 def marker_symbol(c: Contract) -> str:
     return f"{symbol_prefix(c)}contract__{c.hash[:MARKER_HEX]}"
+
+
+@functools.cache
+def component_abi() -> int:
+    """PL_COMPONENT_ABI of this pipelink's <pipelink/component.h> (the header owns the number)."""
+    text = (Path(str(resources.files("pipelink.include"))) / "pipelink" / "component.h").read_text()
+    m = re.search(r"^#define PL_COMPONENT_ABI (\d+)$", text, re.M)
+    if m is None:
+        raise RuntimeError("pipelink/component.h defines no PL_COMPONENT_ABI")
+    return int(m.group(1))
+
+
+def abi_marker_symbol(c: Contract, abi: int | None = None) -> str:
+    """The symbol an object built against component.h's ABI `abi` (this pipelink's by default) defines."""
+    return f"{symbol_prefix(c)}abi__{component_abi() if abi is None else abi}"
 
 
 def entry_prototype(c: Contract) -> str:
@@ -215,6 +235,8 @@ def generate_header(c: Contract) -> str:
             "// A component of several translation units defines PL_NO_CONTRACT_MARKER in all but one.",
             "#ifndef PL_NO_CONTRACT_MARKER",
             f'extern "C" __device__ const unsigned {marker_symbol(c)} = 1u;',
+            "// The component ABI it is compiled against (<pipelink/component.h>'s; PL190 when not the linker's).",
+            f"PL_ABI_MARKER({symbol_prefix(c)}abi__);",
             "#endif", "",
             "// The entry, exactly as the glue calls it.",
             entry_prototype(c) + ";", ""]

@@ -267,6 +267,10 @@ CODES = _codes(
          "load_ahead has the loader ask L2 for later tasks' data through the load entries whose contract says "
          "`loader.ahead`: add it to a component whose load entry honours tile.ahead, or drop load_ahead",
          warning="always a warning (the link is the one without load_ahead)"),
+    Code("PL190", "object built against another component ABI", L,
+         "rebuild the object with this pipelink (`pipelink build`, or regenerate its header with `pipelink header` "
+         "and recompile): the glue's pl::Tile and the object's differ, so its entry is not inlined",
+         warning="always a warning (the link is correct, and slower)"),
 )
 
 

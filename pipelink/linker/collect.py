@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 from .. import toolchain
-from ..authoring.header import MARKER_HEX, marker_symbol, symbol_prefix
+from ..authoring.header import MARKER_HEX, abi_marker_symbol, component_abi, marker_symbol, symbol_prefix
 from ..core.diagnostics import DiagnosticSink, Location
 from ..core.files import read_input_bytes
 from ..formats.inputs import (InputObject, NamedBytes, check_entry_symbol, find_contract, read_bytes, read_input,
@@ -131,6 +131,29 @@ def probe_symbols(comp: Component, arch: str, sink: DiagnosticSink) -> None:
     if not check_entry_symbol(obj, c.entry.symbol, arch, sink, contract_file=c.source.file):
         return
     check_marker(comp, arch, sink)
+
+
+def warn_other_abi(components, arch: str, sink: DiagnosticSink) -> None:
+    """PL190 for each object that defines no marker of this pipelink's component ABI: built against another
+    <pipelink/component.h>, its entry takes another pl::Tile than the glue passes, and LTO does not inline it.
+    A probe link each, so only where the kernel kept a call (verify.py): nvcc's LTO-IR is compressed, so the
+    marker cannot be looked up in the object's bytes, and a good link pays nothing for the check."""
+    for comp in components:
+        c, obj = comp.contract, comp.obj
+        if obj is None:
+            continue
+        try:
+            defined, _ = toolchain.probe_device_symbol(obj.link_input(), abi_marker_symbol(c), arch, kind="variable")
+        except toolchain.ToolchainError:
+            continue
+        if not defined:
+            sink.warning("PL190", f"{obj.path} was not built against this pipelink's <pipelink/component.h> (component "
+                         f"ABI {component_abi()}: it defines no {abi_marker_symbol(c)}): its entry takes another "
+                         "pl::Tile than the glue passes, so LTO does not inline it and the kernel is slower (the link "
+                         "is correct: fields are only added at the end of pl::Tile)", c.at("/"),
+                         related=(Location(file=obj.path),),
+                         hint="rebuild the object with this pipelink (`pipelink build`, or `pipelink header` and "
+                              "recompile)")
 
 
 def check_marker(comp: Component, arch: str, sink: DiagnosticSink) -> None:

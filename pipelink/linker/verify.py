@@ -77,6 +77,8 @@ def verify_cubin(cubin: bytes, r: Resolved, a: Allocation, arch: str, sink: Diag
         sink.warning("PL073", f"the kernel still calls {', '.join(callees)}: a component was not inlined "
                      "(__noinline__, -G, or an object without LTO-IR); linking is then not free"
                      + _alone(who, "keeps a call"), _where(who, "/entry"))
+        from .collect import warn_other_abi
+        warn_other_abi(objects_of(r), arch, sink)  # the cause, where it is an object built by another pipelink
     return info
 
 

@@ -3,6 +3,16 @@
 #pragma once
 #include <pipelink/profile_record.h>
 
+// The component ABI: what the glue hands every entry (pl::Tile below) and what this header's helpers expect of
+// the glue. Each object built against a contract's generated header defines pl_<component>__abi__<N> for the
+// N of the component.h it was compiled with, and the linker warns (PL190) of an object built with another:
+// the link still works (fields are only ever added at the end of pl::Tile), but the entry's parameter types
+// differ from the glue's, so LTO does not inline it and the kernel is slower. Raise N with every such change.
+#define PL_COMPONENT_ABI 1
+#define PL_ABI_CAT_(a, b) a##b
+#define PL_ABI_CAT(a, b) PL_ABI_CAT_(a, b)
+#define PL_ABI_MARKER(prefix) extern "C" __device__ const unsigned PL_ABI_CAT(prefix, PL_COMPONENT_ABI) = 1u
+
 namespace pl {
 
 // The tile a per-tile entry is called for. `coord` follows the contract's tile_sequence grid;
