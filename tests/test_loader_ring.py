@@ -35,7 +35,7 @@ def test_the_loader_walks_the_tasks_ahead_of_their_waits():
     ring = next(p for p in a.smem if p.item.key == "buffer pl_glue.ring")
     assert ring.item.size == 5 * 16 * 1088 and ring.offset % 128 == 0
     assert next(p for p in a.smem if p.item.key == "mbarrier pl_glue.ring_bars").item.size == 16 * 5 + 8
-    assert "pl_ring__slots = 5u;" in glue and "pl_ring__slot_bytes = 17408u;" in glue
+    assert "pl_ring__slots = 5u;" in glue and "pl_ring__slot_bytes = 17408u;" in glue and "pl_ring__ahead = 0u;" in glue
     assert 'extern "C" __device__ void gemv_residual_load(pl::Tile tile' in glue
     loader = glue[glue.index("// the loader warp"):glue.index("int pl_ring_pos = 0;  // the next task's")]
     compute = glue[glue.index("int pl_ring_pos = 0;  // the next task's"):]
@@ -123,6 +123,7 @@ def test_load_ahead_asks_l2_for_the_ctas_later_tasks_of_the_call():
     assert not ctx.sink.items, [d.render() for d in ctx.sink.items]
     assert ctx.resolved.loader.ahead == 3
     glue = ctx.glue
+    assert "pl_ring__ahead = 3u;" in glue  # load entries see it (a long task asks L2 for its slots past the ring's)
     loader = glue[glue.index("// the loader warp"):glue.index("int pl_ring_pos = 0;  // the next task's")]
     compute = glue[glue.index("int pl_ring_pos = 0;  // the next task's"):]
     # only the component whose loader says ahead is called ahead, in the loader, before its ring load; the call's

@@ -113,9 +113,10 @@ def _constants(r: Resolved, a: Allocation) -> list[str]:
 
 def ring_constants(r: Resolved, a: Allocation) -> dict[str, int]:
     """The loader ring's place in the arena (pipelink/component.h): slots, then full[slots], empty[slots] and
-    the abort word."""
+    the abort word; and the pipeline's load_ahead, for load entries that ask L2 for a long task's later slots."""
     return {"pl_ring__base": a.buffer_offset[("pl_glue", "ring")], "pl_ring__slot_bytes": r.loader.slot_bytes,
-            "pl_ring__slots": r.loader.slots, "pl_ring__bars": a.mbar_offset[("pl_glue", "ring_bars")]}
+            "pl_ring__slots": r.loader.slots, "pl_ring__bars": a.mbar_offset[("pl_glue", "ring_bars")],
+            "pl_ring__ahead": r.loader.ahead}
 
 
 def compute_threads(r: Resolved, a: Allocation) -> int:

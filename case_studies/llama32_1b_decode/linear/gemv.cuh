@@ -369,6 +369,11 @@ __device__ __forceinline__ void load_slots(const pl::Tile& tile, const bf16* __r
     __syncwarp();
     return;
   }
+  // With load_ahead, a task longer than the ring (down: 8 slots of 32 KB through 4) also asks L2 for the slots
+  // past the ring's as its loading starts, as the loader's calls ahead do for later tasks.
+  if (pl_ring__ahead > 0u && threadIdx.x % 32 == 0)
+    for (int j = (int)pl_ring__slots; j < slots; ++j)
+      pl::ring::ahead_l2(src + (long long)j * ROWS * SLOT_K, (unsigned)(ROWS * min(SLOT_K, kp - j * SLOT_K) * 2));
   for (int bg = 0, s = 0; bg < B; bg += BATCH) {
     for (int j = 0; j < slots; ++j, ++s) {
       if (!pl::ring::acquire(tile, s)) return;

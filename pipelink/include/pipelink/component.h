@@ -94,6 +94,7 @@ extern "C" __device__ const unsigned pl_ring__base;       // arena offset of slo
 extern "C" __device__ const unsigned pl_ring__slot_bytes;  // one slot (the largest any component asks for)
 extern "C" __device__ const unsigned pl_ring__slots;       // slots in the ring
 extern "C" __device__ const unsigned pl_ring__bars;        // full[slots], empty[slots], then the abort word
+extern "C" __device__ const unsigned pl_ring__ahead;       // the pipeline's load_ahead: tasks asked of L2 ahead
 
 namespace pl {
 namespace ring {
