@@ -387,6 +387,16 @@ __device__ __forceinline__ void load_slots(const pl::Tile& tile, const bf16* __r
   }
 }
 
+// With load_ahead, the load entry of a normed GEMV asks L2 for norm_w as it loads the call's first task on the
+// CTA: a constant of the layer that the task reads right after x is staged, else a miss to HBM there, ahead of
+// the norm. (The 16-byte multiple at a 16-byte aligned address only: what a bulk request takes.)
+__device__ __forceinline__ void norm_w_ahead(const pl::Tile& tile, const bf16* __restrict__ norm_w, int K) {
+  const unsigned bytes = (unsigned)K * 2u / 16u * 16u;
+  if (pl_ring__ahead > 0u && !tile.ahead && !tile.continues && threadIdx.x % 32 == 0 && bytes > 0u &&
+      (reinterpret_cast<unsigned long long>(norm_w) & 15ull) == 0ull)
+    pl::ring::ahead_l2(norm_w, bytes);
+}
+
 // rows_from's walk with W from the loader ring: per slot, wait for it, each warp multiplies its 32-wide blocks
 // of the slot (SLOT_K / 32 / WARPS of them) against x, and releases it. x, the sums and the epilogue as in
 // rows_from.

@@ -14,8 +14,10 @@ static_assert(smem_norm_bytes >= (WARPS + 1) * GEMV_BATCH * 4, "contract gemv_sw
 static_assert(TASK_ROWS * SWIGLU_RING_K * 2 == Ring::kSlotBytes, "contract gemv_swiglu_normed_lr: loader.slot_bytes is not the slot's");
 
 extern "C" __device__ void gemv_swiglu_normed_lr_load(pl::Tile tile, const __nv_bfloat16* __restrict__ w,
-                                                      const __nv_bfloat16* __restrict__, const __nv_bfloat16* __restrict__,
-                                                      float, __nv_bfloat16* __restrict__, int B, int I, int K) {
+                                                      const __nv_bfloat16* __restrict__,
+                                                      const __nv_bfloat16* __restrict__ norm_w, float,
+                                                      __nv_bfloat16* __restrict__, int B, int I, int K) {
+  gemv_body::norm_w_ahead(tile, norm_w, K);
   gemv_body::load_slots<TASK_ROWS, SWIGLU_RING_K, GEMV_BATCH>(tile, w, tile.coord[0], B, K);
 }
 

@@ -13,10 +13,12 @@ static_assert(smem_norm_bytes >= (WARPS + 1) * GEMV_BATCH * 4, "contract qkv_rop
 static_assert(QKV_ROWS * QKV_RING_K * 2 == Ring::kSlotBytes, "contract qkv_rope_normed_lr: loader.slot_bytes is not the slot's");
 
 extern "C" __device__ void qkv_rope_normed_lr_load(pl::Tile tile, const __nv_bfloat16* __restrict__ w,
-                                                   const __nv_bfloat16* __restrict__, const __nv_bfloat16* __restrict__,
-                                                   float, const int* __restrict__, const float* __restrict__,
+                                                   const __nv_bfloat16* __restrict__,
+                                                   const __nv_bfloat16* __restrict__ norm_w, float,
+                                                   const int* __restrict__, const float* __restrict__,
                                                    __nv_bfloat16* __restrict__, __nv_bfloat16* __restrict__,
                                                    __nv_bfloat16* __restrict__, int B, int K, int) {
+  gemv_body::norm_w_ahead(tile, norm_w, K);
   // tasks in the grid's row-major order (contract: [48, 64 // QKV_ROWS])
   gemv_body::load_slots<QKV_ROWS, QKV_RING_K, GEMV_BATCH>(tile, w, tile.coord[0] * (64 / QKV_ROWS) + tile.coord[1],
                                                       B, K);
