@@ -135,9 +135,15 @@ def test_load_ahead_asks_l2_for_the_ctas_later_tasks_of_the_call():
     residual = loader[loader.index("// down"):]
     assert residual.count("gemv_residual_load(tile") == 1 and "tile.ahead" not in residual
     assert "tile.ahead" not in compute
+    # the link map says what the loader does
+    from pipelink.linker.emit import link_map
+    m = link_map(ctx.resolved, ctx.allocation, "sm_90")
+    assert "loader warp: a ring of 4 slots of 17408 B, filled for gate_up, down; L2 asked for the task 3 on " \
+           "(load_ahead) for gate_up" in m, m
     # without load_ahead the glue is the one before
-    plain = run(MLP_LAYERS, components(edit=with_loader_ahead), until="generate").glue
-    assert "tile.ahead" not in plain and "pl_now" not in plain
+    plain = run(MLP_LAYERS, components(edit=with_loader_ahead), until="generate")
+    assert "tile.ahead" not in plain.glue and "pl_now" not in plain.glue
+    assert "L2 asked" not in link_map(plain.resolved, plain.allocation, "sm_90")
 
 
 def test_load_ahead_without_a_component_that_loads_ahead_warns():

@@ -185,7 +185,14 @@ def link_map(r: Resolved, a: Allocation, arch: str, kernel_info: KernelInfo | No
     for i, p in enumerate(r.params):
         out.append(f"  {i}  {p.c_decl()}  ({', '.join(p.users)})")
     if r.schedule == "persistent":
-        out += ["", f"## tasks (dispatch {r.dispatch}, in this order)"]
+        deal = f", deal {r.deal}" if r.dispatch == "static" and r.deal != "restart" else ""
+        out += ["", f"## tasks (dispatch {r.dispatch}{deal}, in this order)"]
+        if r.loader is not None:
+            ahead = [n for n in r.loader.components if r.component(n).contract.loader.ahead] if r.loader.ahead else []
+            out.append(f"  loader warp: a ring of {r.loader.slots} slots of {r.loader.slot_bytes} B, filled for "
+                       f"{', '.join(r.loader.components)}"
+                       + (f"; L2 asked for the task {r.loader.ahead} on (load_ahead) for {', '.join(ahead)}"
+                          if ahead else ""))
         calls = r.calls
         for name in r.events.order:
             seq = r.component(name).contract.geometry.tile_sequence
