@@ -53,28 +53,25 @@ def test_step_links_into_one_kernel(linked, variant):
     assert m.resources.frame_bytes <= spill_limit, m.resources
 
 
-def test_attentions_split_count_is_the_pipelines(objects, linked):
+def test_attentions_split_count_is_the_pipelines_and_the_loader_asks_l2_ahead(objects, linked):
     """attn_split consumes SPLIT_TASKS (how many split tasks fill the kernel): 256 by default, what the pipeline's
-    `geometry` gives otherwise (the lr_st128 link, one block an SM), for the splits and their merge alike."""
+    `geometry` gives otherwise (one block an SM: 128), for the splits and their merge alike. The same link
+    (lr_deal_st128_ahead2) has load_ahead 2: every `_lr` GEMV's loader says ahead, so the loader asks L2 for the
+    CTA's task two on in each of their calls; the compute warps' code is not touched and nothing spills.
+    (One megakernel link for both: each costs CI a quarter of a minute.)"""
     assert linked["split"].manifest.geometry["SPLIT_TASKS"] == 256
-    st = decode_kernels.link_mega(objects, "lr_st128")
+    st = decode_kernels.link_mega(objects, "lr_deal_st128_ahead2")
     assert st.ok, [d.render() for d in st.diagnostics]
     assert st.manifest.geometry["SPLIT_TASKS"] == 128
     assert st.manifest.tasks["attn_split"] != linked["lr"].manifest.tasks["attn_split"]
     assert "128" in st.manifest.tasks["attn_split"], st.manifest.tasks["attn_split"]
-
-
-def test_the_loader_step_links_with_l2_requests_ahead(objects, linked):
-    """load_ahead (lr_deal_st128_ahead2): every `_lr` GEMV's loader says ahead, so the loader asks L2 for the CTA's
-    tasks two on in each of their calls; the compute warps' code is not touched and nothing spills."""
-    ahead = decode_kernels.link_mega(objects, "lr_deal_st128_ahead2")
-    assert ahead.ok, [d.render() for d in ahead.diagnostics]
-    loader = ahead.glue[ahead.glue.index("// the loader warp"):ahead.glue.index("int pl_ring_pos = 0;  // the next task's")]
+    loader = st.glue[st.glue.index("// the loader warp"):st.glue.index("int pl_ring_pos = 0;  // the next task's")]
     for call in ("qkv", "o_proj", "gate_up", "down", "lm_head"):
         part = loader[loader.index(f"// {call}\n"):]
         assert part.index("// ask L2 ahead (load_ahead 2)") < part.index("tile.ring = pl_ring_pos;"), call
+    assert "pl_ring__ahead = 2u;" in st.glue and "pl_ring__ahead = 0u;" in linked["lr"].glue
     assert "tile.ahead" not in linked["lr"].glue
-    assert ahead.manifest.resources.frame_bytes == 0 and ahead.manifest.resources.registers <= 168
+    assert st.manifest.resources.frame_bytes == 0 and st.manifest.resources.registers <= 168
 
 
 @pytest.mark.parametrize("variant", sorted(decode_kernels.MEGA_PIPELINES))

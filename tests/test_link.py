@@ -242,29 +242,25 @@ def test_inspect_refuses_a_malformed_manifest(linked, tmp_path, capsys, manifest
     assert "Traceback" not in err and f"--> {tmp_path / 'rowsum.json'}" in err
 
 
-def test_an_object_built_against_another_component_abi_is_named(shipped_objects, tmp_path, monkeypatch):
+def test_an_object_built_against_another_component_abi_is_named(shipped_objects, tmp_path):
     """Every object built against a generated header defines pl_<name>__abi__<N> for the component.h it was
-    compiled with. One that does not (an older pipelink's header, simulated by a header without the marker) gets
-    PL190 where the kernel kept a call (verify.py asks only then): the cause, where it is a stale build."""
-    from pipelink.authoring import builder
+    compiled with; verify asks for it where the kernel kept a call, and names an object that lacks it (PL190).
+    Here the shipped block_rowsum object under a contract of another name: its code defines the marker of
+    'block_rowsum', not of 'block_rowsum_v2', as an object from before the marker defines none."""
     from pipelink.authoring.header import abi_marker_symbol, component_abi, generate_header
-    from pipelink.core.loader import load_contract_file
     from pipelink.linker.collect import read_components, warn_other_abi
-    contract_path = REPO / "contracts" / "block_rowsum.json"
+    raw = json.loads((REPO / "contracts" / "block_rowsum.json").read_text())
     sink = DiagnosticSink()
-    contract = load_contract_file(contract_path, sink)
-    assert abi_marker_symbol(contract) == f"pl_block_rowsum__abi__{component_abi()}"
-    assert "PL_ABI_MARKER(pl_block_rowsum__abi__);" in generate_header(contract)
-    monkeypatch.setattr(builder, "generate_header", lambda c: "\n".join(
-        line for line in generate_header(c).splitlines() if not line.startswith("PL_ABI_MARKER(")))
-    old = tmp_path / "block_rowsum.o"
-    assert builder.build_component(contract, contract_path.read_bytes(), REPO / "components" / "block_rowsum" /
-                                   "block_rowsum.cu", old, sink, builder.BuildOptions()), sink.items
-    for obj, stale in ((shipped_objects["block_rowsum"], False), (old, True)):
-        comps = read_components([str(obj)], sink)
+    good = read_components([str(shipped_objects["block_rowsum"])], sink)
+    assert abi_marker_symbol(good[0].contract) == f"pl_block_rowsum__abi__{component_abi()}"
+    assert "PL_ABI_MARKER(pl_block_rowsum__abi__);" in generate_header(good[0].contract)
+    raw["name"] = "block_rowsum_v2"
+    renamed = tmp_path / "block_rowsum_v2.o"
+    embed_contract(shipped_objects["block_rowsum"], json.dumps(raw).encode(), renamed)
+    for comps, stale in ((good, False), (read_components([str(renamed)], sink), True)):
         found = DiagnosticSink()
         warn_other_abi(comps, "sm_90", found)
         assert [d.code for d in found.items] == (["PL190"] if stale else []), [d.render() for d in found.items]
         if stale:
-            assert f"defines no pl_block_rowsum__abi__{component_abi()}" in found.items[0].message
+            assert f"defines no pl_block_rowsum_v2__abi__{component_abi()}" in found.items[0].message
             assert found.items[0].severity == "warning" and "rebuild" in found.items[0].hint
