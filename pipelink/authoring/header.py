@@ -62,9 +62,9 @@ def component_abi() -> int:
     return int(m.group(1))
 
 
-def abi_marker_symbol(c: Contract, abi: int | None = None) -> str:
-    """The symbol an object built against component.h's ABI `abi` (this pipelink's by default) defines."""
-    return f"{symbol_prefix(c)}abi__{component_abi() if abi is None else abi}"
+def abi_marker_symbol(c: Contract) -> str:
+    """The symbol an object built against this pipelink's component.h defines (PL_ABI_MARKER)."""
+    return f"{symbol_prefix(c)}abi__{component_abi()}"
 
 
 def entry_prototype(c: Contract) -> str:

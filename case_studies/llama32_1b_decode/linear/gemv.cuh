@@ -362,18 +362,19 @@ __device__ __forceinline__ void load_slots(const pl::Tile& tile, const bf16* __r
   const int kp = packed_k(K);
   const bf16* const src = w_packed + task * ROWS * (long long)kp;
   const int slots = (kp + SLOT_K - 1) / SLOT_K;
-  if (tile.ahead) {  // the loader, tasks before this one's turn (loader.ahead): its W into L2, one request a slot
+  const auto ask_l2 = [&](int from) {  // slots from .. slots - 1 of the task's W into L2, one request a slot
     if (threadIdx.x % 32 == 0)
-      for (int j = 0; j < slots; ++j)
+      for (int j = from; j < slots; ++j)
         pl::ring::ahead_l2(src + (long long)j * ROWS * SLOT_K, (unsigned)(ROWS * min(SLOT_K, kp - j * SLOT_K) * 2));
+  };
+  if (tile.ahead) {  // the loader, tasks before this one's turn (loader.ahead): all of its W
+    ask_l2(0);
     __syncwarp();
     return;
   }
   // With load_ahead, a task longer than the ring (down: 8 slots of 32 KB through 4) also asks L2 for the slots
   // past the ring's as its loading starts, as the loader's calls ahead do for later tasks.
-  if (pl_ring__ahead > 0u && threadIdx.x % 32 == 0)
-    for (int j = (int)pl_ring__slots; j < slots; ++j)
-      pl::ring::ahead_l2(src + (long long)j * ROWS * SLOT_K, (unsigned)(ROWS * min(SLOT_K, kp - j * SLOT_K) * 2));
+  if (pl_ring__ahead > 0u) ask_l2((int)pl_ring__slots);
   for (int bg = 0, s = 0; bg < B; bg += BATCH) {
     for (int j = 0; j < slots; ++j, ++s) {
       if (!pl::ring::acquire(tile, s)) return;
