@@ -173,3 +173,42 @@ def test_packing_places_every_element(component, n, K):
     table = packing.task_rows(component, n)
     want = [(lambda s: 0 if s is None else s[0] * K + s[1] + 1)(packing.source(table, K, i)) for i in range(len(got))]
     assert got == want
+
+
+def test_a_profiled_loader_records_each_task_it_loads_on_the_tasks_sm(kernels, tmp_path):
+    """lm_head_lr linked with load_ahead 2 and a task profile: the logits as the plain head's, and besides each
+    task's record the loader's (runtime/profile.py: the loader flag), one per task, written on the SM that ran the
+    task (a CTA's loader walks the CTA's own tasks), its stamps in order (got to the task, L2 requests ahead out,
+    slots acquired and copies issued); loader_leads() reads them."""
+    import torch
+    from pipelink.runtime import profile
+    objects = decode_parts.build_all(tmp_path, tuple(p for p in decode_parts.LOADER_PARTS if p.name == "lm_head_lr"))
+    linked = decode_parts.link_alone(objects["lm_head_lr"], {"load_ahead": 2, "profile_tasks": 1 << 14})
+    assert linked.ok, [d.render() for d in linked.diagnostics]
+    kernel = linked.kernel()
+    try:
+        seed = int.from_bytes(os.urandom(4), "little")
+        g = _gen(seed)
+        B, V, K = 1, decode_parts.VOCAB, 2048
+        w = (torch.randn(V, K, generator=g, device="cuda") / K ** 0.5).to(torch.bfloat16)
+        x = torch.randn(B, K, generator=g, device="cuda").to(torch.bfloat16)
+        outs = {}
+        for name, k in (("lm_head", kernels["lm_head"]), ("lm_head_lr", kernel)):
+            logits = _nan(B, V)
+            part = torch.full(decode_parts.argmax_workspace_shape(B, V), -1, dtype=torch.int64, device="cuda")
+            k.launch(w=_w(w, "_lr", "lm_head", V) if k is kernel else w, x=x, logits=logits,
+                     part=part.view(torch.uint64), B=B, V=V, K=K, grid=16 if k is kernel else None)
+            torch.cuda.synchronize()
+            outs[name] = logits
+        _same(outs["lm_head_lr"], outs["lm_head"], f"profiled lm_head_lr seed={seed}")
+        records = kernel.task_profile()
+        tasks = {r.task: r for r in records if not r.loader and r.component == "lm_head_lr"}
+        loads = [r for r in records if r.loader]
+        assert len(tasks) == -(-V // decode_parts.LM_ROWS) and sorted(r.task for r in loads) == sorted(tasks)
+        assert {r.component for r in loads} == {"lm_head_lr"}
+        for r in loads:
+            assert r.start <= r.ready <= r.done <= r.notified and r.sm == tasks[r.task].sm, r
+        (lead,) = profile.loader_leads(records, 1, set())
+        assert lead.tasks == len(tasks) and lead.blocked_us > 0.0 and 0.0 <= lead.late <= 1.0
+    finally:
+        kernel.unload()

@@ -167,3 +167,31 @@ def test_loader_ahead_is_a_boolean():
     sink = DiagnosticSink()
     assert load_contract_dict(raw, Source("c.json"), sink) is None
     assert sink.errors and "/loader/ahead" in sink.errors[0].render()
+
+
+def test_a_task_profile_has_the_loaders_records_too():
+    """With profile_tasks the loader's lane 0 writes a record for each task it loads: the component's index with
+    the profile's loader flag, the task numbered as the compute side numbers it, stamped when its L2 requests
+    ahead are out and when the load entry returns; without a profile, none of it."""
+    from pipelink.runtime.profile import LOADER_FLAG
+    ctx = run(dict(MLP_LAYERS, load_ahead=2, profile_tasks=4096), components(edit=with_loader_ahead), until="compile")
+    assert not ctx.sink.items, [d.render() for d in ctx.sink.items]
+    glue = ctx.glue
+    loader = glue[glue.index("// the loader warp"):glue.index("int pl_ring_pos = 0;  // the next task's")]
+    compute = glue[glue.index("int pl_ring_pos = 0;  // the next task's"):]
+    names = [c.name for c in ctx.resolved.components]
+    for call in ("gate_up", "down"):
+        part = loader[loader.index(f"// {call}\n"):]
+        begin = re.search(r"pl_lrecord = threadIdx\.x == 256u \? pl::profile::begin\(pl_profile_ring, &pl_profile_next, "
+                          r"4096ull, pl_profile_launch_id, (\d+)u, \(long long\)pl_layer \* \(long long\)c\d+_tasks \+ t\)", part)
+        assert begin and int(begin.group(1)) == names.index(call) | LOADER_FLAG, (call, part[:600])
+        stamps = [m.start() for m in re.finditer(r"pl::profile::stamp\(pl_lrecord, [234]\)", part)]
+        ring = part.index("tile.ring = pl_ring_pos;")
+        load = part.index(f"{'gemv_swiglu' if call == 'gate_up' else 'gemv_residual'}_load(tile, ", ring)
+        assert len(stamps) >= 3 and stamps[0] < ring < load < stamps[1] < stamps[2]
+    if "// ask L2 ahead" in loader[loader.index("// gate_up\n"):]:
+        gate_up = loader[loader.index("// gate_up\n"):loader.index("// down\n")]
+        assert gate_up.index("// ask L2 ahead") < gate_up.index("pl::profile::stamp(pl_lrecord, 2)")
+    assert "pl_lrecord" not in compute
+    plain = run(dict(MLP_LAYERS, load_ahead=2), components(edit=with_loader_ahead), until="generate")
+    assert "pl_lrecord" not in plain.glue

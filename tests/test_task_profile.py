@@ -273,3 +273,38 @@ def test_the_runtime_reads_records_as_wide_as_the_device_writes_them():
     marks = int(re.search(r"constexpr int kProfileMarks = (\d+);", header).group(1))
     first = int(re.search(r"constexpr int kProfileFirstMark = (\d+);", header).group(1))
     assert (profile.MARKS, profile.WORDS) == (marks, first + marks)
+
+
+def test_the_loaders_records_are_told_apart_and_set_against_the_tasks():
+    """A record whose component byte has the loader flag is the loader's (linker/glue.py _loader_record): the
+    summaries read the tasks' records only, loader_leads() the loader's against them. Two layers of a 2-task call
+    on two SMs: the loader issued layer 0's copies 1.0 and 0.5 us before its tasks started, layer 1's task 3
+    0.5 us after (late), having waited 3.0 us for a slot."""
+    comps = ["embed", "gemv"]
+    flag = profile.LOADER_FLAG
+    data = bytearray(16 * profile.WORDS * 8)
+    rows = [  # (component byte, sm, task, start, ready, done, notified)
+        (1, 0, 0, 2000, 2100, 4000, 4100), (1, 1, 1, 2000, 2100, 4000, 4100),
+        (1, 0, 2, 9000, 9100, 12000, 12100), (1, 1, 3, 9000, 9100, 12000, 12100),
+        (1 | flag, 0, 0, 0, 0, 1000, 1000), (1 | flag, 1, 1, 500, 500, 1500, 1500),
+        (1 | flag, 0, 2, 4000, 4000, 7500, 7500), (1 | flag, 1, 3, 6000, 6100, 9500, 9500),
+        (0, 0, 0, 0, 100, 1900, 2000)]
+    for n, (byte, sm, task, *stamps) in enumerate(rows):
+        struct.pack_into("<5Q", data, n * profile.WORDS * 8, (3 << 48) | (byte << 40) | (sm << 32) | task, *stamps)
+    recs = profile.decode(bytes(data), len(rows), 16, comps)
+    assert [r.loader for r in recs] == [False] * 4 + [True] * 4 + [False]
+    assert {r.component for r in recs} == {"embed", "gemv"}
+    span, sms, per = profile.summarize(recs)
+    assert [(c.component, c.tasks) for c in per] == [("embed", 1), ("gemv", 4)] and span == pytest.approx(12.1)
+    assert profile.render(recs).startswith("5 tasks on 2 SMs")
+    assert [p.component for p in profile.phases(recs, 2, {"gemv"})] == ["embed", "gemv", "gemv"]
+    (lead,) = profile.loader_leads(recs, 2, {"gemv"})
+    assert lead.component == "gemv" and lead.tasks == 4
+    # per layer, the loader's time in its load entries per SM: (1.0 + 1.0) / 2 and (3.5 + 3.5) / 2
+    assert lead.blocked_us == pytest.approx((1.0 + 3.5) / 2)
+    # leads 1.0, 0.5, 1.5, -0.5: median 0.75; one task of four late
+    assert lead.lead_us == pytest.approx(0.75) and lead.late == pytest.approx(0.25)
+    text = profile.render_loader_leads([lead])
+    assert "loader blocked us" in text and "25.0%" in text
+    assert profile.loader_leads([r for r in recs if not r.loader], 2, {"gemv"}) == []
+    assert profile.render_loader_leads([]).startswith("no loader records")

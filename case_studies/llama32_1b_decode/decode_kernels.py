@@ -45,9 +45,9 @@ MEGA_OPTIONS.update({f"{v}_st{n}": (v, {"geometry": {"SPLIT_TASKS": n}}) for v i
 MEGA_OPTIONS["lr_deal_st128"] = ("lr", {"deal": "continue", "geometry": {"SPLIT_TASKS": 128}})
 # lr_aheadN: the loader also asks L2 for the W of the CTA's task N tasks on in the same call, before it waits for
 # a slot (the pipeline's `load_ahead`); lr_deal_st128_aheadN the same on lr_deal_st128.
-MEGA_OPTIONS.update({f"lr_ahead{n}": ("lr", {"load_ahead": n}) for n in (1, 2, 4)})
+MEGA_OPTIONS.update({f"lr_ahead{n}": ("lr", {"load_ahead": n}) for n in (1, 2, 4, 6)})
 MEGA_OPTIONS.update({f"lr_deal_st128_ahead{n}": ("lr", {"deal": "continue", "geometry": {"SPLIT_TASKS": 128},
-                                                         "load_ahead": n}) for n in (1, 2, 4)})
+                                                         "load_ahead": n}) for n in (1, 2, 4, 6)})
 # X_dynamic: every task claimed from the launch's one counter instead of each CTA's fixed order (pipeline `dispatch`;
 # `after` events then count a task at a time).
 MEGA_OPTIONS.update({f"{v}_dynamic": (v, {"dispatch": "dynamic", "counts_per_cta": False}) for v in ("split", "head")})

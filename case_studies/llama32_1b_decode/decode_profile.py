@@ -169,13 +169,19 @@ def main(argv=None) -> int:
         # call against later ones
         marks = profile.marks(records, dm.NL, layered, step.kernel.resident_blocks())
         print(profile.render_marks(marks))
+        # the loader warp's records (a loader step): how long it waited for free slots, how far ahead of each task
+        # it issued the task's copies
+        loader = profile.loader_leads(records, dm.NL, layered)
+        print(profile.render_loader_leads(loader))
+        leads = [{k: (None if v != v else v) for k, v in lead.__dict__.items()} for lead in loader]  # NaN: null
         if args.out:
             span, sms, per = profile.summarize(records)
             Path(args.out).write_text(json.dumps(dict(**provenance(), B=args.B, ctx=args.ctx, variant=args.tasks,
                                                       span_us=span, sms=sms,
                                                       components=[c.__dict__ for c in per],
                                                       phases=[p.__dict__ for p in phases],
-                                                      first_and_later=split, tails=tails, marks=marks), indent=1)
+                                                      first_and_later=split, tails=tails, marks=marks,
+                                                      loader=leads), indent=1)
                                            + "\n")
         step.unload()
         return 0

@@ -14,7 +14,8 @@ from ..authoring.header import constant_symbols, entry_prototype, marker_symbol,
 from ..core.expr import parse
 from ..core.model import DTYPE_C, dtype_includes
 from ..runtime.manifest import IMPLICIT_PARAMS, STREAM_K_PARAMS, WORKSPACE
-from ..runtime.profile import LAUNCH_SYMBOL as PROFILE_LAUNCH, NEXT_SYMBOL as PROFILE_NEXT, RING_SYMBOL as PROFILE_RING
+from ..runtime.profile import (LAUNCH_SYMBOL as PROFILE_LAUNCH, LOADER_FLAG as PROFILE_LOADER_FLAG,
+                               NEXT_SYMBOL as PROFILE_NEXT, RING_SYMBOL as PROFILE_RING)
 from . import event_glue
 from .allocate import (ARENA_ALIGN, GLUE_FLAG_BYTES, Allocation, held_words, holds_sizes, profile_record_offset,
                        task_groups)
@@ -777,11 +778,15 @@ def _loader_walk(r: Resolved, a: Allocation, segments, indent: str) -> list[str]
             stacked, bind = _stacked_args(r, name), (r.calls.bind.get(name) if r.calls else None)
             out += _deal_first(r, k, body)
             out.append(f"{body}for (int t = {first_task(r, k)}; t < c{k}_tasks; t += gridDim.x) {{  // {name}")
+            record = _loader_record(r, a, name, k, body + "  ")
+            out += record[:1]
             if r.loader.ahead and comp.contract.loader.ahead:
                 out += _load_ahead(r, k, name, stacked, bind, body + "  ")
+            out += record[1:]  # the L2 requests ahead are out
             out += _decode(r, k, name, body + "  ", "0", _continues(r, k))
             out += [f"{body}  tile.ring = pl_ring_pos;",
                     _call(comp, body + "  ", stacked, bind, comp.code.entry.load),
+                    *_loader_stamps(r, body + "  ", (3, 4), "every slot acquired and its copy issued"),
                     f"{body}  pl_ring_pos += c{k}_ring_slots;",
                     f"{body}  if (*reinterpret_cast<volatile unsigned long long*>(pl::glue::mbarrier_at({abort}u))) "
                     "return;  // the compute warps left",
@@ -790,6 +795,28 @@ def _loader_walk(r: Resolved, a: Allocation, segments, indent: str) -> list[str]
         if layered:
             out.append(f"{inner}}}")
     return out + [f"{inner}return;", f"{indent}}}"]
+
+
+def _loader_record(r: Resolved, a: Allocation, name: str, k: int, indent: str) -> list[str]:
+    """With a task profile, the loader's lane 0 writes a record of its own for each task it loads (the component
+    byte flagged PROFILE_LOADER_FLAG, the task numbered as the compute side's): when the loader got to the task
+    (word 1), when its L2 requests ahead were out (2), when the load entry returned, every slot acquired and its
+    copy issued (3 and 4). Set against the task's own record, that says whether W was asked for before the
+    compute warps wanted it, and how long the loader waited for a free slot. Empty without a profile."""
+    comp_index = [c.name for c in r.components].index(name)
+    if not r.profile_tasks or comp_index >= PROFILE_LOADER_FLAG:  # the byte holds the flag beside 127 indices
+        return []
+    task = f"(long long)pl_layer * (long long)c{k}_tasks + t" if event_glue.has_layers(r) else "t"
+    return [f"{indent}unsigned long long* const pl_lrecord = threadIdx.x == {compute_threads(r, a)}u ? "
+            f"pl::profile::begin({PROFILE_RING}, &{PROFILE_NEXT}, {r.profile_tasks}ull, pl_profile_launch_id, "
+            f"{comp_index | PROFILE_LOADER_FLAG}u, {task}) : nullptr;  // the loader's record of the task",
+            *_loader_stamps(r, indent, (2,), "its L2 requests ahead are out")]
+
+
+def _loader_stamps(r: Resolved, indent: str, words: tuple, what: str) -> list[str]:
+    if not r.profile_tasks:
+        return []
+    return [f"{indent}if (pl_lrecord) pl::profile::stamp(pl_lrecord, {w});  // {what}" for w in words]
 
 
 def _load_ahead(r: Resolved, k: int, name: str, stacked, bind, indent: str) -> list[str]:

@@ -6,7 +6,10 @@ A record says which component's task ran on which SM, and four global-timer stam
 (its CTA has it), its waits are met, its entry and the block's barrier after it are done, its
 notifications are out. So a component's time splits into waiting (for its inputs' events), running, and
 notifying; what no task covers is the claim between tasks and idle CTAs. A component may stamp points of its
-own in between (its header's `profile_mark(i)`): where its running time goes.
+own in between (its header's `profile_mark(i)`): where its running time goes. In a kernel with a loader warp the
+loader writes a record of its own for each task it loads (`loader` set): when it got to the task, when its L2
+requests ahead were out, when the load entry returned (its slots acquired, their copies issued); the summaries
+below read the tasks' records, loader_leads() sets the two against each other.
 """
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ FIRST_MARK, MARKS = 5, 6  # pl::kProfileFirstMark, pl::kProfileMarks (pipelink/p
 WORDS = FIRST_MARK + MARKS  # pl::profile::kWords: the tag, four stamps, the marks
 # The glue's globals, read by name: the ring, the next slot, and the count of launches (the records' tag).
 RING_SYMBOL, NEXT_SYMBOL, LAUNCH_SYMBOL = "pl_profile_ring", "pl_profile_next", "pl_profile_launch"
+LOADER_FLAG = 0x80  # the tag's component byte: a record the loader warp wrote (linker/glue.py _loader_record)
 
 
 @dataclass(frozen=True)
@@ -31,6 +35,7 @@ class TaskRecord:
     done: int          # entry and barrier done
     notified: int      # notifications out
     marks: tuple = ()  # the component's own stamps (ns), 0 where the task stamped none
+    loader: bool = False  # the loader's record of the task: start, L2 requests ahead out, load entry returned (x2)
 
     @property
     def wait_ns(self) -> int:
@@ -57,10 +62,12 @@ def decode(ring: bytes, next_slot: int, capacity: int, components: list[str]) ->
     for n in range(first, next_slot):
         slot = n % capacity
         w = struct.unpack_from(f"<{WORDS}Q", ring, slot * WORDS * 8)
-        comp = (w[0] >> 40) & 0xFF
+        byte = (w[0] >> 40) & 0xFF
+        comp = byte & ~LOADER_FLAG
         records.append(TaskRecord(launch=w[0] >> 48, component=components[comp] if comp < len(components) else
                                   f"#{comp}", task=w[0] & 0xFFFFFFFF, sm=(w[0] >> 32) & 0xFF,
-                                  start=w[1], ready=w[2], done=w[3], notified=w[4], marks=tuple(w[FIRST_MARK:])))
+                                  start=w[1], ready=w[2], done=w[3], notified=w[4], marks=tuple(w[FIRST_MARK:]),
+                                  loader=bool(byte & LOADER_FLAG)))
     if not records:
         return []
     latest = records[-1].launch
@@ -69,6 +76,11 @@ def decode(ring: bytes, next_slot: int, capacity: int, components: list[str]) ->
         raise ValueError(f"the last launch wrote more than the ring's {capacity} records: link with a larger "
                          "profile_tasks")
     return mine
+
+
+def tasks_only(records: list[TaskRecord]) -> list[TaskRecord]:
+    """The tasks' records, without the loader's."""
+    return [r for r in records if not r.loader]
 
 
 @dataclass(frozen=True)
@@ -85,6 +97,7 @@ class ComponentTime:
 
 def summarize(records: list[TaskRecord]) -> tuple[float, int, list[ComponentTime]]:
     """(span of the launch's tasks in us, SMs seen, per component in order of first start)."""
+    records = tasks_only(records)
     if not records:
         return 0.0, 0, []
     t0 = min(r.start for r in records)
@@ -105,7 +118,7 @@ def summarize(records: list[TaskRecord]) -> tuple[float, int, list[ComponentTime
 def render(records: list[TaskRecord]) -> str:
     """A table of summarize()'s figures."""
     span, sms, comps = summarize(records)
-    lines = [f"{len(records)} tasks on {sms} SMs over {span:.1f} us (first task start to last notification)",
+    lines = [f"{len(tasks_only(records))} tasks on {sms} SMs over {span:.1f} us (first task start to last notification)",
              f"{'component':24s} {'tasks':>7s} {'from us':>9s} {'to us':>9s} {'wait us':>10s} {'run us':>10s} "
              f"{'notify us':>10s} {'median run':>10s}"]
     for c in comps:
@@ -128,6 +141,7 @@ def phases(records: list[TaskRecord], layers: int, layered: set[str]) -> list[Ph
     numbers its tasks layer-major (the glue's `pl_layer * tasks + t`), so its records split into `layers`
     equal runs; any other is one phase (layer -1). Raises ValueError when a layered component's task count
     is not a multiple of `layers`."""
+    records = tasks_only(records)
     if not records:
         return []
     t0 = min(r.start for r in records)
@@ -185,6 +199,7 @@ def first_and_later(records: list[TaskRecord], layers: int, layered: set[str], g
     ones or None, how many of each): under static dispatch CTA c runs tasks c, c + grid, .. of each call, so
     a task numbered below `grid` within its layer is its CTA's first. What the first pays and the later ones
     do not (a GEMV staging x for the call) is the difference."""
+    records = tasks_only(records)
     runs: dict[str, tuple[list, list]] = {}
     for r, t in zip(records, _tasks_in_layer(records, layers, layered)):
         if t is None:
@@ -218,6 +233,7 @@ def tails(records: list[TaskRecord], layers: int, layered: set[str], grid: int) 
     for the task numbered t within its layer; the tail is the latest of them less their median. Returns {component:
     (median tail us over the layers, largest tail us, CTAs that ran the call in a layer, median)}: what evening
     out the call's tasks over its CTAs could take from it at most."""
+    records = tasks_only(records)
     count: dict[str, int] = {}
     for r in records:
         count[r.component] = count.get(r.component, 0) + 1
@@ -248,6 +264,7 @@ def marks(records: list[TaskRecord], layers: int, layered: set[str], grid: int) 
     """Per component that stamped marks, for its CTAs' first tasks of a call in a layer and for the later ones
     (as first_and_later tells them apart): {"first" | "later": (tasks, [median us from the waits met to mark i,
     or None where no task stamped it], median run us)}. Where a task's running time goes, phase by phase."""
+    records = tasks_only(records)
     by: dict[str, dict[str, list]] = {}
     for r, in_layer in zip(records, _tasks_in_layer(records, layers, layered)):
         if not any(r.marks):
@@ -278,4 +295,52 @@ def render_marks(m: dict[str, dict]) -> str:
                 n, at, run = kinds[kind]
                 cells = "".join(f"{'-':>9s}" if v is None else f"{v:9.2f}" for v in at)
                 lines.append(f"{c:24s} {f'{n} {kind}':>13s} {cells} {run:9.2f}")
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class LoaderLead:
+    """What a kernel's loader warp did for one component (call), from its records against the tasks'."""
+    component: str
+    tasks: int           # tasks the loader loaded, over the launch
+    blocked_us: float    # median over the layers: the loader's time in the call's load entries (waiting for free
+                         # slots, issuing copies) per SM the call ran on
+    lead_us: float       # median over tasks: the task's start less the loader's return from its load entry (> 0:
+                         # every copy of the task was issued before its CTA got to it)
+    late: float          # the share of tasks that started before the loader had issued all their copies
+
+
+def loader_leads(records: list[TaskRecord], layers: int, layered: set[str]) -> list[LoaderLead]:
+    """Per component the loader loads, in order of its first record: how long the loader waited in its load
+    entries, and how far ahead of each task it issued the task's copies. A loader early and blocked (a large
+    lead, a long wait for slots) waits on the compute warps: there a deeper ring or L2 requests ahead would keep
+    the memory busy. One that is late (tasks starting before their copies are out) is what the tasks wait on."""
+    started = {(r.component, r.task): r.start for r in records if not r.loader}
+    mine = [r for r in records if r.loader]
+    count: dict[str, int] = {}
+    for r in mine:
+        count[r.component] = count.get(r.component, 0) + 1
+    by_layer: dict[str, dict[int, list]] = {}
+    leads: dict[str, list[float]] = {}
+    for r in mine:
+        per_layer = count[r.component] // layers if r.component in layered and not count[r.component] % layers else 0
+        by_layer.setdefault(r.component, {}).setdefault(r.task // per_layer if per_layer else -1, []).append(r)
+        if (r.component, r.task) in started:
+            leads.setdefault(r.component, []).append((started[(r.component, r.task)] - r.done) / 1000.0)
+    out = []
+    for c, layers_of in by_layer.items():
+        per_sm = [sum(r.done - r.start for r in rs) / 1000.0 / len({r.sm for r in rs}) for rs in layers_of.values()]
+        ls = leads.get(c, [])
+        out.append(LoaderLead(c, count[c], statistics.median(per_sm), statistics.median(ls) if ls else float("nan"),
+                              sum(v < 0 for v in ls) / len(ls) if ls else float("nan")))
+    return out
+
+
+def render_loader_leads(leads: list[LoaderLead]) -> str:
+    if not leads:
+        return "no loader records (a kernel without a loader warp, or linked without profile_tasks)"
+    lines = [f"{'component':24s} {'tasks':>7s} {'loader blocked us':>18s} {'median lead us':>15s} {'late':>6s}  "
+             "(blocked: a layer's time in the load entries per SM; lead: a task's start less its copies issued)"]
+    for x in leads:
+        lines.append(f"{x.component:24s} {x.tasks:7d} {x.blocked_us:18.2f} {x.lead_us:15.2f} {100 * x.late:5.1f}%")
     return "\n".join(lines)

@@ -77,7 +77,8 @@ __device__ __forceinline__ unsigned sm_id() {
   return id;
 }
 
-// Record: [launch (16 bits) | component (8) | SM (8) | task (32)], then the stamps (ns): the task starts,
+// Record: [launch (16 bits) | component (8; its top bit set in the loader warp's records, see linker/glue.py
+// _loader_record) | SM (8) | task (32)], then the stamps (ns): the task starts,
 // its waits are met, its entry and the block's barrier are done, its notifications are out; then the
 // component's own marks (pl::profile_mark in component.h), 0 where it stamped none. `begin` takes the task's
 // slot, writes the first two words and clears the marks; `stamp` the others as the task gets there (so only
