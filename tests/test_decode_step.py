@@ -29,7 +29,7 @@ def test_step_links_into_one_kernel(linked, variant):
     result = linked[variant]
     assert result.ok, [d.render() for d in result.diagnostics]
     m = result.manifest
-    if variant == "lr":
+    if variant.startswith("lr"):
         # the loader ring: 4 slots of 32 KB (a task's packed rows, one bulk copy each) beside the tasks' scratch,
         # and the loader warp after the 8 compute warps: one CTA an SM, the GEMVs' caps (168) its register budget,
         # no spills
@@ -147,6 +147,25 @@ def test_the_loader_step_swaps_only_the_gemvs():
             assert decode_model.PACKED_WEIGHTS[packed][:2] == (a["bind"]["w"], swap[name]), packed
             b = dict(b, bind=dict(b["bind"], w=a["bind"]["w"]))
         assert {k: v for k, v in a.items() if k != "component"} == {k: v for k, v in b.items() if k != "component"}
+
+
+def test_the_loader_steps_last_variant_is_the_loader_step_with_the_last_steps_attention():
+    """decode_step_lr_last.json: decode_step_lr.json's calls with attn_split -> attn_merge replaced by
+    decode_step_last.json's `attn` call (attn_last), the output projection after it; every other call the same."""
+    import json
+    lr = json.loads((CASE / "pipelines" / "decode_step_lr.json").read_text())
+    last = json.loads((CASE / "pipelines" / "decode_step_last.json").read_text())
+    lr_last = json.loads((CASE / "pipelines" / "decode_step_lr_last.json").read_text())
+    attn = next(c for c in last["calls"] if c["name"] == "attn")
+    want = []
+    for c in lr["calls"]:
+        if c["name"] == "attn_split":
+            want.append(attn)
+        elif c["name"] != "attn_merge":
+            want.append(dict(c, after=["attn"]) if c["name"] == "o_proj" else c)
+    assert lr_last["calls"] == want
+    assert {k: v for k, v in lr_last.items() if k not in ("calls", "name", "description")} == \
+        {k: v for k, v in lr.items() if k not in ("calls", "name", "description")}
 
 
 def test_the_ring_od_step_swaps_only_the_output_and_down_projections():

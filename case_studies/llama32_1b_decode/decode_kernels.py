@@ -29,6 +29,7 @@ MEGA_PIPELINES = {"split": HERE / "pipelines" / "decode_step.json",
                   "ring_od": HERE / "pipelines" / "decode_step_ring_od.json",
                   "last": HERE / "pipelines" / "decode_step_last.json",
                   "lr": HERE / "pipelines" / "decode_step_lr.json",
+                  "lr_last": HERE / "pipelines" / "decode_step_lr_last.json",
                   "pf": HERE / "pipelines" / "decode_step_pf.json"}
 # Steps linked from one of those pipelines with other link options: variant -> (pipeline variant, fields).
 # X_per_task: every task adds to its call's whole-call events (the glue before they were counted per CTA).
@@ -48,6 +49,10 @@ MEGA_OPTIONS["lr_deal_st128"] = ("lr", {"deal": "continue", "geometry": {"SPLIT_
 MEGA_OPTIONS.update({f"lr_ahead{n}": ("lr", {"load_ahead": n}) for n in (1, 2, 4, 6)})
 MEGA_OPTIONS.update({f"lr_deal_st128_ahead{n}": ("lr", {"deal": "continue", "geometry": {"SPLIT_TASKS": 128},
                                                          "load_ahead": n}) for n in (1, 2, 4, 6)})
+# lr_last_*: the loader step with the splits merged by the last one (attn_last), dealt on, 128 splits, load_ahead N.
+MEGA_OPTIONS["lr_last_deal_st128"] = ("lr_last", {"deal": "continue", "geometry": {"SPLIT_TASKS": 128}})
+MEGA_OPTIONS.update({f"lr_last_deal_st128_ahead{n}": ("lr_last", {"deal": "continue", "geometry": {"SPLIT_TASKS": 128},
+                                                                  "load_ahead": n}) for n in (2, 4)})
 # X_dynamic: every task claimed from the launch's one counter instead of each CTA's fixed order (pipeline `dispatch`;
 # `after` events then count a task at a time).
 MEGA_OPTIONS.update({f"{v}_dynamic": (v, {"dispatch": "dynamic", "counts_per_cta": False}) for v in ("split", "head")})
