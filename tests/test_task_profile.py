@@ -78,6 +78,24 @@ def test_profile_outside_a_persistent_kernel_is_refused():
     assert [d.code for d in ctx.sink.items if d.severity == "error"] == ["PL179"]
 
 
+@pytest.mark.parametrize("calls,refused", [(128, False), (129, True)])
+def test_profile_of_more_components_than_a_record_names_is_refused(calls, refused):
+    """A record names its component (call) in 7 bits beside the loader flag: 128 calls profile, 129 do not
+    (PL191, at the pipeline's profile_tasks), and without profile_tasks 129 link as before."""
+    from test_calls import components, run
+    doc = {"pipeline": 1, "name": "many_norms", "calls": [
+        {"name": f"norm{i}", "component": "rmsnorm", **({"after": [f"norm{i - 1}"]} if i else {})}
+        for i in range(calls)]}
+    comps = components(("rmsnorm",))
+    ctx = run(doc, comps, until="resolve", profile_tasks=4096)
+    errors = [d for d in ctx.sink.items if d.severity == "error"]
+    assert [d.code for d in errors] == (["PL191"] if refused else []), [d.render() for d in errors]
+    if refused:
+        assert f"this kernel has {calls} components (calls), the record names 128" in errors[0].message
+        assert errors[0].location.pointer == "/profile_tasks"
+        assert not [d for d in run(doc, comps, until="resolve").sink.items if d.severity == "error"]
+
+
 def test_the_manifest_carries_the_ring_size(shipped_objects):
     pipe, spec = _spec("tile_chain", profile_tasks=1000)
     result = link([str(shipped_objects[n]) for n in pipe.components], LinkOptions(pipeline=spec))

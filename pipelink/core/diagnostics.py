@@ -271,6 +271,9 @@ CODES = _codes(
          "rebuild the object with this pipelink (`pipelink build`, or regenerate its header with `pipelink header` "
          "and recompile): the glue's pl::Tile and the object's differ, so its entry is not inlined",
          warning="always a warning (the link is correct, and slower)"),
+    Code("PL191", "task profile of more components than its record names", L,
+         "a task-profile record names its component in 7 bits (the eighth marks the loader's records): profile a "
+         "kernel of at most 128 components (calls), or time it whole"),
 )
 
 

@@ -803,9 +803,9 @@ def _loader_record(r: Resolved, a: Allocation, name: str, k: int, indent: str) -
     (word 1), when its L2 requests ahead were out (2), when the load entry returned, every slot acquired and its
     copy issued (3 and 4). Set against the task's own record, that says whether W was asked for before the
     compute warps wanted it, and how long the loader waited for a free slot. Empty without a profile."""
-    comp_index = [c.name for c in r.components].index(name)
-    if not r.profile_tasks or comp_index >= PROFILE_LOADER_FLAG:  # the byte holds the flag beside 127 indices
+    if not r.profile_tasks:
         return []
+    comp_index = [c.name for c in r.components].index(name)  # below the flag: resolve refuses more (PL191)
     task = f"(long long)pl_layer * (long long)c{k}_tasks + t" if event_glue.has_layers(r) else "t"
     return [f"{indent}unsigned long long* const pl_lrecord = threadIdx.x == {compute_threads(r, a)}u ? "
             f"pl::profile::begin({PROFILE_RING}, &{PROFILE_NEXT}, {r.profile_tasks}ull, pl_profile_launch_id, "

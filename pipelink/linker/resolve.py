@@ -13,6 +13,7 @@ from ..core.expr import Expr, ExprError, parse
 from ..core.model import Component
 from ..core.model import INTEGER_DTYPES, Param, Port, TensorMapSpec, TileSequence, is_identifier
 from ..core.pipeline import PipelineSpec, WireSpec
+from ..runtime.profile import COMPONENTS as PROFILE_COMPONENTS
 
 if TYPE_CHECKING:  # built by the passes' own modules, imported where they run
     from .events import EventPlan
@@ -249,6 +250,12 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
                    f"{'role-structured' if role_structured else schedule}",
                    Location(file=spec.source, pointer="/profile_tasks") if spec.source else None,
                    hint="profile a persistent pipeline, or time the kernel as a whole")
+    elif spec.profile_tasks and len(comps) > PROFILE_COMPONENTS:
+        sink.error("PL191", f"profile_tasks names a task's component in 7 bits of its record (the eighth marks the "
+                   f"loader's records); this kernel has {len(comps)} components (calls), the record names "
+                   f"{PROFILE_COMPONENTS}",
+                   Location(file=spec.source, pointer="/profile_tasks") if spec.source else None,
+                   hint="profile a kernel of fewer calls (a part of the pipeline), or time the kernel as a whole")
     for c in comps:
         if c.contract.entry.prefetch and schedule == "warp_specialized":
             sink.error("PL177", f"'{c.name}' has a prefetch entry, which the warp-specialized schedule does not call "

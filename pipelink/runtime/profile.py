@@ -22,6 +22,7 @@ WORDS = FIRST_MARK + MARKS  # pl::profile::kWords: the tag, four stamps, the mar
 # The glue's globals, read by name: the ring, the next slot, and the count of launches (the records' tag).
 RING_SYMBOL, NEXT_SYMBOL, LAUNCH_SYMBOL = "pl_profile_ring", "pl_profile_next", "pl_profile_launch"
 LOADER_FLAG = 0x80  # the tag's component byte: a record the loader warp wrote (linker/glue.py _loader_record)
+COMPONENTS = LOADER_FLAG  # components (calls) the byte names beside the flag: a larger link is refused (PL191)
 
 
 @dataclass(frozen=True)
