@@ -8,6 +8,7 @@ against the plain ones: the same products in the same order, only where W comes 
   warps (linked alone: a persistent kernel with one loader warp a CTA), from W packed by linear/packing.py (so
   these tests check the packing too). `_lr_ahead`: the same object linked with `load_ahead` 2, its loader also
   asking L2 for the CTA's tasks two on (the W is the same; a request past the call's tasks would fault).
+  `_lr_if1`: linked with `loader_in_flight` 1, the loader issuing a slot's copy only once the one before landed.
 
 The first launch runs on 8 CTAs, so each walks many tasks through every slot and both mbarrier phases, partial
 slots included (K = 40 and 2056). Fresh random inputs every run (the seed is in the failure message), outputs
@@ -28,7 +29,8 @@ from linear import packing  # noqa: E402
 pytestmark = pytest.mark.gpu
 EPS = decode_parts.RMS_EPS
 PLAIN = ("gemv_residual", "gemv_swiglu_normed", "qkv_rope_normed", "lm_head")
-SUFFIXES = ("_ring", "_lr", "_lr_ahead")
+SUFFIXES = ("_ring", "_lr", "_lr_ahead", "_lr_if1")
+LINK_OPTIONS = {"_ahead": {"load_ahead": 2}, "_if1": {"loader_in_flight": 1}}  # suffix -> the link's pipeline fields
 
 
 @pytest.fixture(scope="module")
@@ -38,10 +40,11 @@ def kernels(tmp_path_factory):
     objects = decode_parts.build_all(tmp_path_factory.mktemp("rings"), parts)
     out = {}
     for name in PLAIN + tuple(p + s for p in PLAIN for s in SUFFIXES):
-        ahead = name.endswith("_ahead")
-        linked = decode_parts.link_alone(objects[name.removesuffix("_ahead")], {"load_ahead": 2} if ahead else None)
+        option = next((o for o in LINK_OPTIONS if name.endswith(o)), "")
+        linked = decode_parts.link_alone(objects[name.removesuffix(option)], LINK_OPTIONS.get(option))
         assert linked.ok and "PL189" not in {d.code for d in linked.diagnostics}, [d.render() for d in linked.diagnostics]
-        assert ("tile.ahead = 1;" in linked.glue) == ahead, name
+        assert ("tile.ahead = 1;" in linked.glue) == (option == "_ahead"), name
+        assert ("pl_ring__in_flight = 1u;" in linked.glue) == (option == "_if1"), name
         if "_lr" in name:  # a load entry makes a persistent kernel with a loader warp
             assert linked.manifest.schedule == "persistent" and linked.manifest.block == (288, 1, 1)
         out[name] = linked.kernel()

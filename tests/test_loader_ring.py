@@ -160,6 +160,31 @@ def test_load_ahead_is_checked_by_the_schema(value):
     assert [d.code for d in sink.errors] == ["PL133"] and "/load_ahead" in sink.errors[0].render()
 
 
+@pytest.mark.parametrize("in_flight,copies", [(0, 5), (1, 1), (2, 2), (4, 4), (5, 5), (9, 5)])
+def test_loader_in_flight_caps_the_copies_on_their_way(in_flight, copies):
+    """loader_in_flight F below the ring's slots: the load entries' acquire waits for the copy issued F slots before
+    to land (pl_ring__in_flight, folded into pl::ring::acquire); 0, or the slots or more, caps nothing (the
+    constant is the slot count, and the wait folds away). The link map says so where it caps."""
+    from pipelink.linker.emit import link_map
+    ctx = run(dict(MLP_LAYERS, loader_slots=5, loader_in_flight=in_flight), components(edit=with_loader),
+              until="generate")
+    assert not ctx.sink.items, [d.render() for d in ctx.sink.items]
+    assert ctx.resolved.loader.copies_in_flight == copies
+    assert f"pl_ring__in_flight = {copies}u;" in ctx.glue and "pl_ring__slots = 5u;" in ctx.glue
+    capped = "at most" in link_map(ctx.resolved, ctx.allocation, "sm_90")
+    assert capped == (copies < 5)
+    if capped:
+        assert f"at most {copies} slots' copies in flight (loader_in_flight)" in link_map(ctx.resolved, ctx.allocation,
+                                                                                           "sm_90")
+
+
+@pytest.mark.parametrize("value", [-1, 65, 1.5, "2"])
+def test_loader_in_flight_is_checked_by_the_schema(value):
+    sink = DiagnosticSink()
+    assert load_pipeline_dict(dict(MLP_LAYERS, loader_in_flight=value), sink, "p.json") is None
+    assert [d.code for d in sink.errors] == ["PL133"] and "/loader_in_flight" in sink.errors[0].render()
+
+
 def test_loader_ahead_is_a_boolean():
     raw = json.loads((DECODE / CONTRACTS["gemv_residual"]).read_text())
     with_loader("gemv_residual", raw)

@@ -49,6 +49,12 @@ MEGA_OPTIONS["lr_deal_st128"] = ("lr", {"deal": "continue", "geometry": {"SPLIT_
 MEGA_OPTIONS.update({f"lr_ahead{n}": ("lr", {"load_ahead": n}) for n in (1, 2, 4, 6)})
 MEGA_OPTIONS.update({f"lr_deal_st128_ahead{n}": ("lr", {"deal": "continue", "geometry": {"SPLIT_TASKS": 128},
                                                          "load_ahead": n}) for n in (1, 2, 4, 6)})
+# lr_deal_st128_ifN: at most N of the ring's slots in flight (the pipeline's loader_in_flight: the loader waits for
+# the copy it issued N slots before to land before it issues the next); _ahead4_ifN with load_ahead 4 too.
+MEGA_OPTIONS.update({f"lr_deal_st128_if{n}": ("lr", {"deal": "continue", "geometry": {"SPLIT_TASKS": 128},
+                                                     "loader_in_flight": n}) for n in (1, 2)})
+MEGA_OPTIONS.update({f"lr_deal_st128_ahead4_if{n}": ("lr", {"deal": "continue", "geometry": {"SPLIT_TASKS": 128},
+                                                            "load_ahead": 4, "loader_in_flight": n}) for n in (1, 2)})
 # lr_last_*: the loader step with the splits merged by the last one (attn_last), dealt on, 128 splits, load_ahead N.
 MEGA_OPTIONS["lr_last_deal_st128"] = ("lr_last", {"deal": "continue", "geometry": {"SPLIT_TASKS": 128}})
 MEGA_OPTIONS.update({f"lr_last_deal_st128_ahead{n}": ("lr_last", {"deal": "continue", "geometry": {"SPLIT_TASKS": 128},

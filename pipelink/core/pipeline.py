@@ -67,6 +67,7 @@ class PipelineSpec:
                                         # (None: wherever the schedule allows it; False: one add per task)
     loader_slots: int = 4               # static: the loader ring's slots (components with a load entry)
     load_ahead: int = 0                 # static: tasks ahead the loader asks L2 for (loader.ahead components)
+    loader_in_flight: int = 0           # static: the ring's slots the loader has in flight at most (0: all)
     deal: str = "restart"               # static: each call's first task on CTA 0, or after the previous call's last
     wait_backoff_ns: int = 64           # persistent: a waiting thread's sleep between two reads of a counter
     debug_events: bool = False          # a wait that spins too long stops the kernel and is reported
@@ -178,6 +179,7 @@ def read_pipeline(raw, file: str, sink: DiagnosticSink) -> PipelineSpec | None:
                         counts_per_cta=raw.get("counts_per_cta", default.counts_per_cta),
                         loader_slots=raw.get("loader_slots", default.loader_slots),
                         load_ahead=raw.get("load_ahead", default.load_ahead),
+                        loader_in_flight=raw.get("loader_in_flight", default.loader_in_flight),
                         deal=raw.get("deal", default.deal),
                         wait_backoff_ns=raw.get("wait_backoff_ns", default.wait_backoff_ns),
                         debug_events=raw.get("debug_events", default.debug_events),

@@ -191,6 +191,8 @@ def link_map(r: Resolved, a: Allocation, arch: str, kernel_info: KernelInfo | No
             ahead = [n for n in r.loader.components if r.component(n).contract.loader.ahead] if r.loader.ahead else []
             out.append(f"  loader warp: a ring of {r.loader.slots} slots of {r.loader.slot_bytes} B, filled for "
                        f"{', '.join(r.loader.components)}"
+                       + (f"; at most {r.loader.copies_in_flight} slots' copies in flight (loader_in_flight)"
+                          if r.loader.copies_in_flight < r.loader.slots else "")
                        + (f"; L2 asked for the task {r.loader.ahead} on (load_ahead) for {', '.join(ahead)}"
                           if ahead else ""))
         calls = r.calls

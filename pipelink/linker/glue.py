@@ -117,7 +117,7 @@ def ring_constants(r: Resolved, a: Allocation) -> dict[str, int]:
     the abort word; and the pipeline's load_ahead, for load entries that ask L2 for a long task's later slots."""
     return {"pl_ring__base": a.buffer_offset[("pl_glue", "ring")], "pl_ring__slot_bytes": r.loader.slot_bytes,
             "pl_ring__slots": r.loader.slots, "pl_ring__bars": a.mbar_offset[("pl_glue", "ring_bars")],
-            "pl_ring__ahead": r.loader.ahead}
+            "pl_ring__ahead": r.loader.ahead, "pl_ring__in_flight": r.loader.copies_in_flight}
 
 
 def compute_threads(r: Resolved, a: Allocation) -> int:

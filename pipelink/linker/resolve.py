@@ -101,6 +101,12 @@ class LoaderPlan:
     slot_bytes: int
     components: tuple[str, ...]  # the calls with a load entry
     ahead: int = 0               # tasks on that the loader asks L2 for (components whose loader says ahead)
+    in_flight: int = 0           # slots the loader has on their way at most (the pipeline's loader_in_flight)
+
+    @property
+    def copies_in_flight(self) -> int:
+        """The slots' copies the loader may have outstanding: loader_in_flight below the ring's slots, else all."""
+        return self.in_flight if 0 < self.in_flight < self.slots else self.slots
 
 
 def plan_loader(comps: list, spec: PipelineSpec, schedule: str, role_structured: bool,
@@ -132,7 +138,7 @@ def plan_loader(comps: list, spec: PipelineSpec, schedule: str, role_structured:
                        c.contract.at("/threads"), hint=f"give '{c.name}' {warps} warps")
             return None
     return LoaderPlan(spec.loader_slots, max(c.contract.loader.slot_bytes for c in loading),
-                      tuple(c.name for c in loading), spec.load_ahead if ahead else 0)
+                      tuple(c.name for c in loading), spec.load_ahead if ahead else 0, spec.loader_in_flight)
 
 
 SAMPLE_SHAPES = (1, 2, 3, 17, 64, 100, 129, 1000, 4096, 5003)

@@ -95,6 +95,7 @@ extern "C" __device__ const unsigned pl_ring__slot_bytes;  // one slot (the larg
 extern "C" __device__ const unsigned pl_ring__slots;       // slots in the ring
 extern "C" __device__ const unsigned pl_ring__bars;        // full[slots], empty[slots], then the abort word
 extern "C" __device__ const unsigned pl_ring__ahead;       // the pipeline's load_ahead: tasks asked of L2 ahead
+extern "C" __device__ const unsigned pl_ring__in_flight;   // slots whose copies may be on their way at once
 
 namespace pl {
 namespace ring {
@@ -140,12 +141,19 @@ __device__ __forceinline__ void release(const Tile& tile, int i) {
   asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];" ::"r"(empty_bar(position(tile, i))) : "memory");
 }
 
-// The load entry (the loader warp): wait until slot i of the task is free (its previous task released it);
-// false when the compute warps left the kernel (a debug build's event timeout): return without loading.
+// The load entry (the loader warp): wait until slot i of the task is free (its previous task released it), and,
+// with the pipeline's loader_in_flight below the ring's slots, until the copy issued that many slots before has
+// landed (so fewer bytes are on their way to the SM at once); false when the compute warps left the kernel (a
+// debug build's event timeout): return without loading.
 __device__ __forceinline__ bool acquire(const Tile& tile, int i) {
   const unsigned pos = position(tile, i);
   while (!try_wait(empty_bar(pos), phase(pos) ^ 1u))  // a slot's first use waits for nothing
     if (*abort_word()) return false;
+  if (pl_ring__in_flight < pl_ring__slots && pos >= pl_ring__in_flight) {
+    const unsigned landed = pos - pl_ring__in_flight;  // its full phase completes once, when its bytes are in
+    while (!try_wait(full_bar(landed), phase(landed)))
+      if (*abort_word()) return false;
+  }
   // The compute warps read the slot with ordinary loads; the bulk copies that refill it are the async proxy's.
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
   return true;
