@@ -82,6 +82,17 @@ def test_profile_layer_fit_recovers_a_layer_and_the_rest():
     assert 45.0 < per_layer < 46.0 and 118.0 < rest < 122.0
 
 
+@pytest.mark.parametrize("argv", [["--tasks", "lr_nosuch"], ["--tasks", "pipelink_lr_nosuch"],
+                                  ["--layers", "pipelink_lr", "pipelink_lr_nosuch"], ["--layers", "lr_nosuch"]])
+def test_profile_refuses_an_unknown_variant_before_it_builds_anything(argv, capsys):
+    """decode_profile's --tasks and --layers take megakernel variants with pipelink_ before them or not; an
+    unknown name is a usage error (exit 2) naming it, before the model, objects or torch are touched."""
+    import decode_profile as profile
+    with pytest.raises(SystemExit) as e:
+        profile.main(argv)
+    assert e.value.code == 2 and "no megakernel variant 'lr_nosuch'" in capsys.readouterr().err
+
+
 def test_pick_args_takes_the_call_first_and_names_what_is_missing():
     assert model.pick_args(["x", "B"], {"x": 1, "unused": 2}, {"x": 0, "B": 8}) == {"x": 1, "B": 8}
     with pytest.raises(KeyError, match="'theta'"):

@@ -91,9 +91,7 @@ def time_layers(args, objects, dm, st) -> int:
     from run import time_round_robin
     counts = sorted({0, 1, 2, 4, 8, dm.NL})
     steps, fns = [], {}
-    for v in args.layers:
-        if not v.startswith("pipelink_"):
-            raise SystemExit(f"--layers {v}: a megakernel variant (pipelink_*) has a runtime layer count")
+    for v in args.layers:  # main() checked the names: megakernels, pipelink_ before them or not
         steps.append(MegaStep(objects, v.removeprefix("pipelink_")))
         for n in counts:
             fns[(v, n)] = steps[-1].prepare(dm, st, args.ctx, layers=n).launch
@@ -123,14 +121,23 @@ def main(argv=None) -> int:
     ap.add_argument("--launch", help="run steps of this variant (pipelink_split|pipelink_head|pipelink_ring|"
                                      "pipelink_ring_od|pipelink_last|pipelink_lr|pipelink_split_per_task|parts_graph|parts_ring_graph|parts_lr_graph), for ncu or compute-sanitizer")
     ap.add_argument("--times", type=int, default=4, help="--launch: steps run (the last one profiled)")
-    ap.add_argument("--tasks", metavar="VARIANT", help="link this megakernel (split|head|ring|ring_od|last, or any of them + _per_task) with a task profile, "
-                                                       "run a few steps and print where the last one's time went")
+    ap.add_argument("--tasks", metavar="VARIANT", help="link this megakernel (a key of decode_kernels.MEGA_PIPELINES or "
+                                                       "MEGA_OPTIONS: split, lr, lr_deal_st128_ahead4, ...; pipelink_ "
+                                                       "before it or not) with a task profile, run a few steps and print "
+                                                       "where the last one's time went")
     ap.add_argument("--layers", nargs="+", metavar="VARIANT",
                     help="time these megakernels (pipelink_*) running 0, 1, 2, 4, 8 and all layers, alternating: "
                          "a layer's and the rest's time without task stamps")
     ap.add_argument("--iters", type=int, default=50, help="--layers: timed rounds")
     ap.add_argument("--out", help="write the profile as JSON here")
     args = ap.parse_args(argv)
+    from decode_kernels import MEGA_OPTIONS, MEGA_PIPELINES
+    known = (*MEGA_PIPELINES, *MEGA_OPTIONS)
+    if args.tasks:
+        args.tasks = args.tasks.removeprefix("pipelink_")
+    for v in [args.tasks] * bool(args.tasks) + [v.removeprefix("pipelink_") for v in args.layers or ()]:
+        if v not in known:  # before the model and the objects are built
+            ap.error(f"no megakernel variant '{v}': one of {', '.join(sorted(known))}")
     import torch
     from decode_kernels import MegaStep, PartsStep, build_objects, parts_schedule
     model = build_reference(0)
@@ -152,7 +159,6 @@ def main(argv=None) -> int:
         print(f"megakernel {args.tasks}, B={args.B} ctx={args.ctx}, step {args.times}:")
         print(profile.render(records))
         # per layer: each call's span and the hand-off before it
-        from decode_kernels import MEGA_OPTIONS, MEGA_PIPELINES
         path = MEGA_PIPELINES[MEGA_OPTIONS.get(args.tasks, (args.tasks, {}))[0]]
         calls = json.loads(path.read_text())["calls"]
         layered = {c["name"] for c in calls if c.get("per_layer")}
