@@ -778,11 +778,10 @@ def _loader_walk(r: Resolved, a: Allocation, segments, indent: str) -> list[str]
             stacked, bind = _stacked_args(r, name), (r.calls.bind.get(name) if r.calls else None)
             out += _deal_first(r, k, body)
             out.append(f"{body}for (int t = {first_task(r, k)}; t < c{k}_tasks; t += gridDim.x) {{  // {name}")
-            record = _loader_record(r, a, name, k, body + "  ")
-            out += record[:1]
+            out += _loader_record(r, a, name, k, body + "  ")
             if r.loader.ahead and comp.contract.loader.ahead:
                 out += _load_ahead(r, k, name, stacked, bind, body + "  ")
-            out += record[1:]  # the L2 requests ahead are out
+            out += _loader_stamps(r, body + "  ", (2,), "its L2 requests ahead are out")
             out += _decode(r, k, name, body + "  ", "0", _continues(r, k))
             out += [f"{body}  tile.ring = pl_ring_pos;",
                     _call(comp, body + "  ", stacked, bind, comp.code.entry.load),
@@ -806,11 +805,8 @@ def _loader_record(r: Resolved, a: Allocation, name: str, k: int, indent: str) -
     if not r.profile_tasks:
         return []
     comp_index = [c.name for c in r.components].index(name)  # below the flag: resolve refuses more (PL191)
-    task = f"(long long)pl_layer * (long long)c{k}_tasks + t" if event_glue.has_layers(r) else "t"
-    return [f"{indent}unsigned long long* const pl_lrecord = threadIdx.x == {compute_threads(r, a)}u ? "
-            f"pl::profile::begin({PROFILE_RING}, &{PROFILE_NEXT}, {r.profile_tasks}ull, pl_profile_launch_id, "
-            f"{comp_index | PROFILE_LOADER_FLAG}u, {task}) : nullptr;  // the loader's record of the task",
-            *_loader_stamps(r, indent, (2,), "its L2 requests ahead are out")]
+    return [_profile_record(r, comp_index | PROFILE_LOADER_FLAG, f"threadIdx.x == {compute_threads(r, a)}u",
+                            _profile_task(r, k), indent, "pl_lrecord")]
 
 
 def _loader_stamps(r: Resolved, indent: str, words: tuple, what: str) -> list[str]:
@@ -981,8 +977,7 @@ def _task_body(r: Resolved, a: Allocation, k: int, name: str, indent: str, skip:
     if loads:  # the task drains the slots the loader filled for it
         out.append(f"{indent}tile.ring = pl_ring_pos;")
     if r.profile_tasks:  # thread 0 records the task (its slot, then a stamp at each step)
-        task = f"(long long)pl_layer * (long long)c{k}_tasks + t" if event_glue.has_layers(r) else "t"
-        out.append(_profile_record(r, comp_index, "threadIdx.x == 0", task, indent))
+        out.append(_profile_record(r, comp_index, "threadIdx.x == 0", _profile_task(r, k), indent))
         # where the components' profile marks find it (pl::profile_mark: the component's first thread, this one)
         out.append(f"{indent}if (threadIdx.x == 0) *reinterpret_cast<unsigned long long**>(pl::dynamic_smem() + "
                    f"{profile_record_offset(r, a)}u) = pl_record;")
@@ -1043,9 +1038,14 @@ def _group_task_body(r: Resolved, a: Allocation, k: int, name: str, groups: int,
     return out
 
 
-def _profile_record(r: Resolved, comp_index: int, first: str, task: str, indent: str) -> str:
+def _profile_task(r: Resolved, k: int) -> str:
+    """A task's number in its profile record: layer-major over a per-layer call's tasks (runtime/profile.py)."""
+    return f"(long long)pl_layer * (long long)c{k}_tasks + t" if event_glue.has_layers(r) else "t"
+
+
+def _profile_record(r: Resolved, comp_index: int, first: str, task: str, indent: str, var: str = "pl_record") -> str:
     """The task's profile record: a slot of the ring for the thread `first` says, null for the others."""
-    return (f"{indent}unsigned long long* const pl_record = {first} ? pl::profile::begin({PROFILE_RING}, "
+    return (f"{indent}unsigned long long* const {var} = {first} ? pl::profile::begin({PROFILE_RING}, "
             f"&{PROFILE_NEXT}, {r.profile_tasks}ull, pl_profile_launch_id, {comp_index}u, {task}) : nullptr;")
 
 

@@ -211,14 +211,23 @@ def first_and_later(records: list[TaskRecord], layers: int, layered: set[str], g
             for c, (f, lt) in runs.items()}
 
 
-def _tasks_in_layer(records: list[TaskRecord], layers: int, layered: set[str]) -> list[int | None]:
-    """Each record's task number within its layer's call (a layered component whose task count the layers
-    divide), else None."""
+def _layer_and_task(records: list[TaskRecord], layers: int, layered: set[str]) -> list[tuple[int, int]]:
+    """Each record's (layer, task number within the layer's call) for a layered component whose task count (among
+    these records) the layers divide; else (-1, its task)."""
     count: dict[str, int] = {}
     for r in records:
         count[r.component] = count.get(r.component, 0) + 1
-    return [r.task % (count[r.component] // layers) if r.component in layered and not count[r.component] % layers
-            else None for r in records]
+    out = []
+    for r in records:
+        per_layer = count[r.component] // layers if r.component in layered and not count[r.component] % layers else 0
+        out.append(divmod(r.task, per_layer) if per_layer else (-1, r.task))
+    return out
+
+
+def _tasks_in_layer(records: list[TaskRecord], layers: int, layered: set[str]) -> list[int | None]:
+    """Each record's task number within its layer's call (a layered component whose task count the layers
+    divide), else None."""
+    return [t if layer >= 0 else None for layer, t in _layer_and_task(records, layers, layered)]
 
 
 def render_first_and_later(split: dict[str, tuple]) -> str:
@@ -235,13 +244,8 @@ def tails(records: list[TaskRecord], layers: int, layered: set[str], grid: int) 
     (median tail us over the layers, largest tail us, CTAs that ran the call in a layer, median)}: what evening
     out the call's tasks over its CTAs could take from it at most."""
     records = tasks_only(records)
-    count: dict[str, int] = {}
-    for r in records:
-        count[r.component] = count.get(r.component, 0) + 1
     ends: dict[tuple[str, int], dict[int, int]] = {}
-    for r in records:
-        per_layer = count[r.component] // layers if r.component in layered and not count[r.component] % layers else 0
-        layer, t = (r.task // per_layer, r.task % per_layer) if per_layer else (-1, r.task)
+    for r, (layer, t) in zip(records, _layer_and_task(records, layers, layered)):
         cta = ends.setdefault((r.component, layer), {})
         cta[t % grid] = max(cta.get(t % grid, r.notified), r.notified)
     per: dict[str, tuple[list, list]] = {}
@@ -318,21 +322,18 @@ def loader_leads(records: list[TaskRecord], layers: int, layered: set[str]) -> l
     the memory busy. One that is late (tasks starting before their copies are out) is what the tasks wait on."""
     started = {(r.component, r.task): r.start for r in records if not r.loader}
     mine = [r for r in records if r.loader]
-    count: dict[str, int] = {}
-    for r in mine:
-        count[r.component] = count.get(r.component, 0) + 1
     by_layer: dict[str, dict[int, list]] = {}
     leads: dict[str, list[float]] = {}
-    for r in mine:
-        per_layer = count[r.component] // layers if r.component in layered and not count[r.component] % layers else 0
-        by_layer.setdefault(r.component, {}).setdefault(r.task // per_layer if per_layer else -1, []).append(r)
+    for r, (layer, _) in zip(mine, _layer_and_task(mine, layers, layered)):
+        by_layer.setdefault(r.component, {}).setdefault(layer, []).append(r)
         if (r.component, r.task) in started:
             leads.setdefault(r.component, []).append((started[(r.component, r.task)] - r.done) / 1000.0)
     out = []
     for c, layers_of in by_layer.items():
         per_sm = [sum(r.done - r.start for r in rs) / 1000.0 / len({r.sm for r in rs}) for rs in layers_of.values()]
         ls = leads.get(c, [])
-        out.append(LoaderLead(c, count[c], statistics.median(per_sm), statistics.median(ls) if ls else float("nan"),
+        out.append(LoaderLead(c, sum(map(len, layers_of.values())), statistics.median(per_sm),
+                              statistics.median(ls) if ls else float("nan"),
                               sum(v < 0 for v in ls) / len(ls) if ls else float("nan")))
     return out
 
