@@ -326,3 +326,28 @@ def test_the_loaders_records_are_told_apart_and_set_against_the_tasks():
     assert "loader blocked us" in text and "25.0%" in text
     assert profile.loader_leads([r for r in recs if not r.loader], 2, {"gemv"}) == []
     assert profile.render_loader_leads([]).startswith("no loader records")
+
+
+def test_loader_issue_bins_the_copies_a_layer_sends_beside_the_calls_it_runs():
+    """Three layers of 10 us: a (the loader's call, 2 tasks a layer) runs 0-3 us into each, b (no loader) 3-9 us.
+    In layer 1, the only inner one, the loader sends layer 2's two tasks of a at 4.2 and 4.3 us (1 MB each: 2 MB
+    in the bin from 4.0 us, 4 TB/s) while b runs, and nothing else: 2 MB over the layer's 10 us, 0.2 TB/s."""
+    recs, flag = [], {"loader": True}
+    for layer in range(3):
+        base = layer * 10_000
+        recs += [_rec("a", 2 * layer + i, base, base, base + 2500, base + 3000) for i in range(2)]
+        recs += [_rec("b", layer, base + 3000, base + 3200, base + 8800, base + 9000)]
+    recs += [profile.TaskRecord(1, "a", 4 + i, 0, 14_000, 14_000, 14_200 + 100 * i, 14_200 + 100 * i, **flag)
+             for i in range(2)]
+    recs += [profile.TaskRecord(1, "a", i, 0, 0, 0, 0, 0, **flag) for i in range(4)]  # before layer 1: not counted
+    bins, mean = profile.loader_issue(recs, 3, {"a", "b"}, {"a": 2_000_000}, bin_us=0.5)
+    assert len(bins) == 20 and mean == pytest.approx(0.2)
+    assert [b.t_us for b in bins[:3]] == [0.0, 0.5, 1.0]
+    assert {i: b.tb_per_s for i, b in enumerate(bins) if b.tb_per_s} == {8: pytest.approx(4.0)}
+    assert bins[0].running == ("a",) and bins[8].running == ("b",) and bins[19].running == ()
+    assert bins[5].running == ("a",) and bins[6].running == ("b",)  # a ends at 3.0 us, b's waits met at 3.2
+    text = profile.render_loader_issue(bins, mean)
+    assert "0.20 TB/s over the layer" in text
+    assert [line.split()[:3] for line in text.splitlines() if "####" in line] == [["4.00", "4.00", "#" * 20]]
+    assert profile.loader_issue([r for r in recs if not r.loader], 3, {"a", "b"}, {"a": 1}) == ([], 0.0)
+    assert profile.render_loader_issue([], 0.0).startswith("no loader records")

@@ -180,6 +180,10 @@ def main(argv=None) -> int:
         loader = profile.loader_leads(records, dm.NL, layered)
         print(profile.render_loader_leads(loader))
         leads = [{k: (None if v != v else v) for k, v in lead.__dict__.items()} for lead in loader]  # NaN: null
+        # the loaders' copies over a layer beside the calls running: where the memory idles
+        weights = {c: call_weight_bytes("head" if c == "lm_head" else c, args.B) for c in layered | {"lm_head"}}
+        issue, issue_mean = profile.loader_issue(records, dm.NL, layered, weights)
+        print(profile.render_loader_issue(issue, issue_mean))
         if args.out:
             span, sms, per = profile.summarize(records)
             Path(args.out).write_text(json.dumps(dict(**provenance(), B=args.B, ctx=args.ctx, variant=args.tasks,
@@ -187,7 +191,8 @@ def main(argv=None) -> int:
                                                       components=[c.__dict__ for c in per],
                                                       phases=[p.__dict__ for p in phases],
                                                       first_and_later=split, tails=tails, marks=marks,
-                                                      loader=leads), indent=1)
+                                                      loader=leads, loader_issue_tb_per_s=issue_mean,
+                                                      loader_issue=[b.__dict__ for b in issue]), indent=1)
                                            + "\n")
         step.unload()
         return 0

@@ -9,7 +9,8 @@ notifying; what no task covers is the claim between tasks and idle CTAs. A compo
 own in between (its header's `profile_mark(i)`): where its running time goes. In a kernel with a loader warp the
 loader writes a record of its own for each task it loads (`loader` set): when it got to the task, when its L2
 requests ahead were out, when the load entry returned (its slots acquired, their copies issued); the summaries
-below read the tasks' records, loader_leads() sets the two against each other.
+below read the tasks' records, loader_leads() sets the two against each other, loader_issue() lays the loaders'
+copies over a layer beside the calls running.
 """
 from __future__ import annotations
 
@@ -345,4 +346,74 @@ def render_loader_leads(leads: list[LoaderLead]) -> str:
              "(blocked: a layer's time in the load entries per SM; lead: a task's start less its copies issued)"]
     for x in leads:
         lines.append(f"{x.component:24s} {x.tasks:7d} {x.blocked_us:18.2f} {x.lead_us:15.2f} {100 * x.late:5.1f}%")
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class IssueBin:
+    """One bin of a layer in loader_issue(): from the layer's start, how fast the loaders issued W's copies."""
+    t_us: float                # the bin's start, from its layer's first waits met
+    tb_per_s: float            # W bytes whose load entries returned in the bin, GPU-wide, mean over the layers
+    running: tuple[str, ...]   # the calls whose median span in a layer overlaps the bin
+
+
+def loader_issue(records: list[TaskRecord], layers: int, layered: set[str], call_bytes: dict[str, int],
+                 bin_us: float = 0.5) -> tuple[list[IssueBin], float]:
+    """When, inside a layer, the loader warps sent the ring's copies, and which calls ran meanwhile: a layer is
+    the time from its first waits met to the next layer's; a task's bytes (`call_bytes[c]`, a layered call's per
+    layer, spread evenly over its tasks) count when its loader record says the load entry returned, its last copy
+    issued (so a bin's rate is what went out, not what landed; L2 requests ahead are not counted). Layers other
+    than the first and last (all, below 3) are averaged. Returns the bins over the median layer and the layers'
+    mean rate (TB/s). A memory that idles (a low rate) while a call runs is time the ring, full, held the loader
+    back: more bytes in flight then, not faster tasks, is what would shorten the layer."""
+    tasks = tasks_only(records)
+    mine = [r for r in records if r.loader]
+    ps = [p for p in phases(records, layers, layered) if p.layer >= 0]
+    if not mine or not ps:
+        return [], 0.0
+    t0 = min(r.start for r in tasks)
+    starts = [min(p.ready_us for p in ps if p.layer == n) for n in range(layers)]
+    ends = starts[1:] + [max(p.done_us for p in ps if p.layer == layers - 1)]
+    inner = list(range(1, layers - 1)) if layers >= 3 else list(range(layers))
+    count: dict[str, int] = {}
+    for r in tasks:
+        count[r.component] = count.get(r.component, 0) + 1
+    per_task = {c: call_bytes.get(c, 0) / (n // layers if c in layered else n) for c, n in count.items()}
+    issued: dict[int, dict[int, float]] = {n: {} for n in inner}
+    for r in mine:
+        t = (r.done - t0) / 1000.0
+        for n in inner:
+            if starts[n] <= t < ends[n]:
+                b = int((t - starts[n]) // bin_us)
+                issued[n][b] = issued[n].get(b, 0.0) + per_task.get(r.component, 0.0)
+                break
+    length = statistics.median(ends[n] - starts[n] for n in inner)
+    spans = {}
+    for c in {p.component for p in ps}:
+        mine_c = [p for p in ps if p.component == c and p.layer in inner]
+        if mine_c:
+            spans[c] = (statistics.median(p.ready_us - starts[p.layer] for p in mine_c),
+                        statistics.median(p.done_us - starts[p.layer] for p in mine_c))
+    order = sorted(spans, key=lambda c: spans[c][0])
+    bins = []
+    for b in range(max(1, int(-(-length // bin_us)))):
+        lo = b * bin_us
+        rate = statistics.fmean(issued[n].get(b, 0.0) for n in inner) / (bin_us * 1e-6) / 1e12
+        bins.append(IssueBin(lo, rate, tuple(c for c in order if spans[c][0] < lo + bin_us and spans[c][1] > lo)))
+    total = sum(sum(v.values()) for v in issued.values()) / (sum(ends[n] - starts[n] for n in inner) * 1e-6) / 1e12
+    return bins, total
+
+
+def render_loader_issue(bins: list[IssueBin], mean_tb_per_s: float, tick: float = 0.2) -> str:
+    """loader_issue() as a bar per bin (a `#` per `tick` TB/s) beside the calls running."""
+    if not bins:
+        return "no loader records (a kernel without a loader warp, or linked without profile_tasks)"
+    step = bins[1].t_us - bins[0].t_us if len(bins) > 1 else 0.0
+    lines = [f"W copies issued by the loaders over a layer, GPU-wide: {mean_tb_per_s:.2f} TB/s over the layer "
+             f"({step:g} us bins, # = {tick:g} TB/s; a task's bytes when its load entry returned)",
+             f"{'t us':>7s} {'TB/s':>6s}  {'':{int(5.0 / tick)}s}  calls running"]
+    width = int(5.0 / tick)
+    for b in bins:
+        bar = "#" * min(width, int(b.tb_per_s / tick)) + (">" if b.tb_per_s / tick > width else "")
+        lines.append(f"{b.t_us:7.2f} {b.tb_per_s:6.2f}  {bar:{width}s}  " + " ".join(b.running))
     return "\n".join(lines)
