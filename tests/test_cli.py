@@ -458,3 +458,16 @@ def test_a_kernel_named_as_a_keyword_is_refused(capsys, shipped_objects, tmp_pat
     code, _, err = run(capsys, "link", "--pipeline", REPO / "pipelines/rowsum.json",
                        *(shipped_objects[n] for n in ROWSUM), "-o", tmp_path / "k.cubin", "--name", "int", "--no-cache")
     assert code == 1 and "error[PL077]" in err and "C++ keyword" in err and "PL075" not in err, err
+
+
+@pytest.mark.parametrize("pipe,names,value", [("rowsum", ROWSUM, "64"), ("ring_gemv", RING, "3")])
+def test_a_link_specialized_for_a_shape_links(capsys, shipped_objects, tmp_path, pipe, names, value):
+    """`--specialize M=V` declares the constant in the glue under the parameter's name: that is no clash with a
+    local of the glue (PL188 had refused every specialized parameter)."""
+    from pipelink.harness.shipped import REPO
+    out = tmp_path / "k.cubin"
+    code, _, err = run(capsys, "link", "--pipeline", REPO / f"pipelines/{pipe}.json", *(shipped_objects[n] for n in names),
+                       "--specialize", f"M={value}", "-o", out, "--no-cache", "--emit-monolithic", tmp_path / "k.cu")
+    assert code == 0, err
+    assert json.loads((tmp_path / "k.json").read_text())["specialized"] == {"M": int(value)}
+    assert f"M = {value};  // specialized at link time" in (tmp_path / "k.cu").read_text()

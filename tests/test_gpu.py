@@ -23,10 +23,11 @@ def fresh_seed() -> int:
     return int.from_bytes(os.urandom(4), "little")
 
 
-def link_pipeline(objects, name, dispatch=None, debug=False, **replace):
+def link_pipeline(objects, name, dispatch=None, debug=False, specialize=None, **replace):
     pipe = next(p for p in shipped_pipelines() if p.name == name)
     spec = load_pipeline(pipe.path, DiagnosticSink())
-    spec = dataclasses.replace(spec, dispatch=dispatch or spec.dispatch, debug_events=debug)
+    spec = dataclasses.replace(spec, dispatch=dispatch or spec.dispatch, debug_events=debug,
+                               specialize=specialize if specialize is not None else spec.specialize)
     result = link([str(replace.get(n, objects[n])) for n in pipe.components], LinkOptions(pipeline=spec))
     assert result.ok, [d.render() for d in result.diagnostics]
     return result
@@ -179,3 +180,15 @@ def test_two_kernels_sharing_one_workspace(kernels):
     for _ in range(5):
         judge(static, "splitk_gemv", 700, 5000)
         judge(dynamic, "splitk_gemv", 700, 5000)
+
+
+@pytest.mark.parametrize("pipeline", ["rowsum", "ring_gemv"])
+def test_a_link_specialized_for_one_shape_computes_that_shape(shipped_objects, pipeline):
+    """`specialize` bakes M into the body (the glue's constant under the parameter's name); the launch passes the
+    same M, and the result is the unspecialized kernel's."""
+    M, N = 257, 1000
+    kernel = link_pipeline(shipped_objects, pipeline, specialize={"M": M}).kernel()
+    try:
+        judge(kernel, pipeline, M, N)
+    finally:
+        kernel.unload()

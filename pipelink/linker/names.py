@@ -46,8 +46,10 @@ def declared_locals(body: str) -> set[str]:
     return {m.group(1) for pattern in (_DECLARED, _MORE) for m in pattern.finditer(code)}
 
 
-def clashes(glue: str, kernel: str, params: list[str], symbols: list[str]) -> list[tuple[str, str, str]]:
-    """(kind, name, why) for each kernel parameter or component entry symbol the glue cannot use as named."""
+def clashes(glue: str, kernel: str, params: list[str], symbols: list[str],
+            specialized: frozenset = frozenset()) -> list[tuple[str, str, str]]:
+    """(kind, name, why) for each kernel parameter or component entry symbol the glue cannot use as named. A
+    specialized parameter is a local of the glue by design (its constant, under the parameter's name)."""
     body = kernel_body(glue, kernel)
     signature_end = body.find("{")
     local = declared_locals(body[signature_end:]) if signature_end >= 0 else set()
@@ -58,7 +60,7 @@ def clashes(glue: str, kernel: str, params: list[str], symbols: list[str]) -> li
                 out.append((kind, name, "a C++ keyword"))
             elif name in CUDA_BUILTINS:
                 out.append((kind, name, "a CUDA built-in or pipelink's namespace"))
-            elif name in local or name.startswith("pl_"):
+            elif (name in local and name not in specialized) or name.startswith("pl_"):
                 out.append((kind, name, "a name the generated glue declares for itself (its locals, and every "
                                         "name beginning pl_)"))
     return out

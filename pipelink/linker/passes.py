@@ -140,7 +140,7 @@ def _names_fit_the_glue(ctx: LinkContext) -> bool:
     from .names import clashes
     r = ctx.resolved
     symbols = {sym: c for c in r.components for sym in c.code.symbols}
-    found = clashes(ctx.glue, r.name, [p.name for p in r.params], list(symbols))
+    found = clashes(ctx.glue, r.name, [p.name for p in r.params], list(symbols), frozenset(r.specialize or ()))
     for kind, name, why in found:
         if kind == "entry symbol":
             comp = symbols[name]
