@@ -417,3 +417,59 @@ def test_a_stream_is_read_once_within_a_command_and_afresh_after():
         assert read_input_bytes(path) == b""  # outside a command: read afresh, and the pipe is drained
     finally:
         os.close(fd)
+
+
+# --- device code nvJitLink cannot read -------------------------------------------------------
+
+def _crash(how):
+    import ctypes
+    import os
+    import signal
+    if how == "segv":
+        ctypes.string_at(0)
+    if how == "abort":
+        os.write(2, b"LLVM ERROR: out of memory\n")
+        os.kill(os.getpid(), signal.SIGABRT)
+    if how == "print":
+        os.write(2, b"error   : Uncompress failed\n")
+        raise toolchain.ToolchainError("nvJitLink failed: ERROR 5", "bad input")
+    return b"fine"
+
+
+@pytest.mark.parametrize("how, crashed, says", [
+    ("segv", True, "crashed (SIGSEGV)"), ("abort", True, "crashed (SIGABRT)"), ("print", False, "nvJitLink failed")])
+def test_a_toolchain_call_that_dies_or_prints_is_an_error_not_a_dead_process(capfd, how, crashed, says):
+    """nvJitLink reads the users' objects in a child process: a crash comes back as a ToolchainError (`crashed`),
+    and what the library printed is in its log, not on the user's terminal."""
+    assert toolchain._isolated(_crash, "none") == b"fine"
+    with pytest.raises(toolchain.ToolchainError) as err:
+        toolchain._isolated(_crash, how)
+    assert err.value.crashed is crashed and says in err.value.message
+    assert ("LLVM ERROR" in err.value.log) if how == "abort" else True
+    assert ("Uncompress failed" in err.value.log) if how == "print" else True
+    assert toolchain.unreadable_device_code(f"{err.value.message}\n{err.value.log}") is (how != "none")
+    captured = capfd.readouterr()
+    assert captured.out == "" and captured.err == ""
+
+
+@pytest.mark.parametrize("at, width", [(3016, 4), (1033, 16), (3436, 1), (1436, 1), (2200, 38)])
+def test_an_object_whose_device_code_is_damaged_is_pl005_in_every_command(shipped_objects, tmp_path, capfd, at, width):
+    """Bytes of the LTO-IR's compressed payload overwritten (offsets into the fatbin section, within the first
+    entry): nvJitLink's decompressor or NVVM crashed the process (SIGSEGV, an LLVM abort) or printed to stderr.
+    Each command says PL005 at the object (exit 2) and writes nothing."""
+    from pipelink.cli import main
+    good = Path(shipped_objects["tile_load"])
+    sec = fatbin_section(good)
+    data = bytearray(good.read_bytes())
+    start = sec.offset + min(at, sec.size - width)
+    data[start:start + width] = bytes(b ^ 0xFF for b in data[start:start + width])
+    bad = tmp_path / "bad.o"
+    bad.write_bytes(bytes(data))
+    for argv in (["check", str(bad)], ["link", str(bad), "-o", str(tmp_path / "k.cubin"), "--no-cache"]):
+        code = main(argv)
+        err = capfd.readouterr().err
+        if code == 0:  # a flip the decompressor and NVVM happen to survive: nothing to say
+            continue
+        assert code == 2 and "error[PL005]" in err and f"--> {bad}" in err and "Traceback" not in err, err
+        assert not err.startswith("error   :"), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.o"]

@@ -333,6 +333,11 @@ def check_entry_symbol(obj: InputObject, symbol: str, arch: str, sink: Diagnosti
     # nvJitLink names the symbol when the input was read but lacks it; otherwise it failed earlier.
     if not re.search(rf"(?<![\w$]){re.escape(symbol)}(?![\w$])", log):
         first = " | ".join(log.splitlines()[:3]) or "(empty log)"
+        if toolchain.unreadable_device_code(log):
+            sink.error("PL005", f"{obj.path}: nvJitLink cannot read its device code for {arch}, which is corrupt: "
+                                f"{first}", Location(file=obj.path),
+                       hint="the object's device code (its fatbin or LTO-IR) is damaged; rebuild the object")
+            return False
         sink.error("PL015", f"nvJitLink could not read {obj.path} for {arch}: {first}", where, related=related)
         return False
     sink.error("PL014", f"{obj.path} does not define the device function '{symbol}' for {arch}"

@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import os
 import shutil
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,6 +21,8 @@ PINNED_NVSHMEM = NVSHMEM_PINNED  # distributed links: its device library and hea
 
 class ToolchainError(Exception):
     """A toolchain call failed; `log` holds what the tool said."""
+
+    crashed = False  # the tool died reading its inputs (a corrupt object), rather than refusing them
 
     def __init__(self, message: str, log: str = ""):
         super().__init__(message + (f"\n{log}" if log else ""))
@@ -217,7 +220,80 @@ def nvjitlink_version() -> tuple[int, int]:
 
 
 def nvjitlink_link(inputs: list[LinkInput], options: list[str], want_ptx: bool = False) -> LinkOutput:
-    """Run nvJitLink over `inputs`. Raises ToolchainError with the error log on failure."""
+    """Run nvJitLink over `inputs`. Raises ToolchainError with the error log on failure.
+
+    The inputs are the users' objects, and nvJitLink (NVVM inside it) reads corrupt device code by crashing the
+    process or printing to its stderr. So where the system can fork, the call runs in a child process: a crash is a
+    ToolchainError with `crashed` set, and what the library printed is part of the log instead of the user's
+    terminal."""
+    if not hasattr(os, "fork"):
+        return _nvjitlink_link(inputs, options, want_ptx)
+    return _isolated(_nvjitlink_link, inputs, options, want_ptx)
+
+
+def _isolated(fn, *args):
+    """fn(*args) in a forked child: its result, or its ToolchainError, comes back through a pipe (pickled), what
+    it wrote on fds 1 and 2 through a temporary file. A child that dies (a signal, an abort) raises ToolchainError
+    with `crashed` True and that output as the log."""
+    import pickle
+    import signal
+    import tempfile
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    with tempfile.TemporaryFile() as printed:
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: never returns into the caller's code
+            status = 0
+            try:
+                import faulthandler
+                faulthandler.disable()  # a crash is reported by the parent, not as a Python traceback
+                os.close(r)
+                os.dup2(printed.fileno(), 1)
+                os.dup2(printed.fileno(), 2)
+                try:
+                    result = ("ok", fn(*args))
+                except ToolchainError as exc:
+                    result = ("error", exc.message, exc.log)
+                except Exception as exc:  # noqa: BLE001 - the bindings' own errors, as the parent would see them
+                    result = ("error", f"nvJitLink failed: {exc}", "")
+                data = pickle.dumps(result)
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(w, view):]
+            except BaseException:  # noqa: BLE001 - anything else: the parent sees no result
+                status = 70
+            finally:
+                os._exit(status)
+        os.close(w)
+        chunks = []
+        with os.fdopen(r, "rb") as pipe:
+            while chunk := pipe.read(1 << 20):
+                chunks.append(chunk)
+        _, wait_status = os.waitpid(pid, 0)
+        printed.seek(0)
+        said = printed.read().decode(errors="replace").strip()
+    data = b"".join(chunks)
+    if os.WIFEXITED(wait_status) and os.WEXITSTATUS(wait_status) == 0 and data:
+        result = pickle.loads(data)
+        if result[0] == "ok":
+            return result[1]
+        raise ToolchainError(result[1], "\n".join(x for x in (said, result[2]) if x))
+    if os.WIFSIGNALED(wait_status):
+        sig = os.WTERMSIG(wait_status)
+        try:
+            how = f"crashed ({signal.Signals(sig).name})"
+        except ValueError:
+            how = f"crashed (signal {sig})"
+    else:
+        how = f"stopped with exit status {os.WEXITSTATUS(wait_status)}"
+    err = ToolchainError(f"nvJitLink {how} reading its inputs", said)
+    err.crashed = True
+    raise err
+
+
+def _nvjitlink_link(inputs: list[LinkInput], options: list[str], want_ptx: bool = False) -> LinkOutput:
     from cuda.bindings import nvjitlink
 
     kinds = {
@@ -279,7 +355,19 @@ def _probe_link(inp: LinkInput, symbols: list[tuple[str, str]], arch: str) -> tu
     try:
         return nvjitlink_link([LinkInput("ltoir", probe, "pipelink_probe"), inp], [f"-arch={arch}", "-lto"]), ""
     except ToolchainError as exc:
-        return None, exc.log
+        return None, f"{exc.message}\n{exc.log}".strip() if exc.crashed else exc.log
+
+
+# nvJitLink's words for device code it cannot read: its decompressor's, NVVM failing to parse the LTO-IR (any
+# compilation error of a probe link that adds nothing but a reference to a symbol), LLVM's fatal errors, and the
+# crash _isolated() reports. An LTO-IR of another version is NVVM_ERROR_IR_VERSION_MISMATCH: not among them.
+_UNREADABLE = ("Uncompress failed", "NVVM_ERROR_COMPILATION", "LLVM ERROR", "nvJitLink crashed", "nvJitLink stopped with")
+
+
+def unreadable_device_code(log: str) -> bool:
+    """Does nvJitLink's log (or its crash) say the input's device code is corrupt, rather than of another version
+    or lacking a symbol?"""
+    return any(s in log for s in _UNREADABLE)
 
 
 def probe_device_symbol(inp: LinkInput, symbol: str, arch: str, kind: str = "function") -> tuple[bool, str]:
