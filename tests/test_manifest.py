@@ -108,3 +108,30 @@ def test_a_param_spec_describes_itself():
     assert ParamSpec("x", "f32", True, True).describe() == "const f32*"
     assert ParamSpec("M", "i32", False, False).is_shape
     assert EventRecord("e", ("M * 2",)).words({"M": 3}) == 6
+
+
+def _leaves(doc, path=()):
+    """Every place in a JSON document: (path, value), containers included."""
+    yield path, doc
+    items = doc.items() if isinstance(doc, dict) else enumerate(doc) if isinstance(doc, list) else ()
+    for k, v in items:
+        yield from _leaves(v, (*path, k))
+
+
+WRONG_VALUES = [{}, [], None, 1.5, True, "x", -1, 2**70, [[]], {"a": {}}]
+
+
+@pytest.mark.parametrize("wrong", WRONG_VALUES, ids=repr)
+def test_any_field_of_any_type_is_read_or_refused_as_a_bad_manifest(wrong):
+    """Each place of a real manifest given each wrong JSON type in turn: read, or ManifestError (PL009 where the
+    commands read it). A TypeError from an unhashable value had been `pipelink inspect`'s exit 3."""
+    for path, _ in list(_leaves(PERSISTENT))[1:]:
+        doc = copy.deepcopy(PERSISTENT)
+        at = doc
+        for k in path[:-1]:
+            at = at[k]
+        at[path[-1]] = copy.deepcopy(wrong)
+        try:
+            Manifest.from_json(doc)
+        except ManifestError:
+            pass

@@ -338,7 +338,10 @@ class Manifest:
     @classmethod
     def from_json(cls, doc) -> "Manifest":
         """Read and validate a manifest document (a parsed K.json); ManifestError says what is wrong."""
-        return _Reader(doc).manifest()
+        try:
+            return _Reader(doc).manifest()
+        except (TypeError, KeyError, AttributeError, IndexError) as exc:  # a value of a type no check foresaw
+            raise ManifestError(f"a field of the manifest has a value of the wrong type ({exc})") from None
 
     @classmethod
     def of(cls, manifest) -> "Manifest":
@@ -438,7 +441,7 @@ class _Reader:
                                        "align"})
             if unknown:
                 raise self.error(f"parameter '{name}' has unknown field(s) {', '.join(map(repr, unknown))}")
-            if p.get("dtype") not in DTYPE_BYTES:
+            if not isinstance(p.get("dtype"), str) or p["dtype"] not in DTYPE_BYTES:
                 raise self.error(f"parameter '{name}' has unknown dtype {p.get('dtype')!r}")
             if not isinstance(p.get("pointer"), bool) or not isinstance(p.get("const", False), bool):
                 raise self.error(f"parameter '{name}': 'pointer' and 'const' must be booleans")
@@ -552,6 +555,8 @@ class _Reader:
         if not isinstance(raw.get("debug", False), bool):
             raise self.error("'workspace.debug' must be a boolean")
         events = []
+        if not isinstance(raw.get("events", []), list):
+            raise self.error("'workspace.events' must be a list")
         for i, e in enumerate(raw.get("events", [])):
             if not isinstance(e, dict) or not isinstance(e.get("name"), str) or not isinstance(e.get("shape"), list):
                 raise self.error(f"workspace.events[{i}] needs a 'name' and a 'shape'")
