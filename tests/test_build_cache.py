@@ -120,3 +120,18 @@ def test_make_rules_read_as_nvcc_writes_them():
     text = "out.fatbin : /a/b.cu \\\n /c/with\\ space.h /d/e.h\\\n /f/g.h\n"
     assert build_cache.parse_depfile(text) == ["/a/b.cu", "/c/with space.h", "/d/e.h", "/f/g.h"]
     assert build_cache.parse_depfile("no rule here") == []
+
+
+@pytest.mark.parametrize("cached", [False, True])
+def test_an_object_onto_a_header_the_source_includes_is_refused(cache_root, component, tmp_path, cached):
+    """What the source includes is read by the build (nvcc's -MD list, or the cache entry's record of it): `-o`
+    onto one of them is PL120 and leaves it as it was, on a compile and on a cache hit alike."""
+    src, contract = component
+    header = src.parent / "local.h"
+    before = header.read_bytes()
+    if cached:
+        build(src, contract, tmp_path / "first.o")
+    sink = DiagnosticSink()
+    assert not build_component(load_contract_file(contract, sink), contract.read_bytes(), src, header, sink)
+    assert [d.code for d in sink.errors] == ["PL120"] and "which the source includes" in sink.errors[0].message
+    assert header.read_bytes() == before

@@ -98,6 +98,19 @@ def lookup(k: str) -> bytes | None:
         return None
 
 
+def files_read(depfile: Path, scratch: Path) -> list[str]:
+    """The files a compile read (nvcc's -MD list), less those under `scratch` (the generated header)."""
+    return [p for p in parse_depfile(depfile.read_text()) if not Path(p).resolve().is_relative_to(scratch.resolve())]
+
+
+def recorded_files(k: str) -> list[str]:
+    """The files the compile of entry `k` read, as recorded beside it; [] if unreadable."""
+    try:
+        return [str(p) for p, _ in json.loads((_entry(k) / "deps.json").read_text())]
+    except (OSError, ValueError, TypeError):
+        return []
+
+
 def store(k: str, data: bytes, depfile: Path, scratch: Path) -> None:
     """Keep `data` under `k` with the files nvcc read (those under `scratch`, the generated header, are in
     the key). A cache that cannot be written is no error: the build already succeeded."""
@@ -105,7 +118,7 @@ def store(k: str, data: bytes, depfile: Path, scratch: Path) -> None:
         return
     tmp = None
     try:
-        deps = [p for p in parse_depfile(depfile.read_text()) if not Path(p).resolve().is_relative_to(scratch.resolve())]
+        deps = files_read(depfile, scratch)
         recorded = [[str(Path(p).resolve()), _sha256(Path(p).read_bytes())] for p in deps]
         entry = _entry(k)
         entry.parent.mkdir(parents=True, exist_ok=True)

@@ -155,12 +155,20 @@ def build_component(contract: Contract, contract_bytes: bytes, source: str | Pat
         data = build_cache.lookup(k) if k else None
         if data is not None:
             opts.nvcc_log.append(f"(cached: {' '.join(cmd)})")
+            read = build_cache.recorded_files(k)
         else:
             data = _compile(contract, contract_bytes, source, cmd, tmp, output.path, opts, sink)
             if data is None:
                 return False
+            try:
+                read = build_cache.files_read(tmp / "component.d", tmp)
+            except OSError:
+                read = []
             if k:
                 build_cache.store(k, data, tmp / "component.d", tmp)
+    # What the source includes is known only now: the object must not replace one of those files either.
+    if not check_outputs([output], [Input(p, f"{p}, which the source includes") for p in read], sink):
+        return False
     if output.path != STDOUT:
         try:
             Path(output.path).parent.mkdir(parents=True, exist_ok=True)
