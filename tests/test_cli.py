@@ -430,7 +430,7 @@ def test_a_parameter_the_glue_would_shadow_or_not_compile_is_refused(capsys, bui
                                                                  {"name": name, "dtype": "i32"}]},
                   geometry={"tile_sequence": {"grid": [4], "order": "row_major", "distribution": "grid_stride"}})
     code, _, err = run(capsys, "link", obj, "-o", tmp_path / "k.cubin", "--no-cache")
-    assert code == 1 and "error[PL188]" in err and f"kernel parameter '{name}'" in err and why in err, err
+    assert code == 1 and "error[PL188]" in err and f"parameter '{name}'" in err and why in err, err
     assert "at /entry/params/1/name" in err
     assert not (tmp_path / "k.cubin").exists()
 

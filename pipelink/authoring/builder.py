@@ -191,6 +191,8 @@ def _compile(contract: Contract, contract_bytes: bytes, source: Path, cmd: list[
         return None
     if proc.returncode != 0:
         log = (proc.stderr + proc.stdout).strip()
+        if _names_the_toolkit_declares(contract, log, sink):
+            return None
         sink.error("PL019", f"nvcc could not compile component '{contract.name}':\n{_indent(log)}",
                    Location(file=str(source), component=contract.name))
         return None
@@ -210,6 +212,23 @@ def _compile(contract: Contract, contract_bytes: bytes, source: Path, cmd: list[
     except OSError as exc:
         sink.error("PL007", f"cannot stage the object: {exc.strerror or exc}", Location(file=out_path))
     return None
+
+
+def _names_the_toolkit_declares(contract: Contract, log: str, sink: DiagnosticSink) -> bool:
+    """Where nvcc's errors in the generated header quote an entry symbol or a parameter of the contract, the name is
+    one the toolkit's headers declare at global scope (printf, sqrtf, ...): PL188 at the name. True when it did."""
+    from ..core.identifiers import named_in_errors
+    header = f"{contract.name}.pipelink.h"
+    named = {n: line for n, line in named_in_errors(log).items() if header in line}
+    places = [(s, "/entry/symbol" if s == contract.entry.symbol else "/entry", "entry symbol") for s in contract.symbols]
+    places += [(p.name, p.pointer_path, "parameter") for p in contract.entry.params]
+    found = False
+    for name, pointer, what in places:
+        if name in named:
+            sink.error("PL188", f"{what} '{name}' is a name the CUDA headers declare ({named[name]})",
+                       contract.at(pointer), hint="rename it in the contract and the code")
+            found = True
+    return found
 
 
 def _indent(text: str, limit: int = 40) -> str:

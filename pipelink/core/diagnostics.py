@@ -259,10 +259,12 @@ CODES = _codes(
          "block's other task-running components"),
     Code("PL187", "deal outside a static persistent schedule", L,
          "deal orders a static walk's tasks over the CTAs: use a persistent schedule with \"dispatch\": \"static\", or drop deal"),
-    Code("PL188", "a name the generated kernel cannot take", L,
-         "rename the parameter (or entry) in its contract, or bind it to another kernel parameter in a calls "
-         "pipeline: a C++ keyword does not compile, and a parameter named as one of the glue's own names (its "
-         "locals: t, tile, rest, ...; every name beginning pl_) would reach the components with the glue's value"),
+    Code("PL188", "a name the generated code cannot take", L,
+         "rename it in its contract (a kernel parameter may also be bound to another name in a calls pipeline): a "
+         "C++ keyword, or a name C++ reserves (a double underscore, `_` and a capital) or the toolkit's headers "
+         "declare, does not compile or collides; a parameter named as one of the glue's own names (its locals: t, "
+         "tile, rest, ...; every name beginning pl_) or as an entry symbol would reach the components with the "
+         "glue's value or hide the function (docs/contract.md, names)"),
     Code("PL189", "load_ahead with no component that loads ahead", L,
          "load_ahead has the loader ask L2 for later tasks' data through the load entries whose contract says "
          "`loader.ahead`: add it to a component whose load entry honours tile.ahead, or drop load_ahead",

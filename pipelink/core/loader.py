@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from . import expr as exprs
-from . import jsonread, validate
+from . import identifiers, jsonread, validate
 from .diagnostics import DiagnosticSink, Location
 from .indexmap import MapError, parse_map
 from .model import (ALL_THREADS, DTYPE_BYTES, INTEGER_DTYPES, SWIZZLE_BYTES, Barriers, Buffer, CompileFlags,
@@ -89,6 +89,21 @@ def box_problems(p: Param, box: list[int | None]) -> list[tuple[str, str, str | 
     return out
 
 
+def _derived_names(raw: dict) -> set[str]:
+    """The names the generated header derives from a contract's buffers, ports and barriers (authoring/header.py)."""
+    out = set()
+    for b in raw.get("smem", {}).get("buffers", []):
+        out |= {f"smem_{b['name']}", f"smem_{b['name']}_align", f"smem_{b['name']}_bytes"}
+    for q in raw.get("ports", []):
+        out |= {f"port_{q['name']}", f"port_{q['name']}_align", f"port_{q['name']}_elements",
+                *(f"port_{q['name']}_extent{i}" for i in range(len(q.get("tile", [])) or 4))}
+    for b in raw.get("barriers", {}).get("named", []):
+        out |= {f"bar_{b['name']}", f"sync_{b['name']}", f"arrive_{b['name']}"}
+    for b in raw.get("barriers", {}).get("mbarriers", []):
+        out.add(f"mbar_{b['name']}")
+    return out
+
+
 class _SemanticCheck:
     """Checks inside one contract that the schema cannot express, then builds the model."""
 
@@ -143,8 +158,62 @@ class _SemanticCheck:
 
     # --- the sections, in schema order ---------------------------------------------------
 
+    def identifiers(self) -> None:
+        """Every name the generated header and glue turn into C++ (core/identifiers.py): none C++ reserves, no
+        keyword where the name stands alone, no two roles the header spells alike (`<ROLE>_WARPS`), no geometry
+        name the header declares itself, no parameter named as the prototypes' own (`tile`, `carry`) or as an entry
+        symbol (inside the kernel it would hide the function). PL188, PL022."""
+        raw = self.raw
+        entry = raw.get("entry", {})
+        spots = [("/name", raw["name"], "whole", "component name")]
+        if "entries" in raw:
+            spots += [(f"/entries/{i}/symbol", e["symbol"], "global", "entry symbol") for i, e in enumerate(raw["entries"])]
+            spots += [(f"/entries/{i}/name", e["name"], "part", "entry name")
+                      for i, e in enumerate(raw["entries"]) if "name" in e]
+            params, base = raw.get("params", []), "/params"
+        else:
+            spots += [(f"/entry/{k}", entry[k], "global", "entry symbol") for k in ("symbol", "prefetch", "load")
+                      if k in entry]
+            params, base = entry.get("params", []), "/entry/params"
+        spots += [(f"{base}/{i}/name", p["name"], "whole", "parameter") for i, p in enumerate(params)]
+        roles = raw["threads"].get("roles", [])
+        spots += [(f"/threads/roles/{i}/name", r["name"], "part", "role") for i, r in enumerate(roles)]
+        geometry = raw.get("geometry", {})
+        for kind in ("provides", "consumes"):
+            spots += [(f"/geometry/{kind}/{n}", n, "whole", "geometry name") for n in geometry.get(kind, {})]
+        spots += [(f"/smem/buffers/{i}/name", b["name"], "part", "buffer")
+                  for i, b in enumerate(raw.get("smem", {}).get("buffers", []))]
+        spots += [(f"/ports/{i}/name", q["name"], "part", "port") for i, q in enumerate(raw.get("ports", []))]
+        for kind in ("named", "mbarriers"):
+            spots += [(f"/barriers/{kind}/{i}/name", b["name"], "part", "barrier")
+                      for i, b in enumerate(raw.get("barriers", {}).get(kind, []))]
+        for kind in ("notifies", "waits"):
+            spots += [(f"/events/{kind}/{i}/name", e["name"], "part", "event")
+                      for i, e in enumerate(raw.get("events", {}).get(kind, [])) if "name" in e]
+        for ptr, name, kind, what in spots:
+            why = identifiers.problem(name, kind)
+            if why:
+                self.error("PL188", f"{what} '{name}' is {why}", ptr, hint="rename it")
+        symbols = {name for _, name, kind, _ in spots if kind == "global"}
+        own = {"tile"} | ({"carry"} if entry.get("carry") else set())
+        for i, p in enumerate(params):
+            if p["name"] in symbols:
+                self.error("PL188", f"parameter '{p['name']}' is also an entry symbol of '{self.name}': inside the "
+                           "kernel the parameter would hide the function", f"{base}/{i}/name",
+                           hint="rename the parameter or the entry")
+            elif p["name"] in own:
+                self.error("PL188", f"parameter '{p['name']}' is a name the entry's generated prototype gives its own "
+                           f"argument ({', '.join(sorted(own))})", f"{base}/{i}/name", hint="rename the parameter")
+        spelled: dict[str, int] = {}
+        for i, r in enumerate(roles):
+            first = spelled.setdefault(r["name"].upper(), i)
+            if first != i and roles[first]["name"] != r["name"]:  # the same name twice: unique() says so
+                self.error("PL022", f"roles '{roles[first]['name']}' and '{r['name']}' are spelled alike in the "
+                           f"header's {r['name'].upper()}_WARPS", f"/threads/roles/{i}/name", hint="rename one role")
+
     def build(self) -> Contract | None:
         raw = self.raw
+        self.identifiers()
         entry = self.entry(raw)
         targets = self.targets(raw["targets"])
         geometry = self.geometry(raw.get("geometry", {}), entry)
@@ -457,7 +526,10 @@ class _SemanticCheck:
             consumes[name] = rng
         shapes = {p.name for p in entry.params if p.is_shape}
         params = {p.name for p in entry.params}
-        reserved = {"WARPS", "THREADS"} | {f"{r['name'].upper()}_WARPS" for r in self.raw["threads"].get("roles", [])}
+        roles = [r["name"] for r in self.raw["threads"].get("roles", [])]
+        reserved = ({"WARPS", "THREADS", "CARRY_WORDS", "copy", "warp_begin", "warp_rank", "thread_rank", "profile_mark"}
+                    | {f"{r.upper()}_WARPS" for r in roles} | {f"{r}_{s}" for r in roles for s in ("instance", "warp_begin")}
+                    | _derived_names(self.raw))
         for name in sorted(set(provides) | set(consumes)):
             ptr = f"/geometry/provides/{name}" if name in provides else f"/geometry/consumes/{name}"
             if name in params:

@@ -11,15 +11,7 @@ from __future__ import annotations
 
 import re
 
-CPP_KEYWORDS = frozenset("""
-alignas alignof and and_eq asm auto bitand bitor bool break case catch char char8_t char16_t char32_t class
-compl concept const consteval constexpr constinit const_cast continue co_await co_return co_yield decltype
-default delete do double dynamic_cast else enum explicit export extern false float for friend goto if inline
-int long mutable namespace new noexcept not not_eq nullptr operator or or_eq private protected public register
-reinterpret_cast requires return short signed sizeof static static_assert static_cast struct switch template
-this thread_local throw true try typedef typeid typename union unsigned using virtual void volatile wchar_t
-while xor xor_eq""".split())
-CUDA_BUILTINS = frozenset({"threadIdx", "blockIdx", "blockDim", "gridDim", "warpSize", "pl"})
+from ..core.identifiers import CPP_KEYWORDS, CUDA_BUILTINS  # noqa: F401 - the link's callers read them here
 
 # A declaration: a type's last word (or a template's `>`), its `*`, `&` and `const`, then the declared name and
 # what may follow one (an initializer, the end of the statement, an array's extent, the next declarator).
@@ -60,6 +52,9 @@ def clashes(glue: str, kernel: str, params: list[str], symbols: list[str],
                 out.append((kind, name, "a C++ keyword"))
             elif name in CUDA_BUILTINS:
                 out.append((kind, name, "a CUDA built-in or pipelink's namespace"))
+            elif kind == "kernel parameter" and name in symbols:
+                out.append((kind, name, "an entry symbol of the link: inside the kernel the parameter would hide the "
+                                        "function"))
             elif (name in local and name not in specialized) or name.startswith("pl_"):
                 out.append((kind, name, "a name the generated glue declares for itself (its locals, and every "
                                         "name beginning pl_)"))

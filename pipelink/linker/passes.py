@@ -161,9 +161,33 @@ def pass_compile(ctx: LinkContext) -> None:
         ctx.glue_ltoir = toolchain.nvrtc_to_ltoir(ctx.glue, f"{ctx.resolved.name}_glue.cu", options)
     except toolchain.ToolchainError as exc:
         if exc.log:  # NVRTC ran and refused the glue
-            ctx.sink.error("PL075", f"NVRTC could not compile the generated glue:\n{exc.log}")
+            if not _names_the_toolkit_declares(ctx, exc.log):
+                ctx.sink.error("PL075", f"NVRTC could not compile the generated glue:\n{exc.log}")
         else:  # it did not get that far: the toolchain, not the glue
             ctx.sink.error("PL008", f"cannot compile the generated glue: {exc.message}")
+
+
+def _names_the_toolkit_declares(ctx: LinkContext, log: str) -> bool:
+    """Where NVRTC's errors name (in quotes) the kernel, a kernel parameter or an entry symbol, the name is one the
+    toolkit's headers declare at global scope (printf, min, std, ...), which no list here can hold: say so at
+    the name, PL077 or PL188, rather than blame the glue. True when it did."""
+    from ..core.identifiers import named_in_errors
+    r = ctx.resolved
+    named = named_in_errors(log)
+    found = False
+    if r.name in named:
+        ctx.sink.error("PL077", f"the kernel name '{r.name}' is a name the CUDA headers declare ({named[r.name]})",
+                       Location(file=ctx.options.pipeline.source, pointer="/name"), hint="name the pipeline differently")
+        found = True
+    for c in r.components:
+        places = [(sym, c.code.at("/entry/symbol"), "entry symbol") for sym in c.code.symbols]
+        places += [(p.name, c.contract.at(p.pointer_path), "parameter") for p in c.contract.entry.params]
+        for name, where, what in places:
+            if name in named and name != r.name:
+                ctx.sink.error("PL188", f"{what} '{name}' of '{c.name}' is a name the CUDA headers declare "
+                                        f"({named[name]})", where, hint="rename it in the contract (and the code)")
+                found = True
+    return found
 
 
 def jitlink_options(ctx: LinkContext) -> list[str]:

@@ -229,9 +229,10 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
         if spec.name in c.contract.symbols:
             sink.error("PL077", f"the kernel name '{spec.name}' is an entry symbol of '{c.name}'",
                        Location(file=spec.source, pointer="/name"), hint="name the pipeline differently")
-    from .names import CPP_KEYWORDS, CUDA_BUILTINS
-    if spec.name in CPP_KEYWORDS | CUDA_BUILTINS:
-        sink.error("PL077", f"the kernel name '{spec.name}' is a C++ keyword or a CUDA built-in",
+    from ..core.identifiers import problem
+    why = problem(spec.name, "global")
+    if why:
+        sink.error("PL077", f"the kernel name '{spec.name}' is {why}",
                    Location(file=spec.source, pointer="/name"), hint="name the pipeline differently")
     # A whole-call event is waited on only as a whole, so one add per CTA after its last task of the call lands
     # no later than the last of the per-task adds would, with one fence and atomic per CTA instead of per task:

@@ -1,0 +1,52 @@
+"""Which names a contract or pipeline may give to what becomes C++: the rules the generated header and glue need.
+
+A component's name becomes a namespace and the prefix of its link-time symbols (`pl_<name>__...`, the double
+underscore the separator), its entry symbols `extern "C"` functions, its parameters the kernel's parameters and
+the prototypes' names, its geometry names constants or functions in its namespace; roles, buffers, ports and
+barriers are parts of names the header derives (`<ROLE>_WARPS`, `smem_<buffer>`). A name C++ reserves (a double
+underscore, or `_` and a capital) could collide with the linker's own symbols or the toolkit's; a keyword or a
+CUDA built-in does not compile. Checked on the contract (`pipelink check`), so a build or a link never meets them.
+"""
+from __future__ import annotations
+
+import re
+
+CPP_KEYWORDS = frozenset("""
+alignas alignof and and_eq asm auto bitand bitor bool break case catch char char8_t char16_t char32_t class
+compl concept const consteval constexpr constinit const_cast continue co_await co_return co_yield decltype
+default delete do double dynamic_cast else enum explicit export extern false float for friend goto if inline
+int long mutable namespace new noexcept not not_eq nullptr operator or or_eq private protected public register
+reinterpret_cast requires return short signed sizeof static static_assert static_cast struct switch template
+this thread_local throw true try typedef typeid typename union unsigned using virtual void volatile wchar_t
+while xor xor_eq""".split())
+CUDA_BUILTINS = frozenset({"threadIdx", "blockIdx", "blockDim", "gridDim", "warpSize", "pl"})
+_RESERVED = re.compile(r"__|^_[A-Z]")
+
+# What a name is in the generated code: the whole name of a global function ("global"), of a namespace or a local
+# ("whole"), or a part of names the header derives ("part", where a keyword is harmless: smem_int).
+KINDS = ("global", "whole", "part")
+
+
+def problem(name: str, kind: str) -> str | None:
+    """Why `name` cannot be used as a `kind` name in the generated code, or None."""
+    if _RESERVED.search(name):
+        return ("a name C++ reserves (a double underscore, or an underscore and a capital), which the linker's own "
+                "symbols use (pl_<component>__...)")
+    if kind == "part":
+        return None
+    if name in CPP_KEYWORDS:
+        return "a C++ keyword"
+    if name in CUDA_BUILTINS:
+        return "a CUDA built-in or pipelink's namespace"
+    if kind == "global" and name == "main":
+        return "the name of a program's entry point"
+    if kind == "global" and name == "_":
+        return "no PTX identifier (a lone underscore)"
+    return None
+
+
+def named_in_errors(log: str) -> dict[str, str]:
+    """The identifiers a compiler's error lines quote (`error: ... "printf" ...`), each with its line: how a name
+    the toolkit's headers already declare at global scope shows, which no list here could hold."""
+    return {m.group(1): line.strip() for line in log.splitlines() if ": error: " in line
+            for m in re.finditer(r'"([A-Za-z_]\w*)"', line)}

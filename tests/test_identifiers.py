@@ -1,0 +1,117 @@
+"""Names a contract or pipeline gives to what becomes C++ (core/identifiers.py): refused on the contract, at the
+name, before a build or a link meets them; and where only the compiler can tell (a name the toolkit's headers
+declare), its error turned into a diagnostic at the name."""
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from pipelink.core import identifiers
+from pipelink.core.diagnostics import DiagnosticSink
+from pipelink.core.loader import load_contract_dict
+from pipelink.core.model import Source
+from pipelink.harness.shipped import REPO
+
+TEMPLATE = REPO / "examples" / "component-template"
+
+
+def _saxpy() -> dict:
+    raw = json.loads((TEMPLATE / "contracts" / "saxpy.json").read_text())
+    raw.pop("ports")
+    return raw
+
+
+@pytest.mark.parametrize("name, kind, says", [
+    ("x__y", "part", "C++ reserves"), ("_Tile", "whole", "C++ reserves"), ("_tile", "whole", None),
+    ("int", "whole", "keyword"), ("int", "part", None), ("threadIdx", "whole", "built-in"), ("pl", "whole", "built-in"),
+    ("main", "global", "entry point"), ("main", "whole", None), ("_", "global", "PTX"), ("saxpy", "global", None)])
+def test_the_rules_are_a_pure_function_of_the_name_and_its_use(name, kind, says):
+    why = identifiers.problem(name, kind)
+    assert (why is None) if says is None else (says in why)
+
+
+CASES = {  # each: a change to the template's contract, the code and the JSON pointer it is reported at
+    "component keyword": (lambda c: c.update(name="class"), "PL188", "/name"),
+    "component reserved": (lambda c: c.update(name="a__b"), "PL188", "/name"),
+    "symbol keyword": (lambda c: c["entry"].update(symbol="for"), "PL188", "/entry/symbol"),
+    "symbol main": (lambda c: c["entry"].update(symbol="main"), "PL188", "/entry/symbol"),
+    "param keyword": (lambda c: c["entry"]["params"][0].update(name="float"), "PL188", "/entry/params/0/name"),
+    "param tile": (lambda c: c["entry"]["params"][0].update(name="tile"), "PL188", "/entry/params/0/name"),
+    "param is the symbol": (lambda c: c["entry"]["params"][2].update(name="saxpy"), "PL188", "/entry/params/2/name"),
+    "role reserved": (lambda c: c["threads"].update(roles=[{"name": "x__warp_begin", "warps": 4}]), "PL188",
+                      "/threads/roles/0/name"),
+    "roles spelled alike": (lambda c: c["threads"].update(roles=[{"name": "p", "warps": 2}, {"name": "P", "warps": 2}]),
+                            "PL022", "/threads/roles/1/name"),
+    "geometry keyword": (lambda c: c["geometry"].setdefault("consumes", {}).update({"int": {"min": 1}}), "PL188",
+                         "/geometry/consumes/int"),
+    "geometry a header function": (lambda c: c["geometry"].setdefault("consumes", {}).update(
+        {"warp_begin": {"min": 1}}), "PL022", "/geometry/consumes/warp_begin"),
+    "geometry a role's function": (lambda c: (c["threads"].update(roles=[{"name": "ld", "warps": 4}]),
+                                              c["geometry"].setdefault("consumes", {}).update({"ld_instance": {"min": 1}})),
+                                   "PL022", "/geometry/consumes/ld_instance"),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_a_name_the_generated_code_cannot_take_is_refused_at_the_name(case):
+    change, code, pointer = CASES[case]
+    raw = _saxpy()
+    raw.setdefault("geometry", {})
+    change(raw)
+    sink = DiagnosticSink()
+    assert load_contract_dict(copy.deepcopy(raw), Source("c.json"), sink) is None
+    assert [(d.code, d.location.pointer) for d in sink.errors] == [(code, pointer)], [d.render() for d in sink.errors]
+
+
+def test_the_template_and_every_shipped_contract_pass():
+    for path in [TEMPLATE / "contracts" / "saxpy.json", *sorted((REPO / "contracts").glob("*.json"))]:
+        raw = json.loads(path.read_text())
+        if "pipelink_contract" not in raw:
+            continue
+        sink = DiagnosticSink()
+        assert load_contract_dict(raw, Source(str(path)), sink) is not None, [d.render() for d in sink.items]
+
+
+def test_compiler_errors_that_quote_a_name_are_read_back():
+    log = ('k_glue.cu(18): error: more than one instance of overloaded function "printf" has "C" linkage\n'
+           '  extern "C" __global__ void printf(int N) {\n1 error detected in the compilation of "k_glue.cu".')
+    assert set(identifiers.named_in_errors(log)) == {"printf", "C"}
+
+
+def test_a_kernel_named_as_a_toolkit_function_is_pl077_at_the_name(tmp_path, capsys):
+    """No list can hold every name the CUDA headers declare: NVRTC's error quoting the kernel's name is turned into
+    PL077 at the pipeline's /name instead of PL075 (a bug in the glue)."""
+    from pipelink.cli import main
+    obj = tmp_path / "saxpy.o"
+    assert main(["build", str(TEMPLATE / "src" / "saxpy.cu"), "--contract", str(TEMPLATE / "contracts" / "saxpy.json"),
+                 "-o", str(obj)]) == 0
+    pipe = tmp_path / "p.json"
+    pipe.write_text(json.dumps({"pipeline": 1, "name": "printf"}))
+    capsys.readouterr()
+    assert main(["link", str(obj), "--pipeline", str(pipe), "-o", str(tmp_path / "k.cubin"), "--no-cache"]) == 1
+    err = capsys.readouterr().err
+    assert "error[PL077]" in err and "CUDA headers declare" in err and f"--> {pipe}, at /name" in err, err
+    assert "PL075" not in err and "PL008" not in err and not (tmp_path / "k.cubin").exists()
+
+
+def test_an_entry_named_as_a_toolkit_function_is_pl188_at_its_symbol(tmp_path, capsys):
+    from pipelink.cli import main
+    raw = _saxpy()
+    raw["entry"]["symbol"] = "sqrtf"
+    (tmp_path / "c.json").write_text(json.dumps(raw))
+    src = (TEMPLATE / "src" / "saxpy.cu").read_text().replace("void saxpy(", "void sqrtf(")
+    (tmp_path / "c.cu").write_text(src)
+    code = main(["build", str(tmp_path / "c.cu"), "--contract", str(tmp_path / "c.json"), "-o", str(tmp_path / "c.o")])
+    err = capsys.readouterr().err
+    assert code == 1 and "error[PL188]" in err and "entry symbol 'sqrtf'" in err and "at /entry/symbol" in err, err
+    assert not (tmp_path / "c.o").exists()
+
+
+def test_a_kernel_parameter_named_as_another_components_entry_is_a_clash_in_the_link():
+    """Component c's parameter `d`, linked with component d: inside the kernel the parameter hides d's function."""
+    from pipelink.linker.names import clashes
+    glue = 'extern "C" __global__ void k(float* x, int d) {\n  pl::Tile tile;\n  c(tile, x, d);\n  d(tile, x);\n}'
+    assert clashes(glue, "k", ["x", "d"], ["c", "d"]) == [
+        ("kernel parameter", "d", "an entry symbol of the link: inside the kernel the parameter would hide the function")]
