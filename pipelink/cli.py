@@ -17,7 +17,7 @@ from .core.diagnostics import (Diagnostic, DiagnosticSink, ExitCode, Location, e
                                sarif_log)
 from .core.pipeline import DISPATCHES, SCHEDULES
 from .core.targets import TARGETS
-from .formats.outputs import STDOUT, Input, Output, check_outputs, object_inputs, write_outputs
+from .formats.outputs import STDOUT, Input, Output, check_outputs, object_inputs, special_file, write_outputs
 
 INTERNAL_ERROR = 3
 STDOUT_CLOSED = 128 + 13  # SIGPIPE
@@ -529,6 +529,8 @@ def _link_outputs(args, kernel: str) -> dict[str, Output]:
     elif cubin == STDOUT:
         outputs["manifest"] = Output(f"{kernel}.json", "manifest", "default with -o -: <kernel>.json",
                                      hint=move_manifest)
+    elif special_file(cubin):  # -o /dev/null, a FIFO: nothing beside a device is a place for a file
+        pass
     else:
         outputs["manifest"] = Output(str(Path(cubin).with_suffix(".json")), "manifest",
                                      f"default beside the cubin {cubin}", hint=move_manifest)

@@ -356,3 +356,31 @@ def test_every_code_reported_as_a_warning_is_documented_as_one():
     assert [c for c in sorted(warned) if not CODES[c].warning] == []
     doc = (REPO / "docs" / "diagnostics.md").read_text()
     assert "| PL073 | 1 or 0 |" in doc and "a warning when it spills" in doc
+
+
+def test_a_cubin_written_into_a_fifo_has_no_manifest_beside_it(tmp_path, shipped_objects):
+    """`-o /dev/null` had left /dev/null.json: beside a device or a FIFO is no place for a file. The manifest
+    goes where --manifest says, else nowhere."""
+    import threading
+    fifo = tmp_path / "k.cubin"
+    os.mkfifo(fifo)
+    got = {}
+    reader = threading.Thread(target=lambda: got.setdefault("data", fifo.read_bytes()), daemon=True)
+    reader.start()
+    objs = [str(shipped_objects[n]) for n in ("tile_load", "tile_transform", "block_rowsum")]
+    proc = cli("link", *objs, "--pipeline", REPO / "pipelines/rowsum.json", "-o", fifo, "--no-cache", cwd=tmp_path,
+               capture_output=True, text=True, timeout=300)
+    reader.join(timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert got["data"][:4] == b"\x7fELF" and sorted(p.name for p in tmp_path.iterdir()) == ["k.cubin"]
+
+
+def test_an_output_name_as_long_as_the_filesystem_takes_is_written(tmp_path, capsys):
+    """The staging file beside it is named from a cut of the name: a 255-byte name is written, not refused."""
+    contract = tmp_path / "c.json"
+    contract.write_text(json.dumps(COMP_CONTRACT))
+    out = tmp_path / ("h" * 253 + ".h")
+    got, _, err = run(capsys, "header", contract, "-o", out)
+    assert got == 0, err
+    assert out.read_text().startswith("// comp.pipelink.h") and sorted(p.name for p in tmp_path.iterdir()) == [
+        "c.json", out.name]

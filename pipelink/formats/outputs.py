@@ -112,6 +112,14 @@ def check_outputs(outputs: list[Output], inputs: list[Input], sink: DiagnosticSi
     return len(sink.errors) == before
 
 
+def _staging_prefix(path: str) -> str:
+    """The temporary file's name beside `path`: `.<name>.` cut so that the whole (mkstemp adds 8 characters and
+    `.tmp`) fits where `path` itself fits, a name of up to 255 bytes (NAME_MAX)."""
+    name = os.path.basename(path).encode()
+    room = 255 - len(".") - len(".") - 8 - len(".tmp")
+    return f".{name[:room].decode(errors='ignore')}."
+
+
 def _umask() -> int:
     # Linux reports it; setting it to read it back would change it for a moment for every thread.
     try:
@@ -124,6 +132,11 @@ def _umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
+
+
+def special_file(path: str) -> bool:
+    """An existing path that is not a regular file (a device, a FIFO, a socket): written to, not replaced."""
+    return _special(path)
 
 
 def _special(path: str) -> bool:
@@ -149,7 +162,7 @@ def write_outputs(files: dict[str, bytes], sink: DiagnosticSink) -> bool:
             real = os.path.realpath(target)
             folder = os.path.dirname(real) or "."
             try:
-                fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(real)}.", suffix=".tmp")
+                fd, tmp = tempfile.mkstemp(dir=folder, prefix=_staging_prefix(real), suffix=".tmp")
             except OSError as exc:
                 sink.error("PL007", f"cannot write {target}: no file can be created in {folder} "
                                     f"({exc.strerror or exc})", Location(file=target),
