@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .core.diagnostics import Diagnostic, DiagnosticSink, Location, PipelinkError
+from .core.diagnostics import Diagnostic, DiagnosticSink, Location, PipelinkError, PipelinkUsageError
 from .core.files import read_input_bytes, reading
 from .core.model import Component
 from .core.pipeline import PipelineSpec, load_pipeline, load_pipeline_dict
@@ -55,7 +55,7 @@ def as_input(item, index: int = 0) -> str | NamedBytes:
             NamedBytes(item.name or f"<{item.code_type} {index}>", bytes(code))
     accepted = "a path (str or os.PathLike), bytes, a (name, bytes) pair" + (
         " or a cuda.core ObjectCode" if object_code is not None else " (cuda.core is not installed: no ObjectCode)")
-    raise TypeError(f"input {index} is a {type(item).__name__}; pipelink takes {accepted}")
+    raise PipelinkUsageError(f"input {index} is a {type(item).__name__}; pipelink takes {accepted}")
 
 
 def _is_named_bytes(item) -> bool:
@@ -66,7 +66,7 @@ def as_inputs(items) -> list[str | NamedBytes]:
     """Inputs from a list (any iterable but a mapping, whose keys alone would be read) of them, or from one
     alone."""
     if isinstance(items, Mapping):
-        raise TypeError("the inputs are a mapping; pipelink takes a list of inputs (paths, bytes, (name, bytes) "
+        raise PipelinkUsageError("the inputs are a mapping; pipelink takes a list of inputs (paths, bytes, (name, bytes) "
                         "pairs) or one of them")
     if isinstance(items, (str, os.PathLike, *_BYTES)) or _is_named_bytes(items) or not hasattr(items, "__iter__"):
         items = [items]
@@ -88,7 +88,7 @@ def as_pipeline(pipeline, sink: DiagnosticSink) -> PipelineSpec | None:
         return load_pipeline(pipeline, sink)
     if isinstance(pipeline, dict):
         return load_pipeline_dict(pipeline, sink)
-    raise TypeError(f"the pipeline is a {type(pipeline).__name__}; pipelink takes a path, a dict or a PipelineSpec")
+    raise PipelinkUsageError(f"the pipeline is a {type(pipeline).__name__}; pipelink takes a path, a dict or a PipelineSpec")
 
 
 def _raise_on_errors(sink: DiagnosticSink) -> None:
@@ -178,7 +178,7 @@ def build(source: str | os.PathLike, contract, output: str | os.PathLike, *, arc
     from .core.loader import load_contract_bytes
     from .core.model import Source
     if not isinstance(source, (str, os.PathLike)) or not isinstance(output, (str, os.PathLike)):
-        raise TypeError("the source and the output are paths (str or os.PathLike)")
+        raise PipelinkUsageError("the source and the output are paths (str or os.PathLike)")
     sink = DiagnosticSink()
     if isinstance(contract, _BYTES):
         name, data = "<contract>", bytes(contract)
@@ -192,7 +192,7 @@ def build(source: str | os.PathLike, contract, output: str | os.PathLike, *, arc
             sink.error("PL002", f"cannot read contract {name}: {exc.strerror or exc}", Location(file=name))
             raise PipelinkError(sink.items) from None
     else:
-        raise TypeError(f"the contract is a {type(contract).__name__}; pipelink takes a path, bytes or a "
+        raise PipelinkUsageError(f"the contract is a {type(contract).__name__}; pipelink takes a path, bytes or a "
                         "(name, bytes) pair")
     c = load_contract_bytes(data, Source(name), sink)
     if c is not None:
@@ -219,7 +219,7 @@ def link(inputs, options: LinkOptions | None = None, *, pipeline=None, raise_on_
     from .linker import passes
     items = as_inputs(inputs)
     if options is not None and not isinstance(options, LinkOptions):
-        raise TypeError(f"options is a {type(options).__name__}; pipelink takes a LinkOptions")
+        raise PipelinkUsageError(f"options is a {type(options).__name__}; pipelink takes a LinkOptions")
     options = options or LinkOptions()
     if not items:
         result = passes.failed(items, options, [_no_inputs()])
@@ -271,8 +271,9 @@ def load(path: str | os.PathLike, device: int | None = 0):
     or do not describe one kernel."""
     from .core import jsonread
     from .runtime.manifest import ManifestError
+    from .core.diagnostics import as_path
     sink = DiagnosticSink()
-    cubin_path = _find_cubin(Path(path), sink)
+    cubin_path = _find_cubin(Path(as_path(path, "the kernel's path")), sink)
     _raise_on_errors(sink)
     manifest_path = cubin_path.with_suffix(".json")
     try:

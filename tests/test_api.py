@@ -247,3 +247,17 @@ def test_readme_snippet_links_and_saves(shipped_objects, tmp_path, monkeypatch):
     assert scope["result"].ok
     saved = re.search(r'pipelink\.load\("([^"]+)"\)', code).group(1)
     assert pipelink.load(saved, device=None).manifest.kernel == "rowsum"
+
+
+@pytest.mark.parametrize("call", [
+    lambda o, r: pipelink.link(5), lambda o, r: pipelink.link([None]), lambda o, r: pipelink.link([("n.o", 5)]),
+    lambda o, r: pipelink.link(o, pipeline=[]), lambda o, r: pipelink.check(5),
+    lambda o, r: pipelink.build(None, contract="c.json", output="o.o"),
+    lambda o, r: pipelink.build("s.cu", contract={"a": 1}, output="o.o"),
+    lambda o, r: r.save(None), lambda o, r: r.save(b"/tmp/k"), lambda o, r: pipelink.load(5, device=None),
+    lambda o, r: pipelink.load(b"k.cubin", device=None)], ids=range(11))
+def test_an_argument_of_the_wrong_type_is_a_pipelink_error_and_a_type_error(objects, linked, call):
+    """The API's promise: bad input raises PipelinkError (here PL001); being a TypeError too, it is caught as one."""
+    with pytest.raises(pipelink.PipelinkError) as err:
+        call([str(p) for p in objects], linked)
+    assert isinstance(err.value, TypeError) and [d.code for d in err.value.diagnostics] == ["PL001"]

@@ -440,6 +440,24 @@ class PipelinkError(Exception):
         return max((d.exit_code for d in self.diagnostics), default=ExitCode.LINK)
 
 
+class PipelinkUsageError(PipelinkError, TypeError):
+    """An API call given an argument of the wrong type: PL001, and a TypeError for callers who catch those."""
+
+    def __init__(self, message: str, hint: str | None = None):
+        sink = DiagnosticSink()
+        sink.error("PL001", message, hint=hint)
+        super().__init__(sink.items)
+
+
+def as_path(value, what: str) -> str:
+    """`value` as a path (str or os.PathLike of str), else PipelinkUsageError naming `what`."""
+    import os
+    path = os.fspath(value) if isinstance(value, (str, os.PathLike)) else None
+    if not isinstance(path, str):
+        raise PipelinkUsageError(f"{what} is a {type(value).__name__}; pipelink takes a path (str or os.PathLike)")
+    return path
+
+
 def render_all(diags, fmt: str = "text") -> str:
     diags = list(diags)
     if fmt == "json":
