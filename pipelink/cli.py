@@ -440,7 +440,7 @@ def _link_options(args, sink: DiagnosticSink):
             number = int(value)  # a string of thousands of digits is a ValueError too
         except ValueError:
             number = None
-        if number is None or not -2**63 <= number < 2**63:  # the range the pipeline file's schema allows
+        if number is None or not -2**63 <= number < 2**63 or not name.strip():  # the pipeline schema's range
             sink.error("PL001", f"--specialize {item[:80]!r}: write NAME=INTEGER (a signed 64-bit value)")
         else:
             specialize[name.strip()] = number

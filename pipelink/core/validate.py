@@ -72,7 +72,10 @@ def _message(err) -> str:
         return _entry_forms(err.instance)
     if err.validator == "oneOf" and err.schema.get("oneOf") and any(
             "expr" in json.dumps(s) or s.get("type") == "integer" for s in err.schema["oneOf"]):
-        return f"{_short(err.instance)} is not a size (an integer >= 0 or an expression string)"
+        ints = [b for b in err.schema["oneOf"] if isinstance(b, dict) and b.get("type") == "integer"]
+        low, high = (ints[0].get("minimum", 0), ints[0].get("maximum")) if ints else (0, None)
+        bounds = f">= {low}" + (f" and <= {high}" if high is not None else "")
+        return f"{_short(err.instance)} is not a size (an integer {bounds} or an expression string)"
     msg = err.message
     if len(msg) > 200:
         msg = msg[:200] + "..."
