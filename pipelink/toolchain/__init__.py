@@ -243,7 +243,12 @@ def _isolated(fn, *args):
     sys.stderr.flush()
     with tempfile.TemporaryFile() as printed:
         r, w = os.pipe()
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError:  # no process to spare (memory, limits): run it here, unprotected, rather than fail
+            os.close(r)
+            os.close(w)
+            return fn(*args)
         if pid == 0:  # the child: never returns into the caller's code
             status = 0
             try:
