@@ -4,6 +4,9 @@ went away (`pipelink inspect ... | head`), quietly, as a tool ended by SIGPIPE w
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
+import io
 import json
 import os
 import shlex
@@ -173,6 +176,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if sys.stdout is None:  # started with stdout closed (`>&-`): its report is dropped, a file for it is PL007
+        sys.stdout = _ClosedStdout()
     for stream in (sys.stdout, sys.stderr):  # a name the terminal cannot encode must not end the command
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="backslashreplace")
@@ -190,6 +195,16 @@ def main(argv: list[str] | None = None) -> int:
         return _stdout_closed()
     except KeyboardInterrupt:
         return 130
+    except OSError as exc:
+        if exc.errno not in _WRITE_ERRNOS:
+            raise
+        # stdout (or stderr) could not take what the command printed: a full device, a closed descriptor
+        with contextlib.suppress(OSError, ValueError):
+            _emit([Diagnostic("PL007", f"cannot write the command's output: {exc.strerror or exc}",
+                              hint="stdout could not take it (a full device, a closed descriptor): redirect it")],
+                  "text")
+        _stdout_closed()
+        return ExitCode.USAGE
     except Exception as exc:  # a bug, not bad input: say so plainly (a missing toolchain is neither)
         from .toolchain import ToolchainError
         if isinstance(exc, ToolchainError):
@@ -200,6 +215,24 @@ def main(argv: list[str] | None = None) -> int:
         print(f"internal error: {type(exc).__name__}: {safe_text(str(exc), lines=True)}\n  = this is a bug in "
               "pipelink; rerun with PIPELINK_TRACEBACK=1 and report the output", file=sys.stderr)
         return INTERNAL_ERROR
+
+
+_WRITE_ERRNOS = {errno.ENOSPC, errno.EBADF, errno.EIO, errno.EDQUOT, errno.EFBIG}
+
+
+class _ClosedStdout(io.TextIOBase):
+    """sys.stdout for a process started without one: text printed to it is dropped (as Python drops print()s),
+    and a binary output asked of it fails as a write to a closed descriptor does."""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        return len(text)
+
+    @property
+    def buffer(self):
+        raise OSError(errno.EBADF, "stdout is closed")
 
 
 def _stdout_closed() -> int:

@@ -384,3 +384,40 @@ def test_an_output_name_as_long_as_the_filesystem_takes_is_written(tmp_path, cap
     assert got == 0, err
     assert out.read_text().startswith("// comp.pipelink.h") and sorted(p.name for p in tmp_path.iterdir()) == [
         "c.json", out.name]
+
+
+def test_paths_that_are_no_utf8_are_written_and_named(tmp_path, capsys):
+    """A name's bytes need not be UTF-8 (the locale's surrogates stand for them): the staging name, the SARIF URI
+    and nvJitLink's input name take them as they are; exit 3 before."""
+    contract = tmp_path / "c.json"
+    contract.write_text(json.dumps(COMP_CONTRACT))
+    folder = os.fsdecode(os.fsencode(str(tmp_path)) + b"/bad\xff\xfe")
+    os.mkdir(folder)
+    out = os.path.join(folder, os.fsdecode(b"h\xff.h"))
+    got, _, err = run(capsys, "header", contract, "-o", out)
+    assert got == 0, err
+    assert os.listdir(os.fsencode(folder)) == [b"h\xff.h"]
+    got, sarif, _ = run(capsys, "check", out, "--format", "sarif")
+    assert got == 2 and json.loads(sarif)["runs"][0]["results"][0]["ruleId"] == "PL004"
+
+
+@pytest.mark.parametrize("extra", [["-o", "-", "--manifest", "mf.json"], ["-o", "k.cubin", "--map", "-"]])
+def test_a_full_stdout_is_pl007_and_leaves_none_of_the_outputs(tmp_path, shipped_objects, extra):
+    """`link -o - --manifest M > /dev/full` had written M for a cubin never written, and exited 3: stdout is now
+    written before any file is renamed into place, and its failure is PL007 (exit 2)."""
+    objs = [str(shipped_objects[n]) for n in ("tile_load", "tile_transform", "block_rowsum")]
+    with open("/dev/full", "wb") as full:
+        proc = cli("link", *objs, "--pipeline", REPO / "pipelines/rowsum.json", *extra, "--no-cache", cwd=tmp_path,
+                   stdout=full, stderr=subprocess.PIPE, text=True, timeout=300)
+    assert proc.returncode == 2 and "error[PL007]: cannot write stdout" in proc.stderr, proc.stderr
+    assert "internal error" not in proc.stderr and list(tmp_path.iterdir()) == []
+
+
+def test_a_report_on_a_full_or_closed_stdout(tmp_path, shipped_objects):
+    """inspect's report into a full device: PL007, exit 2; with stdout closed the report is dropped (exit 0)."""
+    with open("/dev/full", "wb") as full:
+        proc = cli("inspect", shipped_objects["tile_load"], stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert proc.returncode == 2 and "PL007" in proc.stderr and "internal error" not in proc.stderr, proc.stderr
+    proc = cli("inspect", shipped_objects["tile_load"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+               timeout=120, preexec_fn=lambda: os.close(1))
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr

@@ -106,7 +106,7 @@ def wrap_fatbin(fatbin: Path, obj: Path) -> None:
         raise toolchain.ToolchainError("objcopy (GNU binutils) was not found on PATH")
     proc = subprocess.run([objcopy, "-I", "binary", "-O", "elf64-x86-64", "-B", "i386:x86-64",
                            "--rename-section", ".data=__nv_relfatbin,alloc,load,readonly,data,contents",
-                           fatbin.name, str(obj)], capture_output=True, text=True, cwd=fatbin.parent)
+                           fatbin.name, str(obj)], capture_output=True, text=True, errors="replace", cwd=fatbin.parent)
     if proc.returncode != 0:
         raise toolchain.ToolchainError(f"objcopy could not wrap the fatbin {fatbin}", (proc.stderr or proc.stdout).strip())
 
@@ -185,7 +185,7 @@ def _compile(contract: Contract, contract_bytes: bytes, source: Path, cmd: list[
     cmd = [*cmd, "-MD", "-MF", str(tmp / "component.d")]  # what the compile reads: the cache entry's dependencies
     opts.nvcc_log.append(" ".join(cmd))
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=toolchain.nvcc_env())
+        proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace", env=toolchain.nvcc_env())
     except OSError as exc:
         sink.error("PL008", f"cannot run nvcc: {exc}", Location(file=str(source)))
         return None

@@ -470,8 +470,9 @@ SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 
 def _file_uri(path: str) -> str:
     """A path as SARIF's artifactLocation.uri wants it: a URI reference (relative paths stay relative)."""
+    import os
     from urllib.parse import quote
-    return ("file://" if path.startswith("/") else "") + quote(path)
+    return ("file://" if path.startswith("/") else "") + quote(os.fsencode(path))  # a name's bytes, UTF-8 or not
 
 
 def _sarif_location(loc: dict) -> dict:

@@ -10,6 +10,7 @@ regular file (/dev/null, a FIFO, a terminal) is written to as it is, never repla
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import stat
 import sys
@@ -115,9 +116,9 @@ def check_outputs(outputs: list[Output], inputs: list[Input], sink: DiagnosticSi
 def _staging_prefix(path: str) -> str:
     """The temporary file's name beside `path`: `.<name>.` cut so that the whole (mkstemp adds 8 characters and
     `.tmp`) fits where `path` itself fits, a name of up to 255 bytes (NAME_MAX)."""
-    name = os.path.basename(path).encode()
+    name = os.fsencode(os.path.basename(path))  # the bytes on disk, whatever the locale (a name need not be UTF-8)
     room = 255 - len(".") - len(".") - 8 - len(".tmp")
-    return f".{name[:room].decode(errors='ignore')}."
+    return f".{os.fsdecode(name[:room])}."  # a cut inside a character decodes (surrogateescape) to the same bytes
 
 
 def _umask() -> int:
@@ -150,8 +151,8 @@ def _special(path: str) -> bool:
 def write_outputs(files: dict[str, bytes], sink: DiagnosticSink) -> bool:
     """Write every file or none: each is staged in a temporary file beside its target (so the rename
     stays on one filesystem) and renamed once all are staged. A symbolic link's target is what is
-    replaced (realpath), and special files (/dev/null, a FIFO) are written to in place, after the
-    staging and before the renames. STDOUT is written last."""
+    replaced (realpath), and special files (/dev/null, a FIFO) and STDOUT are written to in place, after
+    the staging and before the renames."""
     mode = 0o666 & ~_umask()
     staged: list[tuple[str, str]] = []
     target = ""
@@ -173,22 +174,33 @@ def write_outputs(files: dict[str, bytes], sink: DiagnosticSink) -> bool:
             with os.fdopen(fd, "wb") as f:
                 os.fchmod(f.fileno(), mode)
                 f.write(data)
+        # Special files and stdout before any rename: a write that fails there (a full device, a closed stdout)
+        # leaves none of the set renamed into place.
         for target, data in files.items():
             if target != STDOUT and _special(target):
                 with open(target, "wb") as f:
                     f.write(data)
+        if STDOUT in files:
+            target = "stdout"
+            if sys.stdout is None:
+                raise OSError(errno.EBADF, "stdout is closed")
+            sys.stdout.flush()  # what was printed before comes first
+            sys.stdout.buffer.write(files[STDOUT])
+            sys.stdout.buffer.flush()
         for tmp, real in staged:
             target = real
             os.replace(tmp, real)
+    except BrokenPipeError:  # the reader left (`| head`): the command ends quietly, nothing renamed
+        raise
     except OSError as exc:
-        sink.error("PL007", f"cannot write {target}: {exc.strerror or exc}", Location(file=target))
+        if target == "stdout":
+            sink.error("PL007", f"cannot write stdout: {exc.strerror or exc}",
+                       hint="stdout could not take the output (a full device, a closed descriptor): redirect it")
+        else:
+            sink.error("PL007", f"cannot write {target}: {exc.strerror or exc}", Location(file=target))
         return False
     finally:
         for tmp, _ in staged:
             with contextlib.suppress(FileNotFoundError):  # renamed into place
                 os.unlink(tmp)
-    if STDOUT in files:
-        sys.stdout.flush()  # what was printed before comes first
-        sys.stdout.buffer.write(files[STDOUT])
-        sys.stdout.buffer.flush()
     return True

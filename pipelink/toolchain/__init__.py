@@ -313,7 +313,9 @@ def _nvjitlink_link(inputs: list[LinkInput], options: list[str], want_ptx: bool 
     try:
         try:
             for inp in inputs:
-                nvjitlink.add_data(handle, kinds[inp.kind], inp.data, len(inp.data), inp.name)
+                # the name is only for nvJitLink's messages: one that is no UTF-8 (a path's raw bytes) is escaped
+                name = inp.name.encode("utf-8", "backslashreplace").decode("utf-8")
+                nvjitlink.add_data(handle, kinds[inp.kind], inp.data, len(inp.data), name)
             nvjitlink.complete(handle)
         except nvjitlink.nvJitLinkError as exc:
             raise ToolchainError(f"nvJitLink failed: {exc}", _jitlink_log(handle, error=True)) from None
