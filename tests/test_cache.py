@@ -60,7 +60,7 @@ def test_miss_then_hit_gives_the_same_outputs_without_a_pass(cache_root, rowsum_
                                      "verify", "emit"]
     [entry] = entries(cache_root)
     assert {p.name for p in entry.iterdir()} == {"kernel.cubin", "manifest.json", "link.map", "link.svg", "glue.cu",
-                                                 "monolithic.cu", "diagnostics.json"}
+                                                 "monolithic.cu", "diagnostics.json", "sha256.json"}
 
     again = link(rowsum_inputs, rowsum_options(monolithic=True))
     assert again.ok and again.context.cache_hit
@@ -202,6 +202,11 @@ DAMAGE = {
     "bad manifest": lambda d: (d / "manifest.json").write_text("{\"manifest\": 1,"),
     "truncated cubin": lambda d: (d / "kernel.cubin").write_bytes((d / "kernel.cubin").read_bytes()[:100]),
     "bad diagnostics": lambda d: (d / "diagnostics.json").write_text('[{"code": "PL999"}]'),
+    # files handed on as they are (--map, --emit-glue): their bytes are checked against the entry's digests
+    "truncated map": lambda d: (d / "link.map").write_bytes((d / "link.map").read_bytes()[:100]),
+    "edited picture": lambda d: (d / "link.svg").write_text((d / "link.svg").read_text().replace("<", "[", 1)),
+    "edited glue": lambda d: (d / "glue.cu").write_text((d / "glue.cu").read_text() + "\n// edited"),
+    "missing digests": lambda d: (d / "sha256.json").unlink(),
 }
 
 
@@ -212,6 +217,7 @@ def test_a_damaged_entry_misses_and_is_rewritten(cache_root, rowsum_inputs, dama
     DAMAGE[damage](entry)
     healed = link(rowsum_inputs, rowsum_options())
     assert healed.ok and not healed.context.cache_hit and healed.cubin == first.cubin
+    assert (healed.link_map, healed.link_picture, healed.glue) == (first.link_map, first.link_picture, first.glue)
     assert entries(cache_root) == [entry] and (entry / "kernel.cubin").read_bytes() == first.cubin
     assert link(rowsum_inputs, rowsum_options()).context.cache_hit
     assert not list(cache_root.glob(".*"))  # nothing left aside

@@ -156,6 +156,9 @@ class CachedLink:
     link_picture: str | None = None
 
 
+DIGESTS = "sha256.json"  # the entry's files and their hashes: a file damaged since the store is a miss
+
+
 def load(key: str, monolithic: bool = False, root: Path | None = None) -> CachedLink | None:
     """The entry for `key`, or None. A damaged entry (a file missing or unreadable, a cubin that is not
     the one its manifest hashed) is removed, so the link that follows writes a good one."""
@@ -163,13 +166,20 @@ def load(key: str, monolithic: bool = False, root: Path | None = None) -> Cached
     if not d.is_dir():
         return None
     try:
-        warnings = jsonread.parse(jsonread.read_bytes(d / "diagnostics.json"))
-        hit = CachedLink(cubin=(d / "kernel.cubin").read_bytes(),
-                         manifest=Manifest.from_json(jsonread.parse(jsonread.read_bytes(d / "manifest.json"))),
-                         link_map=(d / "link.map").read_text(), glue=(d / "glue.cu").read_text(),
-                         monolithic=(d / "monolithic.cu").read_text() if monolithic else None,
+        digests = json.loads((d / DIGESTS).read_text())
+
+        def read(name: str) -> bytes:  # every file as it was stored, or the entry is damaged
+            data = (d / name).read_bytes()
+            if digests.get(name) != _sha256(data):
+                raise ValueError(f"{name} is not the file the entry stored")
+            return data
+
+        warnings = jsonread.parse(read("diagnostics.json"))
+        hit = CachedLink(cubin=read("kernel.cubin"), manifest=Manifest.from_json(jsonread.parse(read("manifest.json"))),
+                         link_map=read("link.map").decode(), glue=read("glue.cu").decode(),
+                         monolithic=read("monolithic.cu").decode() if monolithic else None,
                          diagnostics=[Diagnostic.from_json(x) for x in warnings],
-                         link_picture=(d / "link.svg").read_text())
+                         link_picture=read("link.svg").decode())
         if hit.manifest.cubin_sha256 != _sha256(hit.cubin):
             raise ValueError("cubin does not match its manifest")
     except (OSError, ValueError, KeyError, TypeError, AttributeError):  # JSONError is a ValueError
@@ -188,13 +198,15 @@ def store(key: str, result, root: Path | None = None) -> Path | None:
              "diagnostics.json": json.dumps([d.to_json() for d in result.diagnostics], indent=1)}
     if result.monolithic is not None:
         files["monolithic.cu"] = result.monolithic
+    files = {name: data if isinstance(data, bytes) else data.encode() for name, data in files.items()}
+    files[DIGESTS] = json.dumps({name: _sha256(data) for name, data in files.items()}, indent=1).encode()
     staging = None
     try:
         root.mkdir(parents=True, exist_ok=True)
         # Stage on the cache's own file system: the rename into place must be atomic.
         staging = Path(tempfile.mkdtemp(prefix=".tmp-", dir=root))
         for name, data in files.items():
-            (staging / name).write_bytes(data if isinstance(data, bytes) else data.encode())
+            (staging / name).write_bytes(data)
         final.parent.mkdir(exist_ok=True)
         os.rename(staging, final)  # fails if `final` exists: another process won, and its entry is as good
         return final
