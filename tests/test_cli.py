@@ -471,3 +471,18 @@ def test_a_link_specialized_for_a_shape_links(capsys, shipped_objects, tmp_path,
     assert code == 0, err
     assert json.loads((tmp_path / "k.json").read_text())["specialized"] == {"M": int(value)}
     assert f"M = {value};  // specialized at link time" in (tmp_path / "k.cu").read_text()
+
+
+def test_an_input_wired_from_two_producers_is_refused(capsys, shipped_objects, tmp_path):
+    """The last of two wires into one input had won silently (the other producer's output never read, the map
+    listing both): PL192 at the second wire, naming the first."""
+    pipe = tmp_path / "two.json"
+    pipe.write_text(json.dumps({"pipeline": 1, "name": "rowsum", "schedule": "sequential", "components": ROWSUM,
+                                "wires": ["tile_load.tile -> tile_transform.src", "tile_transform.dst -> block_rowsum.tile",
+                                          "tile_load.tile -> block_rowsum.tile"]}))
+    objs = [shipped_objects[n] for n in ROWSUM]
+    code, _, err = run(capsys, "check", *objs, "--pipeline", pipe)
+    assert code == 1 and "error[PL192]" in err and "at /wires/2" in err and "also" in err and "at /wires/1" in err, err
+    code, _, err = run(capsys, "link", *objs, "--wire", "tile_load.tile=block_rowsum.tile", "--wire",
+                       "tile_transform.dst=block_rowsum.tile", "-o", tmp_path / "k.cubin", "--no-cache")
+    assert code == 1 and "error[PL192]" in err and not (tmp_path / "k.cubin").exists(), err

@@ -276,6 +276,9 @@ CODES = _codes(
     Code("PL191", "task profile of more components than its record names", L,
          "a task-profile record names its component in 7 bits (the eighth marks the loader's records): profile a "
          "kernel of at most 128 components (calls), or time it whole"),
+    Code("PL192", "input port wired from two producers", L,
+         "an input port reads one producer's tile: keep one of the wires (an output may feed several inputs, an "
+         "input takes one output)"),
 )
 
 

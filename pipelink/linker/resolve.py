@@ -474,8 +474,14 @@ def _tensor_map_boxes(comps: list[Component], geometry, sink: DiagnosticSink) ->
 
 def _explicit_wires(specs, by_name, sink) -> list[tuple[WireSpec, bool]]:
     out = []
+    into: dict[tuple[str, str], WireSpec] = {}
     for w in specs:
         ok = True
+        first = into.setdefault((w.consumer, w.in_port), w)
+        if first is not w:  # the last wire had won silently, the other producer's output never read
+            sink.error("PL192", f"input port '{w.consumer}.{w.in_port}' is wired from '{first.producer}.{first.out_port}' "
+                       f"and from '{w.producer}.{w.out_port}'", w.where, related=(first.where,) if first.where else ())
+            ok = False
         for comp, port, direction in ((w.producer, w.out_port, "out"), (w.consumer, w.in_port, "in")):
             c = by_name.get(comp)
             p = c.contract.port(port) if c else None
