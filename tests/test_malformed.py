@@ -292,6 +292,16 @@ def test_a_wire_to_a_missing_port_points_at_both(tmp_path, capsys):
     assert d["related"] == [{"file": str(tmp_path / "p.json"), "pointer": "/wires/0"}]
 
 
+@pytest.mark.parametrize("value, ok", [(2**31 - 1, True), (2**31, False), (-2**31, True), (-2**31 - 1, False)])
+def test_a_specialized_value_fits_its_parameters_dtype(tmp_path, capsys, value, ok):
+    """M is an i32: a value past it had been baked in wrapped, with the manifest saying otherwise."""
+    pipeline_doc(tmp_path, specialize={"M": value})
+    code = main(["check", *ROWSUM_CONTRACTS, "--pipeline", str(tmp_path / "p.json"), "--format", "json"])
+    out = json.loads(capsys.readouterr().out)["diagnostics"]
+    assert (code, [(d["code"], d["location"]["pointer"]) for d in out]) == (
+        (0, []) if ok else (2, [("PL001", "/specialize/M")])), out
+
+
 def test_specializing_a_missing_parameter_points_into_the_file(tmp_path, capsys):
     pipeline_doc(tmp_path, specialize={"Q": 4})
     assert main(["check", *ROWSUM_CONTRACTS, "--pipeline", str(tmp_path / "p.json"), "--format", "json"]) == 2

@@ -299,11 +299,18 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
         return None
     shapes = {p.name for p in params if not p.pointer and p.dtype in INTEGER_DTYPES}
     from_file = spec.extra.get("specialize", {})
-    for name in spec.specialize:
+    dtypes = {p.name: p.dtype for p in params}
+    for name, value in spec.specialize.items():
+        where = Location(file=spec.source, pointer=f"/specialize/{name}") if name in from_file else None
         if name not in shapes:
-            where = Location(file=spec.source, pointer=f"/specialize/{name}") if name in from_file else None
             sink.error("PL001", f"specialize {name}: the kernel has no integer parameter '{name}'", where,
                        hint="integer parameters: " + ", ".join(sorted(shapes)))
+            continue
+        bits, signed = int(dtypes[name][1:]), dtypes[name][0] == "i"
+        low, high = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (0, (1 << bits) - 1)
+        if not low <= value <= high:  # the glue's constant would wrap, and no launch could pass the value
+            sink.error("PL001", f"specialize {name}: {value} is outside the {dtypes[name]} parameter's range "
+                       f"{low}..{high}", where, hint=f"a value {name} can take")
     if sink.has_errors:
         return None
     cluster = next((c.contract.cluster for c in comps if c.contract.cluster), None)
