@@ -115,3 +115,16 @@ def test_a_kernel_parameter_named_as_another_components_entry_is_a_clash_in_the_
     glue = 'extern "C" __global__ void k(float* x, int d) {\n  pl::Tile tile;\n  c(tile, x, d);\n  d(tile, x);\n}'
     assert clashes(glue, "k", ["x", "d"], ["c", "d"]) == [
         ("kernel parameter", "d", "an entry symbol of the link: inside the kernel the parameter would hide the function")]
+
+
+def test_kernel_parameters_a_pipeline_names_are_checked_at_the_pipelines_field():
+    """`layers` and a call's `bind` name kernel parameters: a reserved or keyword name is PL188 at that field
+    (the link had blamed the contract's parameter, or passed check and failed the link)."""
+    from pipelink.core.pipeline import load_pipeline_dict
+    doc = {"pipeline": 1, "name": "k", "layers": "pl_layers", "calls": [
+        {"name": "a", "component": "rmsnorm", "per_layer": True, "bind": {"weight": "int", "x": "x_in"}}]}
+    sink = DiagnosticSink()
+    assert load_pipeline_dict(doc, sink, "p.json") is None
+    assert [(d.code, d.location.pointer) for d in sink.errors] == [("PL188", "/layers"), ("PL188", "/calls/0/bind/weight")]
+    doc["layers"], doc["calls"][0]["bind"]["weight"] = "NL", "w"
+    assert load_pipeline_dict(doc, DiagnosticSink(), "p.json") is not None

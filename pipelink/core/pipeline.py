@@ -151,6 +151,24 @@ def load_pipeline_dict(doc: dict, sink: DiagnosticSink, name: str = "<pipeline>"
     return None if parsed is None else read_pipeline(parsed.value, name, sink)
 
 
+def _kernel_parameter_names(raw: dict, file: str, sink: DiagnosticSink) -> bool:
+    """The kernel parameters a pipeline names itself (the layer count, the calls' bindings) take the contracts'
+    rules for parameters (core/identifiers.py) and leave pl_ to the glue: PL188 at the pipeline's field, where the
+    link would have blamed the contract's parameter."""
+    from .identifiers import problem
+    names = [("/layers", raw["layers"])] if isinstance(raw.get("layers"), str) else []
+    names += [(f"/calls/{i}/bind/{k}", v) for i, c in enumerate(raw.get("calls", ())) for k, v in c.get("bind", {}).items()]
+    ok = True
+    for pointer, name in names:
+        why = problem(name, "whole") or ("a name the generated glue keeps for itself (pl_...)"
+                                         if name.startswith("pl_") else None)
+        if why:
+            sink.error("PL188", f"kernel parameter '{name}' is {why}", Location(file=file, pointer=pointer),
+                       hint="name the kernel parameter differently")
+            ok = False
+    return ok
+
+
 def read_pipeline(raw, file: str, sink: DiagnosticSink) -> PipelineSpec | None:
     """A parsed pipeline document: its schema (PL133), then the wires' syntax. None after any error."""
     if not isinstance(raw, dict) or "pipeline" not in raw:
@@ -166,7 +184,7 @@ def read_pipeline(raw, file: str, sink: DiagnosticSink) -> PipelineSpec | None:
         return None
     wires = [parse_wire(w, sink, Location(file=file, pointer=f"/wires/{i}"))
              for i, w in enumerate(raw.get("wires", []))]
-    if None in wires:
+    if None in wires or not _kernel_parameter_names(raw, file, sink):
         return None
     calls = tuple(CallSpec(c["name"], c.get("component", c["name"]), tuple(sorted(c.get("bind", {}).items())),
                            c.get("per_layer", False), tuple(c.get("stacked", ())),
