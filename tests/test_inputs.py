@@ -476,3 +476,24 @@ def test_an_object_whose_device_code_is_damaged_is_pl005_in_every_command(shippe
         assert code == 2 and "error[PL005]" in err and f"--> {bad}" in err and "Traceback" not in err, err
         assert not err.startswith("error   :"), err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.o"]
+
+
+def test_a_sidecar_that_cannot_be_read_or_a_second_that_differs(built_objects, tmp_path):
+    """A sidecar that is a directory or a dangling link was taken for none (PL013); two sidecars that differ had
+    the second ignored. Now PL002 at the sidecar, and PL017 naming both; two equal sidecars are one contract."""
+    plain = tmp_path / "plain.o"
+    plain.write_bytes(built_objects["good.o"].read_bytes())
+    side = tmp_path / "plain.o.contract.json"
+    for make in (lambda: side.mkdir(), lambda: side.symlink_to(tmp_path / "gone.json")):
+        make()
+        sink = DiagnosticSink()
+        assert find_contract(read_one(plain), sink) is None
+        assert [(d.code, d.location.file) for d in sink.errors] == [("PL002", str(side))]
+        side.rmdir() if side.is_dir() else side.unlink()
+    side.write_text('{"a": 1}')
+    (tmp_path / "plain.contract.json").write_text('{"a": 1}')
+    assert find_contract(read_one(plain), DiagnosticSink()) == (b'{"a": 1}', str(side))
+    (tmp_path / "plain.contract.json").write_text('{"a": 2}')
+    sink = DiagnosticSink()
+    assert find_contract(read_one(plain), sink) is None
+    assert [d.code for d in sink.errors] == ["PL017"] and "two sidecar contracts" in sink.errors[0].message

@@ -236,14 +236,19 @@ def sidecar_contract_path(path: str | os.PathLike) -> Path | None:
 
     For an archive member `lib.a(m.o)` the sidecar sits next to the archive: `m.o.contract.json`.
     """
+    found = sidecar_candidates(path)
+    return found[0] if found else None
+
+
+def sidecar_candidates(path: str | os.PathLike) -> list[Path]:
+    """Both sidecar names that are present next to the file, whatever they are: a directory or a dangling link
+    there is a sidecar that cannot be read (PL002), not an absent one."""
     p = Path(path)
     member = _MEMBER.fullmatch(os.fspath(path))
     if member and not p.exists():
         p = Path(member["archive"]).parent / member["member"]
-    for candidate in (p.with_name(p.name + ".contract.json"), p.with_name(p.stem + ".contract.json")):
-        if candidate.is_file():
-            return candidate
-    return None
+    names = dict.fromkeys((p.with_name(p.name + ".contract.json"), p.with_name(p.stem + ".contract.json")))
+    return [c for c in names if os.path.lexists(c)]
 
 
 def sidecar_paths(path: str | os.PathLike, data: bytes | None = None) -> list[Path]:
@@ -269,10 +274,21 @@ def find_contract(obj: InputObject, sink: DiagnosticSink) -> tuple[bytes, str] |
         return obj.embedded_contract, f"{obj.path}[{CONTRACT_SECTION}]"
     if sidecar is not None:
         try:
-            return read_input_bytes(sidecar), str(sidecar)
+            data = read_input_bytes(sidecar)
         except OSError as exc:
             sink.error("PL002", f"cannot read {sidecar}: {exc.strerror or exc}", Location(file=str(sidecar)))
             return None
+        for other in sidecar_candidates(obj.path)[1:]:  # two contracts for one object: neither wins silently
+            try:
+                same = read_input_bytes(other) == data
+            except OSError:
+                same = False
+            if not same:
+                sink.error("PL017", f"{obj.path} has two sidecar contracts, {sidecar} and {other}", where,
+                           related=(Location(file=str(sidecar)), Location(file=str(other))),
+                           hint="keep one sidecar: <object>.contract.json or <stem>.contract.json")
+                return None
+        return data, str(sidecar)
     sink.error("PL013", f"{obj.path} has no {CONTRACT_SECTION} section and no sidecar "
                         f"<object>.contract.json or <stem>.contract.json", where)
     return None
