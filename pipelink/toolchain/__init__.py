@@ -149,7 +149,15 @@ def disassemble(cubin: bytes) -> str:
 # --- NVRTC ---------------------------------------------------------------------------------
 
 def nvrtc_to_ltoir(source: str, name: str, options: list[str]) -> bytes:
-    """Compile CUDA C++ source to LTO-IR with NVRTC."""
+    """Compile CUDA C++ source to LTO-IR with NVRTC, in a child process where the system can fork
+    (`_isolated`): NVRTC installs its own SIGINT/SIGTERM handlers around a compile, which end the process with
+    status 4; in the child an interrupt leaves the command's own handling (exit 130) intact."""
+    if not hasattr(os, "fork"):
+        return _nvrtc_to_ltoir(source, name, options)
+    return _isolated(_nvrtc_to_ltoir, source, name, options, tool="NVRTC")
+
+
+def _nvrtc_to_ltoir(source: str, name: str, options: list[str]) -> bytes:
     from cuda.bindings import nvrtc
 
     err, prog = nvrtc.nvrtcCreateProgram(source.encode(), name.encode(), 0, [], [])
@@ -231,7 +239,7 @@ def nvjitlink_link(inputs: list[LinkInput], options: list[str], want_ptx: bool =
     return _isolated(_nvjitlink_link, inputs, options, want_ptx)
 
 
-def _isolated(fn, *args):
+def _isolated(fn, *args, tool: str = "nvJitLink"):
     """fn(*args) in a forked child: its result, or its ToolchainError, comes back through a pipe (pickled), what
     it wrote on fds 1 and 2 through a temporary file. A child that dies (a signal, an abort) raises ToolchainError
     with `crashed` True and that output as the log."""
@@ -262,7 +270,7 @@ def _isolated(fn, *args):
                 except ToolchainError as exc:
                     result = ("error", exc.message, exc.log)
                 except Exception as exc:  # noqa: BLE001 - the bindings' own errors, as the parent would see them
-                    result = ("error", f"nvJitLink failed: {exc}", "")
+                    result = ("error", f"{tool} failed: {exc}", "")
                 data = pickle.dumps(result)
                 view = memoryview(data)
                 while view:
@@ -273,9 +281,14 @@ def _isolated(fn, *args):
                 os._exit(status)
         os.close(w)
         chunks = []
-        with os.fdopen(r, "rb") as pipe:
-            while chunk := pipe.read(1 << 20):
-                chunks.append(chunk)
+        try:
+            with os.fdopen(r, "rb") as pipe:
+                while chunk := pipe.read(1 << 20):
+                    chunks.append(chunk)
+        except BaseException:  # interrupted (Ctrl-C): the child goes too, and is reaped
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            raise
         _, wait_status = os.waitpid(pid, 0)
         printed.seek(0)
         said = printed.read().decode(errors="replace").strip()
@@ -293,7 +306,7 @@ def _isolated(fn, *args):
             how = f"crashed (signal {sig})"
     else:
         how = f"stopped with exit status {os.WEXITSTATUS(wait_status)}"
-    err = ToolchainError(f"nvJitLink {how} reading its inputs", said)
+    err = ToolchainError(f"{tool} {how} reading its inputs", said)
     err.crashed = True
     raise err
 
