@@ -486,3 +486,14 @@ def test_an_input_wired_from_two_producers_is_refused(capsys, shipped_objects, t
     code, _, err = run(capsys, "link", *objs, "--wire", "tile_load.tile=block_rowsum.tile", "--wire",
                        "tile_transform.dst=block_rowsum.tile", "-o", tmp_path / "k.cubin", "--no-cache")
     assert code == 1 and "error[PL192]" in err and not (tmp_path / "k.cubin").exists(), err
+
+
+def test_an_object_where_json_belongs_is_pl004(capsys, shipped_objects, tmp_path):
+    """A contract or pipeline argument given an object: PL004 naming what was expected (it had been PL006, a byte
+    that is no UTF-8)."""
+    obj = shipped_objects["tile_load"]
+    code, _, err = run(capsys, "header", obj, "-o", tmp_path / "h.h")
+    assert code == 2 and "error[PL004]" in err and "not a contract" in err, err
+    code, _, err = run(capsys, "link", obj, "--pipeline", obj, "-o", tmp_path / "k.cubin")
+    assert code == 2 and "error[PL004]" in err and "not a pipeline" in err, err
+    assert list(tmp_path.iterdir()) == []

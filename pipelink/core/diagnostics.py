@@ -44,7 +44,8 @@ CODES = _codes(
     Code("PL005", "truncated or corrupt object", U, "the file ends early or its headers are inconsistent; rebuild it"),
     Code("PL006", "not valid JSON", U, "fix the JSON syntax at the location shown"),
     Code("PL007", "cannot write output", U, "check that the output directory exists and is writable"),
-    Code("PL008", "toolchain unavailable", U, "reinstall pipelink so that its pinned CUDA 13.0 wheels are present"),
+    Code("PL008", "toolchain unavailable", U, "where PIPELINK_CUDA_HOME is set, point it at a CUDA 13.0 toolkit or "
+         "unset it; otherwise reinstall pipelink so that its pinned CUDA 13.0 wheels are present"),
     Code("PL009", "bad kernel manifest", U,
          "the manifest next to a cubin is the K.json `pipelink link -o K.cubin` writes; link again to get both"),
     # inputs (exit 1)

@@ -57,11 +57,23 @@ class Document:
     value: object
 
 
+OBJECT_NOT_JSON_HINT = "an object's embedded contract is what `pipelink inspect` shows; give the .json here"
+
+
+def is_object_file(data: bytes) -> bool:
+    """An ELF object or an archive of them, where a JSON document belongs."""
+    return data.startswith((b"\x7fELF", b"!<arch>\n"))
+
+
 def read_file(path: str | Path, sink: DiagnosticSink, what: str = "file") -> Document | None:
     """Read and parse one file (`what` it is, for a file that cannot be read); every failure is a
     diagnostic (exit 2) and None."""
     try:
         data = read_bytes(path)
+        if is_object_file(data):
+            sink.error("PL004", f"{path} is an object file, not a {what} (JSON)", Location(file=str(path)),
+                       hint=OBJECT_NOT_JSON_HINT)
+            return None
         return Document(parse(data))
     except OSError as exc:
         sink.error("PL002", f"cannot read {what} {path}: {exc.strerror or exc}", Location(file=str(path)))

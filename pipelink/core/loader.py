@@ -37,6 +37,10 @@ def load_contract_file(path: str | Path, sink: DiagnosticSink) -> Contract | Non
     except jsonread.JSONError as exc:
         exc.report(sink, str(path))
         return None
+    if jsonread.is_object_file(data):
+        sink.error("PL004", f"{path} is an object file, not a contract (JSON)", Location(file=str(path)),
+                   hint=jsonread.OBJECT_NOT_JSON_HINT)
+        return None
     return load_contract_bytes(data, Source(str(path)), sink)
 
 

@@ -155,8 +155,9 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
     if spec.calls:
         from .calls import expand_calls
         if spec.schedule not in (None, "persistent") or spec.wires or spec.components:
-            what = "wires" if spec.wires else "components" if spec.components else f"the {spec.schedule} schedule"
-            sink.error("PL176", f"a pipeline with calls has no {what}: its calls are a persistent kernel's task "
+            what = "no wires" if spec.wires else "no components" if spec.components else "the persistent schedule, " \
+                f"not {spec.schedule}"
+            sink.error("PL176", f"a pipeline with calls has {what}: its calls are a persistent kernel's task "
                        "groups, which meet through events", Location(file=spec.source, pointer="/calls"),
                        hint="drop it; the calls list the components, `after` orders them")
             return None
