@@ -497,3 +497,13 @@ def test_an_object_where_json_belongs_is_pl004(capsys, shipped_objects, tmp_path
     code, _, err = run(capsys, "link", obj, "--pipeline", obj, "-o", tmp_path / "k.cubin")
     assert code == 2 and "error[PL004]" in err and "not a pipeline" in err, err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_cycle_of_wires_is_located_at_the_wires(capsys, shipped_objects, tmp_path):
+    """PL068 named the cycle's components only: now at the pipeline's wire (a self-wire here)."""
+    pipe = tmp_path / "self.json"
+    pipe.write_text(json.dumps({"pipeline": 1, "components": ROWSUM, "schedule": "sequential",
+                                "wires": ["tile_transform.dst -> tile_transform.src",
+                                          "tile_transform.dst -> block_rowsum.tile"]}))
+    code, _, err = run(capsys, "check", *(shipped_objects[n] for n in ROWSUM), "--pipeline", pipe)
+    assert code == 1 and "error[PL068]" in err and f"--> {pipe}, at /wires/0" in err, err

@@ -205,7 +205,8 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
                            by_name[w.consumer].contract.at(w.in_port.pointer_path),
                            related=(by_name[w.producer].contract.at(w.out_port.pointer_path),),
                            hint="hand the tile over in registers (a reg port), or keep it inside one component")
-    order = _topological(comps, wires, sink)
+    written = {f"{ws.producer}.{ws.out_port} -> {ws.consumer}.{ws.in_port}": ws.where for ws, _ in wires_spec}
+    order = _topological(comps, wires, sink, written)
     events = None
     if schedule == "persistent":
         tiles = _persistent_sequences(comps, wires, sink)
@@ -614,11 +615,15 @@ def _shape(exprs, values) -> str:
     return "[" + ", ".join(f"{e}={v}" if not e.is_constant else str(v) for e, v in zip(exprs, values)) + "]"
 
 
-def _topological(comps, wires, sink) -> list[str] | None:
+def _topological(comps, wires, sink, written: dict | None = None) -> list[str] | None:
+    """The components in wire order; PL068 at the cycle's wires as the pipeline wrote them, where it did."""
     from .graph import dependency_order
     order, cycle = dependency_order([c.name for c in comps], [(w.producer, w.consumer, str(w)) for w in wires])
     if order is None:
-        sink.error("PL068", f"the wires form a cycle: {' -> '.join(a for a, _, _ in cycle)}")
+        places = [where for _, _, label in cycle if (where := (written or {}).get(label)) is not None]
+        sink.error("PL068", f"the wires form a cycle: {' -> '.join(a for a, _, _ in cycle)} "
+                   f"({', '.join(label for _, _, label in cycle)})", places[0] if places else None,
+                   related=tuple(places[1:]))
     return order
 
 
