@@ -187,8 +187,9 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()  # a closed stdout shows here at the latest
         return code
     except UsageError as exc:
-        _emit([Diagnostic("PL001", str(exc))], "text")
-        return ExitCode.USAGE
+        sink = DiagnosticSink()
+        sink.items.append(Diagnostic("PL001", str(exc)))
+        return _finish(sink, _asked_format(argv), {"ok": False}, [])
     except _ParserExit as exc:
         return exc.status
     except BrokenPipeError:
@@ -233,6 +234,18 @@ class _ClosedStdout(io.TextIOBase):
     @property
     def buffer(self):
         raise OSError(errno.EBADF, "stdout is closed")
+
+
+def _asked_format(argv: list[str]) -> str:
+    """The --format a command line asks for, read past a usage error, so that a tool reading JSON or SARIF on
+    stdout gets its document even for a command it could not run."""
+    fmt = "text"
+    for i, arg in enumerate(argv):
+        value = argv[i + 1] if arg == "--format" and i + 1 < len(argv) else arg.partition("=")[2] \
+            if arg.startswith("--format=") else None
+        if value in ("json", "sarif"):
+            fmt = value
+    return fmt
 
 
 def _stdout_closed() -> int:

@@ -351,3 +351,13 @@ def test_link_takes_geometry_the_components_consume(capsys, shipped_objects, tmp
     objects = [shipped_objects[n] for n in ROWSUM]
     code, _, err = run(capsys, "link", *objects, "--geometry", "TILE_N=256", "-o", bad, "--no-cache")
     assert code == 1 and "error[PL180]" in err and "'tile_load' provides" in err and not bad.exists()
+
+
+@pytest.mark.parametrize("fmt", ["json", "sarif"])
+def test_a_usage_error_still_gives_the_asked_document_on_stdout(capsys, fmt):
+    """A tool reading --format json|sarif from stdout gets its document for a command line it could not run."""
+    from pipelink.cli import main
+    assert main(["link", f"--format={fmt}", "x.o", "--profile-tasks", "abc"]) == 2
+    doc = json.loads(capsys.readouterr().out)
+    codes = [d["code"] for d in doc["diagnostics"]] if fmt == "json" else [r["ruleId"] for r in doc["runs"][0]["results"]]
+    assert codes == ["PL001"]
