@@ -219,8 +219,8 @@ def test_a_fifo_is_written_to_not_replaced(tmp_path):
 
 
 def test_special_files_are_recognised():
-    from pipelink.formats.outputs import _special
-    assert _special("/dev/null") and not _special(__file__) and not _special("/no/such/file")
+    from pipelink.formats.outputs import special_file
+    assert special_file("/dev/null") and not special_file(__file__) and not special_file("/no/such/file")
 
 
 def test_an_unwritable_folder_is_a_located_refusal(tmp_path, monkeypatch):

@@ -217,18 +217,12 @@ def _compile(contract: Contract, contract_bytes: bytes, source: Path, cmd: list[
 def _names_the_toolkit_declares(contract: Contract, log: str, sink: DiagnosticSink) -> bool:
     """Where nvcc's errors in the generated header quote an entry symbol or a parameter of the contract, the name is
     one the toolkit's headers declare at global scope (printf, sqrtf, ...): PL188 at the name. True when it did."""
-    from ..core.identifiers import named_in_errors
-    header = f"{contract.name}.pipelink.h"
-    named = {n: line for n, line in named_in_errors(log).items() if header in line}
-    places = [(s, "/entry/symbol" if s == contract.entry.symbol else "/entry", "entry symbol") for s in contract.symbols]
-    places += [(p.name, p.pointer_path, "parameter") for p in contract.entry.params]
-    found = False
-    for name, pointer, what in places:
-        if name in named:
-            sink.error("PL188", f"{what} '{name}' is a name the CUDA headers declare ({named[name]})",
-                       contract.at(pointer), hint="rename it in the contract and the code")
-            found = True
-    return found
+    from ..core.identifiers import names_the_toolkit_declares
+    found = names_the_toolkit_declares(contract, log, within=f"{contract.name}.pipelink.h")
+    for name, pointer, what, line in found:
+        sink.error("PL188", f"{what} '{name}' is a name the CUDA headers declare ({line})", contract.at(pointer),
+                   hint="rename it in the contract and the code")
+    return bool(found)
 
 
 def _indent(text: str, limit: int = 40) -> str:

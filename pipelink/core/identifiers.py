@@ -50,3 +50,13 @@ def named_in_errors(log: str) -> dict[str, str]:
     the toolkit's headers already declare at global scope shows, which no list here could hold."""
     return {m.group(1): line.strip() for line in log.splitlines() if ": error: " in line
             for m in re.finditer(r'"([A-Za-z_]\w*)"', line)}
+
+
+def names_the_toolkit_declares(contract, log: str, within: str | None = None) -> list[tuple[str, str, str, str]]:
+    """(name, JSON pointer, what it is, the compiler's line) for each entry symbol or parameter of `contract` that a
+    compiler's error quotes (only errors in the file `within`, when given): names the toolkit's headers declare at
+    global scope (printf, sqrtf, ...), which no list here can hold."""
+    named = {n: line for n, line in named_in_errors(log).items() if within is None or within in line}
+    places = [(s, "/entry/symbol" if s == contract.entry.symbol else "/entry", "entry symbol") for s in contract.symbols]
+    places += [(p.name, p.pointer_path, "parameter") for p in contract.entry.params]
+    return [(name, pointer, what, named[name]) for name, pointer, what in places if name in named]

@@ -137,11 +137,6 @@ def _umask() -> int:
 
 def special_file(path: str) -> bool:
     """An existing path that is not a regular file (a device, a FIFO, a socket): written to, not replaced."""
-    return _special(path)
-
-
-def _special(path: str) -> bool:
-    """An existing path that is not a regular file (a device, a FIFO, a socket): written to, not replaced."""
     try:
         return not stat.S_ISREG(os.stat(path).st_mode)
     except OSError:
@@ -158,7 +153,7 @@ def write_outputs(files: dict[str, bytes], sink: DiagnosticSink) -> bool:
     target = ""
     try:
         for target, data in files.items():
-            if target == STDOUT or _special(target):
+            if target == STDOUT or special_file(target):
                 continue
             real = os.path.realpath(target)
             folder = os.path.dirname(real) or "."
@@ -177,7 +172,7 @@ def write_outputs(files: dict[str, bytes], sink: DiagnosticSink) -> bool:
         # Special files and stdout before any rename: a write that fails there (a full device, a closed stdout)
         # leaves none of the set renamed into place.
         for target, data in files.items():
-            if target != STDOUT and _special(target):
+            if target != STDOUT and special_file(target):
                 with open(target, "wb") as f:
                     f.write(data)
         if STDOUT in files:

@@ -171,7 +171,7 @@ def _names_the_toolkit_declares(ctx: LinkContext, log: str) -> bool:
     """Where NVRTC's errors name (in quotes) the kernel, a kernel parameter or an entry symbol, the name is one the
     toolkit's headers declare at global scope (printf, min, std, ...), which no list here can hold: say so at
     the name, PL077 or PL188, rather than blame the glue. True when it did."""
-    from ..core.identifiers import named_in_errors
+    from ..core.identifiers import named_in_errors, names_the_toolkit_declares
     r = ctx.resolved
     named = named_in_errors(log)
     found = False
@@ -180,12 +180,10 @@ def _names_the_toolkit_declares(ctx: LinkContext, log: str) -> bool:
                        Location(file=ctx.options.pipeline.source, pointer="/name"), hint="name the pipeline differently")
         found = True
     for c in r.components:
-        places = [(sym, c.code.at("/entry/symbol"), "entry symbol") for sym in c.code.symbols]
-        places += [(p.name, c.contract.at(p.pointer_path), "parameter") for p in c.contract.entry.params]
-        for name, where, what in places:
-            if name in named and name != r.name:
-                ctx.sink.error("PL188", f"{what} '{name}' of '{c.name}' is a name the CUDA headers declare "
-                                        f"({named[name]})", where, hint="rename it in the contract (and the code)")
+        for name, pointer, what, line in names_the_toolkit_declares(c.contract, log):
+            if name != r.name:
+                ctx.sink.error("PL188", f"{what} '{name}' of '{c.name}' is a name the CUDA headers declare ({line})",
+                               c.contract.at(pointer), hint="rename it in the contract (and the code)")
                 found = True
     return found
 
