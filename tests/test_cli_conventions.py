@@ -361,3 +361,37 @@ def test_a_usage_error_still_gives_the_asked_document_on_stdout(capsys, fmt):
     doc = json.loads(capsys.readouterr().out)
     codes = [d["code"] for d in doc["diagnostics"]] if fmt == "json" else [r["ruleId"] for r in doc["runs"][0]["results"]]
     assert codes == ["PL001"]
+
+
+# --- the console script --------------------------------------------------------------------------------------
+
+_INTERRUPT_WHILE_IMPORTING = """
+import builtins, sys
+real_import = builtins.__import__
+def importing(name, *args, **kwargs):
+    if name == "cli" or name.endswith("pipelink.cli"):
+        raise KeyboardInterrupt  # Ctrl-C arriving while the CLI's modules load
+    return real_import(name, *args, **kwargs)
+builtins.__import__ = importing
+from pipelink.__main__ import main
+sys.exit(main())
+"""
+
+
+def test_the_console_script_is_the_guarded_launcher_and_runs():
+    """`pipelink` is pipelink.__main__:main, which `python -m pipelink` runs too."""
+    import subprocess
+    import sys
+    import tomllib
+    scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts == {"pipelink": "pipelink.__main__:main"}
+    proc = subprocess.run([sys.executable, "-m", "pipelink", "--version"], capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 0 and __version__ in proc.stdout, proc.stderr
+
+
+def test_ctrl_c_while_the_cli_imports_ends_with_130_and_no_traceback():
+    import subprocess
+    import sys
+    proc = subprocess.run([sys.executable, "-c", _INTERRUPT_WHILE_IMPORTING], capture_output=True, text=True,
+                          cwd=REPO)
+    assert proc.returncode == 130 and proc.stdout == "" and proc.stderr == "", proc.stderr

@@ -55,15 +55,16 @@ def test_step_links_into_one_kernel(linked, variant):
 
 def test_attentions_split_count_is_the_pipelines_and_the_loader_asks_l2_ahead(objects, linked):
     """attn_split consumes SPLIT_TASKS (how many split tasks fill the kernel): 256 by default, what the pipeline's
-    `geometry` gives otherwise (one block an SM: 128), for the splits and their merge alike. The same link
+    `geometry` gives otherwise (the loader step's: 128, one block an SM), for the splits and their merge alike. The link
     (lr_deal_st128_ahead2) has load_ahead 2: every `_lr` GEMV's loader says ahead, so the loader asks L2 for the
     CTA's task two on in each of their calls; the compute warps' code is not touched and nothing spills.
     (One megakernel link for both: each costs CI a quarter of a minute.)"""
     assert linked["split"].manifest.geometry["SPLIT_TASKS"] == 256
+    assert linked["lr"].manifest.geometry["SPLIT_TASKS"] == 128
     st = decode_kernels.link_mega(objects, "lr_deal_st128_ahead2")
     assert st.ok, [d.render() for d in st.diagnostics]
     assert st.manifest.geometry["SPLIT_TASKS"] == 128
-    assert st.manifest.tasks["attn_split"] != linked["lr"].manifest.tasks["attn_split"]
+    assert st.manifest.tasks["attn_split"] != linked["split"].manifest.tasks["attn_split"]
     assert "128" in st.manifest.tasks["attn_split"], st.manifest.tasks["attn_split"]
     loader = st.glue[st.glue.index("// the loader warp"):st.glue.index("int pl_ring_pos = 0;  // the next task's")]
     for call in ("qkv", "o_proj", "gate_up", "down", "lm_head"):

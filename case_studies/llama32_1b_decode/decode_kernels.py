@@ -43,7 +43,11 @@ MEGA_OPTIONS.update({f"{v}_wait{n}": (v, {"wait_backoff_ns": n}) for v in ("spli
 # X_stN: attention's splits sized for N tasks (the pipeline's `geometry` SPLIT_TASKS; 256 by default, about the CTAs
 # of two blocks an SM, where the loader step runs one).
 MEGA_OPTIONS.update({f"{v}_st{n}": (v, {"geometry": {"SPLIT_TASKS": n}}) for v in ("split", "lr") for n in (128,)})
+# decode_step_lr.json deals on with 128 splits' tasks (measured faster at B 1 and 8, ctx 1024 and 4096): the
+# lr_deal_st128* names below are lr* kept under the names their results carry; lr_restart_st256 is the loader
+# step as it was before (each call from CTA 0, splits for 256 tasks).
 MEGA_OPTIONS["lr_deal_st128"] = ("lr", {"deal": "continue", "geometry": {"SPLIT_TASKS": 128}})
+MEGA_OPTIONS["lr_restart_st256"] = ("lr", {"deal": "restart", "geometry": {"SPLIT_TASKS": 256}})
 # lr_aheadN: the loader also asks L2 for the W of the CTA's task N tasks on in the same call, before it waits for
 # a slot (the pipeline's `load_ahead`); lr_deal_st128_aheadN the same on lr_deal_st128.
 MEGA_OPTIONS.update({f"lr_ahead{n}": ("lr", {"load_ahead": n}) for n in (1, 2, 4, 6)})
