@@ -507,3 +507,27 @@ def test_a_cycle_of_wires_is_located_at_the_wires(capsys, shipped_objects, tmp_p
                                           "tile_transform.dst -> block_rowsum.tile"]}))
     code, _, err = run(capsys, "check", *(shipped_objects[n] for n in ROWSUM), "--pipeline", pipe)
     assert code == 1 and "error[PL068]" in err and f"--> {pipe}, at /wires/0" in err, err
+
+
+def test_a_build_interrupted_during_nvcc_leaves_no_files_behind(tmp_path):
+    """Ctrl-C while nvcc compiles a component: exit 130, and neither pipelink's scratch directory nor nvcc's
+    intermediate files (tmpxft_*, which nvcc puts in TMPDIR and does not remove when it is killed) are left."""
+    import signal
+    import time
+    from pipelink.harness.shipped import REPO
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = dict(os.environ, TMPDIR=str(scratch), PIPELINK_CACHE="0")
+    out_file = tmp_path / "t.o"
+    proc = subprocess.Popen([sys.executable, "-m", "pipelink", "build",
+                             REPO / "components/tile_transform/tile_transform.cu", "--contract",
+                             REPO / "contracts/tile_transform.json", "-o", out_file, "--arch", "sm_90"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while not list(scratch.rglob("tmpxft_*")) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert proc.poll() is None, "the build ended before nvcc wrote a file"
+    os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: to pipelink and nvcc alike
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "Traceback" not in err, err
+    assert list(scratch.iterdir()) == [] and not out_file.exists()

@@ -185,7 +185,8 @@ def _compile(contract: Contract, contract_bytes: bytes, source: Path, cmd: list[
     cmd = [*cmd, "-MD", "-MF", str(tmp / "component.d")]  # what the compile reads: the cache entry's dependencies
     opts.nvcc_log.append(" ".join(cmd))
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace", env=toolchain.nvcc_env())
+        proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace",
+                              env=toolchain.nvcc_env(scratch=tmp))
     except OSError as exc:
         sink.error("PL008", f"cannot run nvcc: {exc}", Location(file=str(source)))
         return None

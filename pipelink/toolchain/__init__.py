@@ -102,9 +102,12 @@ def nvshmem_root() -> Path:
     return root
 
 
-def nvcc_env() -> dict:
-    """Environment for running the wheel's nvcc: its own bin first, and its libraries."""
+def nvcc_env(scratch: Path | None = None) -> dict:
+    """Environment for running the wheel's nvcc: its own bin first, and its libraries. `scratch`: a directory
+    the caller removes, for nvcc's intermediate files (TMPDIR), so a compile killed midway (Ctrl-C) leaves none."""
     env = dict(os.environ)
+    if scratch is not None:
+        env["TMPDIR"] = os.fspath(scratch)
     root = cuda_root()
     env["PATH"] = f"{root / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     env["LD_LIBRARY_PATH"] = f"{root / 'lib'}{os.pathsep}{env.get('LD_LIBRARY_PATH', '')}"
