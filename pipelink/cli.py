@@ -509,7 +509,19 @@ def _link_options(args, sink: DiagnosticSink):
     if args.name is not None and not is_identifier(args.name):
         sink.error("PL001", f"--name {args.name!r} is not a C identifier", hint="the kernel's name is a C identifier")
         return None
-    spec = replace(spec, name=args.name or spec.name, wires=tuple(spec.wires) + tuple(wires),
+    given = dict(spec.given)  # what the options set, for a diagnostic to name the option rather than the file
+    for field_name, option in (("name", "--name"), ("schedule", "--schedule"), ("dispatch", "--dispatch"),
+                               ("profile_tasks", "--profile-tasks")):
+        if getattr(args, field_name) is not None:
+            given[f"/{field_name}"] = f"{option} {getattr(args, field_name)}"
+    for field_name, option in (("debug_events", "--debug-events"), ("dependent_launch", "--dependent-launch"),
+                               ("standalone", "--standalone")):
+        if getattr(args, field_name):
+            given[f"/{field_name}"] = option
+    for field_name, option in (("specialize", "--specialize"), ("geometry", "--geometry")):
+        for item in getattr(args, field_name):
+            given[f"/{field_name}/{item.partition('=')[0].strip()}"] = f"{option} {item[:80]}"
+    spec = replace(spec, name=args.name or spec.name, wires=tuple(spec.wires) + tuple(wires), given=given,
                    schedule=args.schedule or spec.schedule, dispatch=args.dispatch or spec.dispatch,
                    debug_events=args.debug_events or spec.debug_events, specialize=specialize, geometry=geometry,
                    dependent_launch=args.dependent_launch or spec.dependent_launch,

@@ -458,6 +458,20 @@ def test_a_kernel_named_as_a_keyword_is_refused(capsys, shipped_objects, tmp_pat
     code, _, err = run(capsys, "link", "--pipeline", REPO / "pipelines/rowsum.json",
                        *(shipped_objects[n] for n in ROWSUM), "-o", tmp_path / "k.cubin", "--name", "int", "--no-cache")
     assert code == 1 and "error[PL077]" in err and "C++ keyword" in err and "PL075" not in err, err
+    assert "--> option --name int" in err and "rowsum.json" not in err.split("PL077")[1], err  # not the file's /name
+
+
+def test_a_value_from_an_option_is_located_at_the_option(capsys, shipped_objects, tmp_path):
+    """--profile-tasks on a pipeline that is not persistent: PL179 names the option, not the pipeline file
+    (which does not hold it); the same in SARIF, in the location's property bag."""
+    from pipelink.harness.shipped import REPO
+    argv = ["link", "--pipeline", REPO / "pipelines/rowsum.json", *(shipped_objects[n] for n in ROWSUM),
+            "-o", tmp_path / "k.cubin", "--profile-tasks", "64", "--no-cache"]
+    code, _, err = run(capsys, *argv)
+    assert code == 1 and "error[PL179]" in err and "--> option --profile-tasks 64" in err, err
+    code, out, _ = run(capsys, *argv, "--format", "sarif")
+    (result,) = json.loads(out)["runs"][0]["results"]
+    assert result["ruleId"] == "PL179" and result["locations"][0]["properties"] == {"option": "--profile-tasks 64"}
 
 
 @pytest.mark.parametrize("pipe,names,value", [("rowsum", ROWSUM, "64"), ("ring_gemv", RING, "3")])

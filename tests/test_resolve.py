@@ -126,6 +126,7 @@ def test_ambiguous_auto_wire():
 def test_kernel_name_clash_and_param_clash():
     _, _, sink = run(rowsum(), name="tile_load")
     assert codes(sink) == ["PL077"]
+    assert sink.items[0].location.pointer == "/name"
     _, _, sink = run(rowsum(block_rowsum=lambda c: c["entry"]["params"][1].update(dtype="i64")))
     assert codes(sink) == ["PL069"]
 
@@ -270,3 +271,25 @@ def test_pipeline_geometry_refuses_provided_unconsumed_and_out_of_range_names():
     assert [(c, p) for c, p, _ in unknown] == [("PL180", "/geometry/TILE_Q")] and "no component" in unknown[0][2]
     out_of_range = errors([shipped("tile_transform"), shipped("block_rowsum")], {"TILE_N": 100})  # multiple of 32
     assert "PL051" in [c for c, _, _ in out_of_range]
+
+
+# --- where a pipeline's value came from ---------------------------------------------------------
+
+def test_a_value_is_located_where_it_was_given():
+    """A pipeline's field is located at the option that set it (`given`, as the CLI records it), else at the
+    pipeline file's field, else at the field alone (a PipelineSpec built in Python)."""
+    spec = PipelineSpec(source="p.json", given={"/profile_tasks": "--profile-tasks 64", "/specialize/M": "--specialize M=4"})
+    assert spec.at("/profile_tasks").render() == "option --profile-tasks 64"
+    assert spec.at("/specialize/M").option == "--specialize M=4" and spec.at("/specialize/M").file is None
+    assert spec.at("/specialize/N") == spec.at("/specialize/N").__class__(file="p.json", pointer="/specialize/N")
+    assert PipelineSpec().at("/deal").render() == "at /deal"
+
+
+def test_the_default_kernel_name_clashing_is_located_at_the_components_symbol():
+    """No pipeline file, no --name: the kernel is pipelink_fused; a component whose entry symbol that is gets
+    PL077 at its contract's symbol, with the hint to give a name."""
+    comps = rowsum(block_rowsum=lambda c: c["entry"].update(symbol="pipelink_fused"))
+    ctx = run_passes(options=LinkOptions(arch="sm_90", pipeline=PipelineSpec()), components=comps, until="resolve")
+    (d,) = [d for d in ctx.sink.items if d.severity == "error"]
+    assert d.code == "PL077" and "(the default)" in d.message and "--name" in d.hint
+    assert (d.location.file, d.location.pointer) == ("block_rowsum.json", "/entry/symbol")

@@ -327,6 +327,7 @@ class Location:
     component: str | None = None
     line: int | None = None
     column: int | None = None
+    option: str | None = None   # the command-line option that gave the value, e.g. --profile-tasks
 
     def render(self) -> str:
         parts = []
@@ -339,6 +340,8 @@ class Location:
             parts.append(f"at {_safe(self.pointer) or '/'}")
         if self.component:
             parts.append(f"component '{_safe(self.component)}'")
+        if self.option:
+            parts.append(f"option {_safe(self.option)}")
         return ", ".join(parts)
 
     def to_json(self) -> dict:
@@ -480,14 +483,14 @@ def _file_uri(path: str) -> str:
 
 
 def _sarif_location(loc: dict) -> dict:
-    """A to_json() location as a SARIF location; the JSON pointer and component go in its property bag."""
+    """A to_json() location as a SARIF location; the JSON pointer, component and option go in its property bag."""
     out: dict = {}
     if "file" in loc:
         physical: dict = {"artifactLocation": {"uri": _file_uri(loc["file"])}}
         if "line" in loc:
             physical["region"] = {"startLine": loc["line"], **({"startColumn": loc["column"]} if "column" in loc else {})}
         out["physicalLocation"] = physical
-    bag = {k: loc[k] for k in ("pointer", "component") if k in loc}
+    bag = {k: loc[k] for k in ("pointer", "component", "option") if k in loc}
     if bag:
         out["properties"] = bag
     return out

@@ -80,6 +80,17 @@ class PipelineSpec:
     layers: str | int | None = None     # how often the per-layer calls run: an i32 parameter's name, or a number
     source: str | None = field(default=None, metadata=NOT_IN_KEY)     # the pipeline file, for diagnostics
     extra: dict = field(default_factory=dict, metadata=NOT_IN_KEY)    # the file as read
+    given: dict = field(default_factory=dict, metadata=NOT_IN_KEY)    # field's pointer -> the option that set it
+
+    def at(self, pointer: str) -> Location:
+        """Where the value at `pointer` came from, for a diagnostic: the command-line option that gave it (`given`,
+        e.g. /profile_tasks: --profile-tasks 64), else the field of the pipeline file (none: of the spec)."""
+        parts = pointer.split("/")
+        for n in range(len(parts), 1, -1):
+            option = self.given.get("/".join(parts[:n]))
+            if option:
+                return Location(option=option)
+        return Location(file=self.source, pointer=pointer)
 
 
 def spec_document(spec: PipelineSpec) -> dict:

@@ -172,7 +172,7 @@ def expand_calls(components: list[Component], spec: PipelineSpec,
                  sink: DiagnosticSink) -> tuple[list[Component], CallPlan] | None:
     """One renamed component per call, in call order, and the plan; None after any error."""
     by_name = {c.name: c for c in components}
-    where = lambda call: call.where or Location(file=spec.source, pointer="/calls")  # noqa: E731
+    where = lambda call: call.where or spec.at("/calls")  # noqa: E731
     seen, used = set(), set()
     for call in spec.calls:
         if call.name in seen:
@@ -185,7 +185,7 @@ def expand_calls(components: list[Component], spec: PipelineSpec,
     for name in by_name:
         if name not in used:
             sink.error("PL176", f"input '{name}' is not called by any of the pipeline's calls",
-                       Location(file=spec.source, pointer="/calls"), hint=f"add a call of '{name}' or leave the input out")
+                       spec.at("/calls"), hint=f"add a call of '{name}' or leave the input out")
     if sink.has_errors:
         return None
     plan = _plan(spec, sink)
@@ -200,7 +200,7 @@ def expand_calls(components: list[Component], spec: PipelineSpec,
     for event, who in notifiers.items():
         if event in waited and len(who) > 1:
             sink.error("PL176", f"event '{event}' is waited for, and calls {', '.join(who)} all notify it: which "
-                       "one a wait means is ambiguous", Location(file=spec.source, pointer="/calls"),
+                       "one a wait means is ambiguous", spec.at("/calls"),
                        hint="give each call's event its own name (the call's `events`)")
     if sink.has_errors:
         return None
@@ -229,7 +229,7 @@ def _plan(spec: PipelineSpec, sink: DiagnosticSink) -> CallPlan | None:
     calls = list(spec.calls)
     index = {c.name: i for i, c in enumerate(calls)}
     layered = [i for i, c in enumerate(calls) if c.per_layer]
-    top = Location(file=spec.source, pointer="/calls")
+    top = spec.at("/calls")
     if layered and spec.layers is None:
         sink.error("PL176", "calls are marked per_layer, but the pipeline does not say how many layers", top,
                    hint='add "layers": the name of an i32 kernel parameter, or a number')
@@ -280,7 +280,7 @@ def _renamed_raw(comp: Component, call: CallSpec, plan: CallPlan, waited: set[st
                  spec: PipelineSpec, sink: DiagnosticSink) -> dict | None:
     """The component's contract document as this call's: renamed, stacked, with its `after` events."""
     c = comp.contract
-    at = call.where or Location(file=spec.source, pointer="/calls")
+    at = call.where or spec.at("/calls")
     params = {p.name: p for p in c.entry.params}
     names = dict(call.bind)
     for key in names:

@@ -177,7 +177,7 @@ def _names_the_toolkit_declares(ctx: LinkContext, log: str) -> bool:
     found = False
     if r.name in named:
         ctx.sink.error("PL077", f"the kernel name '{r.name}' is a name the CUDA headers declare ({named[r.name]})",
-                       Location(file=ctx.options.pipeline.source, pointer="/name"), hint="name the pipeline differently")
+                       ctx.options.pipeline.at("/name"), hint="name the pipeline differently")
         found = True
     for c in r.components:
         for name, pointer, what, line in names_the_toolkit_declares(c.contract, log):

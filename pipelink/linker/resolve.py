@@ -118,7 +118,7 @@ def plan_loader(comps: list, spec: PipelineSpec, schedule: str, role_structured:
     if spec.load_ahead and not ahead:
         sink.warning("PL189", f"load_ahead is {spec.load_ahead}, but no component of this link has a load entry that "
                      "asks L2 ahead (loader.ahead): the loader asks for nothing ahead",
-                     Location(file=spec.source, pointer="/load_ahead") if spec.source else None,
+                     spec.at("/load_ahead"),
                      hint="drop load_ahead, or link components whose contract's loader says ahead")
     if not loading:
         return None
@@ -144,12 +144,23 @@ def plan_loader(comps: list, spec: PipelineSpec, schedule: str, role_structured:
 SAMPLE_SHAPES = (1, 2, 3, 17, 64, 100, 129, 1000, 4096, 5003)
 
 
+def _symbol_at(contract, symbol: str) -> Location:
+    """Where a contract names an entry symbol."""
+    for i, e in enumerate(contract.entries):
+        if e.symbol == symbol:
+            return contract.at(f"/entries/{i}/symbol")
+    for key in ("symbol", "prefetch", "load"):
+        if getattr(contract.entry, key) == symbol:
+            return contract.at(f"/entry/{key}")
+    return contract.at("/entry")
+
+
 def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSink) -> Resolved | None:
     if spec.standalone:
         components = standalone(components)
     if not is_identifier(spec.name):  # it names the generated kernel
         sink.error("PL001", f"the kernel name {spec.name!r} is not a C identifier",
-                   Location(file=spec.source, pointer="/name") if spec.source else None)
+                   spec.at("/name"))
         return None
     calls = None
     if spec.calls:
@@ -158,7 +169,7 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
             what = "no wires" if spec.wires else "no components" if spec.components else "the persistent schedule, " \
                 f"not {spec.schedule}"
             sink.error("PL176", f"a pipeline with calls has {what}: its calls are a persistent kernel's task "
-                       "groups, which meet through events", Location(file=spec.source, pointer="/calls"),
+                       "groups, which meet through events", spec.at("/calls"),
                        hint="drop it; the calls list the components, `after` orders them")
             return None
         expanded = expand_calls(components, spec, sink)
@@ -227,15 +238,19 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
     params = _params(comps, sink)
     if calls is not None:
         params = _layered_params(params, calls, sink, spec)
+    # the default name (no pipeline file's, no --name) is located at the component it clashes with
+    default_name = spec.name == PipelineSpec.name and spec.source is None and "/name" not in spec.given
+    rename = ("give the kernel a name: --name, or the pipeline's \"name\"" if default_name
+              else "name the pipeline differently")
     for c in comps:
         if spec.name in c.contract.symbols:
-            sink.error("PL077", f"the kernel name '{spec.name}' is an entry symbol of '{c.name}'",
-                       Location(file=spec.source, pointer="/name"), hint="name the pipeline differently")
+            sink.error("PL077", f"the kernel name '{spec.name}'{' (the default)' if default_name else ''} is an entry "
+                       f"symbol of '{c.name}'", _symbol_at(c.contract, spec.name) if default_name else spec.at("/name"),
+                       hint=rename)
     from ..core.identifiers import problem
     why = problem(spec.name, "global")
     if why:
-        sink.error("PL077", f"the kernel name '{spec.name}' is {why}",
-                   Location(file=spec.source, pointer="/name"), hint="name the pipeline differently")
+        sink.error("PL077", f"the kernel name '{spec.name}' is {why}", spec.at("/name"), hint=rename)
     # A whole-call event is waited on only as a whole, so one add per CTA after its last task of the call lands
     # no later than the last of the per-task adds would, with one fence and atomic per CTA instead of per task:
     # on wherever each CTA's task order is fixed (the decode step: 3.4% faster at B = 1), off only when asked.
@@ -246,24 +261,24 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
                    "persistent schedule with static dispatch knows; this pipeline's is "
                    f"{'role-structured' if role_structured else schedule}"
                    + (f" with {spec.dispatch} dispatch" if schedule == "persistent" and not role_structured else ""),
-                   Location(file=spec.source, pointer="/counts_per_cta") if spec.source else None,
+                   spec.at("/counts_per_cta"),
                    hint="drop counts_per_cta, or use a persistent schedule with \"dispatch\": \"static\"")
     if spec.deal != "restart" and not per_cta_allowed:
         sink.error("PL187", f"deal '{spec.deal}' orders the tasks of a static walk over the CTAs; this pipeline's "
                    f"schedule is {'role-structured' if role_structured else schedule}"
                    + (f" with {spec.dispatch} dispatch" if schedule == "persistent" and not role_structured else ""),
-                   Location(file=spec.source, pointer="/deal") if spec.source else None,
+                   spec.at("/deal"),
                    hint="drop deal, or use a persistent schedule with \"dispatch\": \"static\"")
     if spec.profile_tasks and (schedule != "persistent" or role_structured):
         sink.error("PL179", f"profile_tasks records the tasks of a persistent kernel; this pipeline's schedule is "
                    f"{'role-structured' if role_structured else schedule}",
-                   Location(file=spec.source, pointer="/profile_tasks") if spec.source else None,
+                   spec.at("/profile_tasks"),
                    hint="profile a persistent pipeline, or time the kernel as a whole")
     elif spec.profile_tasks and len(comps) > PROFILE_COMPONENTS:
         sink.error("PL191", f"profile_tasks names a task's component in 7 bits of its record (the eighth marks the "
                    f"loader's records); this kernel has {len(comps)} components (calls), the record names "
                    f"{PROFILE_COMPONENTS}",
-                   Location(file=spec.source, pointer="/profile_tasks") if spec.source else None,
+                   spec.at("/profile_tasks"),
                    hint="profile a kernel of fewer calls (a part of the pipeline), or time the kernel as a whole")
     for c in comps:
         if c.contract.entry.prefetch and schedule == "warp_specialized":
@@ -300,10 +315,9 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
     if sink.has_errors or tiles is None or order is None:
         return None
     shapes = {p.name for p in params if not p.pointer and p.dtype in INTEGER_DTYPES}
-    from_file = spec.extra.get("specialize", {})
     dtypes = {p.name: p.dtype for p in params}
     for name, value in spec.specialize.items():
-        where = Location(file=spec.source, pointer=f"/specialize/{name}") if name in from_file else None
+        where = spec.at(f"/specialize/{name}")
         if name not in shapes:
             sink.error("PL001", f"specialize {name}: the kernel has no integer parameter '{name}'", where,
                        hint="integer parameters: " + ", ".join(sorted(shapes)))
@@ -355,7 +369,7 @@ def _role_structured_only(comps, schedule: str, spec: PipelineSpec, sink) -> Non
     """Entries split the block by role; a component with a single entry has no role to run on."""
     if schedule != "warp_specialized":
         sink.error("PL078", f"components with several entries run warp-specialized; the pipeline asks for {schedule}",
-                   Location(file=spec.source, pointer="/schedule"))
+                   spec.at("/schedule"))
     for c in comps:
         if not c.contract.entries:
             sink.error("PL078", f"'{c.name}' has a single entry, and the other components split the block by role "
@@ -371,11 +385,10 @@ def _order(components: list[Component], spec: PipelineSpec, sink: DiagnosticSink
     extra = [c.name for c in components if c.name not in spec.components]
     for n in missing:
         sink.error("PL001", f"the pipeline names component '{n}', but no input provides it",
-                   Location(file=spec.source, pointer="/components"),
+                   spec.at("/components"),
                    hint="inputs provide: " + ", ".join(by_name))
     for n in extra:
-        sink.error("PL001", f"input component '{n}' is not in the pipeline", Location(file=spec.source,
-                                                                                       pointer="/components"))
+        sink.error("PL001", f"input component '{n}' is not in the pipeline", spec.at("/components"))
     return None if missing or extra else [by_name[n] for n in spec.components]
 
 
@@ -387,7 +400,7 @@ def _geometry(comps: list[Component], spec: PipelineSpec, sink: DiagnosticSink) 
         env.update(c.contract.geometry.provides)  # conflicts were reported by check (PL050)
     consumed = {name for c in comps for name in c.contract.geometry.consumes}
     for name, value in sorted(spec.geometry.items()):
-        where = Location(file=spec.source, pointer=f"/geometry/{name}")
+        where = spec.at(f"/geometry/{name}")
         if name in env:
             owner = next(c.name for c in comps if name in c.contract.geometry.provides)
             sink.error("PL180", f"the pipeline sets geometry {name} = {value}, which '{owner}' provides "
@@ -802,7 +815,7 @@ def _layered_params(params: list[KernelParam], calls, sink, spec: PipelineSpec) 
             out.append(KernelParam(calls.layers, "i32", False, True, ()))
         elif have.pointer or have.dtype != "i32":
             sink.error("PL176", f"the layer count '{calls.layers}' is {_kind(have.dtype, have.pointer)} of "
-                       f"'{have.users[0]}', not an i32", Location(file=spec.source, pointer="/layers"))
+                       f"'{have.users[0]}', not an i32", spec.at("/layers"))
     return out
 
 
