@@ -545,3 +545,20 @@ def test_a_build_interrupted_during_nvcc_leaves_no_files_behind(tmp_path):
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130 and "Traceback" not in err, err
     assert list(scratch.iterdir()) == [] and not out_file.exists()
+
+
+def test_two_builds_of_one_component_are_byte_identical(tmp_path):
+    """A build is reproducible without the build cache: the scratch folder's random name (where the generated
+    header lies) must not reach the object; nvcc derives its module id from the compile's line markers."""
+    from pipelink.harness.shipped import REPO
+    env = dict(os.environ, PIPELINK_CACHE="0")
+    outs = []
+    for i in range(2):
+        out = tmp_path / f"t{i}.o"
+        proc = subprocess.run([sys.executable, "-m", "pipelink", "build",
+                               REPO / "components/tile_transform/tile_transform.cu", "--contract",
+                               REPO / "contracts/tile_transform.json", "-o", out, "--arch", "sm_90"],
+                              env=env, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        outs.append(out.read_bytes())
+    assert outs[0] == outs[1]
