@@ -150,7 +150,7 @@ def test_the_key_covers_every_field_by_construction():
     doc = cache.options_doc(opts)
     left_out = {f.name for f in dataclasses.fields(LinkOptions) if f.name not in doc}
     assert left_out == {"cache"}
-    assert {f.name for f in dataclasses.fields(PipelineSpec)} - set(doc["pipeline"]) == {"source", "extra"}
+    assert {f.name for f in dataclasses.fields(PipelineSpec)} - set(doc["pipeline"]) == {"source", "extra", "given"}
     assert set(doc["pipeline"]["wires"][0]) == {"type", "producer", "out_port", "consumer", "in_port"}
 
     @dataclasses.dataclass(frozen=True)

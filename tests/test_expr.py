@@ -64,3 +64,25 @@ def test_long_or_deep_expressions_are_refused_not_a_stack_overflow():
             parse(text)
     long_flat = " + ".join(f"(NL) * (ceil_div(H, {i}))" for i in range(1, 60))  # a linker's sum over calls
     assert parse(long_flat).evaluate({"NL": 2, "H": 64}) == sum(2 * -(-64 // i) for i in range(1, 60))
+
+
+def test_every_parse_of_text_goes_through_the_locked_parser():
+    """CPython's parser is not safe in two threads at once (3.11, 3.12: "AST constructor recursion depth
+    mismatch", seen loading contracts from a thread pool): pipelink parses and compiles text only through
+    expr.python_ast / python_code, which hold one lock."""
+    import re
+    from pathlib import Path
+    package = Path(__file__).resolve().parent.parent / "pipelink"
+    calls = re.compile(r"\bast\.parse\(|(?<![\w.])compile\(")
+    found = [f"{f.relative_to(package)}:{i}" for f in package.rglob("*.py") if f.name != "expr.py"
+             for i, line in enumerate(f.read_text().splitlines(), 1) if calls.search(line.split("#")[0])
+             and "re.compile" not in line and "torch.compile" not in line]
+    assert found == []
+
+
+def test_expressions_parse_from_many_threads():
+    from concurrent.futures import ThreadPoolExecutor
+    texts = [f"ceil_div(M + {i}, TILE_M) * (N - {i}) * 4" for i in range(400)]
+    with ThreadPoolExecutor(8) as pool:
+        parsed = list(pool.map(parse, texts))
+    assert [p.text for p in parsed] == [parse(t).text for t in texts]

@@ -26,7 +26,7 @@ ALLOWED = {
     "harness": {"core", "toolchain", "formats", "runtime", "authoring", "linker", "api"},
     "cli": {"core", "toolchain", "formats", "runtime", "authoring", "linker", "api", "harness"},
 }
-TOP = {"": "api", "api": "api", "report": "api", "cli": "cli"}
+TOP = {"": "api", "api": "api", "report": "api", "cli": "cli", "__main__": "cli"}
 
 
 def module_file(module: str) -> Path | None:

@@ -8,6 +8,7 @@ generated glue.
 from __future__ import annotations
 
 import ast
+import threading
 from dataclasses import dataclass
 
 FUNCTIONS = {"min": 2, "max": 2, "ceil_div": 2}
@@ -16,6 +17,23 @@ FUNCTIONS = {"min": 2, "max": 2, "ceil_div": 2}
 # sums over a pipeline's calls are longer (the decode step's task count: 250 characters) but shallow.
 MAX_DEPTH = 500
 _BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "/", ast.Mod: "%"}
+
+# CPython's parser (3.11, 3.12) keeps its recursion depth per interpreter, not per thread: two threads parsing at
+# once (contracts loaded by a thread pool) can fail with "SystemError: AST constructor recursion depth mismatch".
+# Every parse and compile of text in pipelink goes through these two, one at a time.
+_PARSER = threading.Lock()
+
+
+def python_ast(text: str, mode: str = "eval") -> ast.AST:
+    """ast.parse, safe to call from several threads."""
+    with _PARSER:
+        return ast.parse(text, mode=mode)
+
+
+def python_code(text: str, name: str):
+    """compile(text, name, "eval"), safe to call from several threads."""
+    with _PARSER:
+        return compile(text, name, "eval")
 
 
 class ExprError(ValueError):
@@ -57,7 +75,7 @@ def parse(value: int | str) -> Expr:
     if not isinstance(value, str):
         raise ExprError(f"expected an integer or an expression string, got {type(value).__name__}")
     try:
-        tree = ast.parse(value.strip(), mode="eval").body
+        tree = python_ast(value.strip()).body
     except SyntaxError as exc:
         raise ExprError(f"cannot parse {value!r}: {exc.msg}") from None
     except (RecursionError, MemoryError):  # the parser's own limits on nesting

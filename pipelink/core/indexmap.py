@@ -20,6 +20,8 @@ import ast
 import re
 from dataclasses import dataclass
 
+from .expr import python_ast
+
 
 class MapError(ValueError):
     pass
@@ -93,7 +95,7 @@ def parse_map(text: str) -> IndexMap:
     if not rhs:
         raise MapError(f"{text!r} has an empty event side")
     try:
-        sub = ast.parse(f"_[{rhs}]", mode="eval").body
+        sub = python_ast(f"_[{rhs}]").body
     except SyntaxError:
         raise MapError(f"cannot parse the event side {rhs!r}") from None
     items = sub.slice.elts if isinstance(sub.slice, ast.Tuple) else [sub.slice]
@@ -161,4 +163,4 @@ def _affine(node: ast.AST, dims: tuple[str, ...], text: str, names: set | None =
 
 def _letters(text: str) -> set[str]:
     """The names an affine term's text uses."""
-    return {n.id for n in ast.walk(ast.parse(text, mode="eval")) if isinstance(n, ast.Name)}
+    return {n.id for n in ast.walk(python_ast(text)) if isinstance(n, ast.Name)}

@@ -26,6 +26,7 @@ from pathlib import Path
 from .. import __version__, toolchain
 
 from ..core import jsonread
+from ..core.expr import python_ast
 from ..core.files import read_input_bytes
 from ..core.cache_root import cache_dir, enabled  # noqa: F401  (the link cache's root, and the switch)
 from ..core.diagnostics import Diagnostic
@@ -61,7 +62,7 @@ def package_imports(module: str) -> set[str]:
     path = _module_file(module)
     package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
     names = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(python_ast(path.read_text(), "exec")):
         if isinstance(node, ast.ImportFrom) and node.level:
             base = package[:len(package) - node.level + 1]
             target = [*base, *node.module.split(".")] if node.module else base

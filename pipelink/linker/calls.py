@@ -20,7 +20,7 @@ import copy
 import re
 from dataclasses import dataclass, field, replace
 
-from ..core.diagnostics import DiagnosticSink, Location
+from ..core.diagnostics import DiagnosticSink
 from ..core.loader import load_contract_dict
 from ..core.model import Component
 from ..core.pipeline import CallSpec, PipelineSpec

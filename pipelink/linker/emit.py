@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .. import __version__
-from ..core.expr import Expr, parse
+from ..core.expr import Expr, parse, python_ast
 from .allocate import HOLD_SIZES_AT_REGISTERS, Allocation, held_words, holds_sizes, task_groups
 from .calls import layered_events
 from .events import task_invariant
@@ -26,7 +26,7 @@ def substitute(e: Expr, values: dict[str, int]) -> str:
     class _Sub(ast.NodeTransformer):
         def visit_Name(self, node):
             return ast.copy_location(ast.Constant(values[node.id]), node) if node.id in values else node
-    return ast.unparse(_Sub().visit(ast.parse(e.text.strip() if isinstance(e.text, str) else str(e), mode="eval")))
+    return ast.unparse(_Sub().visit(python_ast(e.text.strip() if isinstance(e.text, str) else str(e))))
 
 
 def manifest(r: Resolved, a: Allocation, arch: str, cubin: bytes, kernel_info: KernelInfo | None = None) -> Manifest:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from ..core.expr import parse
+from ..core.expr import parse, python_ast
 from .events import task_invariant
 
 
@@ -287,7 +287,7 @@ def _tensor_shape_c(r, comp, name: str) -> list[str]:
 
 def gather_c(r, comp, text: str, letters, var: str) -> tuple[str, list[Loop]]:
     """`t[i, :]` -> the C read of the element (row-major linear index) and a loop for each ':'."""
-    node = ast.parse(text, mode="eval").body
+    node = python_ast(text).body
     items = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
     shape = _tensor_shape_c(r, comp, node.value.id)
     loops, parts = [], []
@@ -305,7 +305,7 @@ def gather_c(r, comp, text: str, letters, var: str) -> tuple[str, list[Loop]]:
 
 
 def _range_args(text: str) -> list[str]:
-    return [ast.unparse(a) for a in ast.parse(text, mode="eval").body.args]
+    return [ast.unparse(a) for a in python_ast(text).body.args]
 
 
 def bound_c(r, comp, text: str, letters) -> str:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from ..core.diagnostics import DiagnosticSink
 from ..core.loader import DISTRIBUTED_NAMES as DISTRIBUTED
-from ..core.expr import Expr, ExprError, parse
+from ..core.expr import Expr, ExprError, parse, python_ast, python_code
 from ..core.indexmap import IndexMap, parse_map
 
 SAMPLES = (1, 2, 3, 5, 8, 33, 100)
@@ -566,12 +566,12 @@ def _axis_values(term, dims: tuple[str, ...], task: tuple[int, ...], env: dict):
 
 @functools.lru_cache(maxsize=None)
 def _range_bounds(text: str) -> tuple[str, str]:
-    return tuple(ast.unparse(a) for a in ast.parse(text, mode="eval").body.args)
+    return tuple(ast.unparse(a) for a in python_ast(text).body.args)
 
 
 def _gathered_slots(side: Side, text: str, env) -> int | None:
     """Values a gather term reads per task: the product of the tensor's extents at its ':'."""
-    node = ast.parse(text, mode="eval").body
+    node = python_ast(text).body
     items = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
     shape = dict(side.tensor_shapes).get(node.value.id)
     if shape is None or len(shape) != len(items):
@@ -642,7 +642,7 @@ def _map_function(dims: tuple[str, ...], terms: tuple[str, ...], names: tuple[st
 @functools.lru_cache(maxsize=None)
 def _compiled(affine: str):
     """An affine term, compiled once: the sampled analysis evaluates it for every task."""
-    return compile(affine, "<map>", "eval")
+    return python_code(affine, "<map>")
 
 
 def task_invariant(side) -> bool:
