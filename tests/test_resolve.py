@@ -293,3 +293,14 @@ def test_the_default_kernel_name_clashing_is_located_at_the_components_symbol():
     (d,) = [d for d in ctx.sink.items if d.severity == "error"]
     assert d.code == "PL077" and "(the default)" in d.message and "--name" in d.hint
     assert (d.location.file, d.location.pointer) == ("block_rowsum.json", "/entry/symbol")
+
+
+def test_a_schema_violation_from_an_option_is_located_at_the_option():
+    from pipelink.core.pipeline import checked_spec
+    sink = DiagnosticSink()
+    assert checked_spec(PipelineSpec(loader_slots=0, given={"/loader_slots": "--loader-slots 0"}), sink) is None
+    (d,) = sink.items
+    assert d.code == "PL133" and d.location.option == "--loader-slots 0" and d.location.file is None
+    sink = DiagnosticSink()
+    assert checked_spec(PipelineSpec(loader_slots=0), sink) is None
+    assert (sink.items[0].location.file, sink.items[0].location.pointer) == ("<PipelineSpec>", "/loader_slots")

@@ -125,13 +125,14 @@ def checked_spec(spec: PipelineSpec, sink: DiagnosticSink) -> PipelineSpec | Non
     where = spec.source or "<PipelineSpec>"
     problems = validate.violations(SCHEMA_FILE, doc)
     for pointer, message in problems:
-        sink.error("PL133", message, Location(file=where, pointer=pointer))
+        given = spec.at(pointer)  # a command-line option's value is located at the option
+        sink.error("PL133", message, given if given.option else Location(file=where, pointer=pointer))
     if problems:
         return None
     if all(isinstance(w, WireSpec) for w in spec.wires) and all(isinstance(c, CallSpec) for c in spec.calls):
         return spec
     read = read_pipeline(doc, where, sink)
-    return None if read is None else replace(read, source=spec.source, extra=spec.extra)
+    return None if read is None else replace(read, source=spec.source, extra=spec.extra, given=spec.given)
 
 
 def parse_wire(text: str, sink: DiagnosticSink, where: Location | None = None) -> WireSpec | None:
