@@ -69,7 +69,8 @@ def test_attentions_split_count_is_the_pipelines_and_the_loader_asks_l2_ahead(ob
     loader = st.glue[st.glue.index("// the loader warp"):st.glue.index("int pl_ring_pos = 0;  // the next task's")]
     for call in ("qkv", "o_proj", "gate_up", "down", "lm_head"):
         part = loader[loader.index(f"// {call}\n"):]
-        assert part.index("// ask L2 ahead (load_ahead 2)") < part.index("tile.ring = pl_ring_pos;"), call
+        assert part.index("// ask L2 ahead while the ring is full (load_ahead 2)") < \
+            part.index("tile.ring = pl_ring_pos;"), call
     assert "pl_ring__ahead = 2u;" in st.glue and "pl_ring__ahead = 0u;" in linked["lr"].glue
     assert "tile.ahead" not in linked["lr"].glue
     assert st.manifest.resources.frame_bytes == 0 and st.manifest.resources.registers <= 168

@@ -126,23 +126,26 @@ def test_load_ahead_asks_l2_for_the_ctas_later_tasks_of_the_call():
     assert "pl_ring__ahead = 3u;" in glue  # load entries see it (a long task asks L2 for its slots past the ring's)
     loader = glue[glue.index("// the loader warp"):glue.index("int pl_ring_pos = 0;  // the next task's")]
     compute = glue[glue.index("int pl_ring_pos = 0;  // the next task's"):]
-    # only the component whose loader says ahead is called ahead, in the loader, before its ring load; the call's
-    # first task asks for every task up to 3 on, a later one for the third on, none past the call's tasks
+    # only the component whose loader says ahead is called ahead, in the loader, before its ring load, and only
+    # while the slot of the task's first ring position is not free: one task at a time past the last one asked,
+    # up to 3 on, none past the call's tasks
     swiglu = loader[loader.index("// gate_up"):loader.index("// down")]
     assert swiglu.count("gemv_swiglu_load(tile") == 2 and "tile.ahead = 1;" in swiglu
     assert swiglu.index("tile.ahead = 1;") < swiglu.index("tile.ring = pl_ring_pos;")
-    assert re.search(r"\? 1 : 3\) \* \(int\)gridDim\.x; t <= pl_now \+ 3 \* \(int\)gridDim\.x && t < c\d+_tasks;", swiglu)
+    assert re.search(r"int pl_asked_(\d+) = -1;.*\n.*for \(int t = .*// gate_up\n", loader)
+    assert re.search(r"while \(pl_asked_(\d+) \+ \(int\)gridDim\.x <= t \+ 3 \* \(int\)gridDim\.x && "
+                     r"pl_asked_\1 \+ \(int\)gridDim\.x < c\d+_tasks && !pl::ring::free_now\(pl_ring_pos\)\)", swiglu)
     residual = loader[loader.index("// down"):]
     assert residual.count("gemv_residual_load(tile") == 1 and "tile.ahead" not in residual
     assert "tile.ahead" not in compute
     # the link map says what the loader does
     from pipelink.linker.emit import link_map
     m = link_map(ctx.resolved, ctx.allocation, "sm_90")
-    assert "loader warp: a ring of 4 slots of 17408 B, filled for gate_up, down; L2 asked for the task 3 on " \
-           "(load_ahead) for gate_up" in m, m
+    assert "loader warp: a ring of 4 slots of 17408 B, filled for gate_up, down; L2 asked for up to 3 tasks on " \
+           "while the ring is full (load_ahead) for gate_up" in m, m
     # without load_ahead the glue is the one before
     plain = run(MLP_LAYERS, components(edit=with_loader_ahead), until="generate")
-    assert "tile.ahead" not in plain.glue and "pl_now" not in plain.glue
+    assert "tile.ahead" not in plain.glue and "pl_asked" not in plain.glue
     assert "L2 asked" not in link_map(plain.resolved, plain.allocation, "sm_90")
 
 

@@ -193,7 +193,7 @@ def link_map(r: Resolved, a: Allocation, arch: str, kernel_info: KernelInfo | No
                        f"{', '.join(r.loader.components)}"
                        + (f"; at most {r.loader.copies_in_flight} slots' copies in flight (loader_in_flight)"
                           if r.loader.copies_in_flight < r.loader.slots else "")
-                       + (f"; L2 asked for the task {r.loader.ahead} on (load_ahead) for {', '.join(ahead)}"
+                       + (f"; L2 asked for up to {r.loader.ahead} tasks on while the ring is full (load_ahead) for {', '.join(ahead)}"
                           if ahead else ""))
         calls = r.calls
         for name in r.events.order:

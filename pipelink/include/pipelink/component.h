@@ -126,6 +126,15 @@ __device__ __forceinline__ bool try_wait(unsigned bar, unsigned parity) {
   return done != 0u;
 }
 
+// The glue's loader: whether ring position `pos`'s slot is free now (its previous use released), without waiting
+// (test_wait never suspends the thread, where try_wait may).
+__device__ __forceinline__ bool free_now(unsigned pos) {
+  unsigned done;
+  asm volatile("{\n .reg .pred p;\n mbarrier.test_wait.parity.acquire.cta.shared::cta.b64 p, [%1], %2;\n"
+               " selp.u32 %0, 1, 0, p;\n}" : "=r"(done) : "r"(empty_bar(pos)), "r"(phase(pos) ^ 1u) : "memory");
+  return done != 0u;
+}
+
 // The entry (every compute thread): wait until slot i of the task holds what the load entry copied there.
 __device__ __forceinline__ void wait(const Tile& tile, int i) {
   const unsigned pos = position(tile, i);
