@@ -145,8 +145,8 @@ def build_component(contract: Contract, contract_bytes: bytes, source: str | Pat
         return False
     with tempfile.TemporaryDirectory(prefix="pipelink-build-") as tmp:
         tmp = Path(tmp)
-        # The header's own name for its lines, not the scratch folder's random path: the compile's line markers
-        # feed nvcc's module id, so a path there made every build of one component differ in bytes.
+        # The header's own name for its lines, not the scratch folder's random path: through the compile's line
+        # markers that path reached the object, so every build of one component differed in bytes.
         header = f'#line 2 "{contract.name}.pipelink.h"\n' + generate_header(contract)
         (tmp / f"{contract.name}.pipelink.h").write_text(header)
         cmd = nvcc_command(contract, source, tmp / "component.fatbin", tmp, opts)
