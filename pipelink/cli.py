@@ -9,6 +9,7 @@ import errno
 import io
 import json
 import os
+import re
 import shlex
 import sys
 import traceback
@@ -218,6 +219,7 @@ def main(argv: list[str] | None = None) -> int:
         return INTERNAL_ERROR
 
 
+_INTEGER = re.compile(r"[+-]?[0-9]+")  # what --specialize and --geometry take, as the pipeline's JSON
 _WRITE_ERRNOS = {errno.ENOSPC, errno.EBADF, errno.EIO, errno.EDQUOT, errno.EFBIG}
 
 
@@ -476,38 +478,40 @@ def _link_options(args, sink: DiagnosticSink):
     spec = load_pipeline(args.pipeline, sink) if args.pipeline else PipelineSpec()
     if spec is None:
         return None
-    wires = [w for w in (parse_wire(t, sink) for t in args.wire) if w]
-    if sink.has_errors:
-        return None
-    specialize = dict(spec.specialize)
-    for item in args.specialize:
-        name, _, value = item.partition("=")
-        try:
-            number = int(value)  # a string of thousands of digits is a ValueError too
-        except ValueError:
-            number = None
-        if number is None or not -2**63 <= number < 2**63 or not name.strip():  # the pipeline schema's range
-            sink.error("PL001", f"--specialize {item[:80]!r}: write NAME=INTEGER (a signed 64-bit value)")
-        else:
-            specialize[name.strip()] = number
-    geometry = dict(spec.geometry)
-    for item in args.geometry:
-        name, _, value = item.partition("=")
-        try:
-            number = int(value)
-        except ValueError:
-            number = None
-        if number is None or not -2**31 <= number < 2**31 or not is_identifier(name.strip()):
-            sink.error("PL001", f"--geometry {item[:80]!r}: write NAME=INTEGER (a geometry name, a 32-bit value)")
-        else:
-            geometry[name.strip()] = number
-    if sink.has_errors:
-        return None
+    from .core.diagnostics import Location
+
+    def at_option(flag: str, value) -> Location:  # where a diagnostic about an option's value points
+        return Location(option=f"{flag} {str(value)[:80]}")
+
+    wires = []
+    for text in args.wire:
+        wire = parse_wire(text, sink, at_option("--wire", text))
+        if wire and all((w.producer, w.out_port, w.consumer, w.in_port) !=
+                        (wire.producer, wire.out_port, wire.consumer, wire.in_port) for w in (*spec.wires, *wires)):
+            wires.append(wire)  # a wire the pipeline (or an earlier --wire) already has is the same wire
+    specialize, geometry = dict(spec.specialize), dict(spec.geometry)
+    for flag, items, into, bits, what in (("--specialize", args.specialize, specialize, 64, "a parameter's name"),
+                                          ("--geometry", args.geometry, geometry, 32, "a geometry name")):
+        seen: dict[str, int] = {}
+        for item in items:
+            name, _, value = item.partition("=")
+            name = name.strip()
+            number = int(value) if _INTEGER.fullmatch(value.strip()) and len(value) < 40 else None
+            if number is None or not -2**(bits - 1) <= number < 2**(bits - 1) or not is_identifier(name):
+                sink.error("PL001", f"{flag} {item[:80]!r}: write NAME=INTEGER ({what}, a signed {bits}-bit "
+                           "decimal value)", at_option(flag, item), hint=f"for example {flag} N=128")
+            elif name in seen and seen[name] != number:
+                sink.error("PL001", f"{flag} gives {name} twice: {seen[name]} and {number}", at_option(flag, item),
+                           hint=f"give {name} once")
+            else:
+                seen[name] = into[name] = number
     if args.profile_tasks is not None and not 0 <= args.profile_tasks <= 1 << 24:
-        sink.error("PL001", f"--profile-tasks {args.profile_tasks}: give a number of task records, 0 to {1 << 24}")
-        return None
+        sink.error("PL001", f"--profile-tasks {args.profile_tasks}: give a number of task records, 0 to {1 << 24}",
+                   at_option("--profile-tasks", args.profile_tasks), hint="for example --profile-tasks 65536")
     if args.name is not None and not is_identifier(args.name):
-        sink.error("PL001", f"--name {args.name!r} is not a C identifier", hint="the kernel's name is a C identifier")
+        sink.error("PL001", f"--name {args.name!r} is not a C identifier", at_option("--name", repr(args.name)),
+                   hint="the kernel's name is a C identifier")
+    if sink.has_errors:
         return None
     given = dict(spec.given)  # what the options set, for a diagnostic to name the option rather than the file
     for field_name, option in (("name", "--name"), ("schedule", "--schedule"), ("dispatch", "--dispatch"),
@@ -521,6 +525,8 @@ def _link_options(args, sink: DiagnosticSink):
     for field_name, option in (("specialize", "--specialize"), ("geometry", "--geometry")):
         for item in getattr(args, field_name):
             given[f"/{field_name}/{item.partition('=')[0].strip()}"] = f"{option} {item[:80]}"
+    for i, wire in enumerate(wires, start=len(spec.wires)):
+        given[f"/wires/{i}"] = f"--wire {wire.text[:80]}"
     spec = replace(spec, name=args.name or spec.name, wires=tuple(spec.wires) + tuple(wires), given=given,
                    schedule=args.schedule or spec.schedule, dispatch=args.dispatch or spec.dispatch,
                    debug_events=args.debug_events or spec.debug_events, specialize=specialize, geometry=geometry,

@@ -562,3 +562,36 @@ def test_two_builds_of_one_component_are_byte_identical(tmp_path):
         assert proc.returncode == 0, proc.stderr
         outs.append(out.read_bytes())
     assert outs[0] == outs[1]
+
+
+@pytest.mark.parametrize("options, code, says, at", [
+    (["--wire", "a.b=c.d"], 1, "error[PL062]", "option --wire a.b=c.d"),
+    (["--wire", "tile_load.tile=block_rowsum.tile"], 1, "error[PL192]", "option --wire tile_load.tile=block_rowsum.tile"),
+    (["--wire", "foo"], 2, "cannot read wire 'foo'", "option --wire foo"),
+    (["--specialize", "M=abc"], 2, "write NAME=INTEGER", "option --specialize M=abc"),
+    (["--specialize", "M=1_000"], 2, "write NAME=INTEGER", "option --specialize M=1_000"),
+    (["--specialize", "M=1", "--specialize", "M=2"], 2, "gives M twice: 1 and 2", "option --specialize M=2"),
+    (["--geometry", "A=x"], 2, "write NAME=INTEGER", "option --geometry A=x"),
+    (["--profile-tasks", "-1"], 2, "give a number of task records", "option --profile-tasks -1"),
+    (["--name", ""], 2, "is not a C identifier", "option --name ''"),
+])
+def test_an_options_bad_value_is_located_at_the_option(capsys, shipped_objects, tmp_path, options, code, says, at):
+    """Every problem with a value given on the command line names that option (text, JSON and SARIF), whether
+    the CLI reads it (PL001, exit 2) or the link finds it (exit 1)."""
+    from pipelink.harness.shipped import REPO
+    argv = ["link", "--pipeline", REPO / "pipelines/rowsum.json", *(shipped_objects[n] for n in ROWSUM),
+            "-o", tmp_path / "k.cubin", "--no-cache", *options]
+    got, _, err = run(capsys, *argv)
+    assert got == code and says in err and f"--> {at}" in err, err
+    got, out, _ = run(capsys, *argv, "--format", "sarif")
+    first = json.loads(out)["runs"][0]["results"][0]
+    assert first["locations"][0]["properties"]["option"] == at.removeprefix("option ")
+    assert not (tmp_path / "k.cubin").exists()
+
+
+def test_a_wire_the_pipeline_already_has_is_the_same_wire(capsys, shipped_objects, tmp_path):
+    from pipelink.harness.shipped import REPO
+    code, _, err = run(capsys, "link", "--pipeline", REPO / "pipelines/rowsum.json",
+                       *(shipped_objects[n] for n in ROWSUM), "-o", tmp_path / "k.cubin", "--no-cache",
+                       "--wire", "tile_load.tile=tile_transform.src", "--wire", "tile_load.tile->tile_transform.src")
+    assert code == 0, err
