@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .core.diagnostics import Diagnostic, DiagnosticSink, Location, PipelinkError, PipelinkUsageError
+from .core.diagnostics import Diagnostic, DiagnosticSink, Location, PipelinkError, PipelinkUsageError, as_path
 from .core.files import read_input_bytes, reading
 from .core.model import Component
 from .core.pipeline import PipelineSpec, load_pipeline, load_pipeline_dict
@@ -43,7 +43,7 @@ def _object_code_type():
 def as_input(item, index: int = 0) -> str | NamedBytes:
     """One input as the read pass takes it: a path, or bytes with the name diagnostics give them."""
     if isinstance(item, (str, os.PathLike)):
-        return os.fspath(item)
+        return as_path(item, f"input {index}")
     if isinstance(item, _BYTES):
         return NamedBytes(f"<input {index}>", bytes(item))
     if _is_named_bytes(item):
@@ -56,6 +56,27 @@ def as_input(item, index: int = 0) -> str | NamedBytes:
     accepted = "a path (str or os.PathLike), bytes, a (name, bytes) pair" + (
         " or a cuda.core ObjectCode" if object_code is not None else " (cuda.core is not installed: no ObjectCode)")
     raise PipelinkUsageError(f"input {index} is a {type(item).__name__}; pipelink takes {accepted}")
+
+
+def _strings(value, what: str) -> tuple[str, ...]:
+    """A list (any iterable) of strings, for an option such as build's `archs`; one string alone is refused
+    rather than read character by character."""
+    if isinstance(value, str) or not hasattr(value, "__iter__") or isinstance(value, Mapping):
+        raise PipelinkUsageError(f"{what} is a {type(value).__name__}; pipelink takes a list of strings "
+                                 f"({what}=[{value!r}] for one)")
+    items = tuple(value)
+    bad = [v for v in items if not isinstance(v, str)]
+    if bad:
+        raise PipelinkUsageError(f"{what} holds a {type(bad[0]).__name__}; pipelink takes a list of strings")
+    return items
+
+
+def _target(arch, what: str) -> str:
+    """A link or build target pipelink knows (as the CLI's --arch takes it), else a usage error."""
+    from .core.targets import TARGETS
+    if not isinstance(arch, str) or arch not in TARGETS:
+        raise PipelinkUsageError(f"{what}: unknown target {arch!r} (known: {', '.join(TARGETS)})")
+    return arch
 
 
 def _is_named_bytes(item) -> bool:
@@ -85,7 +106,7 @@ def as_pipeline(pipeline, sink: DiagnosticSink) -> PipelineSpec | None:
     if isinstance(pipeline, PipelineSpec):
         return pipeline
     if isinstance(pipeline, (str, os.PathLike)):
-        return load_pipeline(pipeline, sink)
+        return load_pipeline(as_path(pipeline, "the pipeline"), sink)
     if isinstance(pipeline, dict):
         return load_pipeline_dict(pipeline, sink)
     raise PipelinkUsageError(f"the pipeline is a {type(pipeline).__name__}; pipelink takes a path, a dict or a PipelineSpec")
@@ -156,6 +177,8 @@ def check(inputs, *, pipeline=None, arch: str | None = None, together: bool = Fa
     checks them as one kernel's set; a `pipeline` implies it and adds the link's decisions short of
     compiling. Raises PipelinkError with every diagnostic on an error."""
     items = as_inputs(inputs)
+    if arch is not None:
+        _target(arch, "arch")
     sink = DiagnosticSink()
     if not items:
         raise PipelinkError([_no_inputs()])
@@ -179,13 +202,20 @@ def build(source: str | os.PathLike, contract, output: str | os.PathLike, *, arc
     from .core.model import Source
     if not isinstance(source, (str, os.PathLike)) or not isinstance(output, (str, os.PathLike)):
         raise PipelinkUsageError("the source and the output are paths (str or os.PathLike)")
+    source, output = as_path(source, "the source"), as_path(output, "the output")
+    if output == "":
+        raise PipelinkUsageError("the output is an empty path")
+    archs, include_dirs, defines = (_strings(archs, "archs") if archs is not None else None,
+                                    _strings(include_dirs, "include_dirs"), _strings(defines, "defines"))
+    for a in archs or ():
+        _target(a, "archs")
     sink = DiagnosticSink()
     if isinstance(contract, _BYTES):
         name, data = "<contract>", bytes(contract)
     elif _is_named_bytes(contract):
         name, data = contract[0], bytes(contract[1])
     elif isinstance(contract, (str, os.PathLike)):
-        name = os.fspath(contract)
+        name = as_path(contract, "the contract")
         try:
             data = read_input_bytes(name)
         except OSError as exc:
@@ -271,7 +301,8 @@ def load(path: str | os.PathLike, device: int | None = 0):
     or do not describe one kernel."""
     from .core import jsonread
     from .runtime.manifest import ManifestError
-    from .core.diagnostics import as_path
+    if device is not None and (not isinstance(device, int) or isinstance(device, bool) or device < 0):
+        raise PipelinkUsageError(f"device is {device!r}; pipelink takes a CUDA device ordinal (0, 1, ...) or None")
     sink = DiagnosticSink()
     cubin_path = _find_cubin(Path(as_path(path, "the kernel's path")), sink)
     _raise_on_errors(sink)
@@ -281,6 +312,10 @@ def load(path: str | os.PathLike, device: int | None = 0):
     except OSError as exc:
         sink.error("PL002", f"cannot read {cubin_path}: {exc.strerror or exc}", Location(file=str(cubin_path)))
         raise PipelinkError(sink.items) from None
+    if not cubin.startswith(b"\x7fELF"):  # the manifest or the map given for the kernel, say
+        sink.error("PL004", f"{cubin_path} is not a cubin (no ELF header)", Location(file=str(cubin_path)),
+                   hint="give the kernel's K.cubin, or the directory LinkResult.save wrote")
+        raise PipelinkError(sink.items)
     doc = jsonread.read_file(manifest_path, sink, "manifest")
     _raise_on_errors(sink)
     try:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import pipelink
+import pipelink.api  # the schema test reads pipelink.api.load_pipeline, whichever test ran first
 from pipelink import LinkOptions, PipelinkError, PipelineSpec
 from pipelink.core.diagnostics import DiagnosticSink
 
@@ -261,3 +262,40 @@ def test_an_argument_of_the_wrong_type_is_a_pipelink_error_and_a_type_error(obje
     with pytest.raises(pipelink.PipelinkError) as err:
         call([str(p) for p in objects], linked)
     assert isinstance(err.value, TypeError) and [d.code for d in err.value.diagnostics] == ["PL001"]
+
+
+NUL, SURROGATE = "/tmp/a\x00b", "/tmp/\ud800.json"
+SOURCE, CONTRACT = str(REPO / "components/tile_load/tile_load.cu"), str(REPO / "contracts/tile_load.json")
+
+
+@pytest.mark.parametrize("call, says", [
+    (lambda o, r, t: pipelink.link([NUL]), "NUL byte"), (lambda o, r, t: pipelink.check([NUL]), "NUL byte"),
+    (lambda o, r, t: pipelink.link(o, pipeline=NUL), "NUL byte"),
+    (lambda o, r, t: pipelink.link(o, pipeline=SURROGATE), "no file name can hold"),
+    (lambda o, r, t: pipelink.build(NUL, CONTRACT, t / "x.o"), "the source"),
+    (lambda o, r, t: pipelink.build(SOURCE, NUL, t / "x.o"), "the contract"),
+    (lambda o, r, t: pipelink.build(SOURCE, CONTRACT, NUL), "the output"),
+    (lambda o, r, t: pipelink.build(SOURCE, CONTRACT, t / "x.o", archs="sm_90"), "archs=['sm_90'] for one"),
+    (lambda o, r, t: pipelink.build(SOURCE, CONTRACT, t / "x.o", include_dirs="/tmp"), "a list of strings"),
+    (lambda o, r, t: pipelink.build(SOURCE, CONTRACT, t / "x.o", archs=["sm_999"]), "unknown target 'sm_999'"),
+    (lambda o, r, t: pipelink.check(o, arch=90), "unknown target 90"),
+    (lambda o, r, t: pipelink.load(NUL, device=None), "NUL byte"),
+    (lambda o, r, t: pipelink.load(t, device="cuda"), "device ordinal"),
+    (lambda o, r, t: r.save(""), "empty path"), (lambda o, r, t: r.save(SURROGATE), "no file name can hold"),
+], ids=range(15))
+def test_an_argument_no_path_or_option_can_be_is_pl001(objects, linked, tmp_path, call, says):
+    """A path no system call takes (a NUL byte, a lone surrogate), a string where a list belongs (not read
+    character by character), an unknown target, a device that is no ordinal: PL001 before anything runs, never
+    a ValueError or UnicodeError from deep inside; nothing written."""
+    with pytest.raises(pipelink.PipelinkError) as err:
+        call([str(p) for p in objects], linked, tmp_path)
+    assert [d.code for d in err.value.diagnostics] == ["PL001"] and says in str(err.value), str(err.value)
+    assert not (tmp_path / "x.o").exists()
+
+
+def test_a_manifest_given_for_the_kernel_is_pl004(linked, tmp_path):
+    cubin = linked.save(tmp_path)
+    with pytest.raises(pipelink.PipelinkError) as err:
+        pipelink.load(cubin.with_suffix(".json"), device=None)
+    assert [d.code for d in err.value.diagnostics] == ["PL004"] and "not a cubin" in str(err.value)
+    assert pipelink.load(tmp_path, device=None).manifest.kernel == "rowsum"

@@ -462,6 +462,13 @@ def as_path(value, what: str) -> str:
     path = os.fspath(value) if isinstance(value, (str, os.PathLike)) else None
     if not isinstance(path, str):
         raise PipelinkUsageError(f"{what} is a {type(value).__name__}; pipelink takes a path (str or os.PathLike)")
+    if "\0" in path:  # no system call takes it: say so here, not as a ValueError from deep inside
+        raise PipelinkUsageError(f"{what} {safe_text(path[:80])!r} holds a NUL byte, which no path can")
+    try:
+        os.fsencode(path)
+    except UnicodeError:  # a lone surrogate the file system encoding cannot write
+        raise PipelinkUsageError(f"{what} {safe_text(path[:80])!r} has characters no file name can hold "
+                                 f"in this file system's encoding") from None
     return path
 
 
