@@ -595,3 +595,17 @@ def test_a_wire_the_pipeline_already_has_is_the_same_wire(capsys, shipped_object
                        *(shipped_objects[n] for n in ROWSUM), "-o", tmp_path / "k.cubin", "--no-cache",
                        "--wire", "tile_load.tile=tile_transform.src", "--wire", "tile_load.tile->tile_transform.src")
     assert code == 0, err
+
+
+def test_pipelinks_other_documents_given_as_a_contract_say_what_they_are(capsys, shipped_objects, tmp_path):
+    """A link's manifest (K.json) or a JSON Schema where a contract goes: one PL001 naming what it is, not the
+    contract schema's flood of PL020."""
+    from pipelink.harness.shipped import REPO
+    code, _, err = run(capsys, "link", "--pipeline", REPO / "pipelines/rowsum.json",
+                       *(shipped_objects[n] for n in ROWSUM), "-o", tmp_path / "k.cubin")
+    assert code == 0, err
+    for command, doc, says in (("inspect", tmp_path / "k.json", "a linked kernel's manifest"),
+                               ("check", tmp_path / "k.json", "a linked kernel's manifest"),
+                               ("check", REPO / "pipelink/schema/contract-v1.schema.json", "a JSON Schema")):
+        code, _, err = run(capsys, command, doc)
+        assert code == 2 and err.count("error[") == 1 and f"this is {says}" in err and "PL020" not in err, err

@@ -49,6 +49,19 @@ def load_contract_bytes(data: bytes, source: Source, sink: DiagnosticSink) -> Co
     return None if doc is None else load_contract_dict(doc.value, source, sink)
 
 
+def _other_document(raw: dict) -> tuple[str, str] | None:
+    """(what it is, the hint) for a JSON document that is no contract but one of the others pipelink reads or
+    writes: a linked kernel's manifest, a JSON Schema (the contract's own, say)."""
+    if "pipelink_contract" in raw:
+        return None
+    if "manifest" in raw and "kernel" in raw:
+        return ("a linked kernel's manifest (K.json)",
+                "`pipelink inspect K.cubin` reads the kernel with its manifest; contracts are the components' JSON")
+    if "$schema" in raw and ("properties" in raw or "$defs" in raw or "definitions" in raw):
+        return ("a JSON Schema", "check the components' contracts (or their objects) against it: `pipelink check C.json`")
+    return None
+
+
 def load_contract_dict(raw, source: Source, sink: DiagnosticSink) -> Contract | None:
     if not isinstance(raw, dict):
         sink.error("PL020", f"a contract is a JSON object, not {type(raw).__name__}", source.at(""))
@@ -56,6 +69,10 @@ def load_contract_dict(raw, source: Source, sink: DiagnosticSink) -> Contract | 
     if "pipeline" in raw and "pipelink_contract" not in raw:  # a pipeline file given where a contract goes
         sink.error("PL001", "this is a pipeline file, not a contract", source.at(""),
                    hint="pass it as `--pipeline FILE` to `pipelink link` (objects) or `pipelink check` (contracts or objects)")
+        return None
+    other = _other_document(raw)
+    if other:  # another of pipelink's documents given where a contract goes: say which, not its schema's flood
+        sink.error("PL001", f"this is {other[0]}, not a contract", source.at(""), hint=other[1])
         return None
     version = raw.get("pipelink_contract")
     if version is not None and version != FORMAT_VERSION:
