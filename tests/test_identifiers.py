@@ -128,3 +128,24 @@ def test_kernel_parameters_a_pipeline_names_are_checked_at_the_pipelines_field()
     assert [(d.code, d.location.pointer) for d in sink.errors] == [("PL188", "/layers"), ("PL188", "/calls/0/bind/weight")]
     doc["layers"], doc["calls"][0]["bind"]["weight"] = "NL", "w"
     assert load_pipeline_dict(doc, DiagnosticSink(), "p.json") is not None
+
+
+@pytest.mark.parametrize("kernel, param, code, at", [
+    ("NULL", "scale", "PL077", "/name"), ("assert", "scale", "PL077", "/name"),
+    ("CUDART_VERSION", "scale", "PL077", "/name"), ("rowsum", "NULL", "PL188", "/entry/params/0")])
+def test_a_name_the_cuda_headers_define_as_a_macro_is_named(kernel, param, code, at):
+    """A macro's name never reaches the compiler's errors (it is expanded first, and the errors then quote other,
+    innocent names): the link asks NVRTC which names are macros after the glue's includes and reports those
+    alone, never PL075 (a bug in the glue)."""
+    from contract_factory import shipped_component
+    from pipelink.core.pipeline import PipelineSpec
+    from pipelink.linker.passes import LinkOptions, run_passes
+    comps = [shipped_component("tile_load"),
+             shipped_component("tile_transform", lambda c: c["entry"]["params"][0].update(name=param)),
+             shipped_component("block_rowsum")]
+    spec = PipelineSpec(name=kernel, source="p.json")
+    ctx = run_passes(options=LinkOptions(arch="sm_90", pipeline=spec), components=comps, until="compile")
+    errors = [d for d in ctx.sink.items if d.severity == "error"]
+    assert [d.code for d in errors] == [code] and "is a macro the CUDA headers define" in errors[0].message, \
+        [d.render() for d in errors]
+    assert errors[0].location.pointer == at

@@ -57,6 +57,23 @@ def names_the_toolkit_declares(contract, log: str, within: str | None = None) ->
     compiler's error quotes (only errors in the file `within`, when given): names the toolkit's headers declare at
     global scope (printf, sqrtf, ...), which no list here can hold."""
     named = {n: line for n, line in named_in_errors(log).items() if within is None or within in line}
+    return [(name, pointer, what, named[name]) for name, pointer, what in contract_names(contract) if name in named]
+
+
+def contract_names(contract) -> list[tuple[str, str, str]]:
+    """(name, JSON pointer, what it is) for each entry symbol and parameter of `contract`: the names of a contract
+    that reach the compiled code."""
     places = [(s, "/entry/symbol" if s == contract.entry.symbol else "/entry", "entry symbol") for s in contract.symbols]
-    places += [(p.name, p.pointer_path, "parameter") for p in contract.entry.params]
-    return [(name, pointer, what, named[name]) for name, pointer, what in places if name in named]
+    return places + [(p.name, p.pointer_path, "parameter") for p in contract.entry.params]
+
+
+def macro_probe(prologue: str, names) -> str:
+    """CUDA C++ that, compiled after `prologue` (a unit's #include lines), fails once for each of `names` that is a
+    macro there, quoting it as `pipelink-macro NAME` (static_assert: every failure reported, where #error stops at
+    the first). A macro's name never reaches a compiler's error as written: it is expanded first."""
+    checks = [f'#ifdef {n}\nstatic_assert(false, "pipelink-macro {n}");\n#endif' for n in sorted(set(names))]
+    return prologue.rstrip("\n") + "\n" + "\n".join(checks) + "\n"
+
+
+def macros_in_probe_log(log: str) -> set[str]:
+    return set(re.findall(r"pipelink-macro (\w+)", log))

@@ -161,10 +161,36 @@ def pass_compile(ctx: LinkContext) -> None:
         ctx.glue_ltoir = toolchain.nvrtc_to_ltoir(ctx.glue, f"{ctx.resolved.name}_glue.cu", options)
     except toolchain.ToolchainError as exc:
         if exc.log:  # NVRTC ran and refused the glue
-            if not _names_the_toolkit_declares(ctx, exc.log):
+            if not (_names_the_toolkit_defines(ctx, options) or _names_the_toolkit_declares(ctx, exc.log)):
                 ctx.sink.error("PL075", f"NVRTC could not compile the generated glue:\n{exc.log}")
         else:  # it did not get that far: the toolchain, not the glue
             ctx.sink.error("PL008", f"cannot compile the generated glue: {exc.message}")
+
+
+def _names_the_toolkit_defines(ctx: LinkContext, options: list[str]) -> bool:
+    """Where the kernel's name, an entry symbol or a parameter is a macro of the headers the glue includes (NULL,
+    assert, CUDART_VERSION), NVRTC's errors quote what it expands to: ask NVRTC which of the names are macros
+    there (one more compile, on this failure path only) and say so at each name, PL077 or PL188. True when it
+    found one. Checked before the quoted names: an expanded macro also makes the errors quote innocent ones."""
+    from ..core.identifiers import contract_names, macro_probe, macros_in_probe_log
+    r = ctx.resolved
+    lines = ctx.glue.splitlines()
+    last_include = max((i for i, line in enumerate(lines) if line.lstrip().startswith("#include")), default=-1)
+    places = [(name, c, pointer, what) for c in r.components for name, pointer, what in contract_names(c.contract)]
+    probe = macro_probe("\n".join(lines[:last_include + 1]), [r.name, *(p[0] for p in places)])
+    try:
+        toolchain.nvrtc_to_ltoir(probe, f"{r.name}_names.cu", options)
+        return False
+    except toolchain.ToolchainError as exc:
+        macros = macros_in_probe_log(exc.log or "")
+    if r.name in macros:
+        ctx.sink.error("PL077", f"the kernel name '{r.name}' is a macro the CUDA headers define",
+                       ctx.options.pipeline.at("/name"), hint="name the pipeline differently")
+    for name, c, pointer, what in places:
+        if name in macros and name != r.name:
+            ctx.sink.error("PL188", f"{what} '{name}' of '{c.name}' is a macro the CUDA headers define",
+                           c.contract.at(pointer), hint="rename it in the contract (and the code)")
+    return bool(macros & {r.name, *(p[0] for p in places)})
 
 
 def _names_the_toolkit_declares(ctx: LinkContext, log: str) -> bool:
