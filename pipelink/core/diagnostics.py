@@ -280,6 +280,9 @@ CODES = _codes(
     Code("PL192", "input port wired from two producers", L,
          "an input port reads one producer's tile: keep one of the wires (an output may feed several inputs, an "
          "input takes one output)"),
+    Code("PL193", "pipeline setting with no effect on this kernel", L,
+         "drop the setting (file field or option), or link what it applies to",
+         warning="always a warning (the link is the one without it)"),
 )
 
 

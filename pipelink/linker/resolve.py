@@ -109,6 +109,13 @@ class LoaderPlan:
         return self.in_flight if 0 < self.in_flight < self.slots else self.slots
 
 
+def _set(spec: PipelineSpec, name: str) -> bool:
+    """Whether the pipeline sets field `name` itself: its file writes it, an option gives it, or (a PipelineSpec
+    built in Python) it differs from the default."""
+    default = PipelineSpec.__dataclass_fields__[name].default
+    return name in spec.extra or f"/{name}" in spec.given or getattr(spec, name) != default
+
+
 def plan_loader(comps: list, spec: PipelineSpec, schedule: str, role_structured: bool,
                 sink: DiagnosticSink) -> LoaderPlan | None:
     """A load entry runs ahead of its task's waits on its own warp, which only a persistent kernel with static
@@ -121,6 +128,11 @@ def plan_loader(comps: list, spec: PipelineSpec, schedule: str, role_structured:
                      spec.at("/load_ahead"),
                      hint="drop load_ahead, or link components whose contract's loader says ahead")
     if not loading:
+        for name in ("loader_slots", "loader_in_flight"):
+            if _set(spec, name):
+                sink.warning("PL193", f"{name} sizes the loader ring, and no component of this link has a load "
+                             "entry: it has no effect", spec.at(f"/{name}"),
+                             hint=f"drop {name}, or link components with a load entry (entry.load)")
         return None
     if schedule != "persistent" or role_structured or spec.dispatch != "static":
         how = "role-structured" if role_structured else schedule + (
@@ -254,6 +266,10 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
     # A whole-call event is waited on only as a whole, so one add per CTA after its last task of the call lands
     # no later than the last of the per-task adds would, with one fence and atomic per CTA instead of per task:
     # on wherever each CTA's task order is fixed (the decode step: 3.4% faster at B = 1), off only when asked.
+    if (schedule != "persistent" or role_structured) and _set(spec, "dispatch"):
+        sink.warning("PL193", f"dispatch '{spec.dispatch}' orders a persistent kernel's tasks; this pipeline's "
+                     f"schedule is {'role-structured' if role_structured else schedule}: it has no effect",
+                     spec.at("/dispatch"), hint="drop dispatch, or use a persistent schedule")
     per_cta_allowed = schedule == "persistent" and not role_structured and spec.dispatch == "static"
     counts_per_cta = per_cta_allowed if spec.counts_per_cta is None else spec.counts_per_cta
     if spec.counts_per_cta and not per_cta_allowed:
