@@ -421,3 +421,25 @@ def test_a_report_on_a_full_or_closed_stdout(tmp_path, shipped_objects):
     proc = cli("inspect", shipped_objects["tile_load"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                timeout=120, preexec_fn=lambda: os.close(1))
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+
+
+def test_a_set_of_outputs_is_renamed_into_place_under_its_folders_lock(tmp_path):
+    """Two commands writing one cubin and its manifest: each renames its set while it holds the folder's flock,
+    so the other's set lands before or after it, whole. Here the lock is held elsewhere: nothing is renamed
+    until it is released, then both files are."""
+    import fcntl
+    import threading
+    import time
+    from pipelink.core.diagnostics import DiagnosticSink
+    from pipelink.formats.outputs import write_outputs
+    folder = os.open(tmp_path, os.O_RDONLY)
+    fcntl.flock(folder, fcntl.LOCK_EX)
+    done = []
+    writer = threading.Thread(target=lambda: done.append(write_outputs(
+        {str(tmp_path / "k.cubin"): b"cubin", str(tmp_path / "k.json"): b"{}"}, DiagnosticSink())))
+    writer.start()
+    time.sleep(0.3)
+    assert not (tmp_path / "k.cubin").exists() and not (tmp_path / "k.json").exists() and not done
+    os.close(folder)  # releases the lock
+    writer.join(10)
+    assert done == [True] and (tmp_path / "k.cubin").read_bytes() == b"cubin" and (tmp_path / "k.json").exists()

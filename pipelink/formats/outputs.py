@@ -143,6 +143,32 @@ def special_file(path: str) -> bool:
         return False
 
 
+@contextlib.contextmanager
+def _folders_locked(folders: list[str]):
+    """An exclusive flock on each folder (in sorted order: two writers never wait on each other crosswise) while a
+    set of outputs is renamed into place, so two commands writing the same set (a cubin and its manifest) leave
+    one command's whole set, never one's cubin beside the other's manifest. Where a folder cannot be locked (no
+    flock, no read permission) the renames go ahead unlocked, as before."""
+    held = []
+    try:
+        try:
+            import fcntl
+        except ImportError:  # no flock on this system
+            fcntl = None
+        for folder in folders if fcntl else []:
+            try:
+                fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+            except OSError:
+                continue
+            held.append(fd)
+            with contextlib.suppress(OSError):
+                fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        for fd in held:
+            os.close(fd)  # closing the descriptor releases its lock
+
+
 def write_outputs(files: dict[str, bytes], sink: DiagnosticSink) -> bool:
     """Write every file or none: each is staged in a temporary file beside its target (so the rename
     stays on one filesystem) and renamed once all are staged. A symbolic link's target is what is
@@ -182,9 +208,10 @@ def write_outputs(files: dict[str, bytes], sink: DiagnosticSink) -> bool:
             sys.stdout.flush()  # what was printed before comes first
             sys.stdout.buffer.write(files[STDOUT])
             sys.stdout.buffer.flush()
-        for tmp, real in staged:
-            target = real
-            os.replace(tmp, real)
+        with _folders_locked(sorted({os.path.dirname(real) or "." for _, real in staged}) if len(staged) > 1 else []):
+            for tmp, real in staged:
+                target = real
+                os.replace(tmp, real)
     except BrokenPipeError:  # the reader left (`| head`): the command ends quietly, nothing renamed
         raise
     except OSError as exc:
