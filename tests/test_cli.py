@@ -609,3 +609,14 @@ def test_pipelinks_other_documents_given_as_a_contract_say_what_they_are(capsys,
                                ("check", REPO / "pipelink/schema/contract-v1.schema.json", "a JSON Schema")):
         code, _, err = run(capsys, command, doc)
         assert code == 2 and err.count("error[") == 1 and f"this is {says}" in err and "PL020" not in err, err
+
+
+def test_what_a_schedule_from_an_option_cannot_do_names_the_option(capsys, shipped_objects, tmp_path):
+    """--schedule persistent on rowsum (shared-memory wires, no tile sequence of its own): each diagnostic stays
+    at the contract it is about and names the option that chose the schedule as its related location."""
+    from pipelink.harness.shipped import REPO
+    code, _, err = run(capsys, "link", "--pipeline", REPO / "pipelines/rowsum.json",
+                       *(shipped_objects[n] for n in ROWSUM), "-o", tmp_path / "k.cubin", "--no-cache",
+                       "--schedule", "persistent")
+    assert code == 1 and "error[PL085]" in err and "error[PL072]" in err, err
+    assert err.count(">>> also option --schedule persistent") == err.count("error[")

@@ -109,6 +109,12 @@ class LoaderPlan:
         return self.in_flight if 0 < self.in_flight < self.slots else self.slots
 
 
+def _schedule_set_at(spec: PipelineSpec) -> tuple[Location, ...]:
+    """Where the pipeline chose its schedule (the option or the file's field), for diagnostics about what that
+    schedule cannot do; () when it was inferred."""
+    return (spec.at("/schedule"),) if spec.schedule and _set(spec, "schedule") else ()
+
+
 def _set(spec: PipelineSpec, name: str) -> bool:
     """Whether the pipeline sets field `name` itself: its file writes it, an option gives it, or (a PipelineSpec
     built in Python) it differs from the default."""
@@ -232,7 +238,7 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
     order = _topological(comps, wires, sink, written)
     events = None
     if schedule == "persistent":
-        tiles = _persistent_sequences(comps, wires, sink)
+        tiles = _persistent_sequences(comps, wires, sink, _schedule_set_at(spec))
         if not sink.has_errors:
             from .events import plan_events
             events = plan_events(comps, geometry, sink)
@@ -302,7 +308,7 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
                        "(its components run at once, each on its own warps)", c.contract.at("/entry/prefetch"))
         if (c.contract.events.notifies or c.contract.events.waits) and schedule != "persistent":
             sink.error("PL078", f"'{c.name}' declares events, which only the persistent schedule wires (this "
-                       f"pipeline's is {schedule})", c.contract.at("/events"))
+                       f"pipeline's is {schedule})", c.contract.at("/events"), related=_schedule_set_at(spec))
         for role in c.contract.threads.roles:
             if role.setmaxnreg is not None and not role_structured:
                 sink.error("PL078", f"role '{role.name}' of '{c.name}' asks for setmaxnreg {role.setmaxnreg}; the glue "
@@ -741,19 +747,19 @@ def _wires_within_levels(comps, wires, nested: dict, sink) -> None:
                        related=(by_name[w.producer].contract.at(w.out_port.pointer_path),))
 
 
-def _persistent_sequences(comps, wires, sink) -> tuple[TileSequence, str] | None:
+def _persistent_sequences(comps, wires, sink, chosen: tuple = ()) -> tuple[TileSequence, str] | None:
     """In a persistent kernel each component walks its own task grid; tasks of different components
     may run on different CTAs, so they meet through global memory and events, never shared memory."""
     for w in wires:
         sink.error("PL085", f"wire '{w}' joins two components of a persistent kernel through shared memory, but "
                    "their tasks may run on different CTAs", next(c for c in comps if c.name == w.consumer).contract.at(
-                       w.in_port.pointer_path))
+                       w.in_port.pointer_path), related=chosen)
     first = None
     for c in comps:
         seq = c.contract.geometry.tile_sequence
         if seq is None:
             sink.error("PL072", f"'{c.name}' declares no tile sequence: a persistent kernel runs each component's "
-                       "tasks over its own grid", c.contract.at("/geometry"))
+                       "tasks over its own grid", c.contract.at("/geometry"), related=chosen)
         elif seq.distribution == "queue":
             sink.error("PL078", f"'{c.name}' asks for the queue distribution; choose the pipeline's dispatch "
                        "(static or dynamic) instead", c.contract.at(f"{seq.pointer_path}/distribution"))
