@@ -200,11 +200,7 @@ def build(source: str | os.PathLike, contract, output: str | os.PathLike, *, arc
     from .authoring.builder import BuildOptions, build_component
     from .core.loader import load_contract_bytes
     from .core.model import Source
-    if not isinstance(source, (str, os.PathLike)) or not isinstance(output, (str, os.PathLike)):
-        raise PipelinkUsageError("the source and the output are paths (str or os.PathLike)")
     source, output = as_path(source, "the source"), as_path(output, "the output")
-    if output == "":
-        raise PipelinkUsageError("the output is an empty path")
     archs, include_dirs, defines = (_strings(archs, "archs") if archs is not None else None,
                                     _strings(include_dirs, "include_dirs"), _strings(defines, "defines"))
     for a in archs or ():

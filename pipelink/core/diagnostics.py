@@ -465,6 +465,8 @@ def as_path(value, what: str) -> str:
     path = os.fspath(value) if isinstance(value, (str, os.PathLike)) else None
     if not isinstance(path, str):
         raise PipelinkUsageError(f"{what} is a {type(value).__name__}; pipelink takes a path (str or os.PathLike)")
+    if not path:  # Path("") is the working directory: no caller means that
+        raise PipelinkUsageError(f"{what} is an empty path")
     if "\0" in path:  # no system call takes it: say so here, not as a ValueError from deep inside
         raise PipelinkUsageError(f"{what} {safe_text(path[:80])!r} holds a NUL byte, which no path can")
     try:

@@ -92,6 +92,12 @@ class PipelineSpec:
                 return Location(option=option)
         return Location(file=self.source, pointer=pointer)
 
+    def sets(self, name: str) -> bool:
+        """Whether the pipeline sets field `name` itself: its file writes it, an option gives it, or (a spec built
+        in Python) it differs from the default."""
+        return name in self.extra or f"/{name}" in self.given or \
+            getattr(self, name) != PipelineSpec.__dataclass_fields__[name].default
+
 
 def spec_document(spec: PipelineSpec) -> dict:
     """The pipeline file a PipelineSpec stands for (read_pipeline's inverse), so that a spec built in Python

@@ -353,12 +353,9 @@ class LinkResult:
         missing), K being the kernel's name; returns the cubin's path. All files or none, never over
         an input of the link: PipelinkError otherwise, as for a failed link. `pipelink.load` reads them."""
         from ..formats.outputs import Output, check_outputs, object_inputs, write_outputs
-        from ..core.diagnostics import PipelinkUsageError, as_path
+        from ..core.diagnostics import as_path
         self.raise_on_error()
-        directory = as_path(directory, "the directory")
-        if directory == "":  # Path("") is the working directory: say which one is meant, as the CLI's -o does
-            raise PipelinkUsageError("the directory is an empty path; give one (\".\" for the working directory)")
-        base = Path(directory) / self.manifest.kernel
+        base = Path(as_path(directory, "the directory")) / self.manifest.kernel
         files = {"cubin": (base.with_suffix(".cubin"), self.cubin), "manifest": (base.with_suffix(".json"),
                  self.manifest_json()), "link map": (base.with_suffix(".map"), self.link_map.encode())}
         outputs = [Output(str(path), role, "save()", binary=role == "cubin") for role, (path, _) in files.items()]

@@ -112,14 +112,7 @@ class LoaderPlan:
 def _schedule_set_at(spec: PipelineSpec) -> tuple[Location, ...]:
     """Where the pipeline chose its schedule (the option or the file's field), for diagnostics about what that
     schedule cannot do; () when it was inferred."""
-    return (spec.at("/schedule"),) if spec.schedule and _set(spec, "schedule") else ()
-
-
-def _set(spec: PipelineSpec, name: str) -> bool:
-    """Whether the pipeline sets field `name` itself: its file writes it, an option gives it, or (a PipelineSpec
-    built in Python) it differs from the default."""
-    default = PipelineSpec.__dataclass_fields__[name].default
-    return name in spec.extra or f"/{name}" in spec.given or getattr(spec, name) != default
+    return (spec.at("/schedule"),) if spec.schedule and spec.sets("schedule") else ()
 
 
 def plan_loader(comps: list, spec: PipelineSpec, schedule: str, role_structured: bool,
@@ -135,7 +128,7 @@ def plan_loader(comps: list, spec: PipelineSpec, schedule: str, role_structured:
                      hint="drop load_ahead, or link components whose contract's loader says ahead")
     if not loading:
         for name in ("loader_slots", "loader_in_flight"):
-            if _set(spec, name):
+            if spec.sets(name):
                 sink.warning("PL193", f"{name} sizes the loader ring, and no component of this link has a load "
                              "entry: it has no effect", spec.at(f"/{name}"),
                              hint=f"drop {name}, or link components with a load entry (entry.load)")
@@ -257,7 +250,7 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
     if calls is not None:
         params = _layered_params(params, calls, sink, spec)
     # the default name (no pipeline file's, no --name) is located at the component it clashes with
-    default_name = spec.name == PipelineSpec.name and spec.source is None and "/name" not in spec.given
+    default_name = not spec.sets("name")
     rename = ("give the kernel a name: --name, or the pipeline's \"name\"" if default_name
               else "name the pipeline differently")
     for c in comps:
@@ -272,7 +265,7 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
     # A whole-call event is waited on only as a whole, so one add per CTA after its last task of the call lands
     # no later than the last of the per-task adds would, with one fence and atomic per CTA instead of per task:
     # on wherever each CTA's task order is fixed (the decode step: 3.4% faster at B = 1), off only when asked.
-    if (schedule != "persistent" or role_structured) and _set(spec, "dispatch"):
+    if (schedule != "persistent" or role_structured) and spec.sets("dispatch"):
         sink.warning("PL193", f"dispatch '{spec.dispatch}' orders a persistent kernel's tasks; this pipeline's "
                      f"schedule is {'role-structured' if role_structured else schedule}: it has no effect",
                      spec.at("/dispatch"), hint="drop dispatch, or use a persistent schedule")
