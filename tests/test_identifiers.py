@@ -149,3 +149,27 @@ def test_a_name_the_cuda_headers_define_as_a_macro_is_named(kernel, param, code,
     assert [d.code for d in errors] == [code] and "is a macro the CUDA headers define" in errors[0].message, \
         [d.render() for d in errors]
     assert errors[0].location.pointer == at
+
+
+@pytest.mark.parametrize("where, name", [("param", "CUDART_VERSION"), ("symbol", "assert")])
+def test_a_contract_name_the_cuda_headers_define_as_a_macro_is_named_in_build(tmp_path, capsys, where, name):
+    """In `pipelink build` too a macro's name reaches nvcc expanded (`int 13000`): the build asks nvcc which of the
+    contract's names are macros after the header's and the source's includes, and reports PL188 at each, not
+    PL019 at the source; nothing is written."""
+    from pipelink.cli import main
+    raw = _saxpy()
+    src = (TEMPLATE / "src" / "saxpy.cu").read_text()
+    if where == "param":
+        raw["entry"]["params"][2]["name"] = name  # the scalar a
+        src = src.replace("float a,", f"float {name},").replace("a * x[k]", f"{name} * x[k]")
+        pointer = "/entry/params/2"
+    else:
+        raw["entry"]["symbol"] = name
+        src = src.replace("void saxpy(", f"void {name}(")
+        pointer = "/entry/symbol"
+    (tmp_path / "c.json").write_text(json.dumps(raw))
+    (tmp_path / "c.cu").write_text(src)
+    code = main(["build", str(tmp_path / "c.cu"), "--contract", str(tmp_path / "c.json"), "-o", str(tmp_path / "c.o")])
+    err = capsys.readouterr().err
+    assert code == 1 and "error[PL188]" in err and f"'{name}' is a macro" in err and f"at {pointer}" in err, err
+    assert "PL019" not in err and not (tmp_path / "c.o").exists()

@@ -319,3 +319,48 @@ def test_a_setting_with_no_effect_on_the_kernel_is_pl193():
     assert [(d.code, d.location.pointer) for d in ctx.sink.items] == [("PL193", "/loader_in_flight")]
     _, _, sink = run(rowsum())
     assert not sink.items
+
+
+def _resolved(comps, **fields):
+    spec = PipelineSpec(name="k", **fields)
+    return run_passes(options=LinkOptions(arch="sm_90", pipeline=spec), components=comps, until="resolve")
+
+
+def splitk():
+    return [shipped("splitk_partial"), shipped("splitk_reduce")]
+
+
+def test_debug_events_and_standalone_without_events_are_pl193():
+    """debug_events bounds event waits and standalone drops the events that leave the link: on a kernel with no
+    wait (or nothing to drop) each is a PL193 warning at its setting; where they act, nothing."""
+    ctx = _resolved(rowsum(), debug_events=True, given={"/debug_events": "--debug-events"})
+    (d,) = ctx.sink.items
+    assert (d.code, d.severity, d.location.option) == ("PL193", "warning", "--debug-events"), d.render()
+    assert "debug_events" in d.message
+    ctx = _resolved(splitk(), debug_events=True)
+    assert not ctx.sink.items and ctx.resolved.debug_events
+    ctx = _resolved(rowsum(), standalone=True, source="p.json", extra={"standalone": True})
+    assert [(d.code, d.location.pointer) for d in ctx.sink.items] == [("PL193", "/standalone")]
+    ctx = _resolved(splitk(), standalone=True)  # events between its components stay: nothing dropped
+    assert [d.code for d in ctx.sink.items] == ["PL193"]
+    ctx = _resolved([shipped("splitk_reduce")], standalone=True)  # its wait on the partials is dropped
+    assert not [d for d in ctx.sink.items if d.code == "PL193"], [d.render() for d in ctx.sink.items]
+
+
+def test_a_specialized_value_that_empties_or_negates_a_tile_extent():
+    """specialize bakes a value into every launch: where it makes a tile extent negative the launcher refuses every
+    launch (PL001, at the option); where it makes one zero, those tasks never run (PL194, a warning)."""
+    given = {"/specialize/M": "--specialize M=0"}
+    ctx = _resolved(rowsum(), specialize={"M": 0}, given=given)
+    (d,) = ctx.sink.items
+    assert (d.code, d.severity, d.location.option) == ("PL194", "warning", "--specialize M=0"), d.render()
+    assert "ceil_div(M, TILE_M) = 0" in d.message and ctx.resolved is not None
+    ctx = _resolved(rowsum(), specialize={"M": -100}, source="p.json")
+    (d,) = ctx.sink.items
+    assert (d.code, d.severity, d.location.pointer) == ("PL001", "error", "/specialize/M"), d.render()
+    assert "ceil_div(M, TILE_M) = -3" in d.message and ctx.resolved is None
+    ctx = _resolved(rowsum(), specialize={"M": 100, "N": 7})
+    assert not ctx.sink.items and ctx.resolved.specialize == {"M": 100, "N": 7}
+    ctx = _resolved(splitk(), specialize={"M": 0})  # persistent: each component's extent, named
+    assert ctx.sink.items and all(d.code == "PL194" for d in ctx.sink.items)
+    assert "component 'splitk_partial'" in ctx.sink.items[0].message

@@ -184,17 +184,18 @@ def _compile(contract: Contract, contract_bytes: bytes, source: Path, cmd: list[
              opts: BuildOptions, sink: DiagnosticSink) -> bytes | None:
     """Run nvcc (`cmd` writes tmp/component.fatbin; -MD lists what it reads into tmp/component.d) and wrap
     its fatbin into a host object with the contract and the source embedded; None after a diagnostic."""
-    cmd = [*cmd, "-MD", "-MF", str(tmp / "component.d")]  # what the compile reads: the cache entry's dependencies
-    opts.nvcc_log.append(" ".join(cmd))
+    compile_cmd = [*cmd, "-MD", "-MF", str(tmp / "component.d")]  # what it reads: the cache entry's dependencies
+    opts.nvcc_log.append(" ".join(compile_cmd))
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace",
+        proc = subprocess.run(compile_cmd, capture_output=True, text=True, errors="replace",
                               env=toolchain.nvcc_env(scratch=tmp))
     except OSError as exc:
         sink.error("PL008", f"cannot run nvcc: {exc}", Location(file=str(source)))
         return None
     if proc.returncode != 0:
         log = (proc.stderr + proc.stdout).strip()
-        if _names_the_toolkit_declares(contract, log, sink):
+        if _names_the_toolkit_defines(contract, source, cmd, tmp, sink) or \
+                _names_the_toolkit_declares(contract, log, sink):
             return None
         sink.error("PL019", f"nvcc could not compile component '{contract.name}':\n{_indent(log)}",
                    Location(file=str(source), component=contract.name))
@@ -215,6 +216,37 @@ def _compile(contract: Contract, contract_bytes: bytes, source: Path, cmd: list[
     except OSError as exc:
         sink.error("PL007", f"cannot stage the object: {exc.strerror or exc}", Location(file=out_path))
     return None
+
+
+def _names_the_toolkit_defines(contract: Contract, source: Path, cmd: list[str], tmp: Path, sink: DiagnosticSink) -> bool:
+    """Where an entry symbol or a parameter of the contract is a macro of the headers the generated header or the
+    source includes (NULL, assert, CUDART_VERSION), nvcc's errors quote what it expands to, not the name: ask nvcc
+    which of the names are macros after those #include lines (one more compile, on this failure path only) and say
+    so at each name, PL188. True when it found one."""
+    from ..core.identifiers import contract_names, macro_probe, macros_in_probe_log
+    header = (tmp / f"{contract.name}.pipelink.h").read_text()
+    try:
+        text = source.read_text(errors="replace")
+    except OSError:
+        text = ""
+    includes = [line for line in (header + "\n" + text).splitlines() if line.lstrip().startswith("#include")
+                and "PIPELINK_HEADER" not in line and ".pipelink.h" not in line]
+    names = contract_names(contract)
+    probe = tmp / "names.cu"
+    probe.write_text(macro_probe("\n".join(dict.fromkeys(includes)), [n for n, _, _ in names]))
+    # the build's own command (flags, -I, -D; it ends `SOURCE -o OUTPUT`) on the probe: the same headers and macros
+    probe_cmd = cmd[:-3] + [str(probe), "-o", str(tmp / "names.fatbin")]
+    try:
+        proc = subprocess.run(probe_cmd, capture_output=True, text=True, errors="replace",
+                              env=toolchain.nvcc_env(scratch=tmp))
+    except OSError:
+        return False
+    macros = macros_in_probe_log(proc.stderr + proc.stdout) if proc.returncode else set()
+    for name, pointer, what in names:
+        if name in macros:
+            sink.error("PL188", f"{what} '{name}' is a macro the CUDA headers (or the source's includes) define",
+                       contract.at(pointer), hint="rename it in the contract (and the code)")
+    return bool(macros)
 
 
 def _names_the_toolkit_declares(contract: Contract, log: str, sink: DiagnosticSink) -> bool:

@@ -283,6 +283,10 @@ CODES = _codes(
     Code("PL193", "pipeline setting with no effect on this kernel", L,
          "drop the setting (file field or option), or link what it applies to",
          warning="always a warning (the link is the one without it)"),
+    Code("PL194", "specialized value leaves tasks that never run", L,
+         "a value baked in with specialize gives a component (or the kernel) no tiles at any launch: specialize the "
+         "value the kernel is launched with",
+         warning="always a warning (the link is correct; the tasks are empty)"),
 )
 
 

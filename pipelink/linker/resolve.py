@@ -168,7 +168,12 @@ def _symbol_at(contract, symbol: str) -> Location:
 
 def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSink) -> Resolved | None:
     if spec.standalone:
-        components = standalone(components)
+        alone = standalone(components)
+        if spec.sets("standalone") and all(a.contract.events == c.contract.events for a, c in zip(alone, components)):
+            sink.warning("PL193", "standalone drops the events that no component of the link notifies or waits for; "
+                         "this link has none: it has no effect", spec.at("/standalone"),
+                         hint="drop standalone (the kernel is the same without it)")
+        components = alone
     if not is_identifier(spec.name):  # it names the generated kernel
         sink.error("PL001", f"the kernel name {spec.name!r} is not a C identifier",
                    spec.at("/name"))
@@ -342,6 +347,13 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
         if not low <= value <= high:  # the glue's constant would wrap, and no launch could pass the value
             sink.error("PL001", f"specialize {name}: {value} is outside the {dtypes[name]} parameter's range "
                        f"{low}..{high}", where, hint=f"a value {name} can take")
+    if not sink.has_errors:
+        _specialized_extents(comps, schedule, tiles[0], geometry, spec, sink)
+    if spec.debug_events and spec.sets("debug_events") and not (
+            events is not None and any(t.waiters for t in events.tensors.values())):
+        sink.warning("PL193", "debug_events bounds how long a task waits on an event; no task of this link waits on "
+                     "one: it has no effect", spec.at("/debug_events"),
+                     hint="drop debug_events, or link components whose contracts wait on events")
     if sink.has_errors:
         return None
     cluster = next((c.contract.cluster for c in comps if c.contract.cluster), None)
@@ -352,6 +364,41 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
                     spec.dependent_launch, calls, spec.profile_tasks,
                     distributed_use(comps, events.tensors if events else {}), counts_per_cta, loader,
                     spec.deal, spec.wait_backoff_ns)
+
+
+def _specialized_extents(comps: list[Component], schedule: str, tiles: TileSequence, geometry: dict[str, int],
+                         spec: PipelineSpec, sink: DiagnosticSink) -> None:
+    """A tile extent that the specialized values alone decide is the same at every launch: below zero, the launcher
+    refuses every launch (PL001); zero, the component's tasks never run (PL194)."""
+    if not spec.specialize:
+        return
+    env = {**geometry, **spec.specialize}
+    owners = [(c.name, c.contract.geometry.tile_sequence.grid) for c in comps if c.contract.geometry.tile_sequence] \
+        if schedule == "persistent" else [(None, tiles.grid)]
+    for owner, grid in owners:
+        for extent in grid:
+            if not extent.names & spec.specialize.keys():
+                continue
+            try:
+                n = extent.evaluate(env)
+            except ExprError:  # a name only a launch gives, or a division by zero there
+                continue
+            if n > 0:
+                continue
+            names = sorted(extent.names & spec.specialize.keys())
+            values = ", ".join(f"{k} = {spec.specialize[k]}" for k in names)
+            whose = f"component '{owner}'" if owner else "the kernel"
+            where = spec.at(f"/specialize/{names[0]}")
+            if n < 0:
+                sink.error("PL001", f"specialize {values}: {whose} has the tile extent {extent.text} = {n}, and the "
+                           "launcher refuses a negative extent: no launch can use this kernel", where,
+                           hint=f"specialize {names[0]} to a value the kernel is launched with")
+            else:
+                sink.warning("PL194", f"specialize {values}: {whose} has the tile extent {extent.text} = 0 at every "
+                             "launch: its tasks never run", where,
+                             hint=f"specialize {names[0]} to a value the kernel is launched with, or link without "
+                                  f"{'it' if owner is None else repr(owner)}")
+            break
 
 
 def standalone(components: list[Component]) -> list[Component]:
