@@ -53,6 +53,11 @@ MEGA_OPTIONS["lr_restart_st256"] = ("lr", {"deal": "restart", "geometry": {"SPLI
 MEGA_OPTIONS.update({f"lr_ahead{n}": ("lr", {"load_ahead": n}) for n in (1, 2, 4, 6)})
 MEGA_OPTIONS.update({f"lr_deal_st128_ahead{n}": ("lr", {"deal": "continue", "geometry": {"SPLIT_TASKS": 128},
                                                          "load_ahead": n}) for n in (1, 2, 4, 6)})
+# lr_ahead2_asksA: load_ahead 2 with the load entries making only some of its L2 requests (the linear team's
+# LR_L2_ASKS, a value of the kernel): 1 the loader's calls ahead, 2 the entries' own (a task's slots past the ring,
+# norm_w); 3, both, is lr_ahead2.
+MEGA_OPTIONS.update({f"lr_ahead2_asks{a}": ("lr", {"load_ahead": 2, "geometry": {"SPLIT_TASKS": 128, "LR_L2_ASKS": a}})
+                     for a in (1, 2)})
 # lr_deal_st128_ifN: at most N of the ring's slots in flight (the pipeline's loader_in_flight: the loader waits for
 # the copy it issued N slots before to land before it issues the next); _ahead4_ifN with load_ahead 4 too.
 MEGA_OPTIONS.update({f"lr_deal_st128_if{n}": ("lr", {"deal": "continue", "geometry": {"SPLIT_TASKS": 128},

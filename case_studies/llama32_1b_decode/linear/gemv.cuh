@@ -356,9 +356,14 @@ __device__ __forceinline__ int packed_k(int K) { return (K + 31) / 32 * 32; }
 
 // The load entry's body (the loader warp): task `task`'s slots of packed W, in the order rows_ring drains them,
 // one bulk copy a slot by lane 0.
+// With load_ahead, which L2 requests the entry makes (the contract's LR_L2_ASKS, a value of the kernel): bit 0 the
+// loader's calls ahead (tile.ahead), bit 1 its own (a task's slots past the ring, norm_w); 3, both, by default. A
+// measurement switch: the two were never timed apart.
+constexpr int kAsksAhead = 1, kAsksOwn = 2;
+
 template <int ROWS, int SLOT_K, int BATCH>
 __device__ __forceinline__ void load_slots(const pl::Tile& tile, const bf16* __restrict__ w_packed, long long task,
-                                           int B, int K) {
+                                           int B, int K, int asks = kAsksAhead | kAsksOwn) {
   const int kp = packed_k(K);
   const bf16* const src = w_packed + task * ROWS * (long long)kp;
   const int slots = (kp + SLOT_K - 1) / SLOT_K;
@@ -368,13 +373,13 @@ __device__ __forceinline__ void load_slots(const pl::Tile& tile, const bf16* __r
         pl::ring::ahead_l2(src + (long long)j * ROWS * SLOT_K, (unsigned)(ROWS * min(SLOT_K, kp - j * SLOT_K) * 2));
   };
   if (tile.ahead) {  // the loader, tasks before this one's turn (loader.ahead): all of its W
-    ask_l2(0);
+    if (asks & kAsksAhead) ask_l2(0);
     __syncwarp();
     return;
   }
   // With load_ahead, a task longer than the ring (down: 8 slots of 32 KB through 4) also asks L2 for the slots
   // past the ring's as its loading starts, as the loader's calls ahead do for later tasks.
-  if (pl_ring__ahead > 0u) ask_l2((int)pl_ring__slots);
+  if (pl_ring__ahead > 0u && (asks & kAsksOwn)) ask_l2((int)pl_ring__slots);
   for (int bg = 0, s = 0; bg < B; bg += BATCH) {
     for (int j = 0; j < slots; ++j, ++s) {
       if (!pl::ring::acquire(tile, s)) return;
@@ -391,9 +396,10 @@ __device__ __forceinline__ void load_slots(const pl::Tile& tile, const bf16* __r
 // With load_ahead, the load entry of a normed GEMV asks L2 for norm_w as it loads the call's first task on the
 // CTA: a constant of the layer that the task reads right after x is staged, else a miss to HBM there, ahead of
 // the norm. (The 16-byte multiple at a 16-byte aligned address only: what a bulk request takes.)
-__device__ __forceinline__ void norm_w_ahead(const pl::Tile& tile, const bf16* __restrict__ norm_w, int K) {
+__device__ __forceinline__ void norm_w_ahead(const pl::Tile& tile, const bf16* __restrict__ norm_w, int K,
+                                             int asks = kAsksAhead | kAsksOwn) {
   const unsigned bytes = (unsigned)K * 2u / 16u * 16u;
-  if (pl_ring__ahead > 0u && !tile.ahead && !tile.continues && threadIdx.x % 32 == 0 && bytes > 0u &&
+  if (pl_ring__ahead > 0u && (asks & kAsksOwn) && !tile.ahead && !tile.continues && threadIdx.x % 32 == 0 && bytes > 0u &&
       (reinterpret_cast<unsigned long long>(norm_w) & 15ull) == 0ull)
     pl::ring::ahead_l2(norm_w, bytes);
 }

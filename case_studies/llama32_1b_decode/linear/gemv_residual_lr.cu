@@ -13,7 +13,7 @@ static_assert(GEMV_ROWS * GEMV_RING_K * 2 == Ring::kSlotBytes, "contract gemv_re
 extern "C" __device__ void gemv_residual_lr_load(pl::Tile tile, const __nv_bfloat16* __restrict__ w,
                                                  const __nv_bfloat16* __restrict__, const __nv_bfloat16* __restrict__,
                                                  __nv_bfloat16* __restrict__, int B, int N, int K) {
-  gemv_body::load_slots<GEMV_ROWS, GEMV_RING_K, GEMV_BATCH>(tile, w, tile.coord[0], B, K);
+  gemv_body::load_slots<GEMV_ROWS, GEMV_RING_K, GEMV_BATCH>(tile, w, tile.coord[0], B, K, LR_L2_ASKS());
 }
 
 extern "C" __device__ void gemv_residual_lr(pl::Tile tile, const __nv_bfloat16* __restrict__ w,

@@ -17,8 +17,8 @@ extern "C" __device__ void gemv_swiglu_normed_lr_load(pl::Tile tile, const __nv_
                                                       const __nv_bfloat16* __restrict__,
                                                       const __nv_bfloat16* __restrict__ norm_w, float,
                                                       __nv_bfloat16* __restrict__, int B, int I, int K) {
-  gemv_body::norm_w_ahead(tile, norm_w, K);
-  gemv_body::load_slots<TASK_ROWS, SWIGLU_RING_K, GEMV_BATCH>(tile, w, tile.coord[0], B, K);
+  gemv_body::norm_w_ahead(tile, norm_w, K, LR_L2_ASKS());
+  gemv_body::load_slots<TASK_ROWS, SWIGLU_RING_K, GEMV_BATCH>(tile, w, tile.coord[0], B, K, LR_L2_ASKS());
 }
 
 extern "C" __device__ void gemv_swiglu_normed_lr(pl::Tile tile, const __nv_bfloat16* __restrict__ w,

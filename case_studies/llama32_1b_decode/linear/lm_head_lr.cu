@@ -14,7 +14,7 @@ static_assert(LM_ROWS * LM_RING_K * 2 == Ring::kSlotBytes, "contract lm_head_lr:
 extern "C" __device__ void lm_head_lr_load(pl::Tile tile, const __nv_bfloat16* __restrict__ w,
                                            const __nv_bfloat16* __restrict__, __nv_bfloat16* __restrict__,
                                            unsigned long long* __restrict__, int B, int V, int K) {
-  gemv_body::load_slots<LM_ROWS, LM_RING_K, GEMV_BATCH>(tile, w, tile.coord[0], B, K);
+  gemv_body::load_slots<LM_ROWS, LM_RING_K, GEMV_BATCH>(tile, w, tile.coord[0], B, K, LR_L2_ASKS());
 }
 
 extern "C" __device__ void lm_head_lr(pl::Tile tile, const __nv_bfloat16* __restrict__ w,

@@ -18,10 +18,10 @@ extern "C" __device__ void qkv_rope_normed_lr_load(pl::Tile tile, const __nv_bfl
                                                    const int* __restrict__, const float* __restrict__,
                                                    __nv_bfloat16* __restrict__, __nv_bfloat16* __restrict__,
                                                    __nv_bfloat16* __restrict__, int B, int K, int) {
-  gemv_body::norm_w_ahead(tile, norm_w, K);
+  gemv_body::norm_w_ahead(tile, norm_w, K, LR_L2_ASKS());
   // tasks in the grid's row-major order (contract: [48, 64 // QKV_ROWS])
   gemv_body::load_slots<QKV_ROWS, QKV_RING_K, GEMV_BATCH>(tile, w, tile.coord[0] * (64 / QKV_ROWS) + tile.coord[1],
-                                                      B, K);
+                                                      B, K, LR_L2_ASKS());
 }
 
 extern "C" __device__ void qkv_rope_normed_lr(pl::Tile tile, const __nv_bfloat16* __restrict__ w,
