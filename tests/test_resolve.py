@@ -364,3 +364,14 @@ def test_a_specialized_value_that_empties_or_negates_a_tile_extent():
     ctx = _resolved(splitk(), specialize={"M": 0})  # persistent: each component's extent, named
     assert ctx.sink.items and all(d.code == "PL194" for d in ctx.sink.items)
     assert "component 'splitk_partial'" in ctx.sink.items[0].message
+
+
+def test_event_settings_on_a_kernel_without_events_are_pl193():
+    """wait_backoff_ns without a wait, counts_per_cta without a whole-call notification: PL193 at the setting; on
+    the split-K pair (its reduce waits, its notifications are per element) only counts_per_cta is without effect."""
+    ctx = _resolved(rowsum(), wait_backoff_ns=16, source="p.json", extra={"wait_backoff_ns": 16})
+    assert [(d.code, d.location.pointer) for d in ctx.sink.items] == [("PL193", "/wait_backoff_ns")]
+    ctx = _resolved(splitk(), wait_backoff_ns=16, counts_per_cta=False, source="p.json",
+                    extra={"wait_backoff_ns": 16, "counts_per_cta": False})
+    assert [(d.code, d.location.pointer) for d in ctx.sink.items] == [("PL193", "/counts_per_cta")], \
+        [d.render() for d in ctx.sink.items]

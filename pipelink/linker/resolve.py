@@ -349,11 +349,7 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
                        f"{low}..{high}", where, hint=f"a value {name} can take")
     if not sink.has_errors:
         _specialized_extents(comps, schedule, tiles[0], geometry, spec, sink)
-    if spec.debug_events and spec.sets("debug_events") and not (
-            events is not None and any(t.waiters for t in events.tensors.values())):
-        sink.warning("PL193", "debug_events bounds how long a task waits on an event; no task of this link waits on "
-                     "one: it has no effect", spec.at("/debug_events"),
-                     hint="drop debug_events, or link components whose contracts wait on events")
+    _settings_without_effect(spec, events, sink)
     if sink.has_errors:
         return None
     cluster = next((c.contract.cluster for c in comps if c.contract.cluster), None)
@@ -364,6 +360,23 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
                     spec.dependent_launch, calls, spec.profile_tasks,
                     distributed_use(comps, events.tensors if events else {}), counts_per_cta, loader,
                     spec.deal, spec.wait_backoff_ns)
+
+
+def _settings_without_effect(spec: PipelineSpec, events, sink: DiagnosticSink) -> None:
+    """Settings of the event waits and notifications on a kernel that has none of them: PL193 at the setting."""
+    waits = events is not None and any(t.waiters for t in events.tensors.values())
+    if not waits:
+        for name, what in (("debug_events", "bounds how long a task waits on an event"),
+                           ("wait_backoff_ns", "is a waiting thread's sleep between two reads of an event")):
+            if spec.sets(name) and (name != "debug_events" or spec.debug_events):
+                sink.warning("PL193", f"{name} {what}; no task of this link waits on one: it has no effect",
+                             spec.at(f"/{name}"), hint=f"drop {name}, or link components whose contracts wait on events")
+    from .event_glue import whole_call
+    if spec.counts_per_cta is not None and spec.sets("counts_per_cta") and not (events is not None and any(
+            whole_call(n) for t in events.tensors.values() for n in t.notifiers)):
+        sink.warning("PL193", "counts_per_cta counts a call's whole-call notifications once per CTA; no component of "
+                     "this link notifies a whole call: it has no effect", spec.at("/counts_per_cta"),
+                     hint="drop counts_per_cta")
 
 
 def _specialized_extents(comps: list[Component], schedule: str, tiles: TileSequence, geometry: dict[str, int],
