@@ -254,6 +254,41 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
     params = _params(comps, sink)
     if calls is not None:
         params = _layered_params(params, calls, sink, spec)
+    _kernel_name(comps, spec, sink)
+    counts_per_cta = _schedule_settings(comps, spec, schedule, role_structured, sink)
+    loader = plan_loader(comps, spec, schedule, role_structured, sink)
+    roles = None
+    if role_structured and not sink.has_errors:
+        from .roles import plan_roles
+        roles = plan_roles(comps, wires, sink)
+        if roles is not None and tiles is not None and tiles[0].distribution != "grid_stride":
+            for g in roles.groups:
+                if g.instances > 1:
+                    sink.error("PL078", f"role '{g.name}' runs {g.instances} instances, which take a grid-stride walk's "
+                               f"tiles in turn; the tile sequence is {tiles[0].distribution}",
+                               _roles_at(comps, g.members[0].component))
+    stream_k = None
+    if roles is not None and not sink.has_errors:
+        from .roles import plan_stream_k
+        stream_k = plan_stream_k(comps, roles, tiles[0] if tiles else None, sink)
+    if sink.has_errors or tiles is None or order is None:
+        return None
+    _specialize(comps, params, schedule, tiles[0], geometry, spec, sink)
+    _settings_without_effect(spec, events, sink)
+    if sink.has_errors:
+        return None
+    cluster = next((c.contract.cluster for c in comps if c.contract.cluster), None)
+    from .events import distributed_use
+    return Resolved(spec.name, comps, order, wires, geometry, schedule, tiles[0], tiles[1], params, events,
+                    spec.dispatch, spec.debug_events, dict(spec.specialize), roles,
+                    tuple(list(cluster) + [1] * (3 - len(cluster))) if cluster else None, stream_k, nested,
+                    spec.dependent_launch, calls, spec.profile_tasks,
+                    distributed_use(comps, events.tensors if events else {}), counts_per_cta, loader,
+                    spec.deal, spec.wait_backoff_ns)
+
+
+def _kernel_name(comps: list[Component], spec: PipelineSpec, sink: DiagnosticSink) -> None:
+    """The kernel's name is no entry symbol of a component and no name C++ or CUDA reserves (PL077)."""
     # the default name (no pipeline file's, no --name) is located at the component it clashes with
     default_name = not spec.sets("name")
     rename = ("give the kernel a name: --name, or the pipeline's \"name\"" if default_name
@@ -267,13 +302,19 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
     why = problem(spec.name, "global")
     if why:
         sink.error("PL077", f"the kernel name '{spec.name}' is {why}", spec.at("/name"), hint=rename)
-    # A whole-call event is waited on only as a whole, so one add per CTA after its last task of the call lands
-    # no later than the last of the per-task adds would, with one fence and atomic per CTA instead of per task:
-    # on wherever each CTA's task order is fixed (the decode step: 3.4% faster at B = 1), off only when asked.
+
+
+def _schedule_settings(comps: list[Component], spec: PipelineSpec, schedule: str, role_structured: bool,
+                       sink: DiagnosticSink) -> bool:
+    """What the pipeline's settings and the components' entries, events and roles ask of the schedule, checked
+    against it; returns whether whole-call events are counted once per CTA (counts_per_cta)."""
     if (schedule != "persistent" or role_structured) and spec.sets("dispatch"):
         sink.warning("PL193", f"dispatch '{spec.dispatch}' orders a persistent kernel's tasks; this pipeline's "
                      f"schedule is {'role-structured' if role_structured else schedule}: it has no effect",
                      spec.at("/dispatch"), hint="drop dispatch, or use a persistent schedule")
+    # A whole-call event is waited on only as a whole, so one add per CTA after its last task of the call lands
+    # no later than the last of the per-task adds would, with one fence and atomic per CTA instead of per task:
+    # on wherever each CTA's task order is fixed (the decode step: 3.4% faster at B = 1), off only when asked.
     per_cta_allowed = schedule == "persistent" and not role_structured and spec.dispatch == "static"
     counts_per_cta = per_cta_allowed if spec.counts_per_cta is None else spec.counts_per_cta
     if spec.counts_per_cta and not per_cta_allowed:
@@ -317,23 +358,13 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
             if c.contract.threads.uses_syncthreads and len(comps) > 1:
                 sink.error("PL071", f"'{c.name}' calls __syncthreads, which would wait for the warps of the other "
                            "components too", c.contract.at("/threads/uses_syncthreads"))
-    loader = plan_loader(comps, spec, schedule, role_structured, sink)
-    roles = None
-    if role_structured and not sink.has_errors:
-        from .roles import plan_roles
-        roles = plan_roles(comps, wires, sink)
-        if roles is not None and tiles is not None and tiles[0].distribution != "grid_stride":
-            for g in roles.groups:
-                if g.instances > 1:
-                    sink.error("PL078", f"role '{g.name}' runs {g.instances} instances, which take a grid-stride walk's "
-                               f"tiles in turn; the tile sequence is {tiles[0].distribution}",
-                               _roles_at(comps, g.members[0].component))
-    stream_k = None
-    if roles is not None and not sink.has_errors:
-        from .roles import plan_stream_k
-        stream_k = plan_stream_k(comps, roles, tiles[0] if tiles else None, sink)
-    if sink.has_errors or tiles is None or order is None:
-        return None
+    return counts_per_cta
+
+
+def _specialize(comps: list[Component], params: list, schedule: str, tiles: TileSequence, geometry: dict[str, int],
+                spec: PipelineSpec, sink: DiagnosticSink) -> None:
+    """Each specialized value names an integer parameter of the kernel, fits its type, and leaves the tile
+    extents it decides usable (_specialized_extents)."""
     shapes = {p.name for p in params if not p.pointer and p.dtype in INTEGER_DTYPES}
     dtypes = {p.name: p.dtype for p in params}
     for name, value in spec.specialize.items():
@@ -348,18 +379,7 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
             sink.error("PL001", f"specialize {name}: {value} is outside the {dtypes[name]} parameter's range "
                        f"{low}..{high}", where, hint=f"a value {name} can take")
     if not sink.has_errors:
-        _specialized_extents(comps, schedule, tiles[0], geometry, spec, sink)
-    _settings_without_effect(spec, events, sink)
-    if sink.has_errors:
-        return None
-    cluster = next((c.contract.cluster for c in comps if c.contract.cluster), None)
-    from .events import distributed_use
-    return Resolved(spec.name, comps, order, wires, geometry, schedule, tiles[0], tiles[1], params, events,
-                    spec.dispatch, spec.debug_events, dict(spec.specialize), roles,
-                    tuple(list(cluster) + [1] * (3 - len(cluster))) if cluster else None, stream_k, nested,
-                    spec.dependent_launch, calls, spec.profile_tasks,
-                    distributed_use(comps, events.tensors if events else {}), counts_per_cta, loader,
-                    spec.deal, spec.wait_backoff_ns)
+        _specialized_extents(comps, schedule, tiles, geometry, spec, sink)
 
 
 def _settings_without_effect(spec: PipelineSpec, events, sink: DiagnosticSink) -> None:
