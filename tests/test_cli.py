@@ -620,3 +620,16 @@ def test_what_a_schedule_from_an_option_cannot_do_names_the_option(capsys, shipp
                        "--schedule", "persistent")
     assert code == 1 and "error[PL085]" in err and "error[PL072]" in err, err
     assert err.count(">>> also option --schedule persistent") == err.count("error[")
+
+
+def test_a_contract_alone_given_to_link_is_pl010(capsys, tmp_path):
+    """`check` takes a bare contract; a link needs the object: PL010 at the contract, exit 1, nothing written (it
+    had been an internal error, exit 3), and from Python a failed result."""
+    import pipelink
+    from pipelink.harness.shipped import REPO
+    contract = REPO / "examples/component-template/contracts/saxpy.json"
+    code, _, err = run(capsys, "link", contract, "-o", tmp_path / "k" / "x.cubin", "--no-cache")
+    assert code == 1 and "error[PL010]" in err and f"--> {contract}, at /name" in err and "pipelink build" in err, err
+    assert not (tmp_path / "k").exists()
+    result = pipelink.link([str(contract)])
+    assert not result.ok and [d.code for d in result.diagnostics if d.severity == "error"] == ["PL010"]

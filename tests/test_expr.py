@@ -1,3 +1,5 @@
+import re
+
 import pytest
 
 from pipelink.core.expr import ExprError, parse
@@ -86,3 +88,24 @@ def test_expressions_parse_from_many_threads():
     with ThreadPoolExecutor(8) as pool:
         parsed = list(pool.map(parse, texts))
     assert [p.text for p in parsed] == [parse(t).text for t in texts]
+
+
+@pytest.mark.parametrize("bad, says", [
+    ("ceil_div(N, 0)", "divides by zero"), ("N // 0", "divides by zero"), ("N % (4 - 4)", "(4 - 4 is 0)"),
+    ("9999999999999999999999999 * N", "does not fit in 64 bits"), ("-9223372036854775809 + N", "64 bits"),
+    ("\uff49 + 1", "not ASCII"), ("N\u00b2", "not ASCII")])
+def test_a_divisor_of_literals_zero_a_literal_past_64_bits_or_a_look_alike_letter_is_refused(bad, says):
+    """Such an expression had passed: the glue divided by zero on the device (the code compiled away), printed a
+    literal no C++ integer holds, or took a fullwidth letter for the ASCII one (Python's parser folds them)."""
+    with pytest.raises(ExprError, match=re.escape(says)):
+        parse(bad)
+    assert parse("-9223372036854775807 + N // (T - 1) + 9223372036854775807").names == {"N", "T"}
+
+
+def test_zero_divisor_under_an_environment():
+    from pipelink.core.expr import zero_divisor
+    e = parse("N // (TILE - 1024) + ceil_div(M, T)")
+    assert zero_divisor(e.tree, {"TILE": 1024}) == "TILE - 1024"
+    assert zero_divisor(e.tree, {"TILE": 512, "T": 4}) is None
+    assert zero_divisor(e.tree, {"T": 0}) == "T"
+    assert zero_divisor(e.tree, {}) is None

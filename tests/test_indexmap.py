@@ -27,3 +27,13 @@ def test_kinds(text, kind, rank, tensors):
 def test_rejects(bad):
     with pytest.raises(MapError):
         parse_map(bad)
+
+
+@pytest.mark.parametrize("bad, says", [
+    ("i->i // 0", "divides by zero"), ("i->range(max(i - 1, 0), i % 0)", "divides by zero"),
+    ("i->" + "+".join(["i"] * 3000), "nests too deeply"), ("i->99999999999999999999999999", "64 bits"),
+    ("i->\uff49", "not ASCII")])
+def test_a_map_dividing_by_zero_too_long_or_with_look_alike_letters_is_a_map_error(bad, says):
+    """They had crashed the checker (ZeroDivisionError, RecursionError) or been read as another map."""
+    with pytest.raises(MapError, match=says):
+        parse_map(bad)

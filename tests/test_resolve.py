@@ -375,3 +375,15 @@ def test_event_settings_on_a_kernel_without_events_are_pl193():
                     extra={"wait_backoff_ns": 16, "counts_per_cta": False})
     assert [(d.code, d.location.pointer) for d in ctx.sink.items] == [("PL193", "/counts_per_cta")], \
         [d.render() for d in ctx.sink.items]
+
+
+def test_a_divisor_the_links_geometry_makes_zero_is_pl028():
+    """`M // (TILE_N - 128)` passes where the contract is read (TILE_N is the link's), and at TILE_N = 128 every
+    launch would divide by zero: PL028 at the expression, naming the value."""
+    def grid(divisor):
+        return lambda c: c["geometry"]["tile_sequence"]["grid"].__setitem__(0, f"ceil_div(M, TILE_M) + M // {divisor}")
+    ctx = _resolved(rowsum(block_rowsum=grid("(TILE_N - 128)")))
+    (d,) = ctx.sink.errors
+    assert d.code == "PL028" and "TILE_N - 128 is 0 at TILE_N = 128" in d.message, d.render()
+    assert (d.location.file, d.location.pointer) == ("block_rowsum.json", "/geometry/tile_sequence/grid/0")
+    assert "PL028" not in {d.code for d in _resolved(rowsum(block_rowsum=grid("(TILE_N - 64)"))).sink.errors}

@@ -74,6 +74,8 @@ def parse(value: int | str) -> Expr:
         return Expr(str(value), ast.Constant(value), frozenset())
     if not isinstance(value, str):
         raise ExprError(f"expected an integer or an expression string, got {type(value).__name__}")
+    if not value.isascii():  # Python's parser folds look-alike letters (NFKC: a fullwidth 'ｉ' is 'i')
+        raise ExprError(f"{value[:40]!r} holds a character that is not ASCII: names are C identifiers")
     try:
         tree = python_ast(value.strip()).body
     except SyntaxError as exc:
@@ -90,13 +92,38 @@ def parse(value: int | str) -> Expr:
         raise ExprError(f"{value[:40]!r}... nests {depth} deep; at most {MAX_DEPTH} levels are allowed")
     names: set[str] = set()
     _validate(tree, names, value)
+    zero = zero_divisor(tree, {})
+    if zero is not None:
+        raise ExprError(f"{value!r} divides by zero" + (f" ({zero} is 0)" if zero != "0" else ""))
     return Expr(value, tree, frozenset(names))
+
+
+INT64 = 1 << 63  # literals and the glue's arithmetic are 64-bit at most
+
+
+def zero_divisor(node: ast.AST, env: dict[str, int]) -> str | None:
+    """The first divisor (of //, % or ceil_div) in the tree that `env` alone decides and that is zero, as written;
+    None when there is none. With env {} that is a divisor of literals only, zero at every launch."""
+    for sub in ast.walk(node):
+        divisor = sub.right if isinstance(sub, ast.BinOp) and isinstance(sub.op, (ast.FloorDiv, ast.Mod)) else \
+            sub.args[1] if isinstance(sub, ast.Call) and getattr(sub.func, "id", None) == "ceil_div" and \
+            len(sub.args) == 2 else None
+        if divisor is None or any(isinstance(n, ast.Name) and n.id not in env for n in ast.walk(divisor)):
+            continue
+        try:
+            if _eval(divisor, env) == 0:
+                return ast.unparse(divisor)
+        except (ExprError, KeyError, TypeError, AttributeError):
+            continue
+    return None
 
 
 def _validate(node: ast.AST, names: set[str], text: str) -> None:
     if isinstance(node, ast.Constant):
         if isinstance(node.value, bool) or not isinstance(node.value, int):
             raise ExprError(f"only integer literals are allowed in {text!r}")
+        if not -INT64 <= node.value < INT64:
+            raise ExprError(f"the literal {str(node.value)[:24]}... in {text[:40]!r} does not fit in 64 bits")
     elif isinstance(node, ast.Name):
         names.add(node.id)
     elif isinstance(node, ast.BinOp):

@@ -20,7 +20,7 @@ import ast
 import re
 from dataclasses import dataclass
 
-from .expr import python_ast
+from .expr import INT64, MAX_DEPTH, python_ast, zero_divisor
 
 
 class MapError(ValueError):
@@ -94,12 +94,19 @@ def parse_map(text: str) -> IndexMap:
         return IndexMap(text, dims, tuple(Term("index", ch) for ch in rhs))
     if not rhs:
         raise MapError(f"{text!r} has an empty event side")
+    if not text.isascii():  # Python's parser folds look-alike letters (NFKC: a fullwidth 'ｉ' is 'i')
+        raise MapError(f"{text[:40]!r} holds a character that is not ASCII")
     try:
         sub = python_ast(f"_[{rhs}]").body
+        items = sub.slice.elts if isinstance(sub.slice, ast.Tuple) else [sub.slice]
+        terms = tuple(_term(item, dims, text) for item in items)
     except SyntaxError:
         raise MapError(f"cannot parse the event side {rhs!r}") from None
-    items = sub.slice.elts if isinstance(sub.slice, ast.Tuple) else [sub.slice]
-    terms = tuple(_term(item, dims, text) for item in items)
+    except (RecursionError, MemoryError):  # the parser's and the walks' own limits on nesting
+        raise MapError(f"{text[:40]!r}... nests too deeply; at most {MAX_DEPTH} levels are allowed") from None
+    zero = zero_divisor(sub, {})
+    if zero is not None:
+        raise MapError(f"{text!r} divides by zero" + (f" ({zero} is 0)" if zero != "0" else ""))
     return IndexMap(text, dims, terms)
 
 
@@ -149,7 +156,8 @@ def _affine(node: ast.AST, dims: tuple[str, ...], text: str, names: set | None =
                 raise MapError(f"{node.id!r} is not a task dimension in {text!r}")
             names.add(node.id)
     elif isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
-        pass
+        if not -INT64 <= node.value < INT64:
+            raise MapError(f"the literal {str(node.value)[:24]}... in {text[:40]!r} does not fit in 64 bits")
     elif isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod)):
         _affine(node.left, dims, text, names)
         _affine(node.right, dims, text, names)

@@ -291,6 +291,13 @@ def _chain_problem(w: Side, own: list[Side], t: EventTensor, env, seq):
     if total > MAX_SAMPLED_TASKS // 4:
         return None
     walk = [task_coords(seq.order, extents, k, seq.group) for k in range(total)]
+    try:
+        return _first_wait_on_itself(w, own, env, shape, walk)
+    except ZeroDivisionError:  # a divisor the sampled shape makes zero: not enumerable on this shape
+        return None
+
+
+def _first_wait_on_itself(w: Side, own: list[Side], env, shape: list[int], walk: list[tuple]):
     last: dict[tuple, tuple[int, tuple]] = {}  # element -> (latest position notifying it, that task)
     for pos, task in enumerate(walk):
         for n in own:
@@ -539,12 +546,15 @@ def _reach(side: Side, env, shape: list[int], tasks=None) -> _Reach | None:
                                                 for a in axes))
     counts: dict[tuple, int] = {}
     first: dict[tuple, tuple] = {}  # the first task that names each key: many tasks share one
-    for task in tasks:
-        for key in keys(task):
-            if key not in counts:
-                counts[key] = 0
-                first[key] = task
-            counts[key] += per_task
+    try:
+        for task in tasks:
+            for key in keys(task):
+                if key not in counts:
+                    counts[key] = 0
+                    first[key] = task
+                counts[key] += per_task
+    except ZeroDivisionError:  # a divisor the sampled shape makes zero: not enumerable on this shape
+        return None
     outside = None
     for key in [k for k in counts if not all(0 <= v < shape[a] for v, a in zip(k, axes))]:
         del counts[key]

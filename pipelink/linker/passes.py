@@ -227,6 +227,13 @@ def pass_link(ctx: LinkContext) -> None:
     # ones; with the components first, the kernel is compiled as nvcc compiles its components (and as
     # nvcc compiles the one-unit control: docs/architecture.md).
     from .verify import objects_of
+    bare = [c for c in objects_of(ctx.resolved) if c.obj is None]
+    for c in bare:  # read from its contract alone: `check` takes it so, a link needs its code
+        ctx.sink.error("PL010", f"'{c.name}' was given as its contract alone: a link needs the component's object",
+                       c.contract.at("/name"), hint="build it (`pipelink build SOURCE --contract CONTRACT -o X.o`) and "
+                       "link the object; `pipelink check` takes a contract alone")
+    if bare:
+        return
     inputs = [c.obj.link_input() for c in objects_of(ctx.resolved)]  # an object called twice is linked once
     inputs.append(toolchain.LinkInput("ltoir", ctx.glue_ltoir, f"{ctx.resolved.name}_glue"))
     if ctx.resolved.distributed:  # the NVSHMEM calls of the glue (remote.h) and of the components

@@ -202,6 +202,7 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
     # Warp counts and tensor-map boxes given over geometry take the link's values from here on: the
     # loader checked them at the contract's own defaults only.
     comps = [replace(c, contract=replace(c.contract, threads=_threads_at(c, geometry, sink))) for c in comps]
+    _zero_divisors(comps, geometry, sink)
     _tensor_map_boxes(comps, geometry, sink)
     if sink.has_errors:
         return None
@@ -380,6 +381,26 @@ def _specialize(comps: list[Component], params: list, schedule: str, tiles: Tile
                        f"{low}..{high}", where, hint=f"a value {name} can take")
     if not sink.has_errors:
         _specialized_extents(comps, schedule, tiles, geometry, spec, sink)
+
+
+def _zero_divisors(comps: list[Component], geometry: dict[str, int], sink: DiagnosticSink) -> None:
+    """A divisor that the link's geometry alone makes zero (`TILE // (TILE - 1024)` at TILE = 1024) in a tile
+    extent, an event's count or shape, or the loader's slots: the glue would divide by zero at every launch (a
+    literal zero is refused where the contract is read). PL028 at the expression."""
+    from ..core.expr import zero_divisor
+    for c in comps:
+        seq, events, loader = c.contract.geometry.tile_sequence, c.contract.events, c.contract.loader
+        exprs = [(e, f"{seq.pointer_path}/grid/{i}") for i, e in enumerate(seq.grid)] if seq else []
+        exprs += [(w.count, f"{w.pointer_path}/count") for w in events.waits if w.count is not None]
+        exprs += [(e, f"{n.pointer_path}/shape/{i}") for n in events.notifies for i, e in enumerate(n.shape or ())]
+        if loader is not None:
+            exprs.append((loader.slots, f"{loader.pointer_path}/slots"))
+        for e, pointer in exprs:
+            zero = zero_divisor(e.tree, geometry)
+            if zero is not None:
+                values = ", ".join(f"{n} = {geometry[n]}" for n in sorted(parse(zero).names))
+                sink.error("PL028", f"{e.text!r} divides by zero at this link's geometry ({zero} is 0 at {values})",
+                           c.contract.at(pointer), hint="give the geometry a value the expression can divide by")
 
 
 def _settings_without_effect(spec: PipelineSpec, events, sink: DiagnosticSink) -> None:
