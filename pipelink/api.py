@@ -247,6 +247,8 @@ def link(inputs, options: LinkOptions | None = None, *, pipeline=None, raise_on_
     if options is not None and not isinstance(options, LinkOptions):
         raise PipelinkUsageError(f"options is a {type(options).__name__}; pipelink takes a LinkOptions")
     options = options or LinkOptions()
+    if pipeline is None and not isinstance(options.pipeline, PipelineSpec):  # a path or a dict there too
+        pipeline = options.pipeline
     if not items:
         result = passes.failed(items, options, [_no_inputs()])
         return result.raise_on_error() if raise_on_error else result

@@ -299,3 +299,25 @@ def test_a_manifest_given_for_the_kernel_is_pl004(linked, tmp_path):
         pipelink.load(cubin.with_suffix(".json"), device=None)
     assert [d.code for d in err.value.diagnostics] == ["PL004"] and "not a cubin" in str(err.value)
     assert pipelink.load(tmp_path, device=None).manifest.kernel == "rowsum"
+
+
+@pytest.mark.parametrize("field", ["geometry", "specialize", "wires", "calls", "components", "loader_slots",
+                                   "dispatch", "standalone", "name"])
+def test_a_pipeline_spec_field_of_none_is_pl133_at_the_field(objects, field):
+    """None where a field's default is no None (a dict, a list, an int, a string) had been skipped as 'absent' by the
+    schema check and crashed the link (AttributeError, TypeError) or linked with None: PL133 at the field."""
+    from pipelink.core.pipeline import PipelineSpec
+    result = pipelink.link([str(p) for p in objects], pipeline=PipelineSpec(**{field: None}))
+    assert [(d.code, d.location.pointer) for d in result.diagnostics] == [("PL133", f"/{field}")], \
+        [d.render() for d in result.diagnostics]
+
+
+def test_link_options_may_name_the_pipeline_by_path_or_dict(objects, tmp_path):
+    """LinkOptions(pipeline=...) takes what link(pipeline=...) takes (a path or a dict had crashed the link)."""
+    from pipelink.linker.passes import LinkOptions
+    inputs = [str(p) for p in objects]
+    pipe = REPO / "pipelines" / "rowsum.json"
+    assert pipelink.link(inputs, options=LinkOptions(pipeline=str(pipe))).manifest.kernel == "rowsum"
+    assert pipelink.link(inputs, options=LinkOptions(pipeline=json.loads(pipe.read_text()))).ok
+    missing = pipelink.link(inputs, options=LinkOptions(pipeline=str(tmp_path / "none.json")))
+    assert [d.code for d in missing.diagnostics] == ["PL002"]

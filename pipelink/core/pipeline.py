@@ -99,6 +99,9 @@ class PipelineSpec:
             getattr(self, name) != PipelineSpec.__dataclass_fields__[name].default
 
 
+_LISTS_AND_MAPS = ("components", "wires", "calls", "specialize", "geometry")
+
+
 def spec_document(spec: PipelineSpec) -> dict:
     """The pipeline file a PipelineSpec stands for (read_pipeline's inverse), so that a spec built in Python
     meets the same schema as a file. A field of the wrong type stays as it is, for the schema to name."""
@@ -117,8 +120,10 @@ def spec_document(spec: PipelineSpec) -> dict:
         if f.metadata.get("link_key", True) is False:  # where it came from, not what it is
             continue
         value = getattr(spec, f.name)
-        if value is None or (f.name in ("components", "wires", "calls", "specialize", "geometry") and not value):
-            continue  # absent from a file that leaves it to its default
+        empty = value is None if f.default is None else \
+            isinstance(value, (tuple, list, dict)) and not value and f.name in _LISTS_AND_MAPS
+        if empty:
+            continue  # absent from a file that leaves it to its default (None where that is no default: the schema's)
         doc[f.name] = plain(value)
     return doc
 
