@@ -223,3 +223,11 @@ def test_a_task_profile_has_the_loaders_records_too():
     assert "pl_lrecord" not in compute
     plain = run(dict(MLP_LAYERS, load_ahead=2), components(edit=with_loader_ahead), until="generate")
     assert "pl_lrecord" not in plain.glue
+
+
+def test_a_ring_too_large_for_shared_memory_is_located_at_loader_slots():
+    """PL042 where the largest buffer is the loader's ring: at the pipeline's loader_slots, with the hint to use
+    fewer (it had named the first component's /smem)."""
+    ctx = run(dict(MLP_LAYERS, loader_slots=64), components(edit=with_loader), until="allocate")
+    (d,) = [d for d in ctx.sink.errors if d.code == "PL042"]
+    assert d.location.pointer == "/loader_slots" and "fewer loader_slots (64 slots" in d.hint, d.render()

@@ -387,3 +387,12 @@ def test_a_divisor_the_links_geometry_makes_zero_is_pl028():
     assert d.code == "PL028" and "TILE_N - 128 is 0 at TILE_N = 128" in d.message, d.render()
     assert (d.location.file, d.location.pointer) == ("block_rowsum.json", "/geometry/tile_sequence/grid/0")
     assert "PL028" not in {d.code for d in _resolved(rowsum(block_rowsum=grid("(TILE_N - 64)"))).sink.errors}
+
+
+def test_a_geometry_value_the_pipeline_gives_outside_a_consumers_range_is_located_at_the_pipeline():
+    """PL051 for a value from --geometry (or the file's geometry) is located at the option or field, with the
+    consumer's range as the related location (it had named only the contract, with a hint about a provider)."""
+    ctx = _resolved([shipped("block_rowsum")], geometry={"TILE_N": 48}, given={"/geometry/TILE_N": "--geometry TILE_N=48"})
+    (d,) = [d for d in ctx.sink.errors if d.code == "PL051"]
+    assert d.location.option == "--geometry TILE_N=48" and d.related[0].pointer == "/geometry/consumes/TILE_N"
+    assert "a multiple of 32" in d.hint, d.render()

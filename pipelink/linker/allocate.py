@@ -150,9 +150,12 @@ def _allocate(r: Resolved, arch: str, sink: DiagnosticSink, held_words: int = 0)
     if total > target.smem_per_block:
         top = sorted(placed, key=lambda p: -p.item.size)[:3]
         owner = next((c for c in r.components if c.name == top[0].item.owner), r.components[0])
+        ring = top[0].item.key == "buffer pl_glue.ring" and r.loader is not None and r.loader.slots_at is not None
         sink.error("PL042", f"the fused kernel needs {total} bytes of shared memory after sharing every byte it may; "
                    f"{arch} allows {target.smem_per_block}. Largest: "
-                   + ", ".join(f"{p.item.key} {p.item.size} B" for p in top), owner.contract.at("/smem"))
+                   + ", ".join(f"{p.item.key} {p.item.size} B" for p in top),
+                   r.loader.slots_at if ring else owner.contract.at("/smem"),  # the largest is the pipeline's ring
+                   hint=f"fewer loader_slots ({r.loader.slots} slots of {r.loader.slot_bytes} B)" if ring else None)
     alloc.arena_align = max([ARENA_ALIGN] + [p.item.align for p in placed])
     _barrier_ids(r, alloc, target.named_barriers, sink)
     if r.roles is not None:

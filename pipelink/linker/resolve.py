@@ -102,6 +102,7 @@ class LoaderPlan:
     components: tuple[str, ...]  # the calls with a load entry
     ahead: int = 0               # tasks on that the loader asks L2 for (components whose loader says ahead)
     in_flight: int = 0           # slots the loader has on their way at most (the pipeline's loader_in_flight)
+    slots_at: Location | None = None  # where the pipeline sized the ring (its loader_slots), for diagnostics
 
     @property
     def copies_in_flight(self) -> int:
@@ -149,7 +150,8 @@ def plan_loader(comps: list, spec: PipelineSpec, schedule: str, role_structured:
                        c.contract.at("/threads"), hint=f"give '{c.name}' {warps} warps")
             return None
     return LoaderPlan(spec.loader_slots, max(c.contract.loader.slot_bytes for c in loading),
-                      tuple(c.name for c in loading), spec.load_ahead if ahead else 0, spec.loader_in_flight)
+                      tuple(c.name for c in loading), spec.load_ahead if ahead else 0, spec.loader_in_flight,
+                      spec.at("/loader_slots"))
 
 
 SAMPLE_SHAPES = (1, 2, 3, 17, 64, 100, 129, 1000, 4096, 5003)
@@ -534,9 +536,15 @@ def _geometry(comps: list[Component], spec: PipelineSpec, sink: DiagnosticSink) 
                                "gives no default", c.contract.at(f"/geometry/consumes/{name}"))
                     continue
                 env[name] = rng.default
-            if not rng.admits(env[name]):  # a default taken from another consumer
+            if not rng.admits(env[name]) and name in spec.geometry:  # the pipeline's value (its file or an option)
+                sink.error("PL051", f"'{c.name}' accepts {name} {rng.describe()}, but the pipeline gives it "
+                           f"{env[name]}", spec.at(f"/geometry/{name}"),
+                           related=(c.contract.at(f"/geometry/consumes/{name}"),),
+                           hint=f"give {name} a value {rng.describe()}")
+            elif not rng.admits(env[name]):  # a default taken from another consumer
                 sink.error("PL051", f"'{c.name}' accepts {name} {rng.describe()}, but the link gives it "
-                           f"{env[name]}", c.contract.at(f"/geometry/consumes/{name}"))
+                           f"{env[name]} (another consumer's default)", c.contract.at(f"/geometry/consumes/{name}"),
+                           hint=f"give {name} a value {rng.describe()} in the pipeline's geometry")
     return env
 
 
