@@ -152,12 +152,13 @@ def run_checks(items: list[str | NamedBytes], sink: DiagnosticSink, arch: str | 
     """`pipelink check`, through the linker's passes: each file read on its own and each of its
     components checked as a set of one (with its conformance probe), or, `together`, the components as
     one kernel's set; a `pipeline` implies `together` and goes on to the link's decisions short of
-    compiling (resolve, allocate, and the map of them). Returns the sets, and with a pipeline the
+    compiling (resolve, allocate, the map of them, and the glue's text). Returns the sets, and with a pipeline the
     context of that run (its `link_map`, `link_picture`, `resolved`), else None."""
     if pipeline is not None or together:
         extra = ("probe", "map") if pipeline is not None else ("probe",)
-        ctx = run_passes(items, LinkOptions(arch=arch, pipeline=pipeline or PipelineSpec()), until=extra[-1],
-                         extra=extra)
+        # with a pipeline, up to the glue's text (not compiled): the names it declares meet the kernel's there
+        ctx = run_passes(items, LinkOptions(arch=arch, pipeline=pipeline or PipelineSpec()),
+                         until="generate" if pipeline is not None else "probe", extra=extra)
         sink.extend(ctx.sink.items)
         return [Collected(ctx.components, ctx.target)], ctx if pipeline is not None else None
     sets = []

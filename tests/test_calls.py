@@ -429,3 +429,30 @@ def test_malformed_calls_are_schema_errors(tmp_path, capsys, calls):
     err = capsys.readouterr().err
     assert rc == 2 and "PL133" in err and "/calls" in err and "Traceback" not in err
 
+
+
+@pytest.mark.parametrize("edit, pointer", [
+    (lambda doc: doc["calls"][1]["bind"].update(x="t"), "/calls/1/bind/x"),            # a local of the glue
+    (lambda doc: doc["calls"][1]["bind"].update(x="gemv_swiglu"), "/calls/1/bind/x"),  # the call's own entry
+    (lambda doc: doc["calls"][1]["bind"].update(x="rmsnorm"), "/calls/1/bind/x"),      # another call's entry
+    (lambda doc: doc.update(layers="lm_head"), "/layers")])
+def test_a_kernel_parameter_the_pipeline_names_badly_is_pl188_at_its_field(edit, pointer):
+    """A bind target or `layers` that the glue declares itself or that is an entry symbol: PL188 at the pipeline's
+    field, by the passes `pipelink check --pipeline` runs (it had been located at a contract's parameter, and
+    check had passed a glue local)."""
+    doc = copy.deepcopy(MLP_LAYERS)
+    edit(doc)
+    ctx = run(doc, until="generate")
+    errors = [d for d in ctx.sink.errors if d.code == "PL188"]
+    assert [(d.location.file, d.location.pointer) for d in errors] == [("p.json", pointer)], \
+        [d.render() for d in ctx.sink.items]
+
+
+def test_check_with_a_pipeline_finds_a_bind_to_a_name_of_the_glue():
+    import pipelink
+    doc = copy.deepcopy(MLP_LAYERS)
+    doc["calls"][1]["bind"]["x"] = "t"
+    with pytest.raises(pipelink.PipelinkError) as err:
+        pipelink.check([str(DECODE / p) for p in CONTRACTS.values()], pipeline=doc)
+    assert [(d.code, d.location.pointer) for d in err.value.diagnostics if d.severity == "error"] == \
+        [("PL188", "/calls/1/bind/x")]

@@ -287,6 +287,11 @@ def _renamed_raw(comp: Component, call: CallSpec, plan: CallPlan, waited: set[st
         if key not in params:
             sink.error("PL175", f"call '{call.name}' binds '{key}', which is no parameter of '{comp.name}'", at,
                        hint="its parameters: " + ", ".join(params))
+        elif names[key] in c.symbols:  # inside the kernel the parameter would hide the component's function
+            sink.error("PL188", f"call '{call.name}' binds '{key}' to '{names[key]}', an entry symbol of "
+                       f"'{comp.name}': inside the kernel the parameter would hide the function",
+                       spec.at(f"/calls/{spec.calls.index(call)}/bind/{key}"),
+                       hint="name that kernel parameter differently in the pipeline")
     first_of: dict[str, str] = {}
     for p in params:  # one kernel parameter passed twice (N and K both the hidden size) is one parameter
         kept = first_of.setdefault(names.get(p, p), p)

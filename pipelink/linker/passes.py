@@ -146,12 +146,24 @@ def _names_fit_the_glue(ctx: LinkContext) -> bool:
             comp = symbols[name]
             where = comp.code.at("/entry/symbol")
         else:
+            named = _named_by_the_pipeline(ctx.options.pipeline, name)
             user = next((c for c in r.components if any(p.name == name for p in c.contract.entry.params)), None)
             index = next((i for i, p in enumerate(user.contract.entry.params) if p.name == name), 0) if user else 0
-            where = user.contract.at(f"/entry/params/{index}/name") if user else \
-                Location(file=ctx.options.pipeline.source)
-        ctx.sink.error("PL188", f"{kind} '{name}' is {why}", where)
+            where = named or (user.contract.at(f"/entry/params/{index}/name") if user else
+                              Location(file=ctx.options.pipeline.source))
+        ctx.sink.error("PL188", f"{kind} '{name}' is {why}", where,
+                       hint="name that kernel parameter differently in the pipeline" if named else None)
     return not found
+
+
+def _named_by_the_pipeline(spec, name: str) -> Location | None:
+    """Where the pipeline names kernel parameter `name` itself: a call's bind (component parameter -> `name`) or
+    its `layers`; None when the name is a contract's."""
+    for i, call in enumerate(spec.calls):
+        for param, bound in call.bind:
+            if bound == name:
+                return spec.at(f"/calls/{i}/bind/{param}")
+    return spec.at("/layers") if spec.layers == name else None
 
 
 def pass_compile(ctx: LinkContext) -> None:
