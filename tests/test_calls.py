@@ -456,3 +456,17 @@ def test_check_with_a_pipeline_finds_a_bind_to_a_name_of_the_glue():
         pipelink.check([str(DECODE / p) for p in CONTRACTS.values()], pipeline=doc)
     assert [(d.code, d.location.pointer) for d in err.value.diagnostics if d.severity == "error"] == \
         [("PL188", "/calls/1/bind/x")]
+
+
+def test_a_specialized_layer_count_below_one_and_layers_without_calls():
+    """specialize NL (the pipeline's layers) = 0: the per-layer calls never run (PL194); below 0 no launch can
+    pass (PL001); `layers` in a pipeline without calls does nothing (PL193)."""
+    ctx = run(MLP_LAYERS, until="resolve", specialize={"NL": 0})
+    assert [(d.code, d.severity, d.location.pointer) for d in ctx.sink.items] == [("PL194", "warning", "/specialize/NL")]
+    ctx = run(MLP_LAYERS, until="resolve", specialize={"NL": -1})
+    assert [(d.code, d.location.pointer) for d in ctx.sink.errors] == [("PL001", "/specialize/NL")]
+    assert not run(MLP_LAYERS, until="resolve", specialize={"NL": 16}).sink.items
+    from pipelink.core.pipeline import PipelineSpec
+    ctx = run_passes(options=LinkOptions(arch="sm_90", pipeline=PipelineSpec(name="k", layers=4, source="p.json")),
+                     components=components(("rmsnorm",)), until="resolve")
+    assert [(d.code, d.location.pointer) for d in ctx.sink.items] == [("PL193", "/layers")]

@@ -396,3 +396,9 @@ def test_a_geometry_value_the_pipeline_gives_outside_a_consumers_range_is_locate
     (d,) = [d for d in ctx.sink.errors if d.code == "PL051"]
     assert d.location.option == "--geometry TILE_N=48" and d.related[0].pointer == "/geometry/consumes/TILE_N"
     assert "a multiple of 32" in d.hint, d.render()
+
+
+def test_a_wire_listed_twice_is_one_wire():
+    """The file listing a wire twice is that wire (as --wire given twice is), not PL192 'wired from X and from X'."""
+    r, _, sink = run(rowsum(), wires=["tile_load.tile -> tile_transform.src", "tile_load.tile = tile_transform.src"])
+    assert not sink.errors and [str(w) for w in r.wires if w.explicit] == ["tile_load.tile -> tile_transform.src"]

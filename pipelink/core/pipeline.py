@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 
 from . import jsonread, validate
@@ -91,6 +91,12 @@ class PipelineSpec:
             if option:
                 return Location(option=option)
         return Location(file=self.source, pointer=pointer)
+
+    def changes(self, name: str) -> bool:
+        """Whether field `name` holds other than its default: what a setting with no effect is warned of (PL193;
+        the default, written or not, changes nothing anywhere)."""
+        f = PipelineSpec.__dataclass_fields__[name]
+        return getattr(self, name) != (f.default_factory() if f.default_factory is not MISSING else f.default)
 
     def sets(self, name: str) -> bool:
         """Whether the pipeline sets field `name` itself: its file writes it, an option gives it, or (a spec built

@@ -119,8 +119,8 @@ def check_hazards(plan: CallPlan, events, by_name: dict, sink: DiagnosticSink) -
     races: dict[tuple[str, str, bool], list[str]] = {}   # (earlier, later, next layer) -> tensors
     for i, a in enumerate(nodes):
         for b in nodes[i + 1:]:
-            if a[0] == b[0] or b in reach[a]:
-                continue  # one call's own tasks are its contract's business (chains); or ordered
+            if (a[0] == b[0] and a[1] == b[1]) or b in reach[a]:
+                continue  # one call's own tasks in a layer are its contract's business (chains); or ordered
             next_layer = b[1] > a[1] and plan.layered(a[0]) and plan.layered(b[0])
             for tensor in sorted(access[a[0]].keys() & access[b[0]].keys()):
                 if not (access[a[0]][tensor] or access[b[0]][tensor]):

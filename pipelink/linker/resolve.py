@@ -129,7 +129,7 @@ def plan_loader(comps: list, spec: PipelineSpec, schedule: str, role_structured:
                      hint="drop load_ahead, or link components whose contract's loader says ahead")
     if not loading:
         for name in ("loader_slots", "loader_in_flight"):
-            if spec.sets(name):
+            if spec.changes(name):
                 sink.warning("PL193", f"{name} sizes the loader ring, and no component of this link has a load "
                              "entry: it has no effect", spec.at(f"/{name}"),
                              hint=f"drop {name}, or link components with a load entry (entry.load)")
@@ -171,7 +171,7 @@ def _symbol_at(contract, symbol: str) -> Location:
 def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSink) -> Resolved | None:
     if spec.standalone:
         alone = standalone(components)
-        if spec.sets("standalone") and all(a.contract.events == c.contract.events for a, c in zip(alone, components)):
+        if spec.changes("standalone") and all(a.contract.events == c.contract.events for a, c in zip(alone, components)):
             sink.warning("PL193", "standalone drops the events that no component of the link notifies or waits for; "
                          "this link has none: it has no effect", spec.at("/standalone"),
                          hint="drop standalone (the kernel is the same without it)")
@@ -311,7 +311,7 @@ def _schedule_settings(comps: list[Component], spec: PipelineSpec, schedule: str
                        sink: DiagnosticSink) -> bool:
     """What the pipeline's settings and the components' entries, events and roles ask of the schedule, checked
     against it; returns whether whole-call events are counted once per CTA (counts_per_cta)."""
-    if (schedule != "persistent" or role_structured) and spec.sets("dispatch"):
+    if (schedule != "persistent" or role_structured) and spec.changes("dispatch"):
         sink.warning("PL193", f"dispatch '{spec.dispatch}' orders a persistent kernel's tasks; this pipeline's "
                      f"schedule is {'role-structured' if role_structured else schedule}: it has no effect",
                      spec.at("/dispatch"), hint="drop dispatch, or use a persistent schedule")
@@ -381,6 +381,14 @@ def _specialize(comps: list[Component], params: list, schedule: str, tiles: Tile
         if not low <= value <= high:  # the glue's constant would wrap, and no launch could pass the value
             sink.error("PL001", f"specialize {name}: {value} is outside the {dtypes[name]} parameter's range "
                        f"{low}..{high}", where, hint=f"a value {name} can take")
+    if isinstance(spec.layers, str) and spec.calls and spec.layers in spec.specialize:
+        value, where = spec.specialize[spec.layers], spec.at(f"/specialize/{spec.layers}")
+        if value < 0:  # the per-layer event counters' leading extent
+            sink.error("PL001", f"specialize {spec.layers} = {value}: it counts the layers (the pipeline's layers), "
+                       "and the launcher refuses a negative count", where, hint="specialize the layer count launched")
+        elif value == 0:
+            sink.warning("PL194", f"specialize {spec.layers} = 0: it counts the layers (the pipeline's layers), so the "
+                         "per-layer calls never run", where, hint="specialize the layer count launched")
     if not sink.has_errors:
         _specialized_extents(comps, schedule, tiles, geometry, spec, sink)
 
@@ -406,16 +414,20 @@ def _zero_divisors(comps: list[Component], geometry: dict[str, int], sink: Diagn
 
 
 def _settings_without_effect(spec: PipelineSpec, events, sink: DiagnosticSink) -> None:
-    """Settings of the event waits and notifications on a kernel that has none of them: PL193 at the setting."""
+    """Settings of the event waits and notifications on a kernel that has none of them, and `layers` without
+    calls: PL193 at the setting."""
+    if spec.layers is not None and not spec.calls:
+        sink.warning("PL193", "layers repeats the calls marked per_layer; this pipeline has no calls: it has no effect",
+                     spec.at("/layers"), hint="drop layers, or list the pipeline's calls")
     waits = events is not None and any(t.waiters for t in events.tensors.values())
     if not waits:
         for name, what in (("debug_events", "bounds how long a task waits on an event"),
                            ("wait_backoff_ns", "is a waiting thread's sleep between two reads of an event")):
-            if spec.sets(name) and (name != "debug_events" or spec.debug_events):
+            if spec.changes(name):
                 sink.warning("PL193", f"{name} {what}; no task of this link waits on one: it has no effect",
                              spec.at(f"/{name}"), hint=f"drop {name}, or link components whose contracts wait on events")
     from .event_glue import whole_call
-    if spec.counts_per_cta is not None and spec.sets("counts_per_cta") and not (events is not None and any(
+    if spec.changes("counts_per_cta") and not (events is not None and any(
             whole_call(n) for t in events.tensors.values() for n in t.notifiers)):
         sink.warning("PL193", "counts_per_cta counts a call's whole-call notifications once per CTA; no component of "
                      "this link notifies a whole call: it has no effect", spec.at("/counts_per_cta"),
@@ -624,6 +636,8 @@ def _explicit_wires(specs, by_name, sink) -> list[tuple[WireSpec, bool]]:
     for w in specs:
         ok = True
         first = into.setdefault((w.consumer, w.in_port), w)
+        if first is not w and (first.producer, first.out_port) == (w.producer, w.out_port):
+            continue  # the same wire again (as a repeated --wire): one wire
         if first is not w:  # the last wire had won silently, the other producer's output never read
             sink.error("PL192", f"input port '{w.consumer}.{w.in_port}' is wired from '{first.producer}.{first.out_port}' "
                        f"and from '{w.producer}.{w.out_port}'", w.where, related=(first.where,) if first.where else ())
