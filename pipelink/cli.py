@@ -60,6 +60,14 @@ def _path(text: str) -> str:
     return text
 
 
+def _decimal(text: str) -> int:
+    """An integer option: decimal ASCII digits only, as the pipeline's JSON writes it (int() alone took ' 10' and
+    other scripts' digits, '١٠')."""
+    if not _INTEGER.fullmatch(text) or len(text) > 40:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a decimal integer")
+    return int(text)
+
+
 def _arch(text: str) -> str:
     """A target named on the command line: one pipelink knows, or a usage error (exit 2) before any input is read;
     a contract naming an unknown target stays a contract problem (PL034, exit 1)."""
@@ -141,7 +149,7 @@ def _parser() -> argparse.ArgumentParser:
     lnk.add_argument("--standalone", action="store_true",
                      help="drop the components' events: the kernel runs after the kernels its waits are on (a "
                           "component of an event-wired pipeline as a kernel of its own)")
-    lnk.add_argument("--profile-tasks", type=int, metavar="N",
+    lnk.add_argument("--profile-tasks", type=_decimal, metavar="N",
                      help="persistent schedule: record every task (component, SM, when it starts, when its waits "
                           "are met, when it is done) in a ring of N records; Kernel.task_profile() reads them")
     lnk.add_argument("--name", help="the kernel's name (default: the pipeline's, or pipelink_fused)")
@@ -495,8 +503,7 @@ def _link_options(args, sink: DiagnosticSink):
         seen: dict[str, int] = {}
         for item in items:
             name, _, value = item.partition("=")
-            name = name.strip()
-            number = int(value) if _INTEGER.fullmatch(value.strip()) and len(value) < 40 else None
+            number = int(value) if _INTEGER.fullmatch(value) and len(value) < 40 else None  # as written: no spaces
             if number is None or not -2**(bits - 1) <= number < 2**(bits - 1) or not is_identifier(name):
                 sink.error("PL001", f"{flag} {item[:80]!r}: write NAME=INTEGER ({what}, a signed {bits}-bit "
                            "decimal value)", at_option(flag, item), hint=f"for example {flag} N=128")

@@ -633,3 +633,26 @@ def test_a_contract_alone_given_to_link_is_pl010(capsys, tmp_path):
     assert not (tmp_path / "k").exists()
     result = pipelink.link([str(contract)])
     assert not result.ok and [d.code for d in result.diagnostics if d.severity == "error"] == ["PL010"]
+
+
+@pytest.mark.parametrize("args", [["--profile-tasks", "\u0661\u0660"], ["--profile-tasks", " 10"],
+                                  ["--specialize", "M= 5"], ["--geometry", "TILE_N =64"]])
+def test_an_integer_option_takes_decimal_ascii_digits_as_written(capsys, tmp_path, args):
+    """int() had taken other scripts' digits and surrounding spaces for --profile-tasks (and the value of
+    --specialize a space before it): PL001, exit 2, nothing written."""
+    from pipelink.harness.shipped import REPO
+    code, _, err = run(capsys, "link", REPO / "examples/component-template/contracts/saxpy.json", *args,
+                       "-o", tmp_path / "k.cubin")
+    assert code == 2 and "error[PL001]" in err and not (tmp_path / "k.cubin").exists(), err
+
+
+@pytest.mark.parametrize("field, doc", [("pipeline", {"pipeline": 1.0}), ("pipelink_contract", None)])
+def test_a_format_version_written_as_a_float_is_refused(capsys, tmp_path, field, doc):
+    from pipelink.harness.shipped import REPO
+    contract = json.loads((REPO / "examples/component-template/contracts/saxpy.json").read_text())
+    if doc is None:
+        contract["pipelink_contract"] = 1.0
+    (tmp_path / "c.json").write_text(json.dumps(contract))
+    (tmp_path / "p.json").write_text(json.dumps(doc or {"pipeline": 1}))
+    code, _, err = run(capsys, "check", tmp_path / "c.json", "--pipeline", tmp_path / "p.json")
+    assert code in (1, 2) and f"at /{field}" in err and "not of type 'integer'" in err, err
