@@ -135,3 +135,41 @@ def test_an_object_onto_a_header_the_source_includes_is_refused(cache_root, comp
     assert not build_component(load_contract_file(contract, sink), contract.read_bytes(), src, header, sink)
     assert [d.code for d in sink.errors] == ["PL120"] and "which the source includes" in sink.errors[0].message
     assert header.read_bytes() == before
+
+
+def _with_header_from(component, tmp_path, text):
+    """The source includes "mine.h" (not beside it: found through -I); returns the source and contract."""
+    source, contract = component
+    source.write_text('#include "mine.h"\n' + source.read_text())
+    return source, contract
+
+
+def test_a_relative_include_folder_from_another_folder_misses(cache_root, component, tmp_path, monkeypatch):
+    """-I inc from folder X, then from folder Y whose inc/mine.h differs: a miss (the key had held 'inc' as
+    spelled, and the recorded X/inc/mine.h was unchanged: Y's object would have been X's)."""
+    source, contract = _with_header_from(component, tmp_path, "")
+    for folder, value in (("x", "1.0f"), ("y", "2.0f")):
+        (tmp_path / folder / "inc").mkdir(parents=True)
+        (tmp_path / folder / "inc" / "mine.h").write_text(f"#pragma once\nconstexpr float kMine = {value};\n")
+    monkeypatch.chdir(tmp_path / "x")
+    _, log_x = build(source, contract, tmp_path / "a.o", include_dirs=("inc",))
+    monkeypatch.chdir(tmp_path / "y")
+    _, log_y = build(source, contract, tmp_path / "b.o", include_dirs=("inc",))
+    assert not log_y[-1].startswith("(cached"), log_y
+
+
+def test_a_header_created_earlier_in_the_search_misses(cache_root, component, tmp_path):
+    """-I a -I b, mine.h only in b; then a/mine.h is created: the compile would read it, so the entry is a miss."""
+    source, contract = _with_header_from(component, tmp_path, "")
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "mine.h").write_text("#pragma once\n")
+    dirs = (str(tmp_path / "a"), str(tmp_path / "b"))
+    build(source, contract, tmp_path / "1.o", include_dirs=dirs)
+    _, log = build(source, contract, tmp_path / "2.o", include_dirs=dirs)
+    assert log[-1].startswith("(cached"), log
+    (tmp_path / "a" / "mine.h").write_text('#error "the shadowing header"\n')
+    sink = DiagnosticSink()
+    c = load_contract_file(contract, sink)
+    assert not build_component(c, contract.read_bytes(), source, tmp_path / "3.o", sink, BuildOptions(include_dirs=dirs))
+    assert [d.code for d in sink.errors] == ["PL019"] and "the shadowing header" in sink.errors[0].message

@@ -5,7 +5,8 @@ The key covers pipelink's version and the code that makes an object (the builder
 the contract embedding, pipelink's device headers), nvcc's version, the nvcc command (its temporary
 folders named, not spelled), the generated header, the contract's bytes and the source's path and bytes.
 What the source includes is known only after a compile: nvcc lists it (`-MD`), and the entry records each
-file with its hash; a lookup rehashes them, so an edited header makes a miss, as in ccache's direct mode.
+file with its hash; a lookup rehashes them, so an edited header makes a miss, as in ccache's direct mode, and so
+does a header of the same name created in an earlier -I folder since (it would be read instead).
 An entry is written into a temporary directory and renamed into place; anything wrong with one is a miss.
 """
 from __future__ import annotations
@@ -74,9 +75,22 @@ def _entry(k: str) -> Path:
     return cache_dir() / "build" / k[:2] / k
 
 
-def lookup(k: str) -> bytes | None:
-    """The cached object if every file its compile read still has the bytes it had; else None (and a
-    stale or broken entry is removed)."""
+def shadowed(path: str, include_dirs: list[str]) -> bool:
+    """Whether a file that the compile found in include folder k (`path`) would now be found in an earlier folder
+    of the search: one created there since would be read instead (the entry's bytes are not the compile's)."""
+    p = Path(path)
+    dirs = [Path(d).resolve() for d in include_dirs]
+    for k, d in enumerate(dirs):
+        if p.is_relative_to(d):
+            rel = p.relative_to(d)
+            return any((earlier / rel).exists() for earlier in dirs[:k])
+    return False
+
+
+def lookup(k: str, include_dirs: list[str] = ()) -> bytes | None:
+    """The cached object if every file its compile read still has the bytes it had and none is now shadowed by a
+    file of the same name earlier in `include_dirs` (the compile's -I folders, in order); else None (and a stale
+    or broken entry is removed)."""
     if not enabled():
         return None
     entry = _entry(k)
@@ -85,6 +99,8 @@ def lookup(k: str) -> bytes | None:
         for path, digest in deps:
             if _sha256(Path(path).read_bytes()) != digest:
                 raise ValueError(f"{path} changed")
+            if shadowed(path, list(include_dirs)):
+                raise ValueError(f"{path} is shadowed")
         data = (entry / "object.o").read_bytes()
         if _sha256(data) != json.loads((entry / "meta.json").read_text())["sha256"]:
             raise ValueError("object damaged")

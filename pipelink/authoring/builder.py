@@ -7,6 +7,7 @@ object can never travel without the contract it was compiled against.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
@@ -90,11 +91,17 @@ def nvcc_command(contract: Contract, source: Path, output: Path, header_dir: Pat
            f"-I{header_dir}", f"-I{source.parent}", *component_cflags(),
            # the header by a fixed macro name: one source may serve several contracts (e.g. tile shapes)
            f'-DPIPELINK_HEADER="{contract.name}.pipelink.h"']
-    cmd += [f"-I{d}" for d in opts.include_dirs]
+    cmd += [f"-I{os.path.abspath(d)}" for d in opts.include_dirs]  # as the command's folder resolves them: the
+    # cache key then names the folders, not the spelling (a relative -I from another folder had hit the cache)
     cmd += [f"-D{d}" for d in opts.defines]
     cmd += list(opts.extra_nvcc)
     cmd += [str(source), "-o", str(output)]
     return cmd
+
+
+def include_dirs(cmd: list[str]) -> list[str]:
+    """The -I folders of an nvcc command, in its search order."""
+    return [a[2:] for a in cmd if a.startswith("-I") and len(a) > 2]
 
 
 def wrap_fatbin(fatbin: Path, obj: Path) -> None:
@@ -154,7 +161,7 @@ def build_component(contract: Contract, contract_bytes: bytes, source: str | Pat
             k = build_cache.key(cmd, tmp, header, contract_bytes, source)
         except (OSError, toolchain.ToolchainError):
             k = None
-        data = build_cache.lookup(k) if k else None
+        data = build_cache.lookup(k, include_dirs(cmd)) if k else None
         if data is not None:
             opts.nvcc_log.append(f"(cached: {' '.join(cmd)})")
             read = build_cache.recorded_files(k)
