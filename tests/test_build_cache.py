@@ -173,3 +173,28 @@ def test_a_header_created_earlier_in_the_search_misses(cache_root, component, tm
     c = load_contract_file(contract, sink)
     assert not build_component(c, contract.read_bytes(), source, tmp_path / "3.o", sink, BuildOptions(include_dirs=dirs))
     assert [d.code for d in sink.errors] == ["PL019"] and "the shadowing header" in sink.errors[0].message
+
+
+@pytest.mark.parametrize("opts, says", [
+    ({"include_dirs": ("",)}, "-I '' is empty"), ({"include_dirs": ("a,b",)}, "holds a comma"),
+    ({"defines": ("A=1,B=2",)}, "holds a comma"), ({"defines": ("",)}, "is empty"),
+    ({"defines": ("1X",)}, "does not start with a macro name")])
+def test_an_include_folder_or_define_nvcc_would_split_or_misread_is_pl001(component, tmp_path, opts, says):
+    """nvcc splits an option's value at commas (`-D A=1,B=2` had defined two macros) and reads an empty one as no
+    input at all (PL019 'No input files'): PL001 at the option, before any compile."""
+    source, contract = component
+    sink = DiagnosticSink()
+    c = load_contract_file(contract, sink)
+    assert not build_component(c, contract.read_bytes(), source, tmp_path / "x.o", sink, BuildOptions(**opts))
+    assert [d.code for d in sink.errors] == ["PL001"] and says in sink.errors[0].message
+    assert sink.errors[0].location.option and not (tmp_path / "x.o").exists()
+
+
+def test_a_source_that_is_not_utf8_is_refused_before_compiling(component, tmp_path):
+    source, contract = component
+    source.write_bytes(b"// caf\xe9\n" + source.read_bytes())
+    sink = DiagnosticSink()
+    o = BuildOptions()
+    assert not build_component(load_contract_file(contract, sink), contract.read_bytes(), source, tmp_path / "x.o",
+                               sink, o)
+    assert [d.code for d in sink.errors] == ["PL002"] and "not UTF-8" in sink.errors[0].message and not o.nvcc_log

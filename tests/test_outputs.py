@@ -443,3 +443,18 @@ def test_a_set_of_outputs_is_renamed_into_place_under_its_folders_lock(tmp_path)
     os.close(folder)  # releases the lock
     writer.join(10)
     assert done == [True] and (tmp_path / "k.cubin").read_bytes() == b"cubin" and (tmp_path / "k.json").exists()
+
+
+def test_an_output_under_a_file_is_refused_before_the_work(tmp_path, capsys):
+    """-o F/x.o where F is a file: PL007 naming F before anything is compiled (it had been nvcc's whole build,
+    then 'File exists')."""
+    from pipelink.cli import main
+    from pipelink.harness.shipped import REPO
+    (tmp_path / "afile").write_text("")
+    t = REPO / "examples" / "component-template"
+    code = main(["build", str(t / "src" / "saxpy.cu"), "--contract", str(t / "contracts" / "saxpy.json"), "-v",
+                 "-o", str(tmp_path / "afile" / "deep" / "x.o")])
+    out, err = capsys.readouterr()
+    assert code == 2 and "error[PL007]" in err and f"{tmp_path / 'afile'} is a file, not a folder" in err, err
+    assert "nvcc" not in out  # nothing compiled
+    assert (tmp_path / "afile").read_text() == ""

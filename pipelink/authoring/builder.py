@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
@@ -133,12 +134,23 @@ def build_component(contract: Contract, contract_bytes: bytes, source: str | Pat
                                                                 f"{contract.source.file}")]
     if not check_outputs([output], inputs, sink):
         return False
+    if not _options_fit_nvcc(opts, source, sink):
+        return False
     if not source.is_file():
         why = ("it does not exist" if not source.exists() else "it is a directory" if source.is_dir() else
                "it is not a regular file (a pipe or a device): nvcc reads the source by its path and its "
                "#includes relative to its folder")
         sink.error("PL002", f"cannot read source {source}: {why}", Location(file=str(source)),
                    hint="name the component's .cu file" if source.exists() else None)
+        return False
+    try:  # the object embeds the source as text: refused before a compile, not after one
+        source.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        sink.error("PL002", f"source {source} is not UTF-8 text (byte {exc.start}: {exc.object[exc.start:exc.start + 1]!r}); "
+                   "the object embeds its source as text", Location(file=str(source)), hint="save the source as UTF-8")
+        return False
+    except OSError as exc:
+        sink.error("PL002", f"cannot read source {source}: {exc.strerror or exc}", Location(file=str(source)))
         return False
     for arch in opts.archs or ():
         if arch not in contract.targets.archs:
@@ -163,7 +175,7 @@ def build_component(contract: Contract, contract_bytes: bytes, source: str | Pat
             k = None
         data = build_cache.lookup(k, include_dirs(cmd)) if k else None
         if data is not None:
-            opts.nvcc_log.append(f"(cached: {' '.join(cmd)})")
+            opts.nvcc_log.append(f"(cached: {shlex.join(cmd)})")
             read = build_cache.recorded_files(k)
         else:
             data = _compile(contract, contract_bytes, source, cmd, tmp, output.path, opts, sink)
@@ -187,12 +199,34 @@ def build_component(contract: Contract, contract_bytes: bytes, source: str | Pat
     return write_outputs({output.path: data}, sink)
 
 
+def _options_fit_nvcc(opts: BuildOptions, source: Path, sink: DiagnosticSink) -> bool:
+    """-I and -D values nvcc reads as given: nvcc splits an option's value at commas (`-D A=1,B=2` defines two
+    macros, `-I a,b` names two folders), and an empty one is no folder or macro. PL001 at the option."""
+    from ..core.model import is_identifier
+    ok = True
+    for flag, values in (("-I", opts.include_dirs), ("-D", opts.defines)):
+        for value in values:
+            why = ("is empty" if not value else "holds a comma, where nvcc splits an option's value" if "," in value
+                   else "does not start with a macro name" if flag == "-D" and not is_identifier(value.split("=")[0])
+                   else None)
+            if why:
+                sink.error("PL001", f"{flag} {value[:80]!r} {why}", Location(option=f"{flag} {value[:80]}"),
+                           hint=("name a folder (one without a comma: a link to it)" if flag == "-I" else
+                                 "write NAME or NAME=VALUE, VALUE without a comma (a macro of the source can hold one)"))
+                ok = False
+    if "," in str(source.parent):  # the build passes the source's folder as an -I
+        sink.error("PL001", f"the source's folder {str(source.parent)[:80]!r} holds a comma, where nvcc splits an "
+                   "option's value", Location(file=str(source)), hint="build from a folder without a comma")
+        ok = False
+    return ok
+
+
 def _compile(contract: Contract, contract_bytes: bytes, source: Path, cmd: list[str], tmp: Path, out_path: str,
              opts: BuildOptions, sink: DiagnosticSink) -> bytes | None:
     """Run nvcc (`cmd` writes tmp/component.fatbin; -MD lists what it reads into tmp/component.d) and wrap
     its fatbin into a host object with the contract and the source embedded; None after a diagnostic."""
     compile_cmd = [*cmd, "-MD", "-MF", str(tmp / "component.d")]  # what it reads: the cache entry's dependencies
-    opts.nvcc_log.append(" ".join(compile_cmd))
+    opts.nvcc_log.append(shlex.join(compile_cmd))  # as a shell reads it back
     try:
         proc = subprocess.run(compile_cmd, capture_output=True, text=True, errors="replace",
                               env=toolchain.nvcc_env(scratch=tmp))

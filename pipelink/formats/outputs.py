@@ -100,6 +100,11 @@ def check_outputs(outputs: list[Output], inputs: list[Input], sink: DiagnosticSi
             sink.error("PL007", f"{o.label} is a directory", Location(file=o.path),
                        hint=o.hint or "name a file, not a directory")
             continue
+        blocked = _file_in_the_way(o.path)
+        if blocked:  # the folder cannot be made: said before the work, not after it
+            sink.error("PL007", f"cannot write {o.label}: {blocked} is a file, not a folder",
+                       Location(file=o.path), hint=o.hint)
+            continue
         for i, other in read:
             if _same(ident, other):
                 sink.error("PL120", f"{o.label} would overwrite {i.label}", Location(file=o.path), hint=o.hint,
@@ -111,6 +116,18 @@ def check_outputs(outputs: list[Output], inputs: list[Input], sink: DiagnosticSi
                 sink.error("PL121", f"{o.label} and {earlier.label} are one file", Location(file=o.path),
                            hint="; or ".join(hints) or None, related=(Location(file=earlier.path),))
     return len(sink.errors) == before
+
+
+def _file_in_the_way(path: str) -> str | None:
+    """The nearest existing folder above `path` that is no folder (a file where the output's folder would be
+    made), or None."""
+    parent = os.path.dirname(os.path.abspath(path))
+    while parent and not os.path.exists(parent):
+        up = os.path.dirname(parent)
+        if up == parent:
+            return None
+        parent = up
+    return parent if parent and os.path.exists(parent) and not os.path.isdir(parent) else None
 
 
 def _staging_prefix(path: str) -> str:
