@@ -17,8 +17,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from .core.files import read_input_bytes, reading
-from .core.diagnostics import (Diagnostic, DiagnosticSink, ExitCode, Location, escape_controls, render_all, safe_text,
-                               sarif_log)
+from .core.diagnostics import (Diagnostic, DiagnosticSink, ExitCode, Location, escape_controls, json_text, render_all,
+                               safe_text, sarif_log)
 from .core.pipeline import DISPATCHES, SCHEDULES
 from .core.targets import TARGETS
 from .formats.outputs import STDOUT, Input, Output, check_outputs, object_inputs, special_file, write_outputs
@@ -372,7 +372,8 @@ def cmd_inspect(args) -> int:
             results.append(item)
             lines.append("")
     _werror(sink, args.werror)
-    return _finish(sink, args.format, {"inputs": results}, lines, partial_ok=True)
+    # one line each: a line break or a long value from an input (a contract's owner) is shown escaped, shortened
+    return _finish(sink, args.format, {"inputs": results}, [safe_text(ln) for ln in lines], partial_ok=True)
 
 
 def _inspect_manifest(path: Path, cubin: bytes, item: dict, sink: DiagnosticSink) -> list[str]:
@@ -625,10 +626,10 @@ def _finish(sink: DiagnosticSink, fmt: str, doc: dict, lines: list[str], partial
     an output went to stdout, so the lines go to stderr."""
     if fmt == "json":
         doc = dict(doc, diagnostics=[d.to_json() for d in sink.items])
-        print(json.dumps(doc, indent=2))
+        print(json_text(doc))
     elif fmt == "sarif":  # the diagnostics only: what code-scanning tools read
         from . import __version__
-        print(json.dumps(sarif_log(sink.items, __version__), indent=2))
+        print(json_text(sarif_log(sink.items, __version__)))
     else:
         # the lines say what inputs hold (names, symbols, paths): nothing in them may drive the terminal
         lines = [escape_controls(ln, lines=True) for ln in lines]

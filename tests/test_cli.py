@@ -656,3 +656,35 @@ def test_a_format_version_written_as_a_float_is_refused(capsys, tmp_path, field,
     (tmp_path / "p.json").write_text(json.dumps(doc or {"pipeline": 1}))
     code, _, err = run(capsys, "check", tmp_path / "c.json", "--pipeline", tmp_path / "p.json")
     assert code in (1, 2) and f"at /{field}" in err and "not of type 'integer'" in err, err
+
+
+def test_inspect_shows_a_line_break_in_a_contract_field_escaped(capsys, tmp_path):
+    """A contract's owner holding a line break had printed a forged diagnostic line of its own."""
+    from pipelink.harness.shipped import REPO
+    doc = json.loads((REPO / "examples/component-template/contracts/saxpy.json").read_text())
+    doc["owner"] = "team\nerror[PL045]: forged\n  --> elsewhere.json"
+    (tmp_path / "c.json").write_text(json.dumps(doc))
+    code, out, _ = run(capsys, "inspect", tmp_path / "c.json")
+    assert code == 0 and "team\\nerror[PL045]: forged" in out
+    assert not any(line.startswith("error[") for line in out.splitlines()), out
+
+
+def test_sarif_names_the_file_by_its_bytes_and_an_objects_section_apart(capsys, tmp_path):
+    """The URI had been built from the escaped text shown (`bad\\x07.json` -> bad%5Cx07.json) and had kept an
+    object's `[.pipelink.contract]`; JSON output had carried a lone surrogate for a name that is not UTF-8."""
+    from pipelink.harness.shipped import REPO
+    doc = json.loads((REPO / "examples/component-template/contracts/saxpy.json").read_text())
+    doc["threads"]["warps"] = 99
+    for name in ("bad\x07.json", os.fsdecode(b"lat\xe9.json")):
+        (tmp_path / name).write_text(json.dumps(doc))
+    code, out, _ = run(capsys, "check", tmp_path / "bad\x07.json", "--format", "sarif")
+    uri = json.loads(out)["runs"][0]["results"][0]["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]
+    assert code == 1 and uri.endswith("/bad%07.json"), uri
+    code, out, _ = run(capsys, "check", tmp_path / os.fsdecode(b"lat\xe9.json"), "--format", "json")
+    json.loads(out.encode("utf-8"))  # strict: no lone surrogate
+    assert "lat\ufffd.json" in out or "lat\\ufffd.json" in out
+    from pipelink.core.diagnostics import Diagnostic, Location, sarif_log
+    log = sarif_log([Diagnostic("PL013", "m", Location(file="/x/k.o[.pipelink.contract]", pointer="/a"))], "0")
+    where = log["runs"][0]["results"][0]["locations"][0]
+    assert where["physicalLocation"]["artifactLocation"]["uri"] == "file:///x/k.o"
+    assert where["properties"] == {"pointer": "/a", "section": ".pipelink.contract"}

@@ -481,10 +481,27 @@ def as_path(value, what: str) -> str:
     return path
 
 
+def _unicode(value):
+    """A document with every string valid Unicode: a file name that is not UTF-8 is read with its bytes kept as lone
+    surrogates, which no strict JSON reader takes; those become U+FFFD."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    if isinstance(value, dict):
+        return {_unicode(k): _unicode(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_unicode(v) for v in value]
+    return value
+
+
+def json_text(doc) -> str:
+    """A command's JSON output (results, diagnostics, SARIF): valid JSON for any input's text."""
+    return json.dumps(_unicode(doc), indent=2)
+
+
 def render_all(diags, fmt: str = "text") -> str:
     diags = list(diags)
     if fmt == "json":
-        return json.dumps([d.to_json() for d in diags], indent=2)
+        return json_text([d.to_json() for d in diags])
     return "\n".join(d.render() for d in diags)
 
 
@@ -498,15 +515,24 @@ def _file_uri(path: str) -> str:
     return ("file://" if path.startswith("/") else "") + quote(os.fsencode(path))  # a name's bytes, UTF-8 or not
 
 
-def _sarif_location(loc: dict) -> dict:
-    """A to_json() location as a SARIF location; the JSON pointer, component and option go in its property bag."""
+_SECTION = re.compile(r"(.+)\[(\.[^\[\]]+)\]")  # X.o[.pipelink.contract]: a section of the object X.o
+
+
+def _sarif_location(location: Location) -> dict:
+    """A location as SARIF's: the file's URI from its real name (its bytes, not the escaped text shown), an object's
+    section apart from it; the JSON pointer, component, option and section in the property bag, shown safely."""
+    loc = location.to_json()
     out: dict = {}
-    if "file" in loc:
-        physical: dict = {"artifactLocation": {"uri": _file_uri(loc["file"])}}
+    bag = {k: loc[k] for k in ("pointer", "component", "option") if k in loc}
+    if location.file:
+        m = _SECTION.fullmatch(location.file)
+        file = m.group(1) if m else location.file
+        if m:
+            bag["section"] = _safe(m.group(2))
+        physical: dict = {"artifactLocation": {"uri": _file_uri(file)}}
         if "line" in loc:
             physical["region"] = {"startLine": loc["line"], **({"startColumn": loc["column"]} if "column" in loc else {})}
         out["physicalLocation"] = physical
-    bag = {k: loc[k] for k in ("pointer", "component", "option") if k in loc}
     if bag:
         out["properties"] = bag
     return out
@@ -522,10 +548,10 @@ def sarif_log(diags, tool_version: str) -> dict:
         rules.setdefault(d.code, len(rules))
         result = {"ruleId": d.code, "ruleIndex": rules[d.code], "level": d.severity,
                   "message": {"text": doc["message"]}, "properties": {"hint": doc["hint"]}}
-        where = _sarif_location(doc["location"])
+        where = _sarif_location(d.location)
         if where:
             result["locations"] = [where]
-        related = [dict(_sarif_location(r), id=i) for i, r in enumerate(doc.get("related", []))]
+        related = [dict(_sarif_location(r), id=i) for i, r in enumerate(d.related)]
         if related:
             result["relatedLocations"] = related
         results.append(result)
