@@ -7,7 +7,6 @@ import argparse
 import contextlib
 import errno
 import io
-import json
 import os
 import re
 import shlex
@@ -304,6 +303,10 @@ def cmd_config(args) -> int:
     from .authoring.builder import component_cflags, pipelink_include_dir
     from .toolchain import ToolchainError
 
+    if sys.stdout is None or isinstance(sys.stdout, _ClosedStdout):  # the printed line is all config makes
+        sink = DiagnosticSink()
+        sink.error("PL007", "cannot write the flags: stdout is closed", hint="run it with stdout open ($(...))")
+        return _finish(sink, "text", {}, [])
     if args.include_dir:
         print(pipelink_include_dir())
         return ExitCode.OK

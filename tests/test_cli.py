@@ -688,3 +688,10 @@ def test_sarif_names_the_file_by_its_bytes_and_an_objects_section_apart(capsys, 
     where = log["runs"][0]["results"][0]["locations"][0]
     assert where["physicalLocation"]["artifactLocation"]["uri"] == "file:///x/k.o"
     assert where["properties"] == {"pointer": "/a", "section": ".pipelink.contract"}
+
+
+def test_config_with_stdout_closed_is_pl007():
+    """Its printed line is all config makes: with stdout closed it had exited 0 having written nothing."""
+    proc = subprocess.run([sys.executable, "-m", "pipelink", "config", "--cflags"], stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True, pass_fds=(), preexec_fn=lambda: os.close(1))
+    assert proc.returncode == 2 and "PL007" in proc.stderr, proc.stderr

@@ -16,6 +16,11 @@ from pipelink.runtime import driver as driver_mod
 from pipelink.runtime import launch
 from pipelink.runtime import scalars
 from pipelink.runtime.launch import ArgumentError, Kernel, LaunchError, gpu_available
+
+try:  # for the numpy forms of an argument, where numpy is installed
+    import numpy as np
+except ImportError:
+    np = None
 from pipelink.runtime.scalars import float_to_bf16_bits, float_to_f16_bits, float_to_fp8_e4m3_bits, float_to_fp8_e5m2_bits
 
 MANIFEST = {
@@ -925,3 +930,57 @@ def test_a_negative_tile_extent_of_one_component_is_refused_not_summed():
     with pytest.raises(ArgumentError, match=r"component 'router' of kernel 'layer' has a tile extent "
                                             r"slices \+ min\(slices - 1, 1\) = -1"):
         k.total_tiles(T=64, slices=0)
+
+
+class _CAI:
+    def __init__(self, doc):
+        self.__cuda_array_interface__ = doc
+
+
+@pytest.mark.parametrize("doc", [{"typestr": "<f4", "shape": (4,)}, {"typestr": "<f4", "shape": (4,), "data": None},
+                                 {"typestr": "<f4", "shape": (4,), "data": ("a", False)}, [1, 2],
+                                 {"typestr": "<f4", "shape": 4, "data": (16, False)},
+                                 {"typestr": "<f4", "shape": (-5, -40), "data": (16, False)},
+                                 {"typestr": "<f4", "shape": (4,), "strides": "x", "data": (16, False)}])
+def test_a_malformed_cuda_array_interface_is_an_argument_error(doc):
+    """It had raised KeyError, TypeError, ValueError or AttributeError from inside the packing (and a negative
+    shape had passed)."""
+    with pytest.raises(ArgumentError, match="__cuda_array_interface__"):
+        kernel().pack_args(_CAI(doc), 0x20, 3, 1.0)
+
+
+@pytest.mark.parametrize("value", [True, np.bool_(True)] if np is not None else [True])
+def test_a_bool_is_no_integer_or_float_argument(value):
+    with pytest.raises(ArgumentError, match="bool"):
+        kernel().pack_args(0x10, 0x20, value, 1.0)
+    with pytest.raises(ArgumentError):
+        kernel().pack_args(0x10, 0x20, 3, value)
+
+
+def test_a_finite_value_past_a_double_is_out_of_range_not_an_infinity():
+    import decimal
+    with pytest.raises(ArgumentError, match="out of range"):
+        kernel().pack_args(0x10, 0x20, 3, decimal.Decimal("1e400"))
+    kernel().pack_args(0x10, 0x20, 3, float("-inf"))  # an infinity asked for stays one
+
+
+@pytest.mark.parametrize("grid", [2.0, "4", (1, 2, 3, 4), 0, (), True, (1, True)])
+def test_a_bad_grid_or_stream_is_an_argument_error(grid):
+    from pipelink.runtime.launch import _grid_dims, _stream_handle
+    with pytest.raises(ArgumentError):
+        _grid_dims(grid)
+    with pytest.raises(ArgumentError):
+        _stream_handle("abc")
+
+
+def test_a_numpy_int_grid_and_integer_shapes():
+    from pipelink.runtime.launch import _grid_dims
+    if np is not None:
+        assert _grid_dims(np.int64(4)) == (4, 1, 1) and _grid_dims((np.int32(2), 3)) == (2, 3, 1)
+    k = kernel()
+    with pytest.raises(ArgumentError, match="shape M"):
+        k.total_tiles(M=1.5, N=2)
+    with pytest.raises(ArgumentError):
+        k.shape_env([0x10, 0x20, 2.5, 1.0])
+    with pytest.raises(ArgumentError, match="no split reduction"):
+        k.stream_k_plan({"M": 4})

@@ -92,6 +92,11 @@ def _cuda_array_interface(value):
         return None
 
 
+def _is_bool(value) -> bool:
+    """Python's bool or numpy's (numpy.bool_, named `bool` since numpy 2)."""
+    return isinstance(value, bool) or (type(value).__module__ == "numpy" and type(value).__name__ in ("bool_", "bool"))
+
+
 def _is_array_like(value) -> bool:
     """A tensor or device array: never a scalar argument (pass `.item()`)."""
     return _is_torch_like(value) or _cuda_array_interface(value) is not None or hasattr(value, "__dlpack__")
@@ -113,8 +118,8 @@ def _stream_handle(stream) -> int:
     """A CUstream handle as an int: None is the legacy default stream (0)."""
     if stream is None:
         return 0
-    if isinstance(stream, bool):
-        raise TypeError("stream must be None, an int handle or a stream object, not a bool")
+    if isinstance(stream, bool) or isinstance(stream, (str, bytes, float)):
+        raise ArgumentError(f"stream must be None, an int handle or a stream object, not a {type(stream).__name__}")
     if isinstance(stream, int):
         return stream
     if hasattr(stream, "cuda_stream"):  # torch.cuda.Stream
@@ -126,7 +131,7 @@ def _stream_handle(stream) -> int:
     try:
         return int(stream)  # cuda.bindings CUstream
     except (TypeError, ValueError):
-        raise TypeError(f"cannot take a CUDA stream handle from {type(stream).__name__}") from None
+        raise ArgumentError(f"cannot take a CUDA stream handle from {type(stream).__name__}") from None
 
 
 def _factors(node) -> list:
@@ -137,11 +142,16 @@ def _factors(node) -> list:
 
 
 def _grid_dims(grid) -> tuple[int, int, int]:
-    dims = (grid,) if isinstance(grid, int) else tuple(grid)
-    if not 1 <= len(dims) <= 3 or any(isinstance(d, bool) or not isinstance(d, int) for d in dims):
-        raise TypeError(f"grid must be an int or 1 to 3 ints, got {grid!r}")
+    """A launch's grid: an int or 1 to 3 ints (numpy's too), each at least 1; else ArgumentError."""
+    try:
+        dims = (operator.index(grid),) if not isinstance(grid, (tuple, list)) else \
+            tuple(operator.index(d) if not isinstance(d, bool) else None for d in grid)
+    except TypeError:
+        dims = None
+    if isinstance(grid, bool) or dims is None or None in dims or not 1 <= len(dims) <= 3:
+        raise ArgumentError(f"grid must be an int or 1 to 3 ints, got {grid!r}")
     if any(d < 1 for d in dims):
-        raise ValueError(f"grid {grid!r} has an empty dimension")
+        raise ArgumentError(f"grid {grid!r} has an empty dimension")
     return dims + (1,) * (3 - len(dims))
 
 
@@ -343,7 +353,8 @@ class Kernel:
 
     def _require_loaded(self, doing: str) -> None:
         if self.function is None:
-            raise LaunchError(f"{doing} for kernel '{self.name}'", None, "the kernel is not loaded (use Kernel.load)")
+            said = doing if f"kernel '{self.name}'" in doing else f"{doing} for kernel '{self.name}'"
+            raise LaunchError(said, None, "the kernel is not loaded (use Kernel.load)")
 
     # --- arguments -------------------------------------------------------------------------
 
@@ -479,6 +490,18 @@ class Kernel:
         return int(t.data_ptr())
 
     def _cai_pointer(self, param: ParamSpec, cai: dict) -> int:
+        if not isinstance(cai, dict):
+            raise ArgumentError(f"argument '{param.name}': its __cuda_array_interface__ is a {type(cai).__name__}, "
+                                "not a dict")
+        shape, strides, data = cai.get("shape"), cai.get("strides"), cai.get("data")
+        ints = lambda v: isinstance(v, (tuple, list)) and all(  # noqa: E731
+            isinstance(x, int) and not isinstance(x, bool) for x in v)
+        if not ints(shape) or any(d < 0 for d in shape) or (strides is not None and not ints(strides)) or not (
+                isinstance(data, (tuple, list)) and len(data) == 2 and isinstance(data[0], int)
+                and not isinstance(data[0], bool) and 0 <= data[0] < 1 << 64):
+            raise ArgumentError(f"argument '{param.name}': its __cuda_array_interface__ is malformed (shape "
+                                f"{shape!r}, strides {strides!r}, data {data!r}): shape a tuple of ints >= 0, "
+                                "strides None or ints, data (address, read-only flag)")
         typestr = cai.get("typestr")
         dtype = _TYPESTRS.get(typestr)
         if param.dtype == "bf16" and typestr in _BF16_VOID_TYPESTRS:
@@ -539,11 +562,13 @@ class Kernel:
             return self._int_scalar(param, value)
         if param.dtype == "bool":
             return self._bool_scalar(param, value)
-        if isinstance(value, (str, bytes)) or not (hasattr(type(value), "__float__")
-                                                   or hasattr(type(value), "__index__")):
+        if isinstance(value, (str, bytes)) or _is_bool(value) or not (
+                hasattr(type(value), "__float__") or hasattr(type(value), "__index__")):
             raise ArgumentError(f"argument '{param.name}' is a {param.dtype}, got {type(value).__name__}")
         try:
             x = float(value)
+            if math.isinf(x) and str(value).lower().lstrip("+-") not in ("inf", "infinity"):
+                raise OverflowError  # a finite value past a double (Decimal('1e400')): not an infinity asked for
             if param.dtype == "f64":
                 return ctypes.c_double(x)
             if param.dtype == "f32":
@@ -555,6 +580,8 @@ class Kernel:
             raise ArgumentError(f"argument '{param.name}' = {value!r} is out of range for {param.dtype}") from None
 
     def _int_scalar(self, param: ParamSpec, value):
+        if _is_bool(value):
+            raise ArgumentError(f"argument '{param.name}' is an integer ({param.dtype}), got a bool")
         try:
             v = operator.index(value)
         except TypeError:
@@ -566,7 +593,7 @@ class Kernel:
         return _INT_CTYPES[param.dtype](v)
 
     def _bool_scalar(self, param: ParamSpec, value):
-        if isinstance(value, bool) or type(value).__name__ == "bool_":  # numpy.bool_ has no __index__
+        if _is_bool(value):  # numpy.bool_ has no __index__
             return ctypes.c_bool(bool(value))
         try:
             v = operator.index(value)
@@ -580,6 +607,10 @@ class Kernel:
 
     def total_tiles(self, **shapes) -> int:
         """The product of the tile expressions over `shapes` (1 when the manifest lists none)."""
+        for name, value in shapes.items():  # 1.5 had been taken as 1, 'a' had raised from deep inside
+            if isinstance(value, bool) or not hasattr(type(value), "__index__"):
+                raise ArgumentError(f"shape {name} of kernel '{self.name}' is an integer, got {value!r}")
+        shapes = {name: operator.index(value) for name, value in shapes.items()}
         key = ("tiles", *sorted(shapes.items()))
         if key not in self._memo:  # every launch asks: evaluate once per shape
             self._memo[key] = self._total_tiles(shapes)
@@ -659,6 +690,8 @@ class Kernel:
         """(grid, tiles split over the CTAs, pieces per tile) of a kernel with a split reduction
         (streamk.py); `split_reduction = False` on the kernel keeps every tile whole."""
         from .streamk import stream_k_plan
+        if self.manifest.stream_k is None:
+            raise ArgumentError(f"kernel '{self.name}' has no split reduction (its manifest has no stream_k)")
         key = ("stream_k", grid, self.split_reduction, *sorted(shapes.items()))
         if key not in self._memo:
             tiles = self.total_tiles(**shapes)
@@ -705,7 +738,12 @@ class Kernel:
     def shape_env(self, values: list) -> dict[str, int]:
         """Integer scalar arguments by name: what the tile expressions are evaluated over. A distributed kernel's
         also hold this process's RANK and WORLD (NVSHMEM's), which its extents may use."""
-        env = {p.name: operator.index(v) for p, v in zip(self.user_params, values) if p.is_shape}
+        env = {}
+        for p, v in zip(self.user_params, values):
+            if p.is_shape:
+                if isinstance(v, bool) or not hasattr(type(v), "__index__"):
+                    raise ArgumentError(f"argument '{p.name}' is an integer ({p.dtype}), got {v!r}")
+                env[p.name] = operator.index(v)
         if self.manifest.distributed:
             from . import nvshmem
             if nvshmem.initialized():
