@@ -198,3 +198,15 @@ def test_a_source_that_is_not_utf8_is_refused_before_compiling(component, tmp_pa
     assert not build_component(load_contract_file(contract, sink), contract.read_bytes(), source, tmp_path / "x.o",
                                sink, o)
     assert [d.code for d in sink.errors] == ["PL002"] and "not UTF-8" in sink.errors[0].message and not o.nvcc_log
+
+
+def test_a_build_whose_object_lacks_its_entry_is_pl014(component, tmp_path):
+    """nvcc compiles a source whose entry is misspelt; the object would have failed only at its first check or
+    link. The build asks nvJitLink as the link does: PL014 at the contract's entry.symbol, nothing written."""
+    source, contract = component
+    sink = DiagnosticSink()
+    c = load_contract_file(contract, sink)
+    source.write_text(source.read_text().replace(f"void {c.entry.symbol}(", f"void {c.entry.symbol}_v2("))
+    assert not build_component(c, contract.read_bytes(), source, tmp_path / "x.o", sink, BuildOptions())
+    assert [(d.code, d.location.pointer) for d in sink.errors] == [("PL014", "/entry/symbol")]
+    assert not (tmp_path / "x.o").exists()

@@ -179,7 +179,9 @@ def build_component(contract: Contract, contract_bytes: bytes, source: str | Pat
             read = build_cache.recorded_files(k)
         else:
             data = _compile(contract, contract_bytes, source, cmd, tmp, output.path, opts, sink)
-            if data is None:
+            if data is None or not _defines_its_entries(contract, data, (opts.archs or contract.targets.archs)[0],
+                                                        output.path if output.path != STDOUT else source.stem + ".o",
+                                                        sink):
                 return False
             try:
                 read = build_cache.files_read(tmp / "component.d", tmp)
@@ -197,6 +199,20 @@ def build_component(contract: Contract, contract_bytes: bytes, source: str | Pat
             sink.error("PL007", f"cannot write {output.path}: {exc.strerror or exc}", Location(file=output.path))
             return False
     return write_outputs({output.path: data}, sink)
+
+
+def _defines_its_entries(contract: Contract, data: bytes, arch: str, name: str, sink: DiagnosticSink) -> bool:
+    """The object defines every entry its contract names (`extern "C" __device__`), asked of nvJitLink as the link
+    does: a misspelt or missing entry is PL014 here, at the build, not at the first check or link of the object."""
+    from ..formats.inputs import check_entry_symbol, read_bytes
+    objs = read_bytes(data, name, DiagnosticSink())
+    if len(objs) != 1:
+        return True  # the link's own checks say what is wrong with it
+    ok = True
+    for symbol in contract.symbols:
+        pointer = "/entry/symbol" if symbol == contract.entry.symbol else "/entry"
+        ok = check_entry_symbol(objs[0], symbol, arch, sink, pointer=pointer, contract_file=contract.source.file) and ok
+    return ok
 
 
 def _options_fit_nvcc(opts: BuildOptions, source: Path, sink: DiagnosticSink) -> bool:
