@@ -1,6 +1,5 @@
 """bench/l2_ahead (a GPU benchmark): its kernel compiles for sm_90a without spilling, and the host's closed-form
 check of what each CTA drains matches the sum over the words themselves."""
-import importlib.util
 import subprocess
 from pathlib import Path
 
@@ -9,14 +8,13 @@ import numpy as np
 from pipelink import toolchain
 from pipelink.authoring.builder import pipelink_include_dir
 
+from casestudy import case_module
+
 BENCH = Path(__file__).resolve().parent.parent / "bench" / "l2_ahead"
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("l2_ahead_bench", BENCH / "l2_ahead.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return case_module(BENCH, "l2_ahead")
 
 
 def test_the_kernel_compiles_without_a_frame(tmp_path):
