@@ -194,10 +194,10 @@ def check(inputs, *, pipeline=None, arch: str | None = None, together: bool = Fa
 
 @_one_command
 def build(source: str | os.PathLike, contract, output: str | os.PathLike, *, archs: list[str] | None = None,
-          include_dirs: list[str] = (), defines: list[str] = ()) -> Path:
+          include_dirs: list[str] = (), defines: list[str] = (), timeout_s: float | None = None) -> Path:
     """`pipelink build`: compile `source` against `contract` (a path, bytes or a (name, bytes) pair) into
     `output`, with the contract embedded; returns the output's path. Writes nothing on failure and raises
-    PipelinkError with the diagnostics."""
+    PipelinkError with the diagnostics. `timeout_s`: a compile running longer is stopped (default: BuildOptions')."""
     from .authoring.builder import BuildOptions, build_component
     from .core.loader import load_contract_bytes
     from .core.model import Source
@@ -206,13 +206,17 @@ def build(source: str | os.PathLike, contract, output: str | os.PathLike, *, arc
                                     _strings(include_dirs, "include_dirs"), _strings(defines, "defines"))
     for a in archs or ():
         _target(a, "archs")
+    if timeout_s is not None and (isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float))
+                                  or not 0 < timeout_s < float("inf")):
+        raise PipelinkUsageError(f"timeout_s is {timeout_s!r}; give a number of seconds above 0")
     sink = DiagnosticSink()
+    contract_file = None  # the contract's path where it is a file: the object must not replace it
     if isinstance(contract, _BYTES):
         name, data = "<contract>", bytes(contract)
     elif _is_named_bytes(contract):
         name, data = contract[0], bytes(contract[1])
     elif isinstance(contract, (str, os.PathLike)):
-        name = as_path(contract, "the contract")
+        name = contract_file = as_path(contract, "the contract")
         try:
             data = read_input_bytes(name)
         except OSError as exc:
@@ -224,8 +228,8 @@ def build(source: str | os.PathLike, contract, output: str | os.PathLike, *, arc
     c = load_contract_bytes(data, Source(name), sink)
     if c is not None:
         opts = BuildOptions(archs=tuple(archs) if archs else None, include_dirs=tuple(include_dirs),
-                            defines=tuple(defines))
-        build_component(c, data, os.fspath(source), os.fspath(output), sink, opts)
+                            defines=tuple(defines), **({"timeout_s": float(timeout_s)} if timeout_s else {}))
+        build_component(c, data, os.fspath(source), os.fspath(output), sink, opts, contract_file=contract_file)
     _raise_on_errors(sink)
     return Path(output)
 

@@ -67,6 +67,14 @@ def _decimal(text: str) -> int:
     return int(text)
 
 
+def _seconds(text: str) -> int:
+    """A time limit in whole seconds, at least 1."""
+    value = _decimal(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r}: give at least 1 second")
+    return value
+
+
 def _arch(text: str) -> str:
     """A target named on the command line: one pipelink knows, or a usage error (exit 2) before any input is read;
     a contract naming an unknown target stays a contract problem (PL034, exit 1)."""
@@ -122,6 +130,8 @@ def _parser() -> argparse.ArgumentParser:
     bld.add_argument("-I", dest="include", action="append", default=[], help="include directory")
     bld.add_argument("-D", dest="define", action="append", default=[], help="preprocessor definition")
     bld.add_argument("-v", "--verbose", action="store_true", help="print the nvcc command lines")
+    bld.add_argument("--timeout", type=_seconds, metavar="SECONDS",
+                     help="stop a compile that runs longer than this (default: 1200 s)")
 
     lnk = sub.add_parser("link", help="link component objects into one fused kernel",
                          description="Check, allocate, generate the glue, link with nvJitLink LTO, verify, emit. "
@@ -473,7 +483,8 @@ def cmd_build(args) -> int:
     if c is None:
         return _finish(sink, "text", {}, [])
     opts = BuildOptions(archs=tuple(args.arch) if args.arch else None, include_dirs=tuple(args.include),
-                        defines=tuple(args.define), verbose=args.verbose)
+                        defines=tuple(args.define), verbose=args.verbose,
+                        **({"timeout_s": args.timeout} if args.timeout else {}))
     ok = build_component(c, read_input_bytes(args.contract), args.source, args.output, sink, opts)
     if args.verbose:
         for cmd in opts.nvcc_log:

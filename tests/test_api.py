@@ -223,6 +223,12 @@ def test_build(tmp_path):
     with pytest.raises(PipelinkError, match="PL002"):
         pipelink.build(source, tmp_path / "missing.json", tmp_path / "bad.o")
     assert not (tmp_path / "bad.o").exists()
+    # a contract given as bytes names no file: its display name may be the output's (it was refused, PL120)
+    named = tmp_path / "named.o"
+    assert pipelink.build(source, (str(named), contract.read_bytes()), named).is_file()
+    for timeout in (0, -1, True, "5", float("nan")):
+        with pytest.raises(PipelinkError, match="PL001"):
+            pipelink.build(source, contract, tmp_path / "t.o", timeout_s=timeout)
 
 
 # --- the README's snippet -----------------------------------------------------------------------

@@ -210,3 +210,28 @@ def test_a_build_whose_object_lacks_its_entry_is_pl014(component, tmp_path):
     assert not build_component(c, contract.read_bytes(), source, tmp_path / "x.o", sink, BuildOptions())
     assert [(d.code, d.location.pointer) for d in sink.errors] == [("PL014", "/entry/symbol")]
     assert not (tmp_path / "x.o").exists()
+
+
+def test_a_compile_that_never_ends_is_stopped_at_its_limit(component, tmp_path):
+    """A source that #includes /dev/zero keeps nvcc's preprocessor reading for ever: the build stops it (the whole
+    process group) at its limit, PL019 with a hint, nothing written, no compiler left running."""
+    import subprocess
+    import time
+    source, contract = component
+    source.write_text('#include "/dev/zero"\n' + source.read_text())
+    sink = DiagnosticSink()
+    start = time.monotonic()
+    assert not build_component(load_contract_file(contract, sink), contract.read_bytes(), source, tmp_path / "x.o",
+                               sink, BuildOptions(timeout_s=3))
+    assert time.monotonic() - start < 60
+    assert [d.code for d in sink.errors] == ["PL019"] and "did not finish" in sink.errors[0].message
+    assert "/dev/zero" in sink.errors[0].hint and not (tmp_path / "x.o").exists()
+    left = subprocess.run(["pgrep", "-f", str(source)], capture_output=True, text=True).stdout.split()
+    assert not left, f"compiler processes left running: {left}"
+
+
+def test_build_timeout_option_defaults_to_build_options(tmp_path):
+    """`pipelink build --timeout` says the default BuildOptions holds (one owner: the help text is checked here)."""
+    from pipelink.cli import _parser
+    text = _parser()._subparsers._group_actions[0].choices["build"].format_help()
+    assert f"default: {BuildOptions.timeout_s:g} s" in " ".join(text.split())

@@ -695,3 +695,11 @@ def test_config_with_stdout_closed_is_pl007():
     proc = subprocess.run([sys.executable, "-m", "pipelink", "config", "--cflags"], stdout=subprocess.DEVNULL,
                           stderr=subprocess.PIPE, text=True, pass_fds=(), preexec_fn=lambda: os.close(1))
     assert proc.returncode == 2 and "PL007" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "1.5", "\u0661"])
+def test_build_timeout_is_whole_seconds_at_least_one(capsys, tmp_path, value):
+    from pipelink.harness.shipped import REPO
+    code, _, err = run(capsys, "build", REPO / "components/seg_silu/seg_silu.cu", "--contract",
+                       REPO / "contracts/seg_silu.json", "-o", tmp_path / "x.o", "--timeout", value)
+    assert code == 2 and "error[PL001]" in err and "--timeout" in err and not (tmp_path / "x.o").exists(), err

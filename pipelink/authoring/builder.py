@@ -33,6 +33,7 @@ class BuildOptions:
     extra_nvcc: tuple[str, ...] = ()
     optimize: str = "-O3"
     verbose: bool = False
+    timeout_s: float = 1200.0  # a compile past it is killed (PL019): an #include that never ends must not hang CI
     nvcc_log: list[str] = field(default_factory=list)
 
 
@@ -120,9 +121,12 @@ def wrap_fatbin(fatbin: Path, obj: Path) -> None:
 
 
 def build_component(contract: Contract, contract_bytes: bytes, source: str | Path, output: str | Path,
-                    sink: DiagnosticSink, opts: BuildOptions | None = None) -> bool:
+                    sink: DiagnosticSink, opts: BuildOptions | None = None, *,
+                    contract_file: str | None = "") -> bool:
     """Compile `source` into `output` (a host object holding the `-dlto` fatbin and the contract; `-`:
     stdout). Refuses a contract `pipelink check` refuses, and an output that is one of the inputs.
+    `contract_file`: the file the contract was read from ("": its source's name; None: it came as bytes,
+    whose display name is no file the output could replace).
 
     Writes `output` only on success, atomically. An object the build cache holds for the same inputs
     (build_cache.py) is taken from it instead of compiling again.
@@ -130,8 +134,11 @@ def build_component(contract: Contract, contract_bytes: bytes, source: str | Pat
     opts = opts or BuildOptions()
     source = Path(source)
     output = Output(str(output), "object", "-o", binary=True, hint="write the object elsewhere (-o PATH)")
-    inputs = [Input(str(source), f"the source {source}"), Input(contract.source.file, f"the contract "
-                                                                f"{contract.source.file}")]
+    if contract_file == "":
+        contract_file = contract.source.file
+    inputs = [Input(str(source), f"the source {source}")]
+    if contract_file is not None:
+        inputs.append(Input(contract_file, f"the contract {contract_file}"))
     if not check_outputs([output], inputs, sink):
         return False
     if not _options_fit_nvcc(opts, source, sink):
@@ -248,14 +255,19 @@ def _compile(contract: Contract, contract_bytes: bytes, source: Path, cmd: list[
     compile_cmd = [*cmd, "-MD", "-MF", str(tmp / "component.d")]  # what it reads: the cache entry's dependencies
     opts.nvcc_log.append(shlex.join(compile_cmd))  # as a shell reads it back
     try:
-        proc = subprocess.run(compile_cmd, capture_output=True, text=True, errors="replace",
-                              env=toolchain.nvcc_env(scratch=tmp))
+        proc = toolchain.run_bounded(compile_cmd, toolchain.nvcc_env(scratch=tmp), opts.timeout_s)
     except OSError as exc:
         sink.error("PL008", f"cannot run nvcc: {exc}", Location(file=str(source)))
         return None
+    except subprocess.TimeoutExpired:
+        sink.error("PL019", f"nvcc did not finish compiling component '{contract.name}' in {opts.timeout_s:g} s "
+                   "and was stopped", Location(file=str(source), component=contract.name),
+                   hint="a source that #includes a file that never ends (a device such as /dev/zero, a FIFO) never "
+                   "compiles; a slow but finite one needs a longer --timeout")
+        return None
     if proc.returncode != 0:
         log = (proc.stderr + proc.stdout).strip()
-        if _names_the_toolkit_defines(contract, source, cmd, tmp, sink) or \
+        if _names_the_toolkit_defines(contract, source, cmd, tmp, sink, opts.timeout_s) or \
                 _names_the_toolkit_declares(contract, log, sink):
             return None
         sink.error("PL019", f"nvcc could not compile component '{contract.name}':\n{_indent(log)}",
@@ -279,7 +291,8 @@ def _compile(contract: Contract, contract_bytes: bytes, source: Path, cmd: list[
     return None
 
 
-def _names_the_toolkit_defines(contract: Contract, source: Path, cmd: list[str], tmp: Path, sink: DiagnosticSink) -> bool:
+def _names_the_toolkit_defines(contract: Contract, source: Path, cmd: list[str], tmp: Path, sink: DiagnosticSink,
+                               timeout_s: float) -> bool:
     """Where an entry symbol or a parameter of the contract is a macro of the headers the generated header or the
     source includes (NULL, assert, CUDART_VERSION), nvcc's errors quote what it expands to, not the name: ask nvcc
     which of the names are macros after those #include lines (one more compile, on this failure path only) and say
@@ -298,9 +311,8 @@ def _names_the_toolkit_defines(contract: Contract, source: Path, cmd: list[str],
     # the build's own command (flags, -I, -D; it ends `SOURCE -o OUTPUT`) on the probe: the same headers and macros
     probe_cmd = cmd[:-3] + [str(probe), "-o", str(tmp / "names.fatbin")]
     try:
-        proc = subprocess.run(probe_cmd, capture_output=True, text=True, errors="replace",
-                              env=toolchain.nvcc_env(scratch=tmp))
-    except OSError:
+        proc = toolchain.run_bounded(probe_cmd, toolchain.nvcc_env(scratch=tmp), timeout_s)
+    except (OSError, subprocess.TimeoutExpired):
         return False
     macros = macros_in_probe_log(proc.stderr + proc.stdout) if proc.returncode else set()
     for name, pointer, what in names:

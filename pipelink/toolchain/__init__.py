@@ -114,6 +114,26 @@ def nvcc_env(scratch: Path | None = None) -> dict:
     return env
 
 
+def run_bounded(cmd: list[str], env: dict, timeout_s: float | None):
+    """Run a tool (nvcc) to its end or for `timeout_s` seconds, whichever is first: a source that #includes a file
+    that never ends (/dev/zero, a FIFO) keeps the preprocessor reading for ever. On the limit the tool's whole
+    process group (nvcc's cicc, ptxas, the host compiler) is killed and subprocess.TimeoutExpired raised."""
+    import signal
+    import subprocess
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace",
+                            env=env, start_new_session=True)  # its own group: the kill reaches its children
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except BaseException:  # the limit, or Ctrl-C: no compiler left running behind us
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        proc.communicate()
+        raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
 def objcopy_path() -> str | None:
     return shutil.which("objcopy")
 
