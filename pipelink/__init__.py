@@ -8,7 +8,8 @@
 
 `check`, `build`, `link` and `load` take paths, bytes or cuda.core ObjectCode (pipelink/api.py) and
 raise `PipelinkError` with the located diagnostics; `link` returns them in its result unless
-`raise_on_error=True`.
+`raise_on_error=True`. A loaded kernel's failures (a bad argument, a driver call, a debug build's stopped
+wait) are `PipelinkError`s too: `PipelinkRunError` and its kinds, each with one diagnostic.
 """
 __version__ = "0.1.0"
 
@@ -44,9 +45,9 @@ def __getattr__(name):
     if name == "PipelineSpec":
         from .core.pipeline import PipelineSpec
         return PipelineSpec
-    if name == "PipelinkError":
-        from .core.diagnostics import PipelinkError
-        return PipelinkError
+    if name in ("PipelinkError", "PipelinkRunError"):
+        from .core import diagnostics as _diagnostics
+        return getattr(_diagnostics, name)
     if name in ("CheckResult", "KernelImage"):
         from . import api as _api
         return getattr(_api, name)

@@ -331,7 +331,7 @@ def load(path: str | os.PathLike, device: int | None = 0):
     try:
         manifest = Manifest.from_json(doc.value)  # checks the manifest without a GPU
     except ManifestError as exc:
-        sink.error("PL009", f"{manifest_path} does not describe a kernel: {exc}", Location(file=str(manifest_path)))
+        sink.error("PL009", f"{manifest_path} does not describe a kernel: {exc.message}", Location(file=str(manifest_path)))
     else:
         if not manifest.describes(cubin):
             sink.error("PL035", f"{manifest_path} was written for another cubin than {cubin_path.name}",

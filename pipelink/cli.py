@@ -402,7 +402,7 @@ def _inspect_manifest(path: Path, cubin: bytes, item: dict, sink: DiagnosticSink
     try:
         m = manifest_summary(Manifest.from_json(doc.value), cubin)
     except ManifestError as exc:
-        sink.error("PL009", f"{path} does not describe a kernel: {exc}", Location(file=str(path)))
+        sink.error("PL009", f"{path} does not describe a kernel: {exc.message}", Location(file=str(path)))
         return []
     lines = manifest_text(str(path), m)
     if not m["matches_cubin"]:

@@ -447,7 +447,7 @@ def test_call_turns_errors_into_launch_errors():
     with pytest.raises(LaunchError) as err:
         driver_mod.call("cuModuleLoadData for kernel 'k'", lambda: (driver.CUresult.CUDA_ERROR_INVALID_IMAGE, None))
     assert err.value.result == "CUDA_ERROR_INVALID_IMAGE"
-    assert str(err.value).startswith("cuModuleLoadData for kernel 'k' failed: CUDA_ERROR_INVALID_IMAGE")
+    assert err.value.message.startswith("cuModuleLoadData for kernel 'k' failed: CUDA_ERROR_INVALID_IMAGE")
 
     def boom():
         raise RuntimeError("no libcuda")
@@ -984,3 +984,21 @@ def test_a_numpy_int_grid_and_integer_shapes():
         k.shape_env([0x10, 0x20, 2.5, 1.0])
     with pytest.raises(ArgumentError, match="no split reduction"):
         k.stream_k_plan({"M": 4})
+
+
+def test_runtime_errors_are_pipelink_errors_with_their_codes():
+    """`except pipelink.PipelinkError` catches a loaded kernel's failures too (they had been plain exceptions), each
+    one diagnostic of its code; the built-in kinds callers catch stay (TypeError/ValueError, RuntimeError)."""
+    import pipelink
+    from pipelink.runtime.manifest import ManifestError
+    from pipelink.runtime.nvshmem import NvshmemError
+    from pipelink.runtime.workspace import EventTimeout
+    cases = [(ArgumentError("argument 'y' is short"), "PL195", (TypeError, ValueError)),
+             (LaunchError("cuLaunchKernel", "CUDA_ERROR_INVALID_VALUE"), "PL196", ()),
+             (ManifestError("manifest of kernel 'k': bad"), "PL009", (ValueError,)),
+             (EventTimeout("k", "c", "e", 0, 2, 1, 5), "PL197", (RuntimeError,)),
+             (NvshmemError("nvshmem_init failed"), "PL196", (RuntimeError,))]
+    for exc, code, kinds in cases:
+        assert isinstance(exc, pipelink.PipelinkError) and isinstance(exc, pipelink.PipelinkRunError)
+        assert all(isinstance(exc, k) for k in kinds)
+        assert [d.code for d in exc.diagnostics] == [code] and str(exc).startswith(f"error[{code}]: {exc.message}")

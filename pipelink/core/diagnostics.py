@@ -287,6 +287,16 @@ CODES = _codes(
          "a value baked in with specialize gives a component (or the kernel) no tiles at any launch: specialize the "
          "value the kernel is launched with",
          warning="always a warning (the link is correct; the tasks are empty)"),
+    # the runtime: raised by a loaded kernel (pipelink.load, Kernel.launch), as PipelinkRunError subclasses
+    Code("PL195", "kernel argument does not fit its parameter", U,
+         "pass what the kernel's manifest (K.json, `pipelink inspect K.cubin`) declares for the parameter: its "
+         "dtype, at least its elements, on the kernel's device, aligned as declared"),
+    Code("PL196", "CUDA driver or NVSHMEM call failed", L,
+         "the message names the call and the driver's words; a launch that faulted leaves the CUDA context unusable "
+         "(run it under compute-sanitizer to find the access)"),
+    Code("PL197", "event wait spun past its bound", L,
+         "a debug build (debug_events) stopped a wait that would have hung: the producers notify too few times for "
+         "this input (its contract's notifies and the waiters' counts disagree)"),
 )
 
 
@@ -452,6 +462,17 @@ class PipelinkError(Exception):
     @property
     def exit_code(self) -> ExitCode:
         return max((d.exit_code for d in self.diagnostics), default=ExitCode.LINK)
+
+
+class PipelinkRunError(PipelinkError):
+    """A loaded kernel's failure at run time: one diagnostic of the class's code and no location (the message names
+    the kernel, its parameter or call). `message` is the text alone, for callers who wrap it in one of their own."""
+
+    code = "PL196"
+
+    def __init__(self, message: str, hint: str | None = None):
+        self.message = message
+        super().__init__([Diagnostic(self.code, message, hint=hint)])
 
 
 class PipelinkUsageError(PipelinkError, TypeError):

@@ -3,9 +3,13 @@ machines without CUDA at all), every call checked, a failure a LaunchError namin
 driver's words. Below the launcher and the workspace, which both call the driver through it."""
 from __future__ import annotations
 
+from ..core.diagnostics import PipelinkRunError
 
-class LaunchError(Exception):
-    """A driver call failed. `result` is the CUresult name, `what` the call and its subject."""
+
+class LaunchError(PipelinkRunError):
+    """A driver call failed (PL196). `result` is the CUresult name, `what` the call and its subject."""
+
+    code = "PL196"
 
     def __init__(self, what: str, result: str | None = None, detail: str = ""):
         self.what = what

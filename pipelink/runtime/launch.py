@@ -19,6 +19,7 @@ import struct
 from dataclasses import dataclass, field
 
 from ..core import expr as _expr
+from ..core.diagnostics import PipelinkRunError
 from . import driver as _cu
 from .driver import LaunchError, gpu_available  # noqa: F401  (the launcher's errors and probe)
 from ..core.model import DTYPE_BYTES, INTEGER_DTYPES
@@ -29,8 +30,10 @@ from .streamk import balanced_grid
 DLPACK_CUDA = 2  # kDLCUDA in DLPack's DLDeviceType; managed (13) and pinned host (3) are refused
 
 
-class ArgumentError(TypeError, ValueError):
-    """A kernel argument does not fit its parameter. A TypeError, and a ValueError for ranges."""
+class ArgumentError(PipelinkRunError, TypeError, ValueError):
+    """A kernel argument does not fit its parameter (PL195). A TypeError, and a ValueError for ranges."""
+
+    code = "PL195"
 
 
 # --- the manifest --------------------------------------------------------------------------

@@ -17,6 +17,7 @@ import math
 from dataclasses import dataclass, field
 
 from ..core import expr as _expr
+from ..core.diagnostics import PipelinkRunError
 from ..core.model import DTYPE_BYTES, DTYPE_C, INTEGER_DTYPES, is_identifier
 from .tensormap import TensorMapDecl
 
@@ -28,8 +29,10 @@ READABLE_VERSIONS = (1, 2)
 MAX_BLOCK_THREADS = 1024
 
 
-class ManifestError(ValueError):
-    """A manifest the launcher cannot trust: what is wrong, naming the kernel."""
+class ManifestError(PipelinkRunError, ValueError):
+    """A manifest the launcher cannot trust (PL009): what is wrong, naming the kernel."""
+
+    code = "PL009"
 
 
 # --- the launcher ABI of persistent kernels -----------------------------------------------------

@@ -27,6 +27,7 @@ import ctypes
 import math
 from dataclasses import dataclass, field
 
+from ..core.diagnostics import PipelinkRunError
 from ..core.model import DTYPE_BYTES
 from ..core.nvshmem_home import PINNED, nvshmem_home, nvshmem_version
 from . import driver as _cu
@@ -39,8 +40,10 @@ _TYPESTR = {"f32": "<f4", "f16": "<f2", "bf16": "<V2", "f64": "<f8", "i8": "|i1"
             "u16": "<u2", "i32": "<i4", "u32": "<u4", "i64": "<i8", "u64": "<u8"}
 
 
-class NvshmemError(RuntimeError):
-    """NVSHMEM is missing, not set up, or one of its calls failed."""
+class NvshmemError(PipelinkRunError, RuntimeError):
+    """NVSHMEM is missing, not set up, or one of its calls failed (PL196)."""
+
+    code = "PL196"
 
 
 # The ABI structs of nvshmemx_init_attr_t (v2) and its unique-id arguments, as the 3.x headers lay them out;

@@ -15,13 +15,16 @@ from __future__ import annotations
 
 import ctypes
 
+from ..core.diagnostics import PipelinkRunError
 from . import driver as _cu
 from .driver import LaunchError
 from .manifest import IMPLICIT_KINDS, WORKSPACE
 
 
-class EventTimeout(RuntimeError):
-    """A debug build's wait spun past its bound: what waited for what, and what it saw."""
+class EventTimeout(PipelinkRunError, RuntimeError):
+    """A debug build's wait spun past its bound (PL197): what waited for what, and what it saw."""
+
+    code = "PL197"
 
     def __init__(self, kernel: str, component: str, event: str, element: int, expected: int, observed: int,
                  task: int):
