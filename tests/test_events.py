@@ -406,3 +406,20 @@ def test_only_kernels_with_a_register_hungry_component_hold_their_sizes():
     assert "launch sizes" not in linked(modest, dispatch="dynamic", until="map").link_map
     flags = [p.item for p in plain.allocation.smem if p.item.key == "buffer pl_glue.flags"][0]
     assert flags.size == GLUE_FLAG_BYTES
+
+
+def test_a_tensor_a_map_reads_is_read_inside_its_declared_extents():
+    """moe_expert's `e->range(offsets[e], offsets[e+1])` reads offsets[E] at its last task: declared with E
+    extents instead of E + 1, the glue would read past what the launcher checks the argument holds (PL084 at the
+    notify, naming the tensor and the task); as shipped it is inside."""
+    def short_offsets(c):
+        for p in c["entry"]["params"]:
+            if p["name"] == "offsets":
+                p["shape"] = [p["shape"][0].replace("+ 1", "").strip() or "E"]
+    _, sink = run([comp("moe_scatter"), comp("moe_expert", short_offsets), comp("moe_combine")], dispatch="dynamic")
+    found = [d for d in sink.items if d.code == "PL084"]
+    assert found and "reads 'offsets'[" in found[0].message and "outside the shape its contract gives" in \
+        found[0].message, [d.render() for d in sink.items]
+    assert found[0].location.component == "moe_expert" and found[0].location.pointer.startswith("/events/notifies/")
+    _, sink = run([comp("moe_scatter"), comp("moe_expert"), comp("moe_combine")], dispatch="dynamic")
+    assert not sink.items, [d.render() for d in sink.items]

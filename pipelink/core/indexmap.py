@@ -169,6 +169,21 @@ def _affine(node: ast.AST, dims: tuple[str, ...], text: str, names: set | None =
         raise MapError(f"unsupported index term {ast.unparse(node)!r} in {text!r}")
 
 
+def tensor_reads(term: Term) -> list[tuple[str, tuple[str, ...]]]:
+    """Each device read of a term: (tensor, its subscripts' texts, ':' for a whole axis). `topk[i, :]` is one read,
+    `range(ptr[i], ptr[i + 1])` two."""
+    if not term.tensors:
+        return []
+    node = python_ast(term.text).body
+    subs = node.args if isinstance(node, ast.Call) else [node]
+    out = []
+    for sub in subs:
+        if isinstance(sub, ast.Subscript) and isinstance(sub.value, ast.Name):
+            items = sub.slice.elts if isinstance(sub.slice, ast.Tuple) else [sub.slice]
+            out.append((sub.value.id, tuple(":" if isinstance(i, ast.Slice) else ast.unparse(i) for i in items)))
+    return out
+
+
 def _letters(text: str) -> set[str]:
     """The names an affine term's text uses."""
     return {n.id for n in ast.walk(python_ast(text)) if isinstance(n, ast.Name)}

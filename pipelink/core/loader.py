@@ -713,7 +713,7 @@ class _SemanticCheck:
             self.error("PL101", f"register port '{p['name']}' lives in role '{role}', which threads.roles does not "
                        "declare", f"{ptr}/role")
 
-    def _count_term(self, text: str, imap, int_pointers: set[str], pointer: str):
+    def _count_term(self, text: str, imap, int_pointers: set[str], params: dict, pointer: str):
         """A count like `counts[i]`: read per task from an integer tensor the entry receives."""
         try:
             term = parse_map(f"{''.join(imap.task_dims)}->{text}").terms
@@ -727,7 +727,38 @@ class _SemanticCheck:
             self.error("PL029", f"wait count {text!r} reads '{term[0].tensors[0]}', which is not an integer pointer "
                        "parameter of the entry", pointer)
             return None
+        if not self._reads_fit_shapes(term[0], params, f"wait count {text!r}", pointer, count=True):
+            return None
         return term[0]
+
+    def _reads_fit_shapes(self, term, params: dict, what: str, pointer: str, count: bool = False) -> bool:
+        """Each tensor a map or count reads has its extents in the contract and one subscript per extent: the glue
+        computes the element's offset from them (a missing subscript had read another element, an extra one
+        crashed the link). A count is one element: no ':'. PL029 / PL031 at the map or count."""
+        from .indexmap import tensor_reads
+        ok, seen = True, set()
+        for tensor, subs in tensor_reads(term):
+            if tensor in seen:
+                continue  # range(ptr[i], ptr[i + 1]): one diagnostic a tensor
+            seen.add(tensor)
+            if tensor not in params or not params[tensor].pointer:
+                continue  # not a pointer: said where the map or count is read
+            shape = params[tensor].shape
+            if shape is None:
+                self.error("PL029", f"{what} reads '{tensor}', whose extents the contract does not give", pointer,
+                           hint=f"add \"shape\" to parameter '{tensor}'")
+                ok = False
+                continue
+            if len(subs) != len(shape):
+                self.error("PL031", f"{what} reads '{tensor}' with {len(subs)} subscript{'s' * (len(subs) != 1)}, "
+                           f"but its shape {[str(e) for e in shape]} has {len(shape)} extent{'s' * (len(shape) != 1)}",
+                           pointer, hint="give one index (or ':') per extent of the tensor")
+                ok = False
+            elif count and ":" in subs:
+                self.error("PL031", f"{what} reads a whole axis of '{tensor}' (':'); a count is one element",
+                           pointer, hint="index one element per task, e.g. counts[i]")
+                ok = False
+        return ok
 
     def events(self, raw: dict, geometry: Geometry, entry: Entry) -> Events:
         grid = self.raw.get("geometry", {}).get("tile_sequence", {}).get("grid")
@@ -735,6 +766,7 @@ class _SemanticCheck:
         shapes = {p.name for p in entry.params if p.is_shape}
         int_pointers = {p.name for p in entry.params if p.pointer and not p.is_shape
                         and p.dtype in INTEGER_DTYPES}
+        params = {p.name: p for p in entry.params}
         allowed = set(geometry.provides) | set(geometry.consumes) | shapes | DISTRIBUTED_NAMES
         notifies, waits = [], []
         for kind in ("notifies", "waits"):
@@ -756,13 +788,11 @@ class _SemanticCheck:
                     self.error("PL031", f"map {ev['map']!r} has {len(imap.task_dims)} task dimensions but the tile "
                                f"grid has {rank}", f"{ptr}/map")
                 for t in imap.tensors:
-                    shaped = next((p for p in entry.params if p.name == t), None)
-                    if t in int_pointers and (shaped is None or shaped.shape is None):
-                        self.error("PL029", f"map {ev['map']!r} reads '{t}', whose extents the contract does not "
-                                   "give", f"{ptr}/map", hint=f"add \"shape\" to parameter '{t}'")
                     if t not in int_pointers:
                         self.error("PL029", f"map {ev['map']!r} reads '{t}', which is not an integer pointer "
                                    "parameter of the entry", f"{ptr}/map")
+                for term in imap.terms:
+                    self._reads_fit_shapes(term, params, f"map {ev['map']!r}", f"{ptr}/map")
                 if kind == "notifies":
                     shape = None
                     if "shape" in ev:
@@ -781,7 +811,7 @@ class _SemanticCheck:
                     count = ev.get("count", "auto")
                     c = term = None
                     if isinstance(count, str) and "[" in count:  # read per task from a device tensor
-                        term = self._count_term(count, imap, int_pointers, f"{ptr}/count")
+                        term = self._count_term(count, imap, int_pointers, params, f"{ptr}/count")
                     elif count != "auto":
                         c = self.size_expr(count, f"{ptr}/count", allowed, "wait count")
                     waits.append(EventWait(ev["name"], ev["map"], c, ptr, term))

@@ -358,10 +358,10 @@ def _check_sampled(comps, tensors, geometry, sink) -> None:
     names = [n for n in names if n not in DISTRIBUTED]
     reported = set()
 
-    def once(key, code, message, side):
+    def once(key, code, message, side, hint=None):
         if key not in reported:
             reported.add(key)
-            sink.error(code, message, by_name[side.component].contract.at(side.pointer))
+            sink.error(code, message, by_name[side.component].contract.at(side.pointer), hint=hint)
     once.reported = reported
 
     for values in _sample_shapes(names, geometry):
@@ -370,6 +370,8 @@ def _check_sampled(comps, tensors, geometry, sink) -> None:
             env = base if world is None else dict(base, WORLD=world)
             at = ", ".join(f"{k}={v}" for k, v in zip(names, values)) + (f", WORLD={world}" if world else "")
             for t in tensors.values():
+                for side in (*t.notifiers, *t.waiters):
+                    _report_reads_outside(side, env if world is None else dict(env, RANK=0), at, once)
                 try:  # every rank's copy has the same extents (the workspace is symmetric): rank 0's
                     shape = [e.evaluate(dict(env, RANK=0)) for e in t.shape]
                 except ExprError:
@@ -383,6 +385,40 @@ def _check_sampled(comps, tensors, geometry, sink) -> None:
                     continue
                 for rank, reach in _reach_by_rank(t, env, world, shape, at, once).items():
                     _check_waiters(t, dict(env, RANK=rank), f"{at}, RANK={rank}", shape, reach, once)
+
+
+def _report_reads_outside(side: Side, env: dict, at: str, once) -> None:
+    """Every element a map or a device-read count reads lies inside the extents its contract gives the tensor (what
+    the launcher checks the argument holds): `cnt[e]` over E tasks with `cnt` declared [1] read past it. PL084."""
+    from ..core.indexmap import tensor_reads
+    terms = (*side.map.terms, *((side.count_term,) if side.count_term is not None else ()))
+    shapes = dict(side.tensor_shapes)
+    for tensor, subs in (read for term in terms for read in tensor_reads(term)):
+        declared = shapes.get(tensor)
+        pinned = [k for k, sub in enumerate(subs) if sub != ":"]
+        if declared is None or len(declared) != len(subs) or not pinned:
+            continue
+        try:
+            extents = [e.evaluate(env) for e in declared]
+        except ExprError:
+            continue
+        tasks = _tasks(side, env)
+        if tasks is None:
+            continue
+        fn = _map_function(tuple(side.map.task_dims), tuple(subs[k] for k in pinned))
+        try:
+            for task in tasks:
+                values = dict(zip(pinned, fn(*task)))
+                if all(0 <= v < extents[k] for k, v in values.items()):
+                    continue
+                shown = ", ".join(str(values.get(k, ":")) for k in range(len(subs)))
+                once(("read", side.component, side.pointer, tensor), "PL084",
+                     f"'{side.component}' task {task} reads '{tensor}'[{shown}] outside the shape its contract gives "
+                     f"'{tensor}', {extents} (at {at}): the launcher checks only that many elements", side,
+                     hint=f"give '{tensor}' the extents its reads span (its parameter's shape), or fix the subscript")
+                break
+        except ArithmeticError:  # a divisor the sampled shape makes zero
+            continue
 
 
 def _report_outside(t: EventTensor, n: Side, r, at: str, once, shape: list[int]) -> None:
