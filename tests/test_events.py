@@ -423,3 +423,13 @@ def test_a_tensor_a_map_reads_is_read_inside_its_declared_extents():
     assert found[0].location.component == "moe_expert" and found[0].location.pointer.startswith("/events/notifies/")
     _, sink = run([comp("moe_scatter"), comp("moe_expert"), comp("moe_combine")], dispatch="dynamic")
     assert not sink.items, [d.render() for d in sink.items]
+
+
+def test_a_specialized_value_is_not_sampled():
+    """A fixed count that holds at the specialized K (the only K the kernel is launched with) links; sampled over K
+    as well it had been refused (PL083 'at K=1'). Without the specialization it is refused, as before."""
+    fixed = lambda c: c["events"]["waits"][0].update(count="2")  # noqa: E731  ceil_div(2048, KCHUNK 1024)
+    ctx = linked(splitk(reduce=fixed), until="resolve", specialize={"K": 2048})
+    assert not ctx.sink.errors, [d.render() for d in ctx.sink.items]
+    ctx = linked(splitk(reduce=fixed), until="resolve")
+    assert [d.code for d in ctx.sink.errors] == ["PL083"]

@@ -242,7 +242,8 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
         tiles = _persistent_sequences(comps, wires, sink, _schedule_set_at(spec))
         if not sink.has_errors:
             from .events import plan_events
-            events = plan_events(comps, geometry, sink)
+            # specialized values are fixed at every launch: the analysis samples the other sizes only
+            events = plan_events(comps, {**geometry, **_int_values(spec.specialize)}, sink)
             order = events.order if events else None
             if events is not None and calls is not None:  # calls run in the order listed
                 from .calls import check_event_order, check_hazards
@@ -362,6 +363,11 @@ def _schedule_settings(comps: list[Component], spec: PipelineSpec, schedule: str
                 sink.error("PL071", f"'{c.name}' calls __syncthreads, which would wait for the warps of the other "
                            "components too", c.contract.at("/threads/uses_syncthreads"))
     return counts_per_cta
+
+
+def _int_values(values: dict) -> dict[str, int]:
+    """The integers of a specialize map (a malformed value is the schema's to report, not the analysis's)."""
+    return {k: v for k, v in values.items() if isinstance(v, int) and not isinstance(v, bool)}
 
 
 def _specialize(comps: list[Component], params: list, schedule: str, tiles: TileSequence, geometry: dict[str, int],
