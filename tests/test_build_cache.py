@@ -235,3 +235,22 @@ def test_build_timeout_option_defaults_to_build_options(tmp_path):
     from pipelink.cli import _parser
     text = _parser()._subparsers._group_actions[0].choices["build"].format_help()
     assert f"default: {BuildOptions.timeout_s:g} s" in " ".join(text.split())
+
+
+def test_a_copy_of_the_generated_header_beside_the_source_is_pl198(component, tmp_path):
+    """`#include "x.pipelink.h"` finds a copy beside the source before the header the build generates: the object
+    followed the copy's (stale) contract and failed only at check (PL049). Refused at the build, nothing written or
+    cached; without the copy the same build passes."""
+    from pipelink.authoring.header import generate_header
+    source, contract = component
+    sink = DiagnosticSink()
+    c = load_contract_file(contract, sink)
+    copy = source.parent / f"{c.name}.pipelink.h"
+    copy.write_text(generate_header(c))
+    for _ in range(2):  # the second: not from the cache
+        sink = DiagnosticSink()
+        assert not build_component(c, contract.read_bytes(), source, tmp_path / "x.o", sink, BuildOptions())
+        assert [d.code for d in sink.errors] == ["PL198"] and sink.errors[0].location.file.endswith(copy.name)
+        assert not (tmp_path / "x.o").exists()
+    copy.unlink()
+    build(source, contract, tmp_path / "x.o")

@@ -194,8 +194,14 @@ def build_component(contract: Contract, contract_bytes: bytes, source: str | Pat
                 read = build_cache.files_read(tmp / "component.d", tmp)
             except OSError:
                 read = []
-            if k:
+            if k and not any(Path(p).name == f"{contract.name}.pipelink.h" for p in read):
                 build_cache.store(k, data, tmp / "component.d", tmp)
+    stale = [p for p in read if Path(p).name == f"{contract.name}.pipelink.h"]
+    if stale:  # `#include "x.pipelink.h"` looks beside the source first: a kept copy there hid the generated one
+        sink.error("PL198", f"the source read {stale[0]}, a copy of the header the build generates from contract "
+                   f"'{contract.name}', instead of the generated one: the object would follow the copy's contract",
+                   Location(file=stale[0]), related=(Location(file=str(source)),))
+        return False
     # What the source includes is known only now: the object must not replace one of those files either.
     if not check_outputs([output], [Input(p, f"{p}, which the source includes") for p in read], sink):
         return False

@@ -287,6 +287,9 @@ CODES = _codes(
          "a value baked in with specialize gives a component (or the kernel) no tiles at any launch: specialize the "
          "value the kernel is launched with",
          warning="always a warning (the link is correct; the tasks are empty)"),
+    Code("PL198", "source includes another copy of its generated header", L,
+         "delete the copy (or rename it): the build generates <name>.pipelink.h from the contract on every build, and "
+         "a file of that name beside the source or on an -I folder is found first by #include \"...\""),
     # the runtime: raised by a loaded kernel (pipelink.load, Kernel.launch), as PipelinkRunError subclasses
     Code("PL195", "kernel argument does not fit its parameter", U,
          "pass what the kernel's manifest (K.json, `pipelink inspect K.cubin`) declares for the parameter: its "
