@@ -182,9 +182,10 @@ def test_outputs_get_the_usual_mode(capsys, work):
 def test_writes_are_all_or_nothing(tmp_path):
     from pipelink.formats.outputs import write_outputs
     sink = DiagnosticSink()
+    (tmp_path / "missing").write_text("")  # a file where b.map's folder would be
     assert not write_outputs({str(tmp_path / "a.cubin"): b"x", str(tmp_path / "missing" / "b.map"): b"y"}, sink)
     assert [d.code for d in sink.items] == ["PL007"] and "b.map" in sink.items[0].message
-    assert list(tmp_path.iterdir()) == []  # neither a.cubin nor a temporary file
+    assert [p.name for p in tmp_path.iterdir()] == ["missing"]  # neither a.cubin nor a temporary file
 
 
 
@@ -458,3 +459,19 @@ def test_an_output_under_a_file_is_refused_before_the_work(tmp_path, capsys):
     assert code == 2 and "error[PL007]" in err and f"{tmp_path / 'afile'} is a file, not a folder" in err, err
     assert "nvcc" not in out  # nothing compiled
     assert (tmp_path / "afile").read_text() == ""
+
+
+def test_an_outputs_missing_folders_are_made_only_when_every_file_is_written(tmp_path):
+    """Every command makes the folders its outputs name (build did, link and header refused, PL007); a set that
+    fails leaves no folder it made behind."""
+    from pipelink.core.diagnostics import DiagnosticSink
+    from pipelink.formats.outputs import write_outputs
+    sink = DiagnosticSink()
+    assert write_outputs({str(tmp_path / "a" / "b" / "k.cubin"): b"1"}, sink)
+    assert (tmp_path / "a" / "b" / "k.cubin").read_bytes() == b"1"
+    (tmp_path / "file").write_text("x")
+    sink = DiagnosticSink()
+    assert not write_outputs({str(tmp_path / "new" / "deep" / "k.cubin"): b"1",
+                              str(tmp_path / "file" / "sub" / "k.json"): b"2"}, sink)
+    assert [d.code for d in sink.errors] == ["PL007"]
+    assert not (tmp_path / "new").exists() and (tmp_path / "file").read_text() == "x"

@@ -205,13 +205,7 @@ def build_component(contract: Contract, contract_bytes: bytes, source: str | Pat
     # What the source includes is known only now: the object must not replace one of those files either.
     if not check_outputs([output], [Input(p, f"{p}, which the source includes") for p in read], sink):
         return False
-    if output.path != STDOUT:
-        try:
-            Path(output.path).parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            sink.error("PL007", f"cannot write {output.path}: {exc.strerror or exc}", Location(file=output.path))
-            return False
-    return write_outputs({output.path: data}, sink)
+    return write_outputs({output.path: data}, sink)  # its missing folders made, as every command's
 
 
 def _defines_its_entries(contract: Contract, data: bytes, arch: str, name: str, sink: DiagnosticSink) -> bool:

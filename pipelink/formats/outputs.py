@@ -193,6 +193,7 @@ def write_outputs(files: dict[str, bytes], sink: DiagnosticSink) -> bool:
     the staging and before the renames."""
     mode = 0o666 & ~_umask()
     staged: list[tuple[str, str]] = []
+    created: list[str] = []  # folders made for the outputs: removed again unless every file is written
     target = ""
     try:
         for target, data in files.items():
@@ -201,6 +202,7 @@ def write_outputs(files: dict[str, bytes], sink: DiagnosticSink) -> bool:
             real = os.path.realpath(target)
             folder = os.path.dirname(real) or "."
             try:
+                created += _make_folders(folder)
                 fd, tmp = tempfile.mkstemp(dir=folder, prefix=_staging_prefix(real), suffix=".tmp")
             except OSError as exc:
                 sink.error("PL007", f"cannot write {target}: no file can be created in {folder} "
@@ -229,6 +231,7 @@ def write_outputs(files: dict[str, bytes], sink: DiagnosticSink) -> bool:
             for tmp, real in staged:
                 target = real
                 os.replace(tmp, real)
+        created = []  # written: the folders stay
     except BrokenPipeError:  # the reader left (`| head`): the command ends quietly, nothing renamed
         raise
     except OSError as exc:
@@ -242,4 +245,24 @@ def write_outputs(files: dict[str, bytes], sink: DiagnosticSink) -> bool:
         for tmp, _ in staged:
             with contextlib.suppress(FileNotFoundError):  # renamed into place
                 os.unlink(tmp)
+        for folder in reversed(created):
+            with contextlib.suppress(OSError):
+                os.rmdir(folder)
     return True
+
+
+def _make_folders(folder: str) -> list[str]:
+    """Create `folder` and the folders above it that are missing (as `mkdir -p`); the ones created, outermost
+    first. An output's folders are made only for a command that writes it."""
+    missing = []
+    while folder and not os.path.isdir(folder):
+        missing.append(folder)
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            break
+        folder = parent
+    made = []
+    for path in reversed(missing):
+        os.mkdir(path, 0o777)
+        made.append(path)
+    return made
