@@ -32,10 +32,10 @@ def link(inputs, options=None, **kwargs):
     return _link(inputs, options, **kwargs)
 
 
-def load(path, device=0):
+def load(path, device=0, **kwargs):
     """Read a kernel `LinkResult.save` wrote, loaded on `device` (None: unloaded); see `pipelink.api.load`."""
     from .api import load as _load
-    return _load(path, device)
+    return _load(path, device, **kwargs)
 
 
 def __getattr__(name):

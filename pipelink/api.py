@@ -304,11 +304,11 @@ def _find_cubin(path: Path, sink: DiagnosticSink) -> Path | None:
     return None
 
 
-def load(path: str | os.PathLike, device: int | None = 0):
+def load(path: str | os.PathLike, device: int | None = 0, *, manifest: str | os.PathLike | None = None):
     """Read a kernel `LinkResult.save` wrote: `path` is its directory (holding one cubin) or its
-    K.cubin, with the manifest K.json beside it. Returns the loaded Kernel on `device` (needs a GPU),
-    or with `device=None` the KernelImage, unloaded. Raises PipelinkError for files that are missing
-    or do not describe one kernel."""
+    K.cubin, with the manifest K.json beside it (or where `manifest` says: `link --manifest` put it elsewhere).
+    Returns the loaded Kernel on `device` (needs a GPU), or with `device=None` the KernelImage, unloaded. Raises
+    PipelinkError for files that are missing or do not describe one kernel."""
     from .core import jsonread
     from .runtime.manifest import ManifestError
     if device is not None:
@@ -316,7 +316,7 @@ def load(path: str | os.PathLike, device: int | None = 0):
     sink = DiagnosticSink()
     cubin_path = _find_cubin(Path(as_path(path, "the kernel's path")), sink)
     _raise_on_errors(sink)
-    manifest_path = cubin_path.with_suffix(".json")
+    manifest_path = Path(as_path(manifest, "the manifest")) if manifest is not None else cubin_path.with_suffix(".json")
     try:
         cubin = cubin_path.read_bytes()
     except OSError as exc:
@@ -327,11 +327,15 @@ def load(path: str | os.PathLike, device: int | None = 0):
                    hint="give the kernel's K.cubin, or the directory LinkResult.save wrote")
         raise PipelinkError(sink.items)
     doc = jsonread.read_file(manifest_path, sink, "manifest")
+    if manifest is None and sink.has_errors:
+        sink.items = [replace(d, hint=f"{d.effective_hint}; a manifest written elsewhere (link --manifest) is "
+                              "named by load(..., manifest=PATH)") for d in sink.items]
     _raise_on_errors(sink)
     try:
         manifest = Manifest.from_json(doc.value)  # checks the manifest without a GPU
     except ManifestError as exc:
-        sink.error("PL009", f"{manifest_path} does not describe a kernel: {exc.message}", Location(file=str(manifest_path)))
+        sink.error("PL009", f"{manifest_path} does not describe a kernel: {exc.message}", Location(file=str(manifest_path)),
+                   hint="name the kernel's manifest: load(..., manifest=PATH) where link --manifest put it elsewhere")
     else:
         if not manifest.describes(cubin):
             sink.error("PL035", f"{manifest_path} was written for another cubin than {cubin_path.name}",

@@ -101,6 +101,8 @@ def _parser() -> argparse.ArgumentParser:
     ins = sub.add_parser("inspect", help="show what objects and contracts hold")
     ins.add_argument("files", nargs="+", metavar="FILE", type=_path, help="objects, archives, fatbins, LTO-IR, linked cubins "
                      "or contracts")
+    ins.add_argument("--manifest", type=_path, metavar="K.json", help="the linked cubin's manifest, where it is not "
+                     "beside it as K.json (link --manifest put it elsewhere)")
     _report_options(ins)
 
     chk = sub.add_parser("check", help="validate contracts and objects, each alone or as one kernel's set",
@@ -352,6 +354,10 @@ def cmd_inspect(args) -> int:
 
     sink = DiagnosticSink()
     results, lines = [], []
+    if args.manifest is not None and len(args.files) > 1:
+        sink.error("PL001", "--manifest names the manifest of one linked cubin; inspect that cubin alone",
+                   Location(option=f"--manifest {args.manifest[:80]}"))
+        return _finish(sink, args.format, {"inputs": []}, [])
     for path in args.files:
         try:
             data = read_input_bytes(path)
@@ -368,7 +374,8 @@ def cmd_inspect(args) -> int:
             item = object_summary(obj)
             lines += object_text(obj)
             if obj.format == "cubin":  # a linked kernel: its manifest, not a contract, describes it
-                lines += _inspect_manifest(Path(path).with_suffix(".json"), obj.data, item, sink)
+                lines += _inspect_manifest(Path(args.manifest or Path(path).with_suffix(".json")), obj.data, item, sink,
+                                           given=args.manifest is not None)
                 results.append(item)
                 lines.append("")
                 continue
@@ -389,14 +396,21 @@ def cmd_inspect(args) -> int:
     return _finish(sink, args.format, {"inputs": results}, [safe_text(ln) for ln in lines], partial_ok=True)
 
 
-def _inspect_manifest(path: Path, cubin: bytes, item: dict, sink: DiagnosticSink) -> list[str]:
-    """The manifest `pipelink link -o K.cubin` writes next to it (K.json), if there is one."""
+def _inspect_manifest(path: Path, cubin: bytes, item: dict, sink: DiagnosticSink, given: bool = False) -> list[str]:
+    """The manifest `pipelink link -o K.cubin` writes next to it (K.json), if there is one, or the one --manifest
+    names. A K.json beside it that is another of pipelink's documents (the pipeline file, a contract) is not its
+    manifest: the cubin is shown alone, with a warning."""
     from .core.jsonread import read_file
     from .report import manifest_summary, manifest_text
-    if not path.is_file():
+    if not given and not path.is_file():
         return []
     doc = read_file(path, sink, "manifest")
     if doc is None:
+        return []
+    other = _other_document(doc.value)
+    if other and not given:
+        sink.warning("PL009", f"{path} beside the cubin is {other}, not its manifest: the cubin is shown alone",
+                     Location(file=str(path)), hint="name the manifest: --manifest PATH (where link --manifest put it)")
         return []
     from .runtime.manifest import Manifest, ManifestError
     try:
@@ -410,6 +424,16 @@ def _inspect_manifest(path: Path, cubin: bytes, item: dict, sink: DiagnosticSink
                      Location(file=str(path)))
     item["manifest"] = dict(m, path=str(path))
     return lines
+
+
+def _other_document(value) -> str | None:
+    """What a JSON document found where a kernel's manifest was looked for is, when it is another of pipelink's."""
+    if isinstance(value, dict) and "kernel" not in value:
+        if "pipeline" in value:
+            return "a pipeline file"
+        if "pipelink_contract" in value:
+            return "a component contract"
+    return None
 
 
 def cmd_check(args) -> int:

@@ -703,3 +703,25 @@ def test_build_timeout_is_whole_seconds_at_least_one(capsys, tmp_path, value):
     code, _, err = run(capsys, "build", REPO / "components/seg_silu/seg_silu.cu", "--contract",
                        REPO / "contracts/seg_silu.json", "-o", tmp_path / "x.o", "--timeout", value)
     assert code == 2 and "error[PL001]" in err and "--timeout" in err and not (tmp_path / "x.o").exists(), err
+
+
+def test_a_manifest_written_elsewhere_is_named_to_inspect_and_load(capsys, shipped_objects, tmp_path):
+    """`link --pipeline k.json -o k.cubin --manifest m.json`: k.json beside the cubin is the pipeline file. inspect
+    shows the cubin alone with a warning (it had failed, PL009, exit 2) and takes --manifest; load takes manifest=."""
+    import shutil
+
+    import pipelink
+    from pipelink.harness.shipped import REPO
+    shutil.copy(REPO / "pipelines/rowsum.json", tmp_path / "k.json")
+    code, _, err = run(capsys, "link", "--pipeline", tmp_path / "k.json", *(shipped_objects[n] for n in ROWSUM),
+                       "-o", tmp_path / "k.cubin", "--manifest", tmp_path / "m.json")
+    assert code == 0, err
+    code, out, err = run(capsys, "inspect", tmp_path / "k.cubin")
+    assert code == 0 and "warning[PL009]" in err and "a pipeline file, not its manifest" in err, err
+    code, out, err = run(capsys, "inspect", tmp_path / "k.cubin", "--manifest", tmp_path / "m.json")
+    assert code == 0 and "launch   block" in out and not err, err
+    code, _, err = run(capsys, "inspect", tmp_path / "k.cubin", tmp_path / "k.cubin", "--manifest", tmp_path / "m.json")
+    assert code == 2 and "error[PL001]" in err
+    with pytest.raises(pipelink.PipelinkError, match="manifest=PATH"):
+        pipelink.load(tmp_path / "k.cubin", None)
+    assert pipelink.load(tmp_path / "k.cubin", None, manifest=tmp_path / "m.json").manifest.kernel
