@@ -178,3 +178,13 @@ def test_concurrent_tasks_are_each_profiled_once(shipped_objects, concurrent_com
         assert all(r.start <= r.ready <= r.done <= r.notified for r in records)
     finally:
         kernel.unload()
+
+
+def test_the_task_groups_barriers_are_the_glues_own(shipped_objects, concurrent_combine):
+    """A concurrent component's task groups sync on named barriers 1..G the glue gives them: the link map lists
+    them, and the kernel's barrier count is not taken for a component's undeclared id (a false PL073 had warned
+    where no component declared ids up to G)."""
+    linked = link_moe(shipped_objects, concurrent_combine)
+    section = linked.link_map.split("## named barriers")[1].split("##")[0]
+    assert all(f"moe_combine task group {g} of 4 (glue" in section for g in range(4)), section
+    assert not [d for d in linked.diagnostics if d.code == "PL073"], [d.render() for d in linked.diagnostics]

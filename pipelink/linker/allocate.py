@@ -424,6 +424,19 @@ def task_groups(r: Resolved, a: Allocation, name: str) -> int:
                             bool(comp.code.entry.prefetch))
 
 
+def group_barrier_ids(r: Resolved, a: Allocation) -> dict[str, range]:
+    """The named barriers the glue gives a concurrent component's task groups (group g: id g + 1), by component:
+    ids that other components' tasks also use, free while a batch of the groups runs."""
+    out = {}
+    if r.events is None:
+        return out
+    for name in r.events.order:
+        groups = task_groups(r, a, name)
+        if groups > 1:
+            out[name] = range(1, groups + 1)
+    return out
+
+
 def kernel_register_budget(target, threads: int, smem_bytes: int, caps: list[int]) -> int:
     """One register allocation serves every thread of a single-entry kernel. The tightest cap keeps the
     blocks per SM its component was written for; above it, the kernel takes as many registers, up to the

@@ -266,7 +266,10 @@ def barrier_rows(r: Resolved, a: Allocation) -> list[tuple[int, str]]:
     for (comp, name), bid in sorted(a.barrier_id.items(), key=lambda kv: kv[1]):
         n = a.copies.get(comp, 1)  # a component with a copy per instance has consecutive ids
         rows += [(bid + k, f"{comp}.{name}" + (f" (copy {k} of {n})" if n > 1 else "")) for k in range(n)]
-    return rows
+    from .allocate import group_barrier_ids
+    for comp, ids in group_barrier_ids(r, a).items():
+        rows += [(bid, f"{comp} task group {bid - 1} of {len(ids)} (glue; free while the groups run)") for bid in ids]
+    return sorted(rows, key=lambda row: row[0])
 
 
 @dataclass(frozen=True)

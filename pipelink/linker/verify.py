@@ -58,6 +58,8 @@ def verify_cubin(cubin: bytes, r: Resolved, a: Allocation, arch: str, sink: Diag
         sink.error("PL073", f"static {info.static_smem_bytes} + dynamic {a.smem_bytes} bytes of shared memory "
                    f"exceed {target.smem_per_block}")
     expected = expected_barrier_count(a)
+    from .allocate import group_barrier_ids
+    expected = max([expected, *(ids.stop for ids in group_barrier_ids(r, a).values())])  # the glue's own
     # A component with a copy per instance of its role picks its barrier id at run time (base +
     # copy), so ptxas reserves every id: expected, and harmless at one block per SM.
     runtime_ids = any(a.copies.get(c.name, 1) > 1 and c.contract.barriers.named for c in objects_of(r))
