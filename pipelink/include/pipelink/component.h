@@ -21,7 +21,8 @@ struct Tile {
   int coord[3];
   int linear;     // position in the component's tile sequence
   int stage;      // ring slot (0 when the ports have one stage)
-  int iteration;  // how many tiles (or tile pieces) this CTA has walked before this one
+  int iteration;  // how many tiles (or tile pieces) this CTA has walked before this one; persistent: 0 unless
+                  // the component has a prefetch entry (docs/contract.md)
   // A contract with a tile_sequence.reduction: this call covers the tile's reduction blocks
   // [k_begin, k_end), and the CTA walked k_first blocks before them (a stage ring's position).
   int k_begin = 0;
