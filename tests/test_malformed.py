@@ -292,6 +292,16 @@ def test_a_wire_to_a_missing_port_points_at_both(tmp_path, capsys):
     assert d["related"] == [{"file": str(tmp_path / "p.json"), "pointer": "/wires/0"}]
 
 
+def test_a_wire_to_a_global_memory_port_says_those_are_not_wired(tmp_path, capsys):
+    """block_rowsum's `out` is a declared gmem port: the wire points at it and says why it is no wire's end (the hint
+    had said 'its out ports: none')."""
+    pipeline_doc(tmp_path, wires=["tile_load.tile -> tile_transform.src", "block_rowsum.out -> tile_transform.src"])
+    assert main(["check", *ROWSUM_CONTRACTS, "--pipeline", str(tmp_path / "p.json"), "--format", "json"]) == 1
+    found = [d for d in json.loads(capsys.readouterr().out)["diagnostics"] if d["code"] == "PL062"]
+    assert found and found[0]["code"] == "PL062" and found[0]["location"]["pointer"].startswith("/ports/")
+    assert "global-memory port" in found[0]["hint"]
+
+
 @pytest.mark.parametrize("value, ok", [(2**31 - 1, True), (2**31, False), (-2**31, False), (-2**31 - 1, False)])
 def test_a_specialized_value_fits_its_parameters_dtype(tmp_path, capsys, value, ok):
     """M is an i32: a value past it had been baked in wrapped, with the manifest saying otherwise. (-2^31 fits, and

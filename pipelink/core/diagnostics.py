@@ -123,7 +123,8 @@ CODES = _codes(
     Code("PL067", "tile sequences differ", L,
          "every component of one kernel must walk the same tiles in the same order over the same CTAs"),
     Code("PL068", "cycle in the pipeline", L, "ports must form a directed acyclic graph"),
-    Code("PL069", "parameters clash", L, "two components use one parameter name with different types; rename one"),
+    Code("PL069", "parameters clash", L, "components share a kernel parameter by its name: where both mean one "
+         "buffer or value, declare it alike (dtype, pointer, const); where they mean two, rename one"),
     Code("PL070", "warp layout impossible", L, "warpgroup-aligned roles need a start warp divisible by 4"),
     Code("PL071", "__syncthreads in a warp-specialized pipeline", L,
          "a component that calls __syncthreads waits for every warp of the block; it cannot run beside others"),

@@ -657,8 +657,13 @@ def _explicit_wires(specs, by_name, sink) -> list[tuple[WireSpec, bool]]:
                 ok = False
             elif p is None or p.direction != direction or p.space not in ("smem", "reg"):
                 have = [q.name for q in c.contract.ports if q.direction == direction and q.space in ("smem", "reg")]
+                hint = f"its {direction} ports: {', '.join(have) or 'none'}"
+                if p is not None and p.space == "gmem":  # named and declared: only not something a wire carries
+                    hint = (f"'{port}' is a global-memory port: those are not wired; components share a buffer "
+                            "through a kernel parameter of one name (and order its reads behind its writes with an "
+                            "event); " + hint)
                 sink.error("PL062", f"wire '{w}': '{comp}' has no shared-memory or register {direction} port '{port}'",
-                           c.contract.at("/ports"), hint=f"its {direction} ports: {', '.join(have) or 'none'}",
+                           c.contract.at(p.pointer_path if p is not None else "/ports"), hint=hint,
                            related=(w.where,) if w.where else ())
                 ok = False
         if ok:
