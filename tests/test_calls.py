@@ -125,6 +125,8 @@ def test_link_map_shows_the_layer_loop():
            "the layer before)" in m
     assert "  final_norm: grid [B] row_major (calls rmsnorm)" in m
     assert "pl_after_down[1], one copy per layer (NL): down notifies" in m
+    assert "mlp_norm of the next layer waits for all of it" in m  # the glue's wait: it had shown no waiter
+    assert "int NL  (the layer loop: how many layers run)" in m   # it had shown no user, '()'
 
 
 def test_calls_share_the_components_resources():

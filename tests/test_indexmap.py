@@ -23,7 +23,8 @@ def test_kinds(text, kind, rank, tensors):
 
 
 @pytest.mark.parametrize("bad", ["ij", "ii->i", "ij->k", "IJ->ij", "abcd->a", "i->", "i->x[j]", "i->range(1)",
-                                 "i->i**2", "i->1:2", "i->f(i)", "->i", "i->topk[i,", "i->topk[i, 1:3]"])
+                                 "i->i**2", "i->1:2", "i->f(i)", "->i", "i->topk[i,", "i->topk[i, 1:3]",
+                                 "i->i,", "ij->i, j,"])
 def test_rejects(bad):
     with pytest.raises(MapError):
         parse_map(bad)

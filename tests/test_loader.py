@@ -226,6 +226,8 @@ CASES = {
                              [("PL029", "/events/waits/0/count")]),
     "count_reads_too_many_subscripts": (lambda c: c["events"]["waits"][0].update(map="i->i", count="topk[i, 0, 0]"),
                                         [("PL031", "/events/waits/0/count")]),
+    "count_with_arithmetic": (lambda c: c["events"]["waits"][0].update(map="i->i", count="topk[i, 0] + 1"),
+                              [("PL031", "/events/waits/0/count")]),
     "count_reads_an_axis": (lambda c: c["events"]["waits"][0].update(map="i->i", count="topk[i, :]"),
                             [("PL031", "/events/waits/0/count")]),
     "event_shape_rank": (lambda c: c["events"]["notifies"][0].update(shape=[1, 2]),

@@ -231,3 +231,27 @@ def test_a_ring_too_large_for_shared_memory_is_located_at_loader_slots():
     ctx = run(dict(MLP_LAYERS, loader_slots=64), components(edit=with_loader), until="allocate")
     (d,) = [d for d in ctx.sink.errors if d.code == "PL042"]
     assert d.location.pointer == "/loader_slots" and "fewer loader_slots (64 slots" in d.hint, d.render()
+
+
+def test_a_slot_sized_over_consumed_geometry_says_why_it_cannot_be():
+    """slot_bytes sees provided geometry only: one over a consumed value is PL029 naming it as consumed (the hint
+    had said 'names visible here: none; declare geometry in geometry.provides/consumes')."""
+    raw = json.loads((DECODE / CONTRACTS["gemv_residual"]).read_text())
+    with_loader("gemv_residual", raw)
+    raw["geometry"]["consumes"] = {"SLOT_K": {"min": 16, "default": 512}}
+    raw["loader"]["slot_bytes"] = "16 * SLOT_K"
+    sink = DiagnosticSink()
+    assert load_contract_dict(raw, Source("c.json"), sink) is None
+    (d,) = sink.errors
+    assert d.code == "PL029" and "geometry this contract consumes" in d.message and d.location.pointer == "/loader/slot_bytes"
+
+
+def test_slots_per_task_that_the_link_makes_zero_are_pl032():
+    """`loader.slots` over geometry alone is the same at every launch: zero or below is refused at the link."""
+    def zero_slots(name, raw):
+        with_loader(name, raw)
+        if "loader" in raw:
+            raw["loader"]["slots"] = "GEMV_BATCH - GEMV_BATCH"
+    ctx = run(MLP_LAYERS, components(edit=zero_slots), until="resolve")
+    found = [d for d in ctx.sink.errors if d.code == "PL032"]
+    assert found and found[0].location.pointer == "/loader/slots", [d.render() for d in ctx.sink.items]

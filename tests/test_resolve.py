@@ -402,3 +402,15 @@ def test_a_wire_listed_twice_is_one_wire():
     """The file listing a wire twice is that wire (as --wire given twice is), not PL192 'wired from X and from X'."""
     r, _, sink = run(rowsum(), wires=["tile_load.tile -> tile_transform.src", "tile_load.tile = tile_transform.src"])
     assert not sink.errors and [str(w) for w in r.wires if w.explicit] == ["tile_load.tile -> tile_transform.src"]
+
+
+def test_warps_over_geometry_past_32_are_one_diagnostic_where_the_roles_are_implied():
+    """A component without roles has one role of threads.warps: a link that makes its warps 40 is PL023 at
+    /threads/warps once, not again at a /threads/roles/0/warps the file does not have."""
+    def warps_of_tile_m(c):
+        c["threads"]["warps"] = "NW"
+        c["geometry"]["consumes"]["NW"] = {"min": 1, "default": 4}
+    ctx = run_passes(options=LinkOptions(arch="sm_90", pipeline=PipelineSpec(name="k", geometry={"NW": 40})),
+                     components=rowsum(tile_transform=warps_of_tile_m), until="resolve")
+    found = [(d.code, d.location.pointer) for d in ctx.sink.errors if d.code == "PL023"]
+    assert found == [("PL023", "/threads/warps")], [d.render() for d in ctx.sink.items]

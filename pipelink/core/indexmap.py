@@ -94,6 +94,8 @@ def parse_map(text: str) -> IndexMap:
         return IndexMap(text, dims, tuple(Term("index", ch) for ch in rhs))
     if not rhs:
         raise MapError(f"{text!r} has an empty event side")
+    if rhs.endswith(","):  # Python's reading would take it for one term; a typo as often as not
+        raise MapError(f"{text!r} ends its event side with a comma: name a term after it, or drop it")
     if not text.isascii():  # Python's parser folds look-alike letters (NFKC: a fullwidth 'ｉ' is 'i')
         raise MapError(f"{text[:40]!r} holds a character that is not ASCII")
     try:

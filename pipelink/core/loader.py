@@ -146,7 +146,7 @@ class _SemanticCheck:
                            f"{pointer}/{i}/name")
             seen.setdefault(name, i)
 
-    def size_expr(self, value, pointer: str, allowed: set[str], what: str) -> exprs.Expr | None:
+    def size_expr(self, value, pointer: str, allowed: set[str], what: str, hint: str | None = None) -> exprs.Expr | None:
         try:
             e = exprs.parse(value)
         except exprs.ExprError as exc:
@@ -155,7 +155,7 @@ class _SemanticCheck:
         unknown = sorted(e.names - allowed)
         if unknown:
             self.error("PL029", f"{what} uses {', '.join(map(repr, unknown))}, which this contract does not "
-                       f"declare", pointer, hint=self._names_hint(allowed))
+                       f"declare", pointer, hint=hint or self._names_hint(allowed))
             return None
         return e
 
@@ -293,8 +293,21 @@ class _SemanticCheck:
                        "/entry/load")
         if entry.load in (entry.symbol, entry.prefetch):
             self.error("PL185", f"the load entry '{entry.load}' is also the entry or its prefetch", "/entry/load")
-        slot_bytes = self.size_expr(section["slot_bytes"], "/loader/slot_bytes", set(self.raw.get("geometry", {})
-                                    .get("provides", {})), "loader slot size")
+        provided = set(self.raw.get("geometry", {}).get("provides", {}))
+        try:
+            used = exprs.parse(section["slot_bytes"]).names
+        except exprs.ExprError:
+            used = set()  # size_expr says what is wrong with it
+        consumed = sorted(set(self.raw.get("geometry", {}).get("consumes", {})) & used)
+        if consumed:
+            self.error("PL029", f"loader slot size uses {', '.join(map(repr, consumed))}, geometry this contract "
+                       "consumes: a slot's size is fixed when the contract is read, before a link gives consumed "
+                       "geometry its value", "/loader/slot_bytes",
+                       hint="size the slot over provided geometry (" + (", ".join(sorted(provided)) or "none") + ")")
+            return None
+        slot_bytes = self.size_expr(section["slot_bytes"], "/loader/slot_bytes", provided, "loader slot size", hint=(
+            "a slot's size is fixed when the contract is read, before a link gives consumed geometry its value: it "
+            "sees provided geometry only (" + (", ".join(sorted(provided)) or "none") + ")"))
         ints = {p.name for p in entry.params if p.is_shape}
         slots = self.size_expr(section["slots"], "/loader/slots", ints | link_names, "loader slots per task")
         if slot_bytes is None or slots is None:
@@ -715,13 +728,15 @@ class _SemanticCheck:
 
     def _count_term(self, text: str, imap, int_pointers: set[str], params: dict, pointer: str):
         """A count like `counts[i]`: read per task from an integer tensor the entry receives."""
-        try:
+        try:  # read as the event side of a map over the wait's task letters
             term = parse_map(f"{''.join(imap.task_dims)}->{text}").terms
-        except MapError as exc:
-            self.error("PL031", f"wait count {text!r}: {exc}", pointer)
-            return None
+        except MapError:
+            term = ()
         if len(term) != 1 or term[0].kind != "gather":
-            self.error("PL031", f"wait count {text!r} is neither an expression nor one tensor element", pointer)
+            self.error("PL031", f"wait count {text!r} is neither a size expression nor one element of an integer "
+                       "tensor indexed by the task's letters (counts[i])", pointer,
+                       hint="a count read from the device is the element itself, with no arithmetic on it: store the "
+                            "count the wait needs")
             return None
         if term[0].tensors[0] not in int_pointers:
             self.error("PL029", f"wait count {text!r} reads '{term[0].tensors[0]}', which is not an integer pointer "

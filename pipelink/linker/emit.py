@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from .. import __version__
 from ..core.expr import Expr, parse, python_ast
 from .allocate import HOLD_SIZES_AT_REGISTERS, Allocation, held_words, holds_sizes, task_groups
-from .calls import layered_events
+from .calls import AFTER_EVENT, layered_events
 from .events import task_invariant
 from ..runtime.manifest import (IMPLICIT_PARAMS, STREAM_K_PARAMS, WORKSPACE, StreamKSpec, ComponentRecord, EventRecord, Manifest, ParamSpec, Resources,
                                 WireRecord, WorkspaceSpec)
@@ -183,7 +183,9 @@ def link_map(r: Resolved, a: Allocation, arch: str, kernel_info: KernelInfo | No
         out.append(f"  {name} = {value}  ({src}" + (f"; consumed by {'; '.join(consumers)}" if consumers else "") + ")")
     out += ["", "## kernel parameters"]
     for i, p in enumerate(r.params):
-        out.append(f"  {i}  {p.c_decl()}  ({', '.join(p.users)})")
+        users = ", ".join(p.users) or ("the layer loop: how many layers run" if r.calls is not None and
+                                       p.name == r.calls.layers else "the glue")
+        out.append(f"  {i}  {p.c_decl()}  ({users})")
     if r.schedule == "persistent":
         deal = f", deal {r.deal}" if r.dispatch == "static" and r.deal != "restart" else ""
         out += ["", f"## tasks (dispatch {r.dispatch}{deal}, in this order)"]
@@ -221,7 +223,11 @@ def link_map(r: Resolved, a: Allocation, arch: str, kernel_info: KernelInfo | No
             notes = "; ".join(f"{e.component} notifies {e.map}" for e in edges if e.kind == "notify")
             waits = "; ".join(f"{e.component} waits {e.map} for {e.count}" for e in edges if e.kind == "wait")
             copies = f", one copy per layer ({r.calls.layers_c()})" if t.name in per_layer else ""
-            out.append(f"  {t.name}[{event_shape(r, t)}]{copies}: {notes}; {waits}")
+            if calls is not None:  # the next layer's wait on a call (after_previous_layer) is the glue's own
+                waits = "; ".join(filter(None, [waits] + [
+                    f"{n} of the next layer waits for all of it" for n, prevs in calls.previous.items()
+                    for prev in prevs if AFTER_EVENT.format(prev) == t.name]))
+            out.append(f"  {t.name}[{event_shape(r, t)}]{copies}: {notes}" + (f"; {waits}" if waits else ""))
             out += [f"    {w.component} waits {w.map.text} for {w.count_term.text}: {DEVICE_COUNT_NOTE}"
                     for w in t.waiters if w.count_term is not None]
     else:

@@ -417,6 +417,11 @@ def _zero_divisors(comps: list[Component], geometry: dict[str, int], sink: Diagn
                 values = ", ".join(f"{n} = {geometry[n]}" for n in sorted(parse(zero).names))
                 sink.error("PL028", f"{e.text!r} divides by zero at this link's geometry ({zero} is 0 at {values})",
                            c.contract.at(pointer), hint="give the geometry a value the expression can divide by")
+        if loader is not None and loader.slots.names <= geometry.keys() and not sink.has_errors:
+            slots = loader.slots.evaluate(geometry)  # the same at every launch: a task fills no slot, or fewer
+            if slots <= 0:
+                sink.error("PL032", f"loader slots per task {loader.slots.text!r} is {slots} at this link's geometry; "
+                           "it must be positive", c.contract.at(f"{loader.pointer_path}/slots"))
 
 
 def _settings_without_effect(spec: PipelineSpec, events, sink: DiagnosticSink) -> None:
@@ -579,8 +584,9 @@ def _threads_at(c: Component, geometry, sink: DiagnosticSink):
     if t.warps_expr is None and all(r.warps_expr is None for r in t.roles):
         return t
     ok = True
+    implied = "roles" not in c.contract.raw.get("threads", {})  # one role of threads.warps: said there, once
     for e, ptr, what in [(t.warps_expr, "/threads/warps", "threads.warps")] + [
-            (r.warps_expr, f"{r.pointer_path}/warps", f"role '{r.name}' warps") for r in t.roles]:
+            (r.warps_expr, f"{r.pointer_path}/warps", f"role '{r.name}' warps") for r in t.roles if not implied]:
         if e is None:
             continue
         try:
