@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pipelink.linker.conformance import spills_in_streaming_loops
+from pipelink.authoring.conformance import spills_in_streaming_loops
 
 from pipelink.cli import main
 

@@ -9,7 +9,7 @@ from pipelink.cli import main
 from pipelink.core.diagnostics import DiagnosticSink
 from pipelink.core.loader import load_contract_bytes
 from pipelink.core.model import ParamRange, Source
-from pipelink.linker.conformance import (Usage, compare, probe_plan, probe_value, sass_barriers,
+from pipelink.authoring.conformance import (Usage, compare, probe_plan, probe_value, sass_barriers,
                                          spills_in_streaming_loops)
 
 BAD_CONTRACT = {
@@ -205,14 +205,38 @@ def test_probe_value(rng, value):
 
 @pytest.fixture(scope="module")
 def bad_check(tmp_path_factory):
+    """The bad component as a team building it with its own nvcc would ship it (`pipelink config --cflags`, the
+    header, a sidecar contract): `pipelink build` refuses it (test below), `check` says everything that is wrong."""
+    import subprocess
+
+    from pipelink import toolchain
+    from pipelink.authoring.builder import component_cflags, gencode
+    from pipelink.authoring.header import generate_header
     d = tmp_path_factory.mktemp("bad")
     (d / "bad.json").write_text(json.dumps(BAD_CONTRACT))
     (d / "bad.cu").write_text(BAD_SOURCE)
+    (d / "bad.pipelink.h").write_text(generate_header(contract()))
     obj = d / "bad.o"
-    assert main(["build", str(d / "bad.cu"), "--contract", str(d / "bad.json"), "-o", str(obj)]) == 0
+    proc = subprocess.run([str(toolchain.nvcc_path()), "-dc", "-std=c++17", "-O3", gencode("sm_90"),
+                           *component_cflags(), f"-I{d}", str(d / "bad.cu"), "-o", str(obj)],
+                          capture_output=True, text=True, env=toolchain.nvcc_env())
+    assert proc.returncode == 0, proc.stderr
+    (d / "bad.o.contract.json").write_text(json.dumps(BAD_CONTRACT))
     sink = DiagnosticSink()
     run_checks([str(obj)], sink, together=True)
     return obj, {(d.code, d.severity): d for d in sink.items}, sink
+
+
+def test_build_refuses_what_check_refuses(tmp_path, capsys):
+    """`pipelink build` probes the object it made: the errors `check` would give (its own __shared__, a stray
+    barrier id, an undeclared __syncthreads) refuse the build, nothing written; the warnings stay check's."""
+    (tmp_path / "bad.json").write_text(json.dumps(BAD_CONTRACT))
+    (tmp_path / "bad.cu").write_text(BAD_SOURCE)
+    assert main(["build", str(tmp_path / "bad.cu"), "--contract", str(tmp_path / "bad.json"), "-o",
+                 str(tmp_path / "bad.o")]) == 1
+    err = capsys.readouterr().err
+    assert all(f"error[{code}]" in err for code in ("PL140", "PL142", "PL143")), err
+    assert "warning[" not in err and not (tmp_path / "bad.o").exists()
 
 
 def _named(d, obj):
@@ -265,3 +289,37 @@ def test_shipped_components_conform(shipped_objects):
         sink = DiagnosticSink()
         run_checks([str(path)], sink, together=True)
         assert sink.items == [], [d.render() for d in sink.items]
+
+
+def test_the_link_holds_each_object_to_its_builds_record(shipped_objects):
+    """A `pipelink build` object carries its probe's record (.pipelink.usage): the link holds it against the contract
+    without probing again. ring_dot's record saying it calls __syncthreads (as if its code did) refuses the
+    warp-specialized link with PL143, where it had linked and would hang; a record made for another contract or other
+    device code is not used; as built, the link passes."""
+    import dataclasses
+
+    from pipelink.core.model import Component
+    from pipelink.linker.collect import read_components
+    from pipelink.linker.passes import LinkOptions, run_passes
+    from pipelink.core.pipeline import load_pipeline
+    from pipelink.harness.shipped import REPO
+    sink = DiagnosticSink()
+    comps = read_components([str(shipped_objects["ring_load"]), str(shipped_objects["ring_dot"])], sink)
+    spec = load_pipeline(REPO / "pipelines" / "ring_gemv.json", sink)
+    dot = comps[1]
+    record = json.loads(dot.obj.embedded_usage)
+    assert record["contract"] == dot.contract.hash and "sm_90" in record["archs"]
+
+    def with_record(edit):
+        doc = json.loads(json.dumps(record))
+        edit(doc)
+        obj = dataclasses.replace(dot.obj, embedded_usage=json.dumps(doc).encode())
+        ctx = run_passes(options=LinkOptions(arch="sm_90", pipeline=spec), components=[comps[0], Component(dot.contract, obj)],
+                         until="conform")
+        return [d.code for d in ctx.sink.errors]
+
+    assert with_record(lambda doc: None) == []
+    assert with_record(lambda doc: doc["archs"]["sm_90"].update(barrier_ids=[0])) == ["PL143"]
+    assert with_record(lambda doc: doc["archs"]["sm_90"].update(static_smem_bytes=512)) == ["PL140"]
+    assert with_record(lambda doc: (doc["archs"]["sm_90"].update(barrier_ids=[0]), doc.update(contract="0" * 64))) == []
+    assert with_record(lambda doc: (doc["archs"]["sm_90"].update(barrier_ids=[0]), doc.update(fatbin="0" * 64))) == []

@@ -2,7 +2,7 @@
 the fused kernel, whose one register allocation all components share."""
 from pipelink.cli import main
 from pipelink.harness.shipped import REPO
-from pipelink.linker.conformance import StreamingLoop, loop_growth, spills_in_streaming_loops, streaming_loops
+from pipelink.authoring.conformance import StreamingLoop, loop_growth, spills_in_streaming_loops, streaming_loops
 from pipelink.linker.loops import GROWTH_WARN, MIN_EXTRA, render
 
 SASS = """\

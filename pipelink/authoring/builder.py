@@ -12,17 +12,16 @@ import shlex
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 
 from .. import toolchain
 from ..core.checks import check_set
 from ..core.diagnostics import DiagnosticSink, Location
 from ..core.model import Contract
-from ..formats.inputs import SOURCE_SECTION, embed_contract
+from ..formats.inputs import SOURCE_SECTION, USAGE_SECTION, embed_contract
 from ..formats.outputs import STDOUT, Input, Output, check_outputs, write_outputs
 from . import build_cache
-from .header import generate_header
+from .header import generate_header, pipelink_include_dir  # noqa: F401  (the include folder's owner)
 
 
 @dataclass
@@ -35,10 +34,6 @@ class BuildOptions:
     verbose: bool = False
     timeout_s: float = 1200.0  # a compile past it is killed (PL019): an #include that never ends must not hang CI
     nvcc_log: list[str] = field(default_factory=list)
-
-
-def pipelink_include_dir() -> Path:
-    return Path(str(resources.files("pipelink.include")))
 
 
 def cutlass_include_dir() -> Path | None:
@@ -186,16 +181,17 @@ def build_component(contract: Contract, contract_bytes: bytes, source: str | Pat
             read = build_cache.recorded_files(k)
         else:
             data = _compile(contract, contract_bytes, source, cmd, tmp, output.path, opts, sink)
-            if data is None or not _defines_its_entries(contract, data, (opts.archs or contract.targets.archs)[0],
-                                                        output.path if output.path != STDOUT else source.stem + ".o",
-                                                        sink):
+            if data is None:
                 return False
             try:
                 read = build_cache.files_read(tmp / "component.d", tmp)
             except OSError:
                 read = []
-            if k and not any(Path(p).name == f"{contract.name}.pipelink.h" for p in read):
+            if k and not any(Path(p).name == f"{contract.name}.pipelink.h" for p in read) and \
+                    _conforms(contract, data, opts, _object_name(output, source), DiagnosticSink()):
                 build_cache.store(k, data, tmp / "component.d", tmp)
+    if not _conforms(contract, data, opts, _object_name(output, source), sink):
+        return False
     stale = [p for p in read if Path(p).name == f"{contract.name}.pipelink.h"]
     if stale:  # `#include "x.pipelink.h"` looks beside the source first: a kept copy there hid the generated one
         sink.error("PL198", f"the source read {stale[0]}, a copy of the header the build generates from contract "
@@ -206,6 +202,49 @@ def build_component(contract: Contract, contract_bytes: bytes, source: str | Pat
     if not check_outputs([output], [Input(p, f"{p}, which the source includes") for p in read], sink):
         return False
     return write_outputs({output.path: data}, sink)  # its missing folders made, as every command's
+
+
+def _object_name(output: Output, source: Path) -> str:
+    return output.path if output.path != STDOUT else source.stem + ".o"
+
+
+def _conforms(contract: Contract, data: bytes, opts: BuildOptions, name: str, sink: DiagnosticSink) -> bool:
+    """The object's code against its contract, from the probe record the build embedded (conformance.py): what
+    `pipelink check` refuses is refused here too (its own __shared__ PL140, a named barrier id nobody assigned
+    PL142, __syncthreads undeclared PL143); the warnings stay check's. An object without a record (one that does
+    not link alone) passes: the link judges it."""
+    from ..formats.inputs import read_bytes
+    from .conformance import compare, recorded_usage
+    objs = read_bytes(data, name, DiagnosticSink())
+    if len(objs) != 1:
+        return True
+    found = DiagnosticSink()
+    for arch in opts.archs or contract.targets.archs:
+        recorded = recorded_usage(contract, objs[0], arch)
+        if recorded is not None:
+            compare(contract, name, *recorded, found)
+    sink.extend(found.errors)
+    return not found.errors
+
+
+def _probe_record(contract: Contract, data: bytes, archs, name: str, sink: DiagnosticSink) -> bytes | None:
+    """Each target's probe of the object just compiled, as the record the build embeds (conformance.py); b"" where
+    the object does not link alone and still defines its entries (NVSHMEM's calls: left to the link); None after
+    PL014 (an entry the object does not define: asked of nvJitLink as the link asks)."""
+    from ..core.model import Component
+    from ..formats.inputs import read_bytes
+    from .conformance import probe, usage_record
+    objs = read_bytes(data, name, DiagnosticSink())
+    if len(objs) != 1:
+        return b""
+    try:
+        results = {arch: probe(Component(contract, objs[0]), arch) for arch in archs}
+    except toolchain.ToolchainError:  # no nvdisasm: the object is built without a record, as one built elsewhere
+        results = {}
+    if not results or any(r.usage is None for r in results.values()):
+        if not _defines_its_entries(contract, data, archs[0], name, sink):
+            return None
+    return usage_record(contract, objs[0], results) if any(r.usage for r in results.values()) else b""
 
 
 def _defines_its_entries(contract: Contract, data: bytes, arch: str, name: str, sink: DiagnosticSink) -> bool:
@@ -281,8 +320,14 @@ def _compile(contract: Contract, contract_bytes: bytes, source: Path, cmd: list[
     try:
         obj, staged = tmp / "component.o", tmp / "with-contract.o"
         wrap_fatbin(tmp / "component.fatbin", obj)
-        source_doc = json.dumps({"file": source.name, "source": text}).encode()
-        embed_contract(obj, contract_bytes, staged, {SOURCE_SECTION: source_doc})
+        sections = {SOURCE_SECTION: json.dumps({"file": source.name, "source": text}).encode()}
+        record = _probe_record(contract, obj.read_bytes(), opts.archs or contract.targets.archs,
+                               out_path if out_path != STDOUT else source.stem + ".o", sink)
+        if record is None:
+            return None
+        if record:
+            sections[USAGE_SECTION] = record
+        embed_contract(obj, contract_bytes, staged, sections)
         return staged.read_bytes()
     except toolchain.ToolchainError as exc:
         sink.error("PL008", str(exc), Location(file=out_path))

@@ -52,6 +52,11 @@ def marker_symbol(c: Contract) -> str:
     return f"{symbol_prefix(c)}contract__{c.hash[:MARKER_HEX]}"
 
 
+def pipelink_include_dir() -> Path:
+    """pipelink's C headers (<pipelink/component.h>, the glue's): on every component build's and link's path."""
+    return Path(str(resources.files("pipelink.include")))
+
+
 @functools.cache
 def component_abi() -> int:
     """PL_COMPONENT_ABI of this pipelink's <pipelink/component.h> (the header owns the number)."""

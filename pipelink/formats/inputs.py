@@ -28,6 +28,7 @@ __all__ = ["FatbinEntry", "InputObject", "NamedBytes", "read_input", "read_bytes
 
 CONTRACT_SECTION = ".pipelink.contract"
 SOURCE_SECTION = ".pipelink.source"  # the component's source, for the one-unit control
+USAGE_SECTION = ".pipelink.usage"    # what the build's probe found the code uses (authoring/conformance.py)
 FATBIN_SECTIONS = ("__nv_relfatbin", ".nv_fatbin")  # nvcc -dc, and whole-program nvcc -c
 
 _CONTRACT_HINT = ("contracts go to `pipelink check`, or next to their object as `<object>.contract.json`; "
@@ -56,6 +57,7 @@ class InputObject:
     # A host object's one fatbin: what nvJitLink is given (as a fatbin), so it need not find the
     # fatbin through the host code's registration records, which `pipelink build`'s objects lack.
     device_fatbin: bytes | None = field(default=None, repr=False)
+    embedded_usage: bytes | None = field(default=None, repr=False)  # USAGE_SECTION, where `pipelink build` wrote it
 
     def ltoir_archs(self) -> list[str]:
         """Archs of the LTO-IR entries; raw LTO-IR (arch unknown) contributes none."""
@@ -137,8 +139,10 @@ def _read_elf(data: bytes, name: str, file: str | None, sink: DiagnosticSink) ->
     # A contract from a `section(...)`-attributed C array ends in the array's NUL: not JSON.
     contract = contracts[0].rstrip(b"\0") if contracts else None
     sources = elf.section_data(data, SOURCE_SECTION)
+    usages = elf.section_data(data, USAGE_SECTION)
     return InputObject(name, "host-object", "object", data, entries, ptx_symbols(entries), contract, file,
-                       sources[0] if sources else None, bytes(blobs[0]) if len(blobs) == 1 else None)
+                       sources[0] if sources else None, bytes(blobs[0]) if len(blobs) == 1 else None,
+                       bytes(usages[0]) if len(usages) == 1 else None)
 
 
 def _read_archive(data: bytes, name: str, file: str | None, sink: DiagnosticSink) -> list[InputObject]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from .. import toolchain
 from ..core.diagnostics import DiagnosticSink
-from .conformance import LoopGrowth, loop_growth, probe, streaming_loops
+from ..authoring.conformance import LoopGrowth, loop_growth, probe, streaming_loops
 from .resolve import Resolved
 from .verify import objects_of
 

@@ -84,6 +84,27 @@ def pass_check(ctx: LinkContext) -> None:
                 verify_object(comp, ctx.target, ctx.sink)
 
 
+def pass_conform(ctx: LinkContext) -> None:
+    """Each object's code against its contract from the record `pipelink build` embedded (its probe's findings,
+    authoring/conformance.py): what `check`'s probe refuses refuses the link too, without linking each object alone
+    again (an undeclared __syncthreads in a warp-specialized kernel had linked, and hung). An object without a record
+    (built elsewhere) is `check`'s to probe; under `check` the probe pass runs instead."""
+    if "probe" in ctx.extra:
+        return
+    from ..authoring.conformance import compare, recorded_usage
+    seen = set()
+    for comp in ctx.components:
+        code = comp.code  # a call's renamed contract: the object was built against its base
+        if comp.obj is None or code.name in seen:
+            continue
+        seen.add(code.name)
+        recorded = recorded_usage(code, comp.obj, ctx.target)
+        if recorded is not None:
+            found = DiagnosticSink()
+            compare(code, comp.obj.path, *recorded, found)
+            ctx.sink.extend(found.errors)
+
+
 def pass_probe(ctx: LinkContext) -> None:
     """Optional (`pipelink check`): each object linked alone into a probe kernel, its code's use against
     its contract. The link does without: the real link and `verify` find what a probe would."""
@@ -302,7 +323,8 @@ def pass_loops(ctx: LinkContext) -> None:
                                                         ctx.sink, link_alone)
 
 
-PASSES = [("read", pass_read), ("check", pass_check), ("probe", pass_probe), ("resolve", pass_resolve),
+PASSES = [("read", pass_read), ("check", pass_check), ("conform", pass_conform), ("probe", pass_probe),
+          ("resolve", pass_resolve),
           ("allocate", pass_allocate), ("map", pass_map), ("generate", pass_generate), ("compile", pass_compile),
           ("link", pass_link), ("control", pass_control), ("verify", pass_verify), ("emit", pass_emit),
           ("loops", pass_loops)]

@@ -11,7 +11,7 @@ from ..core.diagnostics import DiagnosticSink
 from ..core.targets import TARGETS
 from ..formats.cubin import CubinError, KernelInfo, global_variables, read_cubin
 from .allocate import Allocation
-from .conformance import MATH_SUBROUTINE, spills_in_streaming_loops, stray_barrier_ids
+from ..authoring.conformance import MATH_SUBROUTINE, spills_in_streaming_loops, stray_barrier_ids
 from .resolve import Resolved
 
 
@@ -94,7 +94,7 @@ class _Probes:
         """(component, what its probe shows) for each component whose probe passes `test`."""
         if self.results is None:
             from .. import toolchain
-            from .conformance import probe
+            from ..authoring.conformance import probe
             self.results = []
             for comp in self.components:
                 try:
