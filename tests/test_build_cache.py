@@ -254,3 +254,40 @@ def test_a_copy_of_the_generated_header_beside_the_source_is_pl198(component, tm
         assert not (tmp_path / "x.o").exists()
     copy.unlink()
     build(source, contract, tmp_path / "x.o")
+
+
+@pytest.mark.parametrize("damage", ["deps deeply nested", "deps a fifo", "a dependency a fifo", "another key"])
+def test_a_cache_entry_that_could_block_or_lie_is_a_miss(cache_root, component, tmp_path, damage):
+    """Read without bound or trusted under any key, an entry had hung a build (a FIFO), crashed it (RecursionError)
+    or handed over another component's object: each is a miss, and the build compiles afresh."""
+    import os
+    source, contract = component
+    first, _ = build(source, contract, tmp_path / "a.o")
+    entry = next((cache_root / "build").glob("*/*"))
+    if damage == "deps deeply nested":
+        (entry / "deps.json").write_text("[" * 100000)
+    elif damage == "deps a fifo":
+        (entry / "deps.json").unlink()
+        os.mkfifo(entry / "deps.json")
+    elif damage == "a dependency a fifo":
+        deps = json.loads((entry / "deps.json").read_text())
+        fifo = tmp_path / "fifo.h"
+        os.mkfifo(fifo)
+        (entry / "deps.json").write_text(json.dumps(deps + [[str(fifo), "0" * 64]]))
+    else:
+        meta = json.loads((entry / "meta.json").read_text())
+        (entry / "meta.json").write_text(json.dumps(dict(meta, key="0" * 64)))
+    again, log = build(source, contract, tmp_path / "b.o")
+    assert compiled(log) and again == first
+
+
+def test_a_file_written_while_the_compile_ran_keeps_the_object_out_of_the_cache(cache_root, component, tmp_path):
+    """A header whose mtime is at or after the compile's start may have been read in its earlier form: the object is
+    built, not stored (the next build had taken it from the cache with the later header in place)."""
+    import os
+    import time
+    source, contract = component
+    later = time.time() + 100
+    os.utime(source.parent / "local.h", (later, later))
+    _, log = build(source, contract, tmp_path / "a.o")
+    assert compiled(log) and not list((cache_root / "build").glob("*/*"))

@@ -2,7 +2,9 @@
 damaged entries heal; the cache can be turned off. No GPU needed."""
 import dataclasses
 import json
+import os
 import shutil
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -56,8 +58,8 @@ def pass_names(result) -> list[str]:
 def test_miss_then_hit_gives_the_same_outputs_without_a_pass(cache_root, rowsum_inputs):
     first = link(rowsum_inputs, rowsum_options(monolithic=True))
     assert first.ok and not first.context.cache_hit
-    assert pass_names(first)[:9] == ["read", "check", "resolve", "allocate", "generate", "compile", "link",
-                                     "verify", "emit"]
+    assert pass_names(first)[:10] == ["read", "check", "conform", "resolve", "allocate", "generate", "compile",
+                                      "link", "verify", "emit"]
     [entry] = entries(cache_root)
     assert {p.name for p in entry.iterdir()} == {"kernel.cubin", "manifest.json", "link.map", "link.svg", "glue.cu",
                                                  "monolithic.cu", "diagnostics.json", "sha256.json"}
@@ -207,6 +209,13 @@ DAMAGE = {
     "edited picture": lambda d: (d / "link.svg").write_text((d / "link.svg").read_text().replace("<", "[", 1)),
     "edited glue": lambda d: (d / "glue.cu").write_text((d / "glue.cu").read_text() + "\n// edited"),
     "missing digests": lambda d: (d / "sha256.json").unlink(),
+    # what could block or exhaust the reader: a file nested past the JSON reader's depth, a FIFO
+    "deeply nested digests": lambda d: (d / "sha256.json").write_text("[" * 100000),
+    "digests a fifo": lambda d: ((d / "sha256.json").unlink(), os.mkfifo(d / "sha256.json")),
+    "cubin a fifo": lambda d: ((d / "kernel.cubin").unlink(), os.mkfifo(d / "kernel.cubin")),
+    # an entry stored under another key (moved, or two entries swapped) is no hit
+    "another key": lambda d: (d / "sha256.json").write_text(
+        (d / "sha256.json").read_text().replace('"key": "', '"key": "0', 1)),
 }
 
 
@@ -295,3 +304,14 @@ def test_cli_second_link_comes_from_the_cache(cache_root, rowsum_inputs, tmp_pat
     assert cubin2 == cubin and manifest2 == manifest
     _, _, err = run("--no-cache")
     assert "pass resolve" in err and "pass cache" not in err
+
+
+def test_an_input_replaced_during_the_link_keeps_the_entry_out(cache_root, rowsum_inputs):
+    """An input written or moved into place while the link ran (its mtime or ctime at or after the link began: a
+    rebuild of the object) may be another version than the one the key read: the link stands, nothing is stored."""
+    later = time.time() + 100
+    os.utime(rowsum_inputs[1], (later, later))
+    assert link(rowsum_inputs, rowsum_options()).ok
+    assert entries(cache_root) == []
+    os.utime(rowsum_inputs[1], (later - 200, later - 200))
+    assert link(rowsum_inputs, rowsum_options()).ok and len(entries(cache_root)) == 1

@@ -497,3 +497,15 @@ def test_a_sidecar_that_cannot_be_read_or_a_second_that_differs(built_objects, t
     sink = DiagnosticSink()
     assert find_contract(read_one(plain), sink) is None
     assert [d.code for d in sink.errors] == ["PL017"] and "two sidecar contracts" in sink.errors[0].message
+
+
+def test_ptx_symbols_scan_in_linear_time():
+    """A PTX of many `.visible .func (` lines that never close had each scanned to the end of the text (a 400-byte
+    compressed fatbin ran for minutes): now each line is scanned once. The real forms are still found."""
+    import time
+
+    from pipelink.formats.fatbin import _PTX_VISIBLE
+    text = ".visible .func (\n" * 100000 + ".visible .func  (.param .b32 r) foo(\n.visible .entry bar(\n"
+    start = time.monotonic()
+    found = _PTX_VISIBLE.findall(text)
+    assert found == ["foo", "bar"] and time.monotonic() - start < 5

@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 from .. import __version__, toolchain
-from ..core.cache_root import cache_dir, enabled
+from ..core.cache_root import cache_dir, changed_since, enabled, read_file, read_json
 
 PACKAGE = Path(__file__).resolve().parents[1]  # pipelink/
 # pipelink's code that decides an object's bytes (besides the inputs and the nvcc command).
@@ -95,21 +95,22 @@ def lookup(k: str, include_dirs: list[str] = ()) -> bytes | None:
         return None
     entry = _entry(k)
     try:
-        deps = json.loads((entry / "deps.json").read_text())
+        deps = read_json(entry / "deps.json")
         for path, digest in deps:
-            if _sha256(Path(path).read_bytes()) != digest:
+            if _sha256(read_file(path)) != digest:
                 raise ValueError(f"{path} changed")
             if shadowed(path, list(include_dirs)):
                 raise ValueError(f"{path} is shadowed")
-        data = (entry / "object.o").read_bytes()
-        if _sha256(data) != json.loads((entry / "meta.json").read_text())["sha256"]:
+        data = read_file(entry / "object.o")
+        meta = read_json(entry / "meta.json")
+        if _sha256(data) != meta["sha256"] or meta.get("key") != k:  # an entry moved under another key is no hit
             raise ValueError("object damaged")
         return data
     except FileNotFoundError:
         if entry.exists():
             shutil.rmtree(entry, ignore_errors=True)
         return None
-    except (OSError, ValueError, TypeError, KeyError):
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
         shutil.rmtree(entry, ignore_errors=True)
         return None
 
@@ -122,26 +123,30 @@ def files_read(depfile: Path, scratch: Path) -> list[str]:
 def recorded_files(k: str) -> list[str]:
     """The files the compile of entry `k` read, as recorded beside it; [] if unreadable."""
     try:
-        return [str(p) for p, _ in json.loads((_entry(k) / "deps.json").read_text())]
+        return [str(p) for p, _ in read_json(_entry(k) / "deps.json")]
     except (OSError, ValueError, TypeError):
         return []
 
 
-def store(k: str, data: bytes, depfile: Path, scratch: Path) -> None:
+def store(k: str, data: bytes, depfile: Path, scratch: Path, began: float) -> None:
     """Keep `data` under `k` with the files nvcc read (those under `scratch`, the generated header, are in
-    the key). A cache that cannot be written is no error: the build already succeeded."""
+    the key), unless one of them was written or moved into place since the compile began (`began`, time.time():
+    the object may be of its earlier bytes, the entry would record the later). A cache that cannot be written is
+    no error: the build already succeeded."""
     if not enabled():
         return
     tmp = None
     try:
         deps = files_read(depfile, scratch)
-        recorded = [[str(Path(p).resolve()), _sha256(Path(p).read_bytes())] for p in deps]
+        if changed_since(deps, began):
+            return
+        recorded = [[str(Path(p).resolve()), _sha256(read_file(p))] for p in deps]
         entry = _entry(k)
         entry.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{k[:8]}-", dir=entry.parent))
         (tmp / "object.o").write_bytes(data)
         (tmp / "deps.json").write_text(json.dumps(recorded))
-        (tmp / "meta.json").write_text(json.dumps({"sha256": _sha256(data)}))
+        (tmp / "meta.json").write_text(json.dumps({"sha256": _sha256(data), "key": k}))
         if entry.exists():
             shutil.rmtree(entry, ignore_errors=True)
         os.replace(tmp, entry)

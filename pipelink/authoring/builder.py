@@ -11,6 +11,7 @@ import os
 import shlex
 import subprocess
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -180,6 +181,7 @@ def build_component(contract: Contract, contract_bytes: bytes, source: str | Pat
             opts.nvcc_log.append(f"(cached: {shlex.join(cmd)})")
             read = build_cache.recorded_files(k)
         else:
+            began = time.time()  # a file the compile read, written since, keeps the object out of the cache
             data = _compile(contract, contract_bytes, source, cmd, tmp, output.path, opts, sink)
             if data is None:
                 return False
@@ -189,7 +191,7 @@ def build_component(contract: Contract, contract_bytes: bytes, source: str | Pat
                 read = []
             if k and not any(Path(p).name == f"{contract.name}.pipelink.h" for p in read) and \
                     _conforms(contract, data, opts, _object_name(output, source), DiagnosticSink()):
-                build_cache.store(k, data, tmp / "component.d", tmp)
+                build_cache.store(k, data, tmp / "component.d", tmp, began)
     if not _conforms(contract, data, opts, _object_name(output, source), sink):
         return False
     stale = [p for p in read if Path(p).name == f"{contract.name}.pipelink.h"]

@@ -197,7 +197,9 @@ def payload_bytes(entry: FatbinEntry) -> bytes | None:
         return None
 
 
-_PTX_VISIBLE = re.compile(r"^[ \t]*\.visible\s+\.(?:entry|func)\s+(?:\([^)]*\)\s*)?([A-Za-z_$%][\w$]*)", re.M)
+# Each part within its line: a `(` never closed had scanned to the end of the text from every such line (a
+# 400-byte compressed PTX of 200000 of them ran for minutes). nvcc writes a func's return parameter on its line.
+_PTX_VISIBLE = re.compile(r"^[ \t]*\.visible[ \t]+\.(?:entry|func)[ \t]+(?:\([^)\n]*\)[ \t]*)?([A-Za-z_$%][\w$]*)", re.M)
 
 
 def ptx_symbols(entries: list[FatbinEntry]) -> list[str]:

@@ -28,7 +28,7 @@ from .. import __version__, toolchain
 from ..core import jsonread
 from ..core.expr import python_ast
 from ..core.files import read_input_bytes
-from ..core.cache_root import cache_dir, enabled  # noqa: F401  (the link cache's root, and the switch)
+from ..core.cache_root import cache_dir, changed_since, enabled, read_file, read_json  # noqa: F401  (the link cache's root, the switch)
 from ..core.diagnostics import Diagnostic
 from ..formats.fatbin import CorruptError, UnsupportedError
 from ..formats.inputs import NamedBytes, sidecar_paths
@@ -106,6 +106,22 @@ def _input_doc(path) -> dict:
     return {"path": name, "sha256": _sha256(data), "sidecars": sidecars}
 
 
+def inputs_changed_since(inputs, since: float) -> bool:
+    """An input file or a sidecar it could pick up written or moved into place since `since` (a rebuild during the
+    link): the link read one version, its key another."""
+    paths = []
+    for item in inputs:
+        if isinstance(item, NamedBytes):
+            continue
+        name = os.fspath(item)
+        paths.append(name)
+        try:
+            paths += [str(p) for p in sidecar_paths(name, read_input_bytes(name))]
+        except (OSError, CorruptError, UnsupportedError):
+            return True
+    return changed_since(paths, since)
+
+
 def key_doc(value):
     """A canonical JSON value of `value` for the key: a dataclass as its type's name and every field (but
     those marked NOT_IN_KEY), mappings sorted, sequences in order. Any other type raises TypeError: an
@@ -158,6 +174,7 @@ class CachedLink:
 
 
 DIGESTS = "sha256.json"  # the entry's files and their hashes: a file damaged since the store is a miss
+KEY = "key"               # DIGESTS also names the key the entry was stored under
 
 
 def load(key: str, monolithic: bool = False, root: Path | None = None) -> CachedLink | None:
@@ -167,10 +184,12 @@ def load(key: str, monolithic: bool = False, root: Path | None = None) -> Cached
     if not d.is_dir():
         return None
     try:
-        digests = json.loads((d / DIGESTS).read_text())
+        digests = read_json(d / DIGESTS)
+        if digests.get(KEY) != key:  # an entry moved under another key is no hit
+            raise ValueError("the entry was stored under another key")
 
         def read(name: str) -> bytes:  # every file as it was stored, or the entry is damaged
-            data = (d / name).read_bytes()
+            data = read_file(d / name)
             if digests.get(name) != _sha256(data):
                 raise ValueError(f"{name} is not the file the entry stored")
             return data
@@ -183,7 +202,7 @@ def load(key: str, monolithic: bool = False, root: Path | None = None) -> Cached
                          link_picture=read("link.svg").decode())
         if hit.manifest.cubin_sha256 != _sha256(hit.cubin):
             raise ValueError("cubin does not match its manifest")
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):  # JSONError is a ValueError
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):  # JSONError is a ValueError
         _remove(d)
         return None
     return hit
@@ -200,7 +219,7 @@ def store(key: str, result, root: Path | None = None) -> Path | None:
     if result.monolithic is not None:
         files["monolithic.cu"] = result.monolithic
     files = {name: data if isinstance(data, bytes) else data.encode() for name, data in files.items()}
-    files[DIGESTS] = json.dumps({name: _sha256(data) for name, data in files.items()}, indent=1).encode()
+    files[DIGESTS] = json.dumps({KEY: key, **{name: _sha256(data) for name, data in files.items()}}, indent=1).encode()
     staging = None
     try:
         root.mkdir(parents=True, exist_ok=True)

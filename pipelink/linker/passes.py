@@ -435,7 +435,7 @@ def link(inputs: list[str | NamedBytes], options: LinkOptions | None = None, ext
     if spec is None:
         return failed(inputs, options, sink.items)
     options = replace(options, pipeline=spec)
-    start = time.perf_counter()
+    start, began = time.perf_counter(), time.time()
     key = cache.link_key(inputs, options) if options.cache and cache.enabled() and not extra else None
     if key is not None:
         hit = cache.load(key, options.monolithic)
@@ -447,7 +447,8 @@ def link(inputs: list[str | NamedBytes], options: LinkOptions | None = None, ext
     result = LinkResult(ctx.cubin if ok else None, ctx.manifest if ok else None, ctx.link_map if ok else None,
                         ctx.glue, ctx.monolithic, list(ctx.sink.items), ctx.timings, ctx,
                         ctx.link_picture if ok else None)
-    if key is not None and ok:  # only successes: a failed link must report its errors afresh
+    # only successes (a failed link must report its errors afresh), and only of inputs nothing replaced meanwhile
+    if key is not None and ok and not cache.inputs_changed_since(inputs, began):
         start = time.perf_counter()
         cache.store(key, result)
         ctx.timings.append(("cache", lookup + time.perf_counter() - start))  # what the cache cost this miss
