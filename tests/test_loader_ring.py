@@ -255,3 +255,15 @@ def test_slots_per_task_that_the_link_makes_zero_are_pl032():
     ctx = run(MLP_LAYERS, components(edit=zero_slots), until="resolve")
     found = [d for d in ctx.sink.errors if d.code == "PL032"]
     assert found and found[0].location.pointer == "/loader/slots", [d.render() for d in ctx.sink.items]
+
+
+def test_syncthreads_beside_a_loader_warp_is_pl071():
+    """The loader warp walks the tasks ahead and never meets the compute warps' barrier 0: a component that calls
+    __syncthreads in a kernel with one would hang. PL071 at its uses_syncthreads."""
+    def with_sync(name, raw):
+        with_loader(name, raw)
+        if name == "rmsnorm":
+            raw["threads"]["uses_syncthreads"] = True
+    ctx = run(MLP_LAYERS, components(edit=with_sync), until="resolve")
+    found = [d for d in ctx.sink.errors if d.code == "PL071"]
+    assert found and found[0].location.pointer == "/threads/uses_syncthreads", [d.render() for d in ctx.sink.items]

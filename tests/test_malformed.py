@@ -326,3 +326,13 @@ def test_specialize_on_the_command_line_has_the_schema_range(value, tmp_path, ca
                  "-o", str(tmp_path / "k.cubin")]) == 2
     err = capsys.readouterr().err
     assert "error[PL001]: --specialize" in err and len(err) < 1000 and not list(tmp_path.iterdir())
+
+
+def test_a_document_breaking_the_schema_a_million_times_reports_the_first_hundred(tmp_path, capsys):
+    """Every violation had been found and printed (a 6 MB pipeline of bad wires ran for minutes and printed a
+    gigabyte): the first MAX_VIOLATIONS are reported, then one line saying more follow."""
+    from pipelink.core.validate import MAX_VIOLATIONS
+    (tmp_path / "p.json").write_text(json.dumps({"pipeline": 1, "wires": [1] * 50000}))
+    assert main(["check", *ROWSUM_CONTRACTS, "--pipeline", str(tmp_path / "p.json"), "--format", "json"]) == 2
+    found = json.loads(capsys.readouterr().out)["diagnostics"]
+    assert len(found) == MAX_VIOLATIONS + 1 and "more problems follow" in found[-1]["message"]

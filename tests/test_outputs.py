@@ -320,14 +320,14 @@ def test_no_regex_in_the_package_is_anchored_with_dollar():
 # --- diagnostics show untrusted text safely ------------------------------------------------------------
 
 def test_diagnostics_escape_control_characters_and_shorten_long_values(capsys, work):
-    name = "\x1b[31m\x07\x00" + "a" * 10 * 1024 * 1024
+    name = "\x1b[31m\x07\x00" + "a" * 1024 * 1024  # under the JSON reader's 2 MiB
     Path("evil.json").write_text(json.dumps(dict(COMP_CONTRACT, name=name)))
     for fmt in ("text", "json"):
         got, out, err = run(capsys, "check", "evil.json", "--format", fmt)
         shown = out + err
         assert got == 1 and len(shown) < 4000
         assert not any(ch in shown for ch in "\x1b\x07\x00")
-        assert "(10485767 characters)" in shown  # ESC [ 3 1 m BEL NUL and the a's
+        assert "(1048583 characters)" in shown  # ESC [ 3 1 m BEL NUL and the a's
         if fmt == "json":
             assert "\\\\x1b[31m" in out  # the escape survives as text; JSON adds its own backslash
         else:

@@ -47,7 +47,9 @@ CODES = _codes(
     Code("PL008", "toolchain unavailable", U, "where PIPELINK_CUDA_HOME is set, point it at a CUDA 13.0 toolkit or "
          "unset it; otherwise reinstall pipelink so that its pinned CUDA 13.0 wheels are present"),
     Code("PL009", "bad kernel manifest", U,
-         "the manifest next to a cubin is the K.json `pipelink link -o K.cubin` writes; link again to get both"),
+         "the manifest next to a cubin is the K.json `pipelink link -o K.cubin` writes; link again to get both",
+         warning="a warning where the K.json beside a cubin is another of pipelink's documents (inspect shows the "
+                 "cubin alone)"),
     # inputs (exit 1)
     Code("PL010", "no device code", L, "compile with `nvcc -dc -dlto -arch=sm_90` (the object holds host code only)"),
     Code("PL011", "no LTO-IR", L, "compile with `-dlto` (or `-gencode arch=compute_90,code=lto_90`): pipelink links LTO-IR"),
@@ -126,8 +128,9 @@ CODES = _codes(
     Code("PL069", "parameters clash", L, "components share a kernel parameter by its name: where both mean one "
          "buffer or value, declare it alike (dtype, pointer, const); where they mean two, rename one"),
     Code("PL070", "warp layout impossible", L, "warpgroup-aligned roles need a start warp divisible by 4"),
-    Code("PL071", "__syncthreads in a warp-specialized pipeline", L,
-         "a component that calls __syncthreads waits for every warp of the block; it cannot run beside others"),
+    Code("PL071", "__syncthreads beside warps that never meet it", L,
+         "a component that calls __syncthreads waits for every warp of the block: it cannot run beside other "
+         "components' warps (warp-specialized) or a loader warp; synchronize its warps with a named barrier"),
     Code("PL072", "no tile sequence", L, "at least one component must declare geometry.tile_sequence"),
     Code("PL073", "linked kernel exceeds a limit", L, "the linked cubin uses more than the contracts or the device allow",
          warning="an error when the kernel uses more registers than the contracts allow, more registers or shared "
@@ -185,7 +188,7 @@ CODES = _codes(
          "`-` (stdout) takes one output; write the others to files (`--format json` puts its report on stdout)"),
     Code("PL123", "binary output to a terminal", U, "redirect stdout to a file or a pipe, or name a file"),
     # reading JSON and pipeline files (exit 2); PL006 is JSON that does not parse
-    Code("PL130", "JSON document too large", U, "pipelink reads JSON documents of at most 16 MiB"),
+    Code("PL130", "JSON document too large", U, "pipelink reads JSON documents of at most 2 MiB (contracts, pipeline files and manifests are kilobytes)"),
     Code("PL131", "JSON nests too deeply", U, "pipelink reads arrays and objects nested at most 64 deep"),
     Code("PL132", "number out of range", U,
          "integers must fit in 64 bits (-2^63 .. 2^64-1) and other numbers in a double"),

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from .diagnostics import DiagnosticSink, Location
 
-MAX_BYTES = 16 * 1024 * 1024
+MAX_BYTES = 2 * 1024 * 1024  # contracts, pipelines and manifests are kilobytes; parsing and checking scale with it
 MAX_DEPTH = 64
 INT_MIN, INT_MAX = -2**63, 2**64 - 1  # i64 and u64 values; no pipelink field needs more
 _MAX_INT_DIGITS = 20  # len(str(2**64 - 1)): longer digit strings are rejected before int() sees them

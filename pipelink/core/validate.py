@@ -56,10 +56,19 @@ def _validator(name: str):
     return jsonschema.validators.extend(base, validators={"pattern": pattern}, type_checker=checker)(schema(name))
 
 
+MAX_VIOLATIONS = 100  # a document of a million bad items had taken minutes and printed a gigabyte
+
+
 def violations(name: str, doc) -> list[tuple[str, str]]:
-    """(JSON pointer, message) for every rule `doc` breaks, in document order."""
-    errors = sorted(_validator(name).iter_errors(doc), key=lambda e: list(map(str, e.absolute_path)))
-    return [(pointer(e.absolute_path), _message(e)) for e in errors]
+    """(JSON pointer, message) for the rules `doc` breaks, in document order: the first MAX_VIOLATIONS the
+    validator meets, then one more entry (at the document) saying that the rest were not looked for."""
+    import itertools
+    found = list(itertools.islice(_validator(name).iter_errors(doc), MAX_VIOLATIONS + 1))
+    errors = sorted(found[:MAX_VIOLATIONS], key=lambda e: list(map(str, e.absolute_path)))
+    out = [(pointer(e.absolute_path), _message(e)) for e in errors]
+    if len(found) > MAX_VIOLATIONS:
+        out.append(("", f"more problems follow; the first {MAX_VIOLATIONS} are shown (fix them and check again)"))
+    return out
 
 
 def pointer(path) -> str:

@@ -362,6 +362,13 @@ def _schedule_settings(comps: list[Component], spec: PipelineSpec, schedule: str
             if c.contract.threads.uses_syncthreads and len(comps) > 1:
                 sink.error("PL071", f"'{c.name}' calls __syncthreads, which would wait for the warps of the other "
                            "components too", c.contract.at("/threads/uses_syncthreads"))
+    elif any(c.contract.entry.load for c in comps):  # the loader warp runs its own walk, never the tasks' barrier 0
+        for c in comps:
+            if c.contract.threads.uses_syncthreads:
+                sink.error("PL071", f"'{c.name}' calls __syncthreads, which would wait for the loader warp too: it "
+                           "walks the tasks ahead and never meets the compute warps' barrier 0",
+                           c.contract.at("/threads/uses_syncthreads"),
+                           hint="synchronize the component's warps with a named barrier (barriers.named) instead")
     return counts_per_cta
 
 
