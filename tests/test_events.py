@@ -433,3 +433,12 @@ def test_a_specialized_value_is_not_sampled():
     assert not ctx.sink.errors, [d.render() for d in ctx.sink.items]
     ctx = linked(splitk(reduce=fixed), until="resolve")
     assert [d.code for d in ctx.sink.errors] == ["PL083"]
+
+
+def test_a_window_far_past_the_event_is_refused_at_once():
+    """block_scan waiting on `i->range(0, 2147483647)`: the window was enumerated element by element on every
+    sampled shape before it met the shape (minutes); clamped to the shape, one element outside stands for the rest."""
+    import time
+    start = time.monotonic()
+    _, sink = run([comp("block_scan", lambda c: c["events"]["waits"][0].update(map="i->range(0, 2147483647)"))])
+    assert "PL084" in codes(sink) and time.monotonic() - start < 30, [d.render() for d in sink.items]

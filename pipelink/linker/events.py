@@ -239,7 +239,9 @@ def _elements(side: Side, task, env, shape: list[int]):
     """Every element of the event an affine side names for one task (':' is the whole axis)."""
     axes = []
     for k, term in enumerate(side.map.terms):
-        axes.append(range(shape[k]) if term.kind == "all" else _axis_values(term, side.map.task_dims, task, env))
+        values = range(shape[k]) if term.kind == "all" else _axis_values(term, side.map.task_dims, task, env)
+        axes.append(range(max(values.start, 0), min(values.stop, shape[k])) if isinstance(values, range) else
+                    [v for v in values if 0 <= v < shape[k]])  # no element outside the shape is notified or waited
     return itertools.product(*axes)
 
 
@@ -578,8 +580,8 @@ def _reach(side: Side, env, shape: list[int], tasks=None) -> _Reach | None:
         fixed = tuple(env[n] for n in names)
         keys = lambda task: (fn(*task, *fixed),)  # noqa: E731
     else:
-        keys = lambda task: itertools.product(*(_axis_values(m.terms[a], m.task_dims, task, env)  # noqa: E731
-                                                for a in axes))
+        keys = lambda task: itertools.product(*(_clamped(_axis_values(m.terms[a], m.task_dims, task, env),  # noqa: E731
+                                                         shape[a] if a < len(shape) else None) for a in axes))
     counts: dict[tuple, int] = {}
     first: dict[tuple, tuple] = {}  # the first task that names each key: many tasks share one
     try:
@@ -598,6 +600,17 @@ def _reach(side: Side, env, shape: list[int], tasks=None) -> _Reach | None:
             shown = dict(zip(axes, key))
             outside = (first[key], "[" + ", ".join(str(shown.get(k, ":")) for k in range(m.rank)) + "]")
     return _Reach(axes, counts, m.kind != "data_dependent", outside, first)
+
+
+def _clamped(values, extent: int | None):
+    """An affine range's coordinates inside [0, extent), and its first one outside (if any) to stand for the rest:
+    `range(0, 2**31)` on an axis of 8 is 8 coordinates and one outside (PL084), not two billion to enumerate."""
+    if extent is None or not isinstance(values, range) or (values.start >= 0 and values.stop <= extent):
+        return values
+    inside = range(max(values.start, 0), min(values.stop, extent))
+    outside = [v for v in (values.start if values.start < 0 else None, extent if values.stop > extent else None)
+               if v is not None and values.start <= v < values.stop][:1]
+    return itertools.chain(inside, outside)
 
 
 def _axis_values(term, dims: tuple[str, ...], task: tuple[int, ...], env: dict):

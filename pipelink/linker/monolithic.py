@@ -123,7 +123,7 @@ def control_cubin(ctx, front_end: str = "nvcc", workdir: str | Path | None = Non
             source.write_text(ctx.monolithic)
             cmd = one_unit_nvcc_command(ctx.target, ctx.components[0].contract.targets.flags, source, obj)
             try:
-                proc = subprocess.run(cmd, capture_output=True, text=True, env=toolchain.nvcc_env(scratch=Path(tmp)))
+                proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace", env=toolchain.nvcc_env(scratch=Path(tmp)))
             except OSError as exc:
                 raise toolchain.ToolchainError(f"cannot run nvcc: {exc}") from None
             if proc.returncode != 0:

@@ -66,8 +66,11 @@ def nvcc_version(root: Path | None = None) -> str:
     import re
     import subprocess
     nvcc = (root or cuda_root()) / "bin" / "nvcc"
-    try:
-        out = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True).stdout
+    try:  # a broken toolkit must not hang the command nor crash it on bytes that are not text
+        out = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, errors="replace",
+                             timeout=60).stdout
+    except subprocess.TimeoutExpired:
+        raise ToolchainError(f"{nvcc} --version did not answer within 60 s") from None
     except OSError as exc:
         raise ToolchainError(f"cannot run {nvcc}: {exc.strerror or exc}") from None
     found = re.search(r"release [0-9.]+, V([0-9.]+)", out)
@@ -161,7 +164,7 @@ def disassemble(cubin: bytes) -> str:
         f.write(cubin)
         f.flush()
         try:
-            proc = subprocess.run([str(nvdisasm_path()), "--print-code", f.name], capture_output=True, text=True)
+            proc = subprocess.run([str(nvdisasm_path()), "--print-code", f.name], capture_output=True, text=True, errors="replace")
         except OSError as exc:
             raise ToolchainError(f"cannot run nvdisasm: {exc}") from None
     if proc.returncode != 0:
