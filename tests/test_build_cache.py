@@ -291,3 +291,21 @@ def test_a_file_written_while_the_compile_ran_keeps_the_object_out_of_the_cache(
     os.utime(source.parent / "local.h", (later, later))
     _, log = build(source, contract, tmp_path / "a.o")
     assert compiled(log) and not list((cache_root / "build").glob("*/*"))
+
+
+def test_a_tool_past_its_memory_is_stopped_with_its_children():
+    """From /dev/zero the preprocessor's memory grew to the machine's (24 GB) before the time limit: run_bounded
+    stops a tool whose process group holds more than its limit, children included."""
+    import subprocess
+    import sys
+    import time
+
+    from pipelink import toolchain
+    grow = "import subprocess, sys; subprocess.run([sys.executable, '-c', 'import time; b = bytearray(400 << 20); " \
+           "b[::4096] = b\"x\" * len(b[::4096]); time.sleep(60)'])"
+    start = time.monotonic()
+    with pytest.raises(toolchain.OutOfMemory):
+        toolchain.run_bounded([sys.executable, "-c", grow], dict(__import__("os").environ), 120, memory_bytes=200 << 20)
+    assert time.monotonic() - start < 30
+    left = subprocess.run(["pgrep", "-f", "bytearray\\(400"], capture_output=True, text=True).stdout.split()
+    assert not left, left

@@ -300,9 +300,11 @@ def _compile(contract: Contract, contract_bytes: bytes, source: Path, cmd: list[
     except OSError as exc:
         sink.error("PL008", f"cannot run nvcc: {exc}", Location(file=str(source)))
         return None
-    except subprocess.TimeoutExpired:
-        sink.error("PL019", f"nvcc did not finish compiling component '{contract.name}' in {opts.timeout_s:g} s "
-                   "and was stopped", Location(file=str(source), component=contract.name),
+    except (subprocess.TimeoutExpired, toolchain.OutOfMemory) as exc:
+        why = (f"did not finish in {opts.timeout_s:g} s" if isinstance(exc, subprocess.TimeoutExpired) else
+               f"took more memory than a compile may ({toolchain.memory_limit() >> 30} GiB)")
+        sink.error("PL019", f"nvcc {why} compiling component '{contract.name}' and was stopped",
+                   Location(file=str(source), component=contract.name),
                    hint="a source that #includes a file that never ends (a device such as /dev/zero, a FIFO) never "
                    "compiles; a slow but finite one needs a longer --timeout")
         return None
@@ -359,7 +361,7 @@ def _names_the_toolkit_defines(contract: Contract, source: Path, cmd: list[str],
     probe_cmd = cmd[:-3] + [str(probe), "-o", str(tmp / "names.fatbin")]
     try:
         proc = toolchain.run_bounded(probe_cmd, toolchain.nvcc_env(scratch=tmp), timeout_s)
-    except (OSError, subprocess.TimeoutExpired):
+    except (OSError, subprocess.TimeoutExpired, toolchain.OutOfMemory):
         return False
     macros = macros_in_probe_log(proc.stderr + proc.stdout) if proc.returncode else set()
     for name, pointer, what in names:

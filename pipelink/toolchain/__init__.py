@@ -117,17 +117,62 @@ def nvcc_env(scratch: Path | None = None) -> dict:
     return env
 
 
-def run_bounded(cmd: list[str], env: dict, timeout_s: float | None):
-    """Run a tool (nvcc) to its end or for `timeout_s` seconds, whichever is first: a source that #includes a file
-    that never ends (/dev/zero, a FIFO) keeps the preprocessor reading for ever. On the limit the tool's whole
-    process group (nvcc's cicc, ptxas, the host compiler) is killed and subprocess.TimeoutExpired raised."""
+class OutOfMemory(Exception):
+    """run_bounded stopped a tool whose processes together held more memory than its limit."""
+
+
+def memory_limit() -> int:
+    """What a tool's processes may hold together: half the machine's memory, at least 8 GiB (a CUTLASS compile's
+    cicc takes a few)."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        total = 0
+    return max(8 << 30, total // 2)
+
+
+def _group_rss(pgid: int) -> int:
+    """Resident bytes of the processes of one process group (Linux /proc; 0 where it cannot be read)."""
+    total, page = 0, os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+    try:
+        pids = [p for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 21 and int(fields[2]) == pgid:  # after "(comm)": state ppid pgrp ... rss is the 22nd
+            total += int(fields[21]) * page
+    return total
+
+
+def run_bounded(cmd: list[str], env: dict, timeout_s: float | None, memory_bytes: int | None = None):
+    """Run a tool (nvcc) to its end, or until `timeout_s` seconds pass or its processes together hold more than
+    `memory_bytes` (default memory_limit()), whichever is first: a source that #includes a file that never ends
+    (/dev/zero, a FIFO) keeps the preprocessor reading for ever, and from /dev/zero its memory grows until the
+    machine runs out. On a limit the tool's whole process group (nvcc's cicc, ptxas, the host compiler) is killed
+    and subprocess.TimeoutExpired or OutOfMemory raised."""
     import signal
     import subprocess
+    import time
+    limit = memory_limit() if memory_bytes is None else memory_bytes
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace",
                             env=env, start_new_session=True)  # its own group: the kill reaches its children
     try:
-        out, err = proc.communicate(timeout=timeout_s)
-    except BaseException:  # the limit, or Ctrl-C: no compiler left running behind us
+        while True:
+            try:
+                out, err = proc.communicate(timeout=0.5)
+                break
+            except subprocess.TimeoutExpired:
+                if deadline is not None and time.monotonic() > deadline:
+                    raise
+                if _group_rss(proc.pid) > limit:
+                    raise OutOfMemory(f"{cmd[0]} held more than {limit >> 20} MiB") from None
+    except BaseException:  # a limit, or Ctrl-C: no compiler left running behind us
         try:
             os.killpg(proc.pid, signal.SIGKILL)
         except OSError:
