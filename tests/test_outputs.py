@@ -475,3 +475,16 @@ def test_an_outputs_missing_folders_are_made_only_when_every_file_is_written(tmp
                               str(tmp_path / "file" / "sub" / "k.json"): b"2"}, sink)
     assert [d.code for d in sink.errors] == ["PL007"]
     assert not (tmp_path / "new").exists() and (tmp_path / "file").read_text() == "x"
+
+
+def test_an_output_that_names_a_folder_or_a_looping_link_is_pl007(tmp_path):
+    """`-o x/` had written a file x; `-o loop1` (loop1 -> loop2 -> loop1) had replaced the link by a file."""
+    from pipelink.core.diagnostics import DiagnosticSink
+    from pipelink.formats.outputs import Output, check_outputs
+    os.symlink(tmp_path / "loop2", tmp_path / "loop1")
+    os.symlink(tmp_path / "loop1", tmp_path / "loop2")
+    for path, says in ((str(tmp_path / "x") + os.sep, "names a folder"), (str(tmp_path / "loop1"), "leads back")):
+        sink = DiagnosticSink()
+        assert not check_outputs([Output(path, "the cubin", "-o")], [], sink)
+        assert [d.code for d in sink.errors] == ["PL007"] and says in sink.errors[0].message
+    assert not (tmp_path / "x").exists() and os.path.islink(tmp_path / "loop1")

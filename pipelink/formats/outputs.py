@@ -96,6 +96,14 @@ def check_outputs(outputs: list[Output], inputs: list[Input], sink: DiagnosticSi
     files = [(o, _identity(o.path)) for o in outputs if o.path != STDOUT]
     read = [(i, _identity(i.path)) for i in inputs if i.path != STDOUT]
     for n, (o, ident) in enumerate(files):
+        if o.path.endswith(os.sep) or (os.altsep and o.path.endswith(os.altsep)):
+            sink.error("PL007", f"{o.label} {o.path[:80]!r} ends in a path separator: it names a folder",
+                       Location(file=o.path), hint=o.hint or "name a file, not a directory")
+            continue
+        if os.path.islink(o.path) and _loops(o.path):
+            sink.error("PL007", f"{o.label} is a symbolic link that leads back to itself", Location(file=o.path),
+                       hint=o.hint or "point the link at a file, or write elsewhere")
+            continue
         if os.path.isdir(o.path):
             sink.error("PL007", f"{o.label} is a directory", Location(file=o.path),
                        hint=o.hint or "name a file, not a directory")
@@ -116,6 +124,15 @@ def check_outputs(outputs: list[Output], inputs: list[Input], sink: DiagnosticSi
                 sink.error("PL121", f"{o.label} and {earlier.label} are one file", Location(file=o.path),
                            hint="; or ".join(hints) or None, related=(Location(file=earlier.path),))
     return len(sink.errors) == before
+
+
+def _loops(path: str) -> bool:
+    import errno
+    try:
+        os.stat(path)
+    except OSError as exc:
+        return exc.errno == errno.ELOOP
+    return False
 
 
 def _file_in_the_way(path: str) -> str | None:
@@ -202,7 +219,8 @@ def write_outputs(files: dict[str, bytes], sink: DiagnosticSink) -> bool:
             real = os.path.realpath(target)
             folder = os.path.dirname(real) or "."
             try:
-                created += _make_folders(folder)
+                if not os.path.islink(target):  # a link's target folder is the link's business, not made here
+                    created += _make_folders(folder)
                 fd, tmp = tempfile.mkstemp(dir=folder, prefix=_staging_prefix(real), suffix=".tmp")
             except OSError as exc:
                 sink.error("PL007", f"cannot write {target}: no file can be created in {folder} "
