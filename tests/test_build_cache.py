@@ -309,3 +309,32 @@ def test_a_tool_past_its_memory_is_stopped_with_its_children():
     assert time.monotonic() - start < 30
     left = subprocess.run(["pgrep", "-f", "bytearray\\(400"], capture_output=True, text=True).stdout.split()
     assert not left, left
+
+
+@pytest.mark.parametrize("created", ["beside the including header", "where __has_include looks"])
+def test_a_header_created_where_the_compile_looks_is_a_miss(cache_root, component, tmp_path, created):
+    """A quoted #include looks beside the including file first, and __has_include probes names that need not exist:
+    a header created there since the entry was stored changes what the compile reads, though no recorded file
+    changed (the cache had hit). The folders the compile searched are recorded by their names; an object written
+    beside the source is no such change."""
+    source, contract = component
+    inc = source.parent / "inc"
+    (inc / "sub").mkdir(parents=True)
+    (inc / "b.h").write_text("#pragma once\nconstexpr int kB = 1;\n")
+    (inc / "sub" / "a.h").write_text('#pragma once\n#include "b.h"\n'
+                                     '#if __has_include("opt.h")\n#error opt.h\n#endif\n')
+    source.write_text('#include "sub/a.h"\n' + source.read_text())
+    opts = {"include_dirs": (str(inc),)}
+    build(source, contract, tmp_path / "a.o", **opts)
+    _, log = build(source, contract, source.parent / "beside.o", **opts)
+    assert not compiled(log)  # the object beside the source changed no name an #include means
+    if created == "beside the including header":
+        (inc / "sub" / "b.h").write_text("#pragma once\nconstexpr int kB = 2;\n")
+    else:
+        (inc / "sub" / "opt.h").write_text("")
+    sink = DiagnosticSink()
+    c = load_contract_file(contract, sink)
+    o = BuildOptions(**opts)
+    ok = build_component(c, contract.read_bytes(), source, tmp_path / "b.o", sink, o)
+    assert compiled(o.nvcc_log)  # compiled afresh: with opt.h the compile fails, as it must
+    assert ok == (created == "beside the including header")

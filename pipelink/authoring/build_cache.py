@@ -87,6 +87,27 @@ def shadowed(path: str, include_dirs: list[str]) -> bool:
     return False
 
 
+# Names a folder gains that no #include can mean: the build's own outputs and their staging files.
+_NOT_INCLUDED = (".o", ".a", ".cubin", ".fatbin", ".ltoir", ".json", ".map", ".html", ".svg", ".tmp", ".d")
+
+
+def folder_names(folder: str) -> str:
+    """A digest of the names in a folder the compile searched, less names no #include means (outputs): a header
+    created there since the entry was stored (beside the header that includes it, or one a `__has_include` probes)
+    could change what the compile reads; its bytes alone cannot say so."""
+    try:
+        names = sorted(n for n in os.listdir(folder) if not n.endswith(_NOT_INCLUDED))
+    except OSError:
+        return ""
+    return _sha256("\0".join(names).encode())
+
+
+def searched_folders(deps: list[str], include_dirs: list[str]) -> list[str]:
+    """The folders a compile looks in: its -I folders and the folder of every file it read (a quoted #include looks
+    beside the including file first)."""
+    return sorted({str(Path(d).resolve()) for d in include_dirs} | {str(Path(p).resolve().parent) for p in deps})
+
+
 def lookup(k: str, include_dirs: list[str] = ()) -> bytes | None:
     """The cached object if every file its compile read still has the bytes it had and none is now shadowed by a
     file of the same name earlier in `include_dirs` (the compile's -I folders, in order); else None (and a stale
@@ -101,8 +122,11 @@ def lookup(k: str, include_dirs: list[str] = ()) -> bytes | None:
                 raise ValueError(f"{path} changed")
             if shadowed(path, list(include_dirs)):
                 raise ValueError(f"{path} is shadowed")
-        data = read_file(entry / "object.o")
         meta = read_json(entry / "meta.json")
+        for folder, digest in meta["folders"].items():
+            if folder_names(folder) != digest:
+                raise ValueError(f"{folder} holds other files")
+        data = read_file(entry / "object.o")
         if _sha256(data) != meta["sha256"] or meta.get("key") != k:  # an entry moved under another key is no hit
             raise ValueError("object damaged")
         return data
@@ -128,7 +152,7 @@ def recorded_files(k: str) -> list[str]:
         return []
 
 
-def store(k: str, data: bytes, depfile: Path, scratch: Path, began: float) -> None:
+def store(k: str, data: bytes, depfile: Path, scratch: Path, began: float, include_dirs: list[str] = ()) -> None:
     """Keep `data` under `k` with the files nvcc read (those under `scratch`, the generated header, are in
     the key), unless one of them was written or moved into place since the compile began (`began`, time.time():
     the object may be of its earlier bytes, the entry would record the later). A cache that cannot be written is
@@ -146,7 +170,9 @@ def store(k: str, data: bytes, depfile: Path, scratch: Path, began: float) -> No
         tmp = Path(tempfile.mkdtemp(prefix=f".{k[:8]}-", dir=entry.parent))
         (tmp / "object.o").write_bytes(data)
         (tmp / "deps.json").write_text(json.dumps(recorded))
-        (tmp / "meta.json").write_text(json.dumps({"sha256": _sha256(data), "key": k}))
+        folders = {f: folder_names(f) for f in searched_folders(deps, list(include_dirs))
+                   if not Path(f).is_relative_to(scratch.resolve())}  # the generated header's: in the key
+        (tmp / "meta.json").write_text(json.dumps({"sha256": _sha256(data), "key": k, "folders": folders}))
         if entry.exists():
             shutil.rmtree(entry, ignore_errors=True)
         os.replace(tmp, entry)

@@ -191,7 +191,7 @@ def build_component(contract: Contract, contract_bytes: bytes, source: str | Pat
                 read = []
             if k and not any(Path(p).name == f"{contract.name}.pipelink.h" for p in read) and \
                     _conforms(contract, data, opts, _object_name(output, source), DiagnosticSink()):
-                build_cache.store(k, data, tmp / "component.d", tmp, began)
+                build_cache.store(k, data, tmp / "component.d", tmp, began, include_dirs(cmd))
     if not _conforms(contract, data, opts, _object_name(output, source), sink):
         return False
     stale = [p for p in read if Path(p).name == f"{contract.name}.pipelink.h"]
