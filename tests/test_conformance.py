@@ -323,3 +323,26 @@ def test_the_link_holds_each_object_to_its_builds_record(shipped_objects):
     assert with_record(lambda doc: doc["archs"]["sm_90"].update(static_smem_bytes=512)) == ["PL140"]
     assert with_record(lambda doc: (doc["archs"]["sm_90"].update(barrier_ids=[0]), doc.update(contract="0" * 64))) == []
     assert with_record(lambda doc: (doc["archs"]["sm_90"].update(barrier_ids=[0]), doc.update(fatbin="0" * 64))) == []
+
+
+def test_an_object_without_a_record_is_probed_once_for_the_link(bad_check, tmp_path, monkeypatch):
+    """An object built with one's own nvcc has no record: the link probes it as check does (its __syncthreads found),
+    keeps the finding in the cache folder and in the process, and does not link it alone again."""
+    from pipelink.authoring import conformance
+    from pipelink.linker.collect import read_components
+    monkeypatch.setenv("PIPELINK_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("PIPELINK_CACHE", raising=False)
+    monkeypatch.setattr(conformance, "_PROBED", {})
+    obj, _, _ = bad_check
+    (comp,) = read_components([str(obj)], DiagnosticSink())
+    assert comp.obj.embedded_usage is None
+    usage, _ = conformance.usage_for_link(comp.contract, comp.obj, "sm_90")
+    assert 0 in usage.barrier_ids and usage.static_smem_bytes
+    assert len(list((tmp_path / "cache" / "probe").glob("*/*.json"))) == 1
+
+    def no_probe(*_):
+        raise AssertionError("probed again")
+    monkeypatch.setattr(conformance, "probe", no_probe)
+    assert conformance.usage_for_link(comp.contract, comp.obj, "sm_90")[0] == usage  # from the process
+    monkeypatch.setattr(conformance, "_PROBED", {})
+    assert conformance.usage_for_link(comp.contract, comp.obj, "sm_90")[0] == usage  # from the cache folder

@@ -416,3 +416,61 @@ def recorded_usage(c: Contract, obj, arch: str) -> tuple[Usage, dict[str, int]] 
         return usage, {str(k): int(v) for k, v in u["assigned"].items()}
     except (ValueError, KeyError, TypeError, AttributeError):  # damaged or foreign: as if there were none
         return None
+
+
+_PROBED: dict[str, tuple[Usage, dict[str, int]] | None] = {}  # this process's probes of objects without a record
+
+
+def usage_for_link(c: Contract, obj, arch: str) -> tuple[Usage, dict[str, int]] | None:
+    """What an object's code uses, for the link: its build's record, else (an object built with one's own nvcc) a
+    probe of it, kept in this process and in the cache folder (`<root>/probe/`, by its device code, contract, target
+    and pipelink's code) so that it is linked alone once. None where it does not link alone (the link says why)."""
+    import hashlib
+    import json
+
+    from ..core.cache_root import cache_dir, enabled, read_json
+    from ..core.model import Component
+    recorded = recorded_usage(c, obj, arch)
+    if recorded is not None or obj is None:
+        return recorded
+    from .build_cache import code_hash
+    key = hashlib.sha256(json.dumps([_fatbin_digest(obj) if obj.device_fatbin else hashlib.sha256(obj.data).hexdigest(),
+                                     c.hash, arch, code_hash()]).encode()).hexdigest()
+    if key in _PROBED:
+        return _PROBED[key]
+    path = cache_dir() / "probe" / key[:2] / f"{key}.json"
+    if enabled():
+        try:
+            doc = read_json(path)
+            found = None if doc["usage"] is None else (
+                Usage(int(doc["usage"]["registers"]), int(doc["usage"]["local_bytes"]),
+                      int(doc["usage"]["static_smem_bytes"]), frozenset(doc["usage"]["barrier_ids"]),
+                      bool(doc["usage"]["computed_barrier_ids"]), tuple(doc["usage"]["callees"])),
+                {str(k): int(v) for k, v in doc["assigned"].items()})
+            _PROBED[key] = found
+            return found
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            pass  # not probed yet, or a damaged entry: probe again
+    try:
+        result = probe(Component(c, obj), arch)
+    except toolchain.ToolchainError:  # no nvdisasm: nothing to hold the object to here (`check` says the same)
+        return None
+    found = (result.usage, result.plan.barrier_ids) if result.usage is not None else None
+    _PROBED[key] = found
+    if enabled():
+        import os
+        import tempfile
+        u = result.usage
+        doc = {"usage": None if u is None else {
+            "registers": u.registers, "local_bytes": u.local_bytes, "static_smem_bytes": u.static_smem_bytes,
+            "barrier_ids": sorted(u.barrier_ids), "computed_barrier_ids": u.computed_barrier_ids,
+            "callees": list(u.callees)}, "assigned": result.plan.barrier_ids}
+        try:  # atomic, and an unwritable cache is no error
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".probe-", suffix=".tmp")
+            with os.fdopen(fd, "w") as f:
+                json.dump(doc, f)
+            os.replace(tmp, path)
+        except OSError:
+            pass
+    return found

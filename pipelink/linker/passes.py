@@ -85,20 +85,20 @@ def pass_check(ctx: LinkContext) -> None:
 
 
 def pass_conform(ctx: LinkContext) -> None:
-    """Each object's code against its contract from the record `pipelink build` embedded (its probe's findings,
-    authoring/conformance.py): what `check`'s probe refuses refuses the link too, without linking each object alone
-    again (an undeclared __syncthreads in a warp-specialized kernel had linked, and hung). An object without a record
-    (built elsewhere) is `check`'s to probe; under `check` the probe pass runs instead."""
+    """Each object's code against its contract: from the record `pipelink build` embedded (its probe's findings,
+    authoring/conformance.py), else (built with one's own nvcc) from a probe of it, cached. What `check`'s probe
+    refuses refuses the link too (an undeclared __syncthreads in a warp-specialized kernel had linked, and would
+    hang); its warnings stay check's and verify's. Under `check` the probe pass runs instead."""
     if "probe" in ctx.extra:
         return
-    from ..authoring.conformance import compare, recorded_usage
+    from ..authoring.conformance import compare, usage_for_link
     seen = set()
     for comp in ctx.components:
         code = comp.code  # a call's renamed contract: the object was built against its base
         if comp.obj is None or code.name in seen:
             continue
         seen.add(code.name)
-        recorded = recorded_usage(code, comp.obj, ctx.target)
+        recorded = usage_for_link(code, comp.obj, ctx.target)
         if recorded is not None:
             found = DiagnosticSink()
             compare(code, comp.obj.path, *recorded, found)
