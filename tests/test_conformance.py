@@ -207,21 +207,10 @@ def test_probe_value(rng, value):
 def bad_check(tmp_path_factory):
     """The bad component as a team building it with its own nvcc would ship it (`pipelink config --cflags`, the
     header, a sidecar contract): `pipelink build` refuses it (test below), `check` says everything that is wrong."""
-    import subprocess
-
-    from pipelink import toolchain
-    from pipelink.authoring.builder import component_cflags, gencode
-    from pipelink.authoring.header import generate_header
+    from comp_contract import build_elsewhere
     d = tmp_path_factory.mktemp("bad")
     (d / "bad.json").write_text(json.dumps(BAD_CONTRACT))
-    (d / "bad.cu").write_text(BAD_SOURCE)
-    (d / "bad.pipelink.h").write_text(generate_header(contract()))
-    obj = d / "bad.o"
-    proc = subprocess.run([str(toolchain.nvcc_path()), "-dc", "-std=c++17", "-O3", gencode("sm_90"),
-                           *component_cflags(), f"-I{d}", str(d / "bad.cu"), "-o", str(obj)],
-                          capture_output=True, text=True, env=toolchain.nvcc_env())
-    assert proc.returncode == 0, proc.stderr
-    (d / "bad.o.contract.json").write_text(json.dumps(BAD_CONTRACT))
+    obj = build_elsewhere(d, d / "bad.json", BAD_SOURCE)
     sink = DiagnosticSink()
     run_checks([str(obj)], sink, together=True)
     return obj, {(d.code, d.severity): d for d in sink.items}, sink
@@ -323,6 +312,9 @@ def test_the_link_holds_each_object_to_its_builds_record(shipped_objects):
     assert with_record(lambda doc: doc["archs"]["sm_90"].update(static_smem_bytes=512)) == ["PL140"]
     assert with_record(lambda doc: (doc["archs"]["sm_90"].update(barrier_ids=[0]), doc.update(contract="0" * 64))) == []
     assert with_record(lambda doc: (doc["archs"]["sm_90"].update(barrier_ids=[0]), doc.update(fatbin="0" * 64))) == []
+    from pipelink.authoring.conformance import recorded_usage
+    nested = dataclasses.replace(dot.obj, embedded_usage=b"[" * 100000)  # forged: read as no record, no crash
+    assert recorded_usage(dot.contract, nested, "sm_90") is None
 
 
 def test_an_object_without_a_record_is_probed_once_for_the_link(bad_check, tmp_path, monkeypatch):

@@ -8,6 +8,8 @@ from pipelink.core.pipeline import load_pipeline
 from pipelink.harness.shipped import REPO
 from pipelink.linker.passes import LinkOptions, link
 
+from comp_contract import build_elsewhere
+
 
 def _write(folder, name, source):
     (folder / f"{name}.cu").write_text(source)
@@ -23,27 +25,6 @@ def _build(tmp_path, name, source, edit=None):
     obj = tmp_path / f"{name}.o"
     assert main(["build", str(tmp_path / f"{name}.cu"), "--contract", str(tmp_path / f"{name}.json"), "-o", str(obj),
                  "--arch", "sm_90"]) == 0
-    return obj
-
-
-def _build_elsewhere(tmp_path, name, source):
-    """The object as a team with its own nvcc ships it (`pipelink config --cflags`, the header, a sidecar contract):
-    what `pipelink build` refuses reaches the link only so."""
-    import subprocess
-
-    from pipelink import toolchain
-    from pipelink.authoring.builder import component_cflags, gencode
-    from pipelink.authoring.header import generate_header
-    from pipelink.core.loader import load_contract_file
-    contract = REPO / "contracts" / f"{name}.json"
-    (tmp_path / f"{name}.pipelink.h").write_text(generate_header(load_contract_file(contract, DiagnosticSink())))
-    (tmp_path / f"{name}.cu").write_text(source)
-    obj = tmp_path / f"{name}.o"
-    proc = subprocess.run([str(toolchain.nvcc_path()), "-dc", "-std=c++17", "-O3", gencode("sm_90"),
-                           *component_cflags(), f"-I{tmp_path}", str(tmp_path / f"{name}.cu"), "-o", str(obj)],
-                          capture_output=True, text=True, env=toolchain.nvcc_env())
-    assert proc.returncode == 0, proc.stderr
-    (tmp_path / f"{name}.o.contract.json").write_text(contract.read_text())
     return obj
 
 
@@ -99,7 +80,7 @@ extern "C" __device__ void tile_transform(pl::Tile tile, float scale) {
     (tmp_path / "refused").mkdir()
     assert main(["build", str(_write(tmp_path / "refused", "tile_transform", source)), "--contract",
                  str(REPO / "contracts" / "tile_transform.json"), "-o", str(tmp_path / "refused" / "t.o")]) == 1
-    obj = _build_elsewhere(tmp_path, "tile_transform", source)
+    obj = build_elsewhere(tmp_path, REPO / "contracts" / "tile_transform.json", source)
     result = _link(shipped_objects, tile_transform=obj)  # no record in the object: the link probes it, as check does
     assert not result.ok and [d.code for d in result.diagnostics if d.severity == "error"] == ["PL140"], \
         [d.render() for d in result.diagnostics]

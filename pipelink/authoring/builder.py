@@ -177,7 +177,8 @@ def build_component(contract: Contract, contract_bytes: bytes, source: str | Pat
         except (OSError, toolchain.ToolchainError):
             k = None
         data = build_cache.lookup(k, include_dirs(cmd)) if k else None
-        if data is not None:
+        compiled = data is None
+        if not compiled:
             opts.nvcc_log.append(f"(cached: {shlex.join(cmd)})")
             read = build_cache.recorded_files(k)
         else:
@@ -189,17 +190,16 @@ def build_component(contract: Contract, contract_bytes: bytes, source: str | Pat
                 read = build_cache.files_read(tmp / "component.d", tmp)
             except OSError:
                 read = []
-            if k and not any(Path(p).name == f"{contract.name}.pipelink.h" for p in read) and \
-                    _conforms(contract, data, opts, _object_name(output, source), DiagnosticSink()):
-                build_cache.store(k, data, tmp / "component.d", tmp, began, include_dirs(cmd))
-    if not _conforms(contract, data, opts, _object_name(output, source), sink):
-        return False
-    stale = [p for p in read if Path(p).name == f"{contract.name}.pipelink.h"]
-    if stale:  # `#include "x.pipelink.h"` looks beside the source first: a kept copy there hid the generated one
-        sink.error("PL198", f"the source read {stale[0]}, a copy of the header the build generates from contract "
-                   f"'{contract.name}', instead of the generated one: the object would follow the copy's contract",
-                   Location(file=stale[0]), related=(Location(file=str(source)),))
-        return False
+        if not _conforms(contract, data, opts, _object_name(output, source), sink):
+            return False
+        stale = [p for p in read if Path(p).name == f"{contract.name}.pipelink.h"]
+        if stale:  # `#include "x.pipelink.h"` looks beside the source first: a kept copy there hid the generated one
+            sink.error("PL198", f"the source read {stale[0]}, a copy of the header the build generates from contract "
+                       f"'{contract.name}', instead of the generated one: the object would follow the copy's contract",
+                       Location(file=stale[0]), related=(Location(file=str(source)),))
+            return False
+        if compiled and k:  # only objects the build accepts are kept
+            build_cache.store(k, data, tmp / "component.d", tmp, began, include_dirs(cmd))
     # What the source includes is known only now: the object must not replace one of those files either.
     if not check_outputs([output], [Input(p, f"{p}, which the source includes") for p in read], sink):
         return False

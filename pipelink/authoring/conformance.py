@@ -387,33 +387,40 @@ def _fatbin_digest(obj) -> str:
     return hashlib.sha256(obj.device_fatbin or b"").hexdigest()
 
 
+def _usage_doc(usage: Usage, assigned: dict[str, int]) -> dict:
+    """What a probe found, as JSON: the build's record (by target) and the link's probe cache hold this form."""
+    return {"registers": usage.registers, "local_bytes": usage.local_bytes, "static_smem_bytes": usage.static_smem_bytes,
+            "barrier_ids": sorted(usage.barrier_ids), "computed_barrier_ids": usage.computed_barrier_ids,
+            "callees": list(usage.callees), "assigned": assigned}
+
+
+def _usage_from_doc(u: dict) -> tuple[Usage, dict[str, int]]:
+    """_usage_doc's value read back; KeyError, TypeError, ValueError or AttributeError for one that is not."""
+    usage = Usage(int(u["registers"]), int(u["local_bytes"]), int(u["static_smem_bytes"]),
+                  frozenset(int(i) for i in u["barrier_ids"]), bool(u["computed_barrier_ids"]),
+                  tuple(str(n) for n in u["callees"]))
+    return usage, {str(k): int(v) for k, v in u["assigned"].items()}
+
+
 def usage_record(c: Contract, obj, results: dict[str, ProbeResult]) -> bytes:
     """The record of the probes of `obj` (by target) for USAGE_SECTION."""
     import json
-    archs = {arch: {"registers": r.usage.registers, "local_bytes": r.usage.local_bytes,
-                    "static_smem_bytes": r.usage.static_smem_bytes, "barrier_ids": sorted(r.usage.barrier_ids),
-                    "computed_barrier_ids": r.usage.computed_barrier_ids, "callees": list(r.usage.callees),
-                    "assigned": r.plan.barrier_ids}
-             for arch, r in results.items() if r.usage is not None}
+    archs = {arch: _usage_doc(r.usage, r.plan.barrier_ids) for arch, r in results.items() if r.usage is not None}
     return json.dumps({"usage": RECORD_VERSION, "contract": c.hash, "fatbin": _fatbin_digest(obj), "archs": archs},
                       sort_keys=True).encode()
 
 
 def recorded_usage(c: Contract, obj, arch: str) -> tuple[Usage, dict[str, int]] | None:
     """(what the code uses, the probe's barrier ids) for `arch` from the object's record, where it has one made for
-    this contract and this device code; None otherwise (an object built elsewhere: `check` probes it)."""
-    import json
+    this contract and this device code; None otherwise (an object built elsewhere: the link probes it)."""
+    from ..core.jsonread import parse
     if obj is None or not obj.embedded_usage:
         return None
-    try:
-        doc = json.loads(obj.embedded_usage)
+    try:  # through the one JSON reader: a forged section nested past its depth is a JSONError, not a RecursionError
+        doc = parse(obj.embedded_usage)
         if doc.get("usage") != RECORD_VERSION or doc.get("contract") != c.hash or doc.get("fatbin") != _fatbin_digest(obj):
             return None
-        u = doc["archs"][arch]
-        usage = Usage(int(u["registers"]), int(u["local_bytes"]), int(u["static_smem_bytes"]),
-                      frozenset(int(i) for i in u["barrier_ids"]), bool(u["computed_barrier_ids"]),
-                      tuple(str(n) for n in u["callees"]))
-        return usage, {str(k): int(v) for k, v in u["assigned"].items()}
+        return _usage_from_doc(doc["archs"][arch])
     except (ValueError, KeyError, TypeError, AttributeError):  # damaged or foreign: as if there were none
         return None
 
@@ -441,12 +448,8 @@ def usage_for_link(c: Contract, obj, arch: str) -> tuple[Usage, dict[str, int]] 
     path = cache_dir() / "probe" / key[:2] / f"{key}.json"
     if enabled():
         try:
-            doc = read_json(path)
-            found = None if doc["usage"] is None else (
-                Usage(int(doc["usage"]["registers"]), int(doc["usage"]["local_bytes"]),
-                      int(doc["usage"]["static_smem_bytes"]), frozenset(doc["usage"]["barrier_ids"]),
-                      bool(doc["usage"]["computed_barrier_ids"]), tuple(doc["usage"]["callees"])),
-                {str(k): int(v) for k, v in doc["assigned"].items()})
+            doc = read_json(path)  # {"probed": _usage_doc, or null where the object does not link alone}
+            found = None if doc["probed"] is None else _usage_from_doc(doc["probed"])
             _PROBED[key] = found
             return found
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
@@ -460,11 +463,7 @@ def usage_for_link(c: Contract, obj, arch: str) -> tuple[Usage, dict[str, int]] 
     if enabled():
         import os
         import tempfile
-        u = result.usage
-        doc = {"usage": None if u is None else {
-            "registers": u.registers, "local_bytes": u.local_bytes, "static_smem_bytes": u.static_smem_bytes,
-            "barrier_ids": sorted(u.barrier_ids), "computed_barrier_ids": u.computed_barrier_ids,
-            "callees": list(u.callees)}, "assigned": result.plan.barrier_ids}
+        doc = {"probed": None if found is None else _usage_doc(*found)}
         try:  # atomic, and an unwritable cache is no error
             path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".probe-", suffix=".tmp")
