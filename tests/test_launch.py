@@ -932,6 +932,32 @@ def test_a_negative_tile_extent_of_one_component_is_refused_not_summed():
         k.total_tiles(T=64, slices=0)
 
 
+def test_a_task_filling_no_slot_of_the_loader_ring_is_refused_at_launch():
+    """loader.slots over runtime values (`ceil_div(B, 8) * ceil_div(K, 1024)`) is checked at the link only where
+    the geometry alone fixes it: a launch with K = 0 would have a task fill no slot while its CTA still waits on
+    one (or walk the ring backwards for a negative count). Refused before the launch, naming the component;
+    a component without tasks at that launch (NL = 0 layers) is not."""
+    k = Kernel({"kernel": "step", "block": [288], "schedule": "persistent",
+                "tiles": ["(NL) * (ceil_div(N, 16)) + (1)"],
+                "tasks": {"gemv": "(NL) * (ceil_div(N, 16))", "head": "(1)"},
+                "ring_slots": {"gemv": "ceil_div(B, 8) * ceil_div(K, 1024)"}})
+    assert k.total_tiles(NL=2, N=64, B=1, K=2048) == 2 * 4 + 1
+    with pytest.raises(ArgumentError, match=r"component 'gemv' of kernel 'step' fills ceil_div\(B, 8\) \* "
+                                            r"ceil_div\(K, 1024\) = 0 slots of the loader ring"):
+        k.total_tiles(NL=2, N=64, B=1, K=0)
+    with pytest.raises(ArgumentError, match=r"= -1 slots"):
+        k.total_tiles(NL=2, N=64, B=1, K=-1024)
+    assert k.total_tiles(NL=0, N=64, B=1, K=0) == 1  # no task of gemv runs
+
+
+def test_the_manifest_keeps_the_ring_slots_of_each_component():
+    from pipelink.runtime.manifest import Manifest
+    m = Manifest.from_json({"kernel": "step", "block": [288], "tiles": ["1"], "ring_slots": {"gemv": "ceil_div(K, 1024)"}})
+    assert m.ring_slots == {"gemv": "ceil_div(K, 1024)"} and m.to_json()["ring_slots"] == {"gemv": "ceil_div(K, 1024)"}
+    with pytest.raises(ValueError, match="'ring_slots' must map names to expressions"):
+        Manifest.from_json({"kernel": "step", "block": [288], "tiles": ["1"], "ring_slots": {"gemv": 4}})
+
+
 class _CAI:
     def __init__(self, doc):
         self.__cuda_array_interface__ = doc

@@ -50,6 +50,10 @@ def test_the_loader_walks_the_tasks_ahead_of_their_waits():
     down = compute[compute.index("{  // down"):]
     assert down.index("tile.ring = pl_ring_pos;") < down.index("wait_for(") < down.index("gemv_residual(tile")
     assert down.index("gemv_residual(tile") < down.index("pl_ring_pos += c")
+    # the manifest keeps each loading component's slots a task, for the launcher to check over runtime values
+    from pipelink.linker.emit import manifest
+    m = manifest(ctx.resolved, a, "sm_90", b"")
+    assert m.ring_slots == {"gate_up": "ceil_div(B, 8) * ceil_div(H, 512)", "down": "ceil_div(B, 8) * ceil_div(I, 512)"}
     # a debug abort stops the loader too (it would wait on slots nobody frees)
     ctx = run(dict(MLP_LAYERS, debug_events=True), components(edit=with_loader), until="generate")
     assert "{ pl::ring::leave(); return; }" in ctx.glue

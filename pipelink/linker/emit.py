@@ -33,13 +33,16 @@ def manifest(r: Resolved, a: Allocation, arch: str, cubin: bytes, kernel_info: K
     persistent = r.schedule == "persistent"
     params = tuple(_param_spec(p, r.geometry) for p in r.params)
     tiles = tuple(substitute(e, r.geometry) for e in r.tiles.grid)
-    tasks, workspace = {}, None
+    tasks, ring_slots, workspace = {}, {}, None
     if persistent:  # every task of every component; the event tensors, sized at launch; the implicit parameters
         plan = r.events
         layers = lambda name: f"({r.calls.layers_c()}) * " if r.calls and r.calls.layered(name) else ""  # noqa: E731
         tasks = {name: layers(name) + " * ".join(f"({substitute(e, r.geometry)})"
                                                  for e in r.component(name).contract.geometry.tile_sequence.grid)
                  for name in plan.order}
+        if r.loader is not None:  # a task that fills no slot of the ring, or a negative count, hangs its CTA
+            ring_slots = {name: substitute(r.component(name).contract.loader.slots, r.geometry)
+                          for name in plan.order if r.component(name).contract.loader is not None}
         tiles = (" + ".join(tasks.values()),)
         params += tuple(ParamSpec(p.name, p.dtype, p.pointer, False, p.kind) for p in IMPLICIT_PARAMS)
         per_layer = layered_events(r.calls, r.events)  # one copy of the counters per layer: a leading extent
@@ -70,7 +73,7 @@ def manifest(r: Resolved, a: Allocation, arch: str, cubin: bytes, kernel_info: K
         # A split reduction instead: the launcher plans the split per shape (streamk.py).
         grid_policy="stream_k" if r.stream_k is not None else "balanced" if r.roles is not None else None,
         stream_k=stream_k, dependent_launch=r.dependent_launch, distributed=r.distributed is not None,
-        tasks=tasks, dispatch=r.dispatch if persistent else None, workspace=workspace, resources=resources,
+        tasks=tasks, ring_slots=ring_slots, dispatch=r.dispatch if persistent else None, workspace=workspace, resources=resources,
         profile_tasks=r.profile_tasks)
 
 

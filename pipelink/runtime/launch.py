@@ -651,6 +651,18 @@ class Kernel:
                     raise ArgumentError(f"component '{name}' of kernel '{self.name}' has a tile extent "
                                         f"{extent.text} = {n} for {shapes}: a runtime value is out of the range "
                                         "its contract describes")
+        # A task of a load entry fills and drains loader.slots slots of the ring: none, or fewer than none,
+        # and the loader and the compute warps walk the ring out of step (a hang, or slots read as they refill).
+        for name, text in (self.manifest.ring_slots or {}).items():
+            try:
+                slots = _expr.parse(text).evaluate(shapes)
+                tasks = _expr.parse(self.manifest.tasks.get(name, "1")).evaluate(shapes)
+            except _expr.ExprError:
+                continue  # a name the shapes do not give: the total reports it
+            if slots < 1 and tasks > 0:
+                raise ArgumentError(f"component '{name}' of kernel '{self.name}' fills {text} = {slots} slots of "
+                                    f"the loader ring a task for {shapes}: a runtime value is out of the range "
+                                    "its contract describes (a task must fill at least one slot)")
 
     def num_sms(self) -> int:
         """Multiprocessors on the device (monkeypatch in tests)."""

@@ -276,6 +276,7 @@ class Manifest:
     stream_k: StreamKSpec | None = None        # a split reduction: the launcher plans the split per shape
     dependent_launch: bool = False             # launch with programmatic stream serialization (sm_90+)
     tasks: dict = field(default_factory=dict)  # persistent: component -> its task count
+    ring_slots: dict = field(default_factory=dict)  # loader ring: component -> the slots one of its tasks fills
     dispatch: str | None = None                # persistent: static | dynamic
     workspace: WorkspaceSpec | None = None     # persistent: the event workspace
     resources: Resources | None = None
@@ -326,6 +327,8 @@ class Manifest:
             doc["dependent_launch"] = True
         if self.tasks:
             doc["tasks"] = dict(self.tasks)
+        if self.ring_slots:
+            doc["ring_slots"] = dict(self.ring_slots)
         if self.dispatch is not None:
             doc["dispatch"] = self.dispatch
         if self.workspace is not None:
@@ -356,7 +359,7 @@ class Manifest:
 
 _TOP_FIELDS = {"manifest", "pipelink", "kernel", "target", "schedule", "block", "dynamic_smem", "params", "tiles",
                "tile_order", "distribution", "geometry", "components", "wires", "cubin_sha256", "specialized",
-               "grid_policy", "stream_k", "dependent_launch", "tasks", "dispatch", "workspace", "resources",
+               "grid_policy", "stream_k", "dependent_launch", "tasks", "ring_slots", "dispatch", "workspace", "resources",
                "profile_tasks", "distributed"}
 _SCHEDULES = ("sequential", "warp_specialized", "persistent")
 _DISPATCHES = ("static", "dynamic")
@@ -413,7 +416,7 @@ class _Reader:
             grid_policy=self.optional("grid_policy", str, "'balanced' or 'stream_k'", ("balanced", "stream_k")),
             stream_k=self.stream_k(),
             dependent_launch=bool(self.optional("dependent_launch", bool, "a boolean")),
-            tasks=self.str_map("tasks"),
+            tasks=self.str_map("tasks"), ring_slots=self.str_map("ring_slots"),
             dispatch=self.optional("dispatch", str, f"one of {', '.join(_DISPATCHES)}", _DISPATCHES),
             workspace=self.workspace(), resources=self.resources(), profile_tasks=self.profile_tasks(),
             distributed=bool(self.optional("distributed", bool, "a boolean")))
