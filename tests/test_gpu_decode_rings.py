@@ -7,7 +7,8 @@ against the plain ones: the same products in the same order, only where W comes 
 - `_lr` (gemv_residual_lr, ...): W from the kernel's loader ring, which the loader warp fills ahead of the compute
   warps (linked alone: a persistent kernel with one loader warp a CTA), from W packed by linear/packing.py (so
   these tests check the packing too). `_lr_ahead`: the same object linked with `load_ahead` 2, its loader also
-  asking L2 for the CTA's tasks two on (the W is the same; a request past the call's tasks would fault).
+  asking L2 for the CTA's tasks two on (the W is the same; a request past the call's tasks would fault);
+  `_lr_lines` likewise, its requests as line prefetches by the loader's lanes (LR_L2_ASKS 7).
   `_lr_if1`: linked with `loader_in_flight` 1, the loader issuing a slot's copy only once the one before landed.
 
 The first launch runs on 8 CTAs, so each walks many tasks through every slot and both mbarrier phases, partial
@@ -29,8 +30,9 @@ from linear import packing  # noqa: E402
 pytestmark = pytest.mark.gpu
 EPS = decode_parts.RMS_EPS
 PLAIN = ("gemv_residual", "gemv_swiglu_normed", "qkv_rope_normed", "lm_head")
-SUFFIXES = ("_ring", "_lr", "_lr_ahead", "_lr_if1")
-LINK_OPTIONS = {"_ahead": {"load_ahead": 2}, "_if1": {"loader_in_flight": 1}}  # suffix -> the link's pipeline fields
+SUFFIXES = ("_ring", "_lr", "_lr_ahead", "_lr_lines", "_lr_if1")
+LINK_OPTIONS = {"_ahead": {"load_ahead": 2}, "_lines": {"load_ahead": 2, "geometry": {"LR_L2_ASKS": 7}},
+                "_if1": {"loader_in_flight": 1}}  # suffix -> the link's pipeline fields
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +45,7 @@ def kernels(tmp_path_factory):
         option = next((o for o in LINK_OPTIONS if name.endswith(o)), "")
         linked = decode_parts.link_alone(objects[name.removesuffix(option)], LINK_OPTIONS.get(option))
         assert linked.ok and "PL189" not in {d.code for d in linked.diagnostics}, [d.render() for d in linked.diagnostics]
-        assert ("tile.ahead = 1;" in linked.glue) == (option == "_ahead"), name
+        assert ("tile.ahead = 1;" in linked.glue) == (option in ("_ahead", "_lines")), name
         assert ("pl_ring__in_flight = 1u;" in linked.glue) == (option == "_if1"), name
         if "_lr" in name:  # a load entry makes a persistent kernel with a loader warp
             assert linked.manifest.schedule == "persistent" and linked.manifest.block == (288, 1, 1)

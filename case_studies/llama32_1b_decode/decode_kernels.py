@@ -58,6 +58,10 @@ MEGA_OPTIONS.update({f"lr_deal_st128_ahead{n}": ("lr", {"deal": "continue", "geo
 # norm_w); 3, both, is lr_ahead2.
 MEGA_OPTIONS.update({f"lr_ahead2_asks{a}": ("lr", {"load_ahead": 2, "geometry": {"SPLIT_TASKS": 128, "LR_L2_ASKS": a}})
                      for a in (1, 2)})
+# lr_aheadN_lines: load_ahead N with every L2 request of the entries as line prefetches by the loader's 32 lanes
+# (LR_L2_ASKS 7) instead of bulk requests through the SM's copy engine, which the ring's own copies queue behind.
+MEGA_OPTIONS.update({f"lr_ahead{n}_lines": ("lr", {"load_ahead": n, "geometry": {"SPLIT_TASKS": 128, "LR_L2_ASKS": 7}})
+                     for n in (1, 2, 4)})
 # lr_deal_st128_ifN: at most N of the ring's slots in flight (the pipeline's loader_in_flight: the loader waits for
 # the copy it issued N slots before to land before it issues the next); _ahead4_ifN with load_ahead 4 too.
 MEGA_OPTIONS.update({f"lr_deal_st128_if{n}": ("lr", {"deal": "continue", "geometry": {"SPLIT_TASKS": 128},

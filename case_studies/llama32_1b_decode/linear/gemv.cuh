@@ -359,7 +359,9 @@ __device__ __forceinline__ int packed_k(int K) { return (K + 31) / 32 * 32; }
 // With load_ahead, which L2 requests the entry makes (the contract's LR_L2_ASKS, a value of the kernel): bit 0 the
 // loader's calls ahead (tile.ahead), bit 1 its own (a task's slots past the ring, norm_w); 3, both, by default. A
 // measurement switch: the two were never timed apart.
-constexpr int kAsksAhead = 1, kAsksOwn = 2;
+// Bit 2: each request as line prefetches (prefetch.global.L2::evict_last, one 128-byte line a lane at a time)
+// instead of one bulk request through the SM's copy engine, which the ring's copies queue behind.
+constexpr int kAsksAhead = 1, kAsksOwn = 2, kAsksLines = 4;
 
 template <int ROWS, int SLOT_K, int BATCH>
 __device__ __forceinline__ void load_slots(const pl::Tile& tile, const bf16* __restrict__ w_packed, long long task,
@@ -368,9 +370,17 @@ __device__ __forceinline__ void load_slots(const pl::Tile& tile, const bf16* __r
   const bf16* const src = w_packed + task * ROWS * (long long)kp;
   const int slots = (kp + SLOT_K - 1) / SLOT_K;
   const auto ask_l2 = [&](int from) {  // slots from .. slots - 1 of the task's W into L2, one request a slot
-    if (threadIdx.x % 32 == 0)
+    if (asks & kAsksLines) {
+      for (int j = from; j < slots; ++j) {
+        const char* const at = reinterpret_cast<const char*>(src + (long long)j * ROWS * SLOT_K);
+        const unsigned bytes = (unsigned)(ROWS * min(SLOT_K, kp - j * SLOT_K) * 2);
+        for (unsigned off = (threadIdx.x % 32) * 128u; off < bytes; off += 32u * 128u)
+          asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(at + off) : "memory");
+      }
+    } else if (threadIdx.x % 32 == 0) {
       for (int j = from; j < slots; ++j)
         pl::ring::ahead_l2(src + (long long)j * ROWS * SLOT_K, (unsigned)(ROWS * min(SLOT_K, kp - j * SLOT_K) * 2));
+    }
   };
   if (tile.ahead) {  // the loader, tasks before this one's turn (loader.ahead): all of its W
     if (asks & kAsksAhead) ask_l2(0);
