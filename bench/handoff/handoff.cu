@@ -7,6 +7,9 @@
 //            stages all of x_r (loads past L1) and meets at a barrier.
 //   release: the counter protocol with the fence folded into the add (`red.release.gpu`) and the poll relaxed,
 //            one acquire fence once the count is seen.
+//   spread:  the counter protocol with the count spread over 8 counters on lines of their own: CTA c adds to
+//            counter c % 8, and a waiter's 8 lanes poll one each, so no one L2 line takes every CTA's add and
+//            poll.
 //   tagged:  each word stored with the round in the same 8 bytes (one 64-bit store: single-copy atomic); a waiter
 //            stages x_r by loading every word until its tag is the round's: the data carries its event, no
 //            fence, counter or poll before the staging.
@@ -67,7 +70,9 @@ __device__ unsigned block_sum(const unsigned* xs, int n, unsigned* red) {
 // buffer). x: [2][n] words (round parity), n = gridDim.x * 8; counter: one u64, zero at launch; x0 the round-0
 // input [n]; sink: one word a CTA (keeps the stream's loads). kRelease: the add releases and the poll is
 // relaxed, one acquire fence after it; else the glue's fence, add and acquire poll.
-template <bool kRelease>
+constexpr int kSpread = 8, kLineWords = 16;  // spread: 8 counters, 128 bytes apart
+
+template <bool kRelease, bool kSpreadCount = false>
 __device__ __forceinline__ void counter_protocol(unsigned* __restrict__ x, unsigned long long* __restrict__ counter,
                                                  const unsigned* __restrict__ x0, const uint4* __restrict__ w,
                                                  long long w_vecs, int stream, int rounds, unsigned* __restrict__ sink) {
@@ -83,7 +88,20 @@ __device__ __forceinline__ void counter_protocol(unsigned* __restrict__ x, unsig
     unsigned* out = x + (r & 1) * n;
     if (threadIdx.x < kWords) out[cta * kWords + threadIdx.x] = word_of(sum, r, cta * kWords + threadIdx.x);
     __syncthreads();
-    if (threadIdx.x == 0) {
+    if constexpr (kSpreadCount) {
+      if (threadIdx.x < 32) {
+        const int lane = threadIdx.x;
+        if (lane == 0) {
+          __threadfence();
+          pl::events::add_one(counter + (cta % kSpread) * kLineWords);
+        }
+        if (lane < kSpread) {  // counter `lane` counts the CTAs c with c % 8 == lane
+          const unsigned long long want = (unsigned long long)((producers - lane + kSpread - 1) / kSpread) * r;
+          while (pl::events::load_acquire(counter + lane * kLineWords) < want) __nanosleep(64);
+        }
+        __syncwarp();
+      }
+    } else if (threadIdx.x == 0) {
       const unsigned long long want = (unsigned long long)producers * r;
       if constexpr (kRelease) {
         asm volatile("red.release.gpu.global.add.u64 [%0], 1;" ::"l"(counter) : "memory");
@@ -114,6 +132,11 @@ extern "C" __global__ void __launch_bounds__(kThreads, 2) counter_rounds(HANDOFF
 
 extern "C" __global__ void __launch_bounds__(kThreads, 2) release_rounds(HANDOFF_PARAMS) {
   counter_protocol<true>(x, counter, x0, w, w_vecs, stream, rounds, sink);
+}
+
+// counter: kSpread * kLineWords words, zero at launch.
+extern "C" __global__ void __launch_bounds__(kThreads, 2) spread_rounds(HANDOFF_PARAMS) {
+  counter_protocol<false, true>(x, counter, x0, w, w_vecs, stream, rounds, sink);
 }
 
 // x: [2][n] tagged words (value low, round high), zero at launch.
