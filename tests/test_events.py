@@ -442,3 +442,22 @@ def test_a_window_far_past_the_event_is_refused_at_once():
     start = time.monotonic()
     _, sink = run([comp("block_scan", lambda c: c["events"]["waits"][0].update(map="i->range(0, 2147483647)"))])
     assert "PL084" in codes(sink) and time.monotonic() - start < 30, [d.render() for d in sink.items]
+
+
+def test_components_that_share_a_written_tensor_without_an_event_between_them_race():
+    """A persistent link of components (no calls): the reduction that reads the partials with its wait removed
+    would run its tasks beside the partial products' on other CTAs and read partials not yet written. PL178 at the
+    reader's parameter, the writer's as the related place; with the wait, nothing."""
+    def no_waits(raw):
+        raw["events"].pop("waits")
+    r, sink = run([comp("splitk_partial"), comp("splitk_reduce", no_waits)])
+    errors = [d for d in sink.items if d.severity == "error"]
+    assert [d.code for d in errors] == ["PL178"], [d.render() for d in sink.items]
+    text = errors[0].render()
+    assert "nothing orders 'splitk_reduce' after 'splitk_partial'" in text
+    assert "'splitk_reduce' writes 'partial', which 'splitk_partial' writes" in text  # its contract: not const
+    assert "splitk_reduce.json" in text and "/entry/params/" in text and "splitk_partial.json" in text
+    assert "wait on an event that 'splitk_partial' notifies" in text
+    # two components that only read a tensor they share do not race; the shipped pair is ordered by its event
+    r, sink = run(splitk())
+    assert not sink.items

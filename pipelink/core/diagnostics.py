@@ -233,9 +233,9 @@ CODES = _codes(
     Code("PL177", "prefetch entry misused", L,
          "a prefetch entry belongs to a per_tile `entry`, in persistent or sequential schedules: it starts loading "
          "what no task of the launch writes (weights) before the task waits"),
-    Code("PL178", "calls race on a tensor", L,
-         "two calls touching one kernel tensor, one writing it, must be ordered by events (`after`, "
-         "`after_previous_layer`, or the components' own): else their tasks run at once"),
+    Code("PL178", "calls or components race on a tensor", L,
+         "two calls or components of a persistent kernel touching one kernel tensor, one writing it, must be ordered "
+         "by events (`after`, `after_previous_layer`, or the components' own): else their tasks run at once"),
     Code("PL179", "task profile outside a persistent kernel", L,
          "profile_tasks records a persistent kernel's tasks: profile a persistent pipeline, or time the kernel whole"),
     Code("PL180", "pipeline geometry not consumed or already provided", L,

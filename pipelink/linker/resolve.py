@@ -245,6 +245,9 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
             # specialized values are fixed at every launch: the analysis samples the other sizes only
             events = plan_events(comps, {**geometry, **_int_values(spec.specialize)}, sink)
             order = events.order if events else None
+            if events is not None and calls is None and not sink.has_errors:
+                from .events import check_component_hazards
+                check_component_hazards(comps, events, sink)
             if events is not None and calls is not None:  # calls run in the order listed
                 from .calls import check_event_order, check_hazards
                 check_event_order(calls, events, {c.name: c for c in comps}, sink)
