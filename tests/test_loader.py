@@ -128,6 +128,20 @@ def test_zero_size_is_a_schema_violation():
     assert codes(sink) == [("PL020", "/smem/buffers/1/bytes")]
 
 
+def test_geometry_values_past_the_int_range_are_schema_violations():
+    """Geometry reaches the code as `constexpr int` (the generated header): 2^32 + 512 had built as 512 while the
+    link computed with the whole value (one task for any N). Every value a contract gives geometry is an int32;
+    an mbarrier's arrival count fits its 20 bits."""
+    c = base_contract()
+    c["geometry"]["provides"] = {"SEG": 2**32 + 512}
+    c["geometry"]["consumes"] = {"TM": {"min": 1, "max": 2**31, "default": 2**40, "one_of": [1, 2**31]}}
+    c["barriers"] = {"mbarriers": [{"name": "full", "count": 1 << 20}]}
+    _, sink = load(c)
+    assert set(codes(sink)) == {("PL020", "/geometry/provides/SEG"), ("PL020", "/geometry/consumes/TM/max"),
+                                ("PL020", "/geometry/consumes/TM/default"), ("PL020", "/geometry/consumes/TM/one_of/1"),
+                                ("PL020", "/barriers/mbarriers/0/count")}, codes(sink)
+
+
 def test_compile_flags_description_is_allowed():
     c = base_contract()
     c["targets"]["compile_flags"]["description"] = "nvcc defaults"
