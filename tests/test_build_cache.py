@@ -338,3 +338,33 @@ def test_a_header_created_where_the_compile_looks_is_a_miss(cache_root, componen
     ok = build_component(c, contract.read_bytes(), source, tmp_path / "b.o", sink, o)
     assert compiled(o.nvcc_log)  # compiled afresh: with opt.h the compile fails, as it must
     assert ok == (created == "beside the including header")
+
+
+def test_a_misspelt_load_entry_is_pl014_at_the_build_and_the_link(tmp_path):
+    """The conformance probe calls a component's entry, not its load entry: a contract naming a load entry the
+    source spells otherwise had built and checked clean, then failed the link with nvJitLink's unlocated log.
+    The build asks for every entry the contract names (PL014 at /entry/load, nothing written), and the link does
+    for an object built elsewhere (PL014 at the contract's field, not PL074)."""
+    import pipelink
+    linear = REPO / "case_studies" / "llama32_1b_decode" / "linear"
+    d = tmp_path / "linear"
+    shutil.copytree(linear, d, ignore=shutil.ignore_patterns("__pycache__"))
+    source, contract = d / "gemv_residual_lr.cu", d / "gemv_residual_lr.json"
+    source.write_text(source.read_text().replace("void gemv_residual_lr_load(", "void gemv_residual_lr_loads("))
+    sink = DiagnosticSink()
+    assert not build_component(load_contract_file(contract, sink), contract.read_bytes(), source, tmp_path / "x.o",
+                               sink, BuildOptions(archs=("sm_90a",)))
+    assert [(d.code, d.location.pointer) for d in sink.errors] == [("PL014", "/entry/load")], \
+        [d.render() for d in sink.items]
+    assert "gemv_residual_lr_load'" in sink.errors[0].message and not (tmp_path / "x.o").exists()
+    # the object as a team's own nvcc builds it, its sidecar contract misspelling the load entry: the link's input
+    # pass refuses it there (it had failed in nvJitLink, PL074, naming no contract)
+    from comp_contract import build_elsewhere
+    raw = json.loads(contract.read_text())
+    raw["entry"]["load"] = "gemv_residual_lr_loads"
+    contract.write_text(json.dumps(raw))
+    obj = build_elsewhere(d, contract, (linear / "gemv_residual_lr.cu").read_text())
+    result = pipelink.link([str(obj)], pipelink.LinkOptions(arch="sm_90"))
+    errors = [d for d in result.diagnostics if d.severity == "error"]
+    assert [(d.code, d.location.pointer) for d in errors] == [("PL014", "/entry/load")], \
+        [d.render() for d in result.diagnostics]

@@ -243,13 +243,19 @@ def _probe_record(contract: Contract, data: bytes, archs, name: str, sink: Diagn
         results = {arch: probe(Component(contract, objs[0]), arch) for arch in archs}
     except toolchain.ToolchainError:  # no nvdisasm: the object is built without a record, as one built elsewhere
         results = {}
+    # The probe calls the entry (and a prefetch that carries words to it); a load or prefetch entry it does not call
+    # could be misspelt and still probe clean: each is asked of nvJitLink as the link asks.
+    uncalled = {contract.entry.load, None if contract.entry.carry else contract.entry.prefetch} - {None}
     if not results or any(r.usage is None for r in results.values()):
         if not _defines_its_entries(contract, data, archs[0], name, sink):
             return None
+    elif uncalled and not contract.entries and not _defines_its_entries(contract, data, archs[0], name, sink, uncalled):
+        return None
     return usage_record(contract, objs[0], results) if any(r.usage for r in results.values()) else b""
 
 
-def _defines_its_entries(contract: Contract, data: bytes, arch: str, name: str, sink: DiagnosticSink) -> bool:
+def _defines_its_entries(contract: Contract, data: bytes, arch: str, name: str, sink: DiagnosticSink,
+                         only: set | None = None) -> bool:
     """The object defines every entry its contract names (`extern "C" __device__`), asked of nvJitLink as the link
     does: a misspelt or missing entry is PL014 here, at the build, not at the first check or link of the object."""
     from ..formats.inputs import check_entry_symbol, read_bytes
@@ -257,8 +263,9 @@ def _defines_its_entries(contract: Contract, data: bytes, arch: str, name: str, 
     if len(objs) != 1:
         return True  # the link's own checks say what is wrong with it
     ok = True
-    for symbol in contract.symbols:
-        pointer = "/entry/symbol" if symbol == contract.entry.symbol else "/entry"
+    for symbol, pointer in contract.symbol_pointers():
+        if only is not None and symbol not in only:
+            continue
         probe = DiagnosticSink()
         check_entry_symbol(objs[0], symbol, arch, probe, pointer=pointer, contract_file=contract.source.file)
         missing = [d for d in probe.items if d.code == "PL014"]

@@ -58,7 +58,8 @@ CODES = _codes(
          "embed one (`pipelink build`, or objcopy --add-section .pipelink.contract=c.json) or put a sidecar "
          "`<object>.contract.json` next to the object"),
     Code("PL014", "entry symbol not defined by the object", L,
-         "the contract's entry.symbol must be an `extern \"C\" __device__` function defined in the object"),
+         "every entry the contract names (entry.symbol, entry.load, entry.prefetch, entries[].symbol) must be an "
+         "`extern \"C\" __device__` function defined in the object"),
     Code("PL015", "LTO-IR rejected by nvJitLink", L,
          "rebuild with the CUDA 13.0 toolchain pipelink pins (LTO-IR must not be newer than nvJitLink)"),
     Code("PL016", "object compiled differently from its contract", L,

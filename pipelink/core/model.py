@@ -340,6 +340,13 @@ class Contract:
         return tuple(e.symbol for e in self.entries) or (self.entry.symbol,) + tuple(
             s for s in (self.entry.prefetch, self.entry.load) if s)
 
+    def symbol_pointers(self) -> tuple[tuple[str, str], ...]:
+        """(symbol, JSON pointer of the contract field naming it) for every entry symbol the object must define."""
+        if self.entries:
+            return tuple((e.symbol, f"/entries/{i}/symbol") for i, e in enumerate(self.entries))
+        return ((self.entry.symbol, "/entry/symbol"),) + tuple(
+            (s, f"/entry/{field}") for field, s in (("prefetch", self.entry.prefetch), ("load", self.entry.load)) if s)
+
     def param(self, name: str) -> Param | None:
         return next((p for p in self.entry.params if p.name == name), None)
 

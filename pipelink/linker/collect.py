@@ -121,15 +121,18 @@ def arch_specific_only(comp: Component, sink: DiagnosticSink) -> bool:
 
 
 def probe_symbols(comp: Component, arch: str, sink: DiagnosticSink) -> None:
-    """The object's entry symbol and contract marker, each with a located diagnostic if missing."""
+    """The object's entry symbols (the entry, its load and prefetch entries) and contract marker, each with a
+    diagnostic located at the contract field naming it if missing."""
     c, obj = comp.contract, comp.obj
+    symbols = c.symbol_pointers() if not c.entries else ((c.entry.symbol, "/entry/symbol"),)
     try:  # one probe link for a good object; one per symbol to say what is wrong with a bad one
-        if toolchain.probe_entry_and_marker(obj.link_input(), c.entry.symbol, marker_symbol(c), arch):
+        if toolchain.probe_entry_and_marker(obj.link_input(), [s for s, _ in symbols], marker_symbol(c), arch):
             return
     except toolchain.ToolchainError:
         pass
-    if not check_entry_symbol(obj, c.entry.symbol, arch, sink, contract_file=c.source.file):
-        return
+    for symbol, pointer in symbols:
+        if not check_entry_symbol(obj, symbol, arch, sink, pointer=pointer, contract_file=c.source.file):
+            return
     check_marker(comp, arch, sink)
 
 

@@ -474,10 +474,12 @@ def probe_device_symbol(inp: LinkInput, symbol: str, arch: str, kind: str = "fun
     return True, ""
 
 
-def probe_entry_and_marker(inp: LinkInput, function: str, variable: str, arch: str) -> bool:
-    """Both symbols at once, in one probe link (the common case: a good object). False means
-    at least one is missing or the input is unreadable: probe them one by one to say which."""
-    out, _ = _probe_link(inp, [(function, "function"), (variable, "variable")], arch)
+def probe_entry_and_marker(inp: LinkInput, functions, variable: str, arch: str) -> bool:
+    """The entry functions (one name or several: a load or prefetch entry beside the entry) and the marker at once,
+    in one probe link (the common case: a good object). False means at least one is missing or the input is
+    unreadable: probe them one by one to say which."""
+    functions = [functions] if isinstance(functions, str) else list(functions)
+    out, _ = _probe_link(inp, [*((f, "function") for f in functions), (variable, "variable")], arch)
     return out is not None and variable in defined_symbols(out.cubin)
 
 
