@@ -134,6 +134,7 @@ def _parser() -> argparse.ArgumentParser:
     bld.add_argument("-v", "--verbose", action="store_true", help="print the nvcc command lines")
     bld.add_argument("--timeout", type=_seconds, metavar="SECONDS",
                      help="stop a compile that runs longer than this (default: 1200 s)")
+    bld.add_argument("--werror", action="store_true", help="treat warnings as errors (exit 1, nothing written)")
 
     lnk = sub.add_parser("link", help="link component objects into one fused kernel",
                          description="Check, allocate, generate the glue, link with nvJitLink LTO, verify, emit. "
@@ -341,8 +342,7 @@ def _emit(diags, fmt: str) -> None:
 def _werror(sink: DiagnosticSink, werror: bool) -> None:
     """--werror: every warning becomes an error, as -Werror makes them; called before anything is written."""
     if werror:
-        sink.items = [replace(d, severity="error", message=f"{d.message} [--werror]") if d.severity == "warning"
-                      else d for d in sink.items]
+        sink.warnings_as_errors()
 
 
 def cmd_inspect(args) -> int:
@@ -507,7 +507,7 @@ def cmd_build(args) -> int:
     if c is None:
         return _finish(sink, "text", {}, [])
     opts = BuildOptions(archs=tuple(args.arch) if args.arch else None, include_dirs=tuple(args.include),
-                        defines=tuple(args.define), verbose=args.verbose,
+                        defines=tuple(args.define), verbose=args.verbose, werror=args.werror,
                         **({"timeout_s": args.timeout} if args.timeout else {}))
     ok = build_component(c, read_input_bytes(args.contract), args.source, args.output, sink, opts)
     if args.verbose:

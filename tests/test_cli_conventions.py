@@ -395,3 +395,16 @@ def test_ctrl_c_while_the_cli_imports_ends_with_130_and_no_traceback():
     proc = subprocess.run([sys.executable, "-c", _INTERRUPT_WHILE_IMPORTING], capture_output=True, text=True,
                           cwd=REPO)
     assert proc.returncode == 130 and proc.stdout == "" and proc.stderr == "", proc.stderr
+
+
+def test_build_says_what_check_warns_of(capsys, tmp_path):
+    """The build probes the object it made: what check would warn of (a call LTO keeps, PL145) is said at the
+    build too, once for all targets, and the object is written; --werror makes it an error and writes nothing."""
+    write(tmp_path / "warn.json", dict(WARN_CONTRACT, targets={"archs": ["sm_90", "sm_90a"]}))
+    (tmp_path / "warn.cu").write_text(WARN_SOURCE)
+    code, out, err = run(capsys, "build", tmp_path / "warn.cu", "--contract", tmp_path / "warn.json",
+                         "-o", tmp_path / "warn.o")
+    assert code == 0 and err.count("warning[PL145]") == 1 and (tmp_path / "warn.o").exists(), err
+    code, out, err = run(capsys, "build", "--werror", tmp_path / "warn.cu", "--contract", tmp_path / "warn.json",
+                         "-o", tmp_path / "w2.o")
+    assert code == 1 and "error[PL145]" in err and not (tmp_path / "w2.o").exists(), err

@@ -34,6 +34,7 @@ class BuildOptions:
     optimize: str = "-O3"
     verbose: bool = False
     timeout_s: float = 1200.0  # a compile past it is killed (PL019): an #include that never ends must not hang CI
+    werror: bool = False       # a warning refuses the build (nothing written), as an error would
     nvcc_log: list[str] = field(default_factory=list)
 
 
@@ -200,6 +201,10 @@ def build_component(contract: Contract, contract_bytes: bytes, source: str | Pat
             return False
         if compiled and k:  # only objects the build accepts are kept
             build_cache.store(k, data, tmp / "component.d", tmp, began, include_dirs(cmd))
+    if opts.werror:
+        sink.warnings_as_errors()
+        if sink.has_errors:
+            return False
     # What the source includes is known only now: the object must not replace one of those files either.
     if not check_outputs([output], [Input(p, f"{p}, which the source includes") for p in read], sink):
         return False
@@ -213,8 +218,9 @@ def _object_name(output: Output, source: Path) -> str:
 def _conforms(contract: Contract, data: bytes, opts: BuildOptions, name: str, sink: DiagnosticSink) -> bool:
     """The object's code against its contract, from the probe record the build embedded (conformance.py): what
     `pipelink check` refuses is refused here too (its own __shared__ PL140, a named barrier id nobody assigned
-    PL142, __syncthreads undeclared PL143); the warnings stay check's. An object without a record (one that does
-    not link alone) passes: the link judges it."""
+    PL142, __syncthreads undeclared PL143), and what it warns of is said here too (a barrier id computed at run
+    time, a local array in local memory, a call left in the code), once for all targets. An object without a record
+    (one that does not link alone) passes: the link judges it."""
     from ..formats.inputs import read_bytes
     from .conformance import compare, recorded_usage
     objs = read_bytes(data, name, DiagnosticSink())
@@ -225,7 +231,11 @@ def _conforms(contract: Contract, data: bytes, opts: BuildOptions, name: str, si
         recorded = recorded_usage(contract, objs[0], arch)
         if recorded is not None:
             compare(contract, name, *recorded, found)
-    sink.extend(found.errors)
+    seen = set()
+    for d in found.items:  # each target's probe says the same of the same code: once
+        if d.render() not in seen:
+            seen.add(d.render())
+            sink.extend([d])
     return not found.errors
 
 

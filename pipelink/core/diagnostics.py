@@ -447,6 +447,12 @@ class DiagnosticSink:
     def extend(self, diags) -> None:
         self.items.extend(diags)
 
+    def warnings_as_errors(self) -> None:
+        """--werror: every warning becomes an error, as -Werror makes them; called before anything is written."""
+        from dataclasses import replace
+        self.items = [replace(d, severity="error", message=f"{d.message} [--werror]") if d.severity == "warning"
+                      else d for d in self.items]
+
     @property
     def errors(self) -> list[Diagnostic]:
         return [d for d in self.items if d.severity == "error"]
