@@ -273,6 +273,25 @@ def test_pipeline_geometry_refuses_provided_unconsumed_and_out_of_range_names():
     assert "PL051" in [c for c, _, _ in out_of_range]
 
 
+def test_a_misspelt_pipeline_geometry_name_is_pointed_at_the_name_it_missed():
+    """PL180's hint lists what the pipeline may set, the names it sets itself included (it had said 'nothing' once a
+    correctly spelt name was set beside the typo), and the nearest one; the link map says the pipeline set it."""
+    comps = [shipped("tile_transform"), shipped("block_rowsum")]
+    spec = PipelineSpec(name="k", geometry={"TILE_N": 64, "TIEL_N": 2}, source="layer.pipeline.json")
+    sink = run_passes(options=LinkOptions(arch="sm_90", pipeline=spec), components=comps, until="resolve").sink
+    [d] = [d for d in sink.items if d.severity == "error"]
+    assert d.code == "PL180" and d.location.pointer == "/geometry/TIEL_N"
+    assert d.hint.startswith("did you mean TILE_N?") and "may set: " in d.hint and "TILE_N" in d.hint.split("may set: ")[1]
+    ctx = run_passes(options=LinkOptions(arch="sm_90", pipeline=PipelineSpec(name="k", geometry={"TILE_M": 64})),
+                     components=[shipped("row_softmax")], until="generate")
+    from pipelink.linker.emit import link_map
+    text = link_map(ctx.resolved, ctx.allocation, "sm_90")
+    assert "TILE_M = 64  (set by the pipeline; consumed by" in text, text[text.index("## geometry"):][:300]
+    ctx = run_passes(options=LinkOptions(arch="sm_90", pipeline=PipelineSpec(name="k")),
+                     components=[shipped("row_softmax")], until="generate")
+    assert "TILE_M = 32  (default; consumed by" in link_map(ctx.resolved, ctx.allocation, "sm_90")
+
+
 # --- where a pipeline's value came from ---------------------------------------------------------
 
 def test_a_value_is_located_where_it_was_given():

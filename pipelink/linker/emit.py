@@ -182,7 +182,8 @@ def link_map(r: Resolved, a: Allocation, arch: str, kernel_info: KernelInfo | No
         providers = [c.name for c in r.components if name in c.contract.geometry.provides]
         consumers = [f"{c.name} {c.contract.geometry.consumes[name].describe()}" for c in r.components
                      if name in c.contract.geometry.consumes]
-        src = f"provided by {', '.join(providers)}" if providers else "default"
+        src = (f"provided by {', '.join(providers)}" if providers else "set by the pipeline"
+               if name in r.geometry_set else "default")
         out.append(f"  {name} = {value}  ({src}" + (f"; consumed by {'; '.join(consumers)}" if consumers else "") + ")")
     out += ["", "## kernel parameters"]
     for i, p in enumerate(r.params):

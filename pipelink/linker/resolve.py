@@ -83,6 +83,7 @@ class Resolved:
     loader: "LoaderPlan | None" = None  # components with a load entry: the loader warp and its ring
     deal: str = "restart"              # static persistent: where each call's tasks start (glue.first_task)
     wait_backoff_ns: int = 64          # events.h's PL_WAIT_BACKOFF_NS: a waiter's sleep between reads
+    geometry_set: frozenset = frozenset()  # geometry names whose value the pipeline (its file or --geometry) gave
 
     def inner_grid(self, name: str) -> tuple:
         return (self.nested or {}).get(name, ())
@@ -291,7 +292,7 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
                     tuple(list(cluster) + [1] * (3 - len(cluster))) if cluster else None, stream_k, nested,
                     spec.dependent_launch, calls, spec.profile_tasks,
                     distributed_use(comps, events.tensors if events else {}), counts_per_cta, loader,
-                    spec.deal, spec.wait_backoff_ns)
+                    spec.deal, spec.wait_backoff_ns, frozenset(spec.geometry) & geometry.keys())
 
 
 def _kernel_name(comps: list[Component], spec: PipelineSpec, sink: DiagnosticSink) -> None:
@@ -550,6 +551,7 @@ def _geometry(comps: list[Component], spec: PipelineSpec, sink: DiagnosticSink) 
     for c in comps:
         env.update(c.contract.geometry.provides)  # conflicts were reported by check (PL050)
     consumed = {name for c in comps for name in c.contract.geometry.consumes}
+    provided = set(env)
     for name, value in sorted(spec.geometry.items()):
         where = spec.at(f"/geometry/{name}")
         if name in env:
@@ -557,8 +559,12 @@ def _geometry(comps: list[Component], spec: PipelineSpec, sink: DiagnosticSink) 
             sink.error("PL180", f"the pipeline sets geometry {name} = {value}, which '{owner}' provides "
                        f"({env[name]})", where, hint="a pipeline gives only what no component of the link provides")
         elif name not in consumed:
+            import difflib
+            open_names = sorted(consumed - provided)
+            close = difflib.get_close_matches(name, open_names, n=1, cutoff=0.6)
             sink.error("PL180", f"the pipeline sets geometry {name}, which no component of the link consumes", where,
-                       hint="consumed here: " + (", ".join(sorted(consumed - set(env))) or "nothing"))
+                       hint=(f"did you mean {close[0]}? " if close else "") + "the pipeline may set: " +
+                            (", ".join(open_names) or "nothing (every consumed name is provided)"))
         else:
             env[name] = value
     for c in comps:
