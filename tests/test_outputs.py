@@ -82,6 +82,13 @@ def test_link_map_and_manifest_are_one_file(capsys, work):
     assert "--manifest PATH" in err
 
 
+def test_the_manifest_and_the_cubin_named_as_one_file_say_it_once(capsys, work):
+    """-o out/q.json names the cubin where the manifest goes by default: one hint that says both ways out (it had
+    repeated 'name the cubin differently')."""
+    err = _refused(capsys, work, "PL121", "link", "my.o", "-o", "q.json", "--map", "q.map", "--manifest", "q.json")
+    assert err.count("name the cubin differently") == 1 and "--manifest PATH" in err, err
+
+
 def test_link_output_would_replace_a_sidecar_contract(capsys, work):
     Path("my.o.contract.json").write_text(json.dumps(COMP_CONTRACT))
     err = _refused(capsys, work, "PL120", "link", "my.o", "--emit-glue", "my.o.contract.json")

@@ -121,6 +121,7 @@ def check_outputs(outputs: list[Output], inputs: list[Input], sink: DiagnosticSi
         for earlier, other in files[:n]:
             if _same(ident, other):
                 hints = [h for h in dict.fromkeys((o.hint, earlier.hint)) if h]
+                hints = [h for h in hints if not any(h != g and h in g for g in hints)]  # one saying it all
                 sink.error("PL121", f"{o.label} and {earlier.label} are one file", Location(file=o.path),
                            hint="; or ".join(hints) or None, related=(Location(file=earlier.path),))
     return len(sink.errors) == before
