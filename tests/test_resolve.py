@@ -433,3 +433,18 @@ def test_warps_over_geometry_past_32_are_one_diagnostic_where_the_roles_are_impl
                      components=rowsum(tile_transform=warps_of_tile_m), until="resolve")
     found = [(d.code, d.location.pointer) for d in ctx.sink.errors if d.code == "PL023"]
     assert found == [("PL023", "/threads/warps")], [d.render() for d in ctx.sink.items]
+
+
+def test_a_misspelt_component_of_the_pipeline_is_one_error_at_its_name():
+    """The pipeline's `components` names 'block_rowsun': one PL001 at that entry, pointing at the input it missed
+    (it had been two, the second with a generic hint); an input the pipeline leaves out is its own error."""
+    comps = [shipped("tile_transform"), shipped("block_rowsum")]
+
+    def errors(names):
+        spec = PipelineSpec(name="k", components=names, source="p.json")
+        sink = run_passes(options=LinkOptions(arch="sm_90", pipeline=spec), components=comps, until="resolve").sink
+        return [d for d in sink.items if d.severity == "error"]
+    [d] = errors(["tile_transform", "block_rowsun"])
+    assert d.code == "PL001" and d.location.pointer == "/components/1" and "did you mean 'block_rowsum'?" in d.hint
+    [d] = errors(["tile_transform"])
+    assert d.code == "PL001" and "'block_rowsum' is not in the pipeline" in d.message and "add 'block_rowsum'" in d.hint

@@ -535,12 +535,17 @@ def _order(components: list[Component], spec: PipelineSpec, sink: DiagnosticSink
     by_name = {c.name: c for c in components}
     missing = [n for n in spec.components if n not in by_name]
     extra = [c.name for c in components if c.name not in spec.components]
+    import difflib
     for n in missing:
+        close = difflib.get_close_matches(n, extra, n=1, cutoff=0.6)
         sink.error("PL001", f"the pipeline names component '{n}', but no input provides it",
-                   spec.at("/components"),
-                   hint="inputs provide: " + ", ".join(by_name))
+                   spec.at(f"/components/{spec.components.index(n)}"),
+                   hint=(f"did you mean '{close[0]}'? " if close else "") + "inputs provide: " + ", ".join(by_name))
     for n in extra:
-        sink.error("PL001", f"input component '{n}' is not in the pipeline", spec.at("/components"))
+        if any(difflib.get_close_matches(m, [n], n=1, cutoff=0.6) for m in missing):
+            continue  # the misspelling above says it
+        sink.error("PL001", f"input component '{n}' is not in the pipeline", spec.at("/components"),
+                   hint=f"add '{n}' to the pipeline's components, or leave its object out of the link")
     return None if missing or extra else [by_name[n] for n in spec.components]
 
 
