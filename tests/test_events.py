@@ -461,3 +461,15 @@ def test_components_that_share_a_written_tensor_without_an_event_between_them_ra
     # two components that only read a tensor they share do not race; the shipped pair is ordered by its event
     r, sink = run(splitk())
     assert not sink.items
+
+
+def test_a_negative_grid_extent_is_refused_at_the_grid_not_at_a_waiter():
+    """`-N` tasks is no grid: the sampled shapes find it negative and say so at the component's grid (it had been
+    reported as a waiter's index outside the event's shape [-1], located at the waiter)."""
+    def negative(raw):
+        raw["geometry"]["tile_sequence"]["grid"][0] = "0 - ceil_div(M, ROWS)"
+    r, sink = run([comp("splitk_partial", negative), comp("splitk_reduce")])
+    errors = [d for d in sink.items if d.severity == "error"]
+    assert [(d.code, d.location.pointer) for d in errors] == [("PL032", "/geometry/tile_sequence/grid/0")], \
+        [d.render() for d in sink.items]
+    assert "splitk_partial.json" in errors[0].render() and "never negative" in errors[0].message

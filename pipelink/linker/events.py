@@ -397,6 +397,22 @@ def _check_sampled(comps, tensors, geometry, sink) -> None:
 
     for values in _sample_shapes(names, geometry):
         base = dict(geometry, **dict(zip(names, values)))
+        at, before = ", ".join(f"{k}={v}" for k, v in zip(names, values)), len(sink.errors)
+        for c in comps:  # a negative extent is no task grid: its events' checks would blame the other side
+            seq = c.contract.geometry.tile_sequence
+            for i, e in enumerate(seq.grid if seq else ()):
+                try:
+                    n = e.evaluate(dict(base, RANK=0, WORLD=1))
+                except ExprError:
+                    continue
+                if n < 0 and (c.name, i) not in reported:
+                    reported.add((c.name, i))
+                    sink.error("PL032", f"'{c.name}' has a task grid extent {e.text!r} = {n} at {at}: a grid extent "
+                               "is a count of tasks, never negative", c.contract.at(f"{seq.pointer_path}/grid/{i}"),
+                               hint="write the extent so that it counts tasks (0 or more) for every shape the "
+                                    "component accepts")
+        if len(sink.errors) > before:
+            return
         for world in (WORLDS if distributed else (None,)):
             env = base if world is None else dict(base, WORLD=world)
             at = ", ".join(f"{k}={v}" for k, v in zip(names, values)) + (f", WORLD={world}" if world else "")
