@@ -109,3 +109,27 @@ def test_zero_divisor_under_an_environment():
     assert zero_divisor(e.tree, {"TILE": 512, "T": 4}) is None
     assert zero_divisor(e.tree, {"T": 0}) == "T"
     assert zero_divisor(e.tree, {}) is None
+
+
+def test_nested_clamps_whose_c_would_grow_past_the_cap_are_refused():
+    """min, max and ceil_div repeat their arguments in C: 20 nested max() in 200 characters had made gigabytes of
+    glue (and the link ran out of memory). An expression or map term whose C passes 64 KB is refused as it is read;
+    the usual ones are far below."""
+    import time
+    from pipelink.core.expr import MAX_C_BYTES, ExprError, parse
+    from pipelink.core.indexmap import MapError, parse_map
+    start = time.monotonic()
+    with pytest.raises(ExprError, match="bytes of C"):
+        parse("max(" * 20 + "ceil_div(N, TILE)" + ", 1)" * 20)
+    with pytest.raises(MapError, match="bytes of C"):
+        parse_map("i->range(" + "max(" * 40 + "i - 1" + ", 0)" * 40 + ", i)")
+    assert time.monotonic() - start < 5
+    assert len(parse("max(" * 6 + "ceil_div(N, TILE)" + ", 1)" * 6).to_c()) < MAX_C_BYTES
+    parse_map("i->range(max(i - 1, 0), min(i + 2, N))")
+
+
+@pytest.mark.parametrize("value", [2**63, -2**63 - 1, 2**64 - 1])
+def test_a_json_integer_past_64_bits_is_refused_as_a_string_literal_is(value):
+    from pipelink.core.expr import ExprError, parse
+    with pytest.raises(ExprError, match="does not fit in 64 bits"):
+        parse(value)

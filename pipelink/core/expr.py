@@ -71,6 +71,8 @@ def parse(value: int | str) -> Expr:
     if isinstance(value, bool):
         raise ExprError("a boolean is not a size")
     if isinstance(value, int):
+        if not -INT64 <= value < INT64:  # a JSON integer: the same bound as a literal written in a string
+            raise ExprError(f"the literal {str(value)[:24]}... does not fit in 64 bits")
         return Expr(str(value), ast.Constant(value), frozenset())
     if not isinstance(value, str):
         raise ExprError(f"expected an integer or an expression string, got {type(value).__name__}")
@@ -92,6 +94,10 @@ def parse(value: int | str) -> Expr:
         raise ExprError(f"{value[:40]!r}... nests {depth} deep; at most {MAX_DEPTH} levels are allowed")
     names: set[str] = set()
     _validate(tree, names, value)
+    size = _c_size(tree)
+    if size > MAX_C_BYTES:  # min, max and ceil_div repeat their arguments in C: nested, the glue grows 2^depth
+        raise ExprError(f"{value[:40]!r}... would be {size} bytes of C (nested min, max or ceil_div repeat their "
+                        f"arguments); at most {MAX_C_BYTES}")
     zero = zero_divisor(tree, {})
     if zero is not None:
         raise ExprError(f"{value!r} divides by zero" + (f" ({zero} is 0)" if zero != "0" else ""))
@@ -99,6 +105,21 @@ def parse(value: int | str) -> Expr:
 
 
 INT64 = 1 << 63  # literals and the glue's arithmetic are 64-bit at most
+MAX_C_BYTES = 1 << 16  # an expression's C text (to_c), before its names are renamed
+
+
+def _c_size(node: ast.expr) -> int:
+    """The length of _to_c's text of `node` (names as written), without writing it."""
+    if isinstance(node, ast.Constant):
+        return len(str(node.value))
+    if isinstance(node, ast.Name):
+        return len(node.id)
+    if isinstance(node, ast.UnaryOp):
+        return _c_size(node.operand) + 3
+    if isinstance(node, ast.Call):
+        a, b = (_c_size(x) for x in node.args)
+        return a + 2 * b + 12 if node.func.id == "ceil_div" else 2 * (a + b) + 20
+    return _c_size(node.left) + _c_size(node.right) + 5
 
 
 def zero_divisor(node: ast.AST, env: dict[str, int]) -> str | None:

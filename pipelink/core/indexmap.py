@@ -20,7 +20,7 @@ import ast
 import re
 from dataclasses import dataclass
 
-from .expr import INT64, MAX_DEPTH, python_ast, zero_divisor
+from .expr import INT64, MAX_C_BYTES, MAX_DEPTH, _c_size, python_ast, zero_divisor
 
 
 class MapError(ValueError):
@@ -127,7 +127,7 @@ def _term(node: ast.AST, dims: tuple[str, ...], text: str) -> Term:
                 if item.lower or item.upper or item.step:
                     raise MapError(f"only a bare ':' is allowed as a slice in {text!r}")
             else:
-                _affine(item, dims, text)
+                _affine_term(item, dims, text)
         return Term("gather", src, (node.value.id,))
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "range":
         if len(node.args) != 2 or node.keywords:
@@ -135,17 +135,27 @@ def _term(node: ast.AST, dims: tuple[str, ...], text: str) -> Term:
         tensors, names = [], set()
         for arg in node.args:
             if isinstance(arg, ast.Subscript) and isinstance(arg.value, ast.Name):
-                _affine(arg.slice, dims, text)
+                _affine_term(arg.slice, dims, text)
                 tensors.append(arg.value.id)
             else:
-                _affine(arg, dims, text, names)
+                _affine_term(arg, dims, text, names)
         return Term("range", src, tuple(dict.fromkeys(tensors)), frozenset(names))
     names = set()
-    _affine(node, dims, text, names)
+    _affine_term(node, dims, text, names)
     return Term("index", src, names=frozenset(names))
 
 
 _CLAMPS = {"min": 2, "max": 2, "ceil_div": 2}
+
+
+def _affine_term(node: ast.AST, dims: tuple[str, ...], text: str, names: set | None = None) -> None:
+    """_affine over one whole term's expression, which the glue writes as C: min, max and ceil_div repeat their
+    arguments there, so nested ones grow the glue 2^depth (a 200-character map had made gigabytes)."""
+    _affine(node, dims, text, names)
+    size = _c_size(node)
+    if size > MAX_C_BYTES:
+        raise MapError(f"{ast.unparse(node)[:40]!r}... in a map would be {size} bytes of C (nested min, max or "
+                       f"ceil_div repeat their arguments); at most {MAX_C_BYTES}")
 
 
 def _affine(node: ast.AST, dims: tuple[str, ...], text: str, names: set | None = None) -> None:
