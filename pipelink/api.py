@@ -11,7 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .core.diagnostics import Diagnostic, DiagnosticSink, Location, PipelinkError, PipelinkUsageError, as_path
+from .core.diagnostics import (Diagnostic, DiagnosticSink, Location, PipelinkError, PipelinkUsageError, as_path,
+                               os_error_diagnostic)
 from .core.files import read_input_bytes, reading
 from .core.model import Component
 from .core.pipeline import PipelineSpec, load_pipeline, load_pipeline_dict
@@ -27,7 +28,12 @@ def _one_command(fn):
     @functools.wraps(fn)
     def command(*args, **kwargs):
         with reading():
-            return fn(*args, **kwargs)
+            try:
+                return fn(*args, **kwargs)
+            except PipelinkError:
+                raise
+            except OSError as exc:  # a path the system refuses (too long, a loop): bad input, not a crash
+                raise PipelinkError([os_error_diagnostic(exc)]) from None
     return command
 
 

@@ -199,6 +199,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if sys.stdout is None:  # started with stdout closed (`>&-`): its report is dropped, a file for it is PL007
         sys.stdout = _ClosedStdout()
+    if sys.stderr is None:  # started with stderr closed (`2>&-`): its diagnostics are dropped, the exit code stays
+        sys.stderr = _ClosedStdout()
     for stream in (sys.stdout, sys.stderr):  # a name the terminal cannot encode must not end the command
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="backslashreplace")
@@ -218,8 +220,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except OSError as exc:
-        if exc.errno not in _WRITE_ERRNOS:
-            raise
+        if exc.errno not in _WRITE_ERRNOS:  # the system refused a path no reader reported: bad input, exit 2
+            from .core.diagnostics import os_error_diagnostic
+            with contextlib.suppress(OSError, ValueError):
+                _emit([os_error_diagnostic(exc)], _asked_format(argv) if argv else "text")
+            return ExitCode.USAGE
         # stdout (or stderr) could not take what the command printed: a full device, a closed descriptor
         with contextlib.suppress(OSError, ValueError):
             _emit([Diagnostic("PL007", f"cannot write the command's output: {exc.strerror or exc}",

@@ -408,3 +408,30 @@ def test_build_says_what_check_warns_of(capsys, tmp_path):
     code, out, err = run(capsys, "build", "--werror", tmp_path / "warn.cu", "--contract", tmp_path / "warn.json",
                          "-o", tmp_path / "w2.o")
     assert code == 1 and "error[PL145]" in err and not (tmp_path / "w2.o").exists(), err
+
+
+def test_a_path_the_system_refuses_is_pl002_not_a_traceback(capsys, tmp_path):
+    """A name longer than the file system takes (ENAMETOOLONG from a Path.exists deep inside): exit 2, PL002 naming
+    it (shortened), from the command line and the API alike (it had been a raw traceback)."""
+    import pipelink
+    long_source = tmp_path / ("z" * 300 + ".cu")
+    code, out, err = run(capsys, "build", long_source, "--contract", REPO / "contracts" / "tile_load.json",
+                         "-o", tmp_path / "b.o")
+    assert code == 2 and "error[PL002]" in err and "File name too long" in err and "..." in err, err
+    with pytest.raises(pipelink.PipelinkError) as info:
+        pipelink.build(str(long_source), str(REPO / "contracts" / "tile_load.json"), str(tmp_path / "b.o"))
+    assert info.value.diagnostics[0].code == "PL002" and info.value.exit_code == 2
+
+
+def test_a_closed_stderr_does_not_end_the_command(tmp_path):
+    """Started with stderr closed (`2>&-`), a command that runs nvJitLink still answers by its exit code (it had
+    ended with an internal error, exit 3, flushing a stderr that was None)."""
+    import subprocess
+    import sys
+    obj = tmp_path / "x.o"
+    assert main(["build", str(REPO / "components" / "tile_load" / "tile_load.cu"), "--contract",
+                 str(REPO / "contracts" / "tile_load.json"), "-o", str(obj)]) == 0
+    proc = subprocess.run([sys.executable, "-m", "pipelink", "check", str(obj)], stderr=subprocess.DEVNULL,
+                          stdout=subprocess.PIPE, text=True, close_fds=True,
+                          preexec_fn=lambda: __import__("os").close(2))
+    assert proc.returncode == 0 and "ok: 1 component checked" in proc.stdout, proc.stdout

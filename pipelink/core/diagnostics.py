@@ -498,6 +498,15 @@ class PipelinkUsageError(PipelinkError, TypeError):
         super().__init__(sink.items)
 
 
+def os_error_diagnostic(exc: OSError) -> Diagnostic:
+    """PL002 for an OSError that reached a command's edge: the system refused a path or a file (a name too long, a
+    symbolic link loop, a folder where a file was asked for) where no reader said so itself."""
+    name = exc.filename if isinstance(exc.filename, str) else None
+    shown = (name[:120] + "...") if name and len(name) > 120 else name
+    return Diagnostic("PL002", f"cannot use {shown}: {exc.strerror or exc}" if shown else
+                      f"a file could not be used: {exc.strerror or exc}", Location(file=shown) if shown else Location())
+
+
 def as_path(value, what: str) -> str:
     """`value` as a path (str or os.PathLike of str), else PipelinkUsageError naming `what`."""
     import os

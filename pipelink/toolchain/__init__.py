@@ -318,8 +318,9 @@ def _isolated(fn, *args, tool: str = "nvJitLink"):
     import signal
     import tempfile
 
-    sys.stdout.flush()
-    sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):  # either may be None in a process started without it
+        if stream is not None:
+            stream.flush()
     with tempfile.TemporaryFile() as printed:
         r, w = os.pipe()
         try:
