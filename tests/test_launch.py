@@ -958,6 +958,14 @@ def test_the_manifest_keeps_the_ring_slots_of_each_component():
         Manifest.from_json({"kernel": "step", "block": [288], "tiles": ["1"], "ring_slots": {"gemv": 4}})
 
 
+def test_more_tiles_than_an_int_counts_are_refused_at_launch():
+    """The kernel counts its tiles in an int: a launch whose shapes make more is refused, not truncated."""
+    k = Kernel({"kernel": "k", "block": [128], "tiles": ["ceil_div(M, 32)", "N"]})
+    assert k.total_tiles(M=64, N=3) == 6
+    with pytest.raises(ArgumentError, match=r"has 4294967296 tiles .* more than the 2147483647"):
+        k.total_tiles(M=32 << 16, N=1 << 16)
+
+
 class _CAI:
     def __init__(self, doc):
         self.__cuda_array_interface__ = doc

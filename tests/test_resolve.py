@@ -448,3 +448,18 @@ def test_a_misspelt_component_of_the_pipeline_is_one_error_at_its_name():
     assert d.code == "PL001" and d.location.pointer == "/components/1" and "did you mean 'block_rowsum'?" in d.hint
     [d] = errors(["tile_transform"])
     assert d.code == "PL001" and "'block_rowsum' is not in the pipeline" in d.message and "add 'block_rowsum'" in d.hint
+
+
+def test_a_grid_the_geometry_makes_larger_than_an_int_is_refused():
+    """The glue counts tiles in an int: 2^32 + 1 tasks had linked and been written `const int tiles_0 =
+    4294967297;` (1 in the kernel). PL032 at the extent; the product of extents too."""
+    def grid(*extents):
+        def edit(raw):
+            raw["geometry"]["tile_sequence"]["grid"] = list(extents)
+        return edit
+    for extents, pointer in (([2**32 + 1], "/geometry/tile_sequence/grid/0"),
+                             (["4 * TILE_M", 2**30], "/geometry/tile_sequence/grid/1")):
+        sink = run_passes(options=LinkOptions(arch="sm_90", pipeline=PipelineSpec(name="k")),
+                          components=[shipped("row_softmax", grid(*extents))], until="resolve").sink
+        errors = [(d.code, d.location.pointer) for d in sink.items if d.severity == "error"]
+        assert errors == [("PL032", pointer)], [d.render() for d in sink.items]

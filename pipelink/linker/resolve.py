@@ -52,6 +52,9 @@ class KernelParam:
         return Param(self.name, self.dtype, self.pointer, self.const, "").c_decl()
 
 
+INT32_MAX = (1 << 31) - 1  # the glue's tile and task counts are int
+
+
 @dataclass
 class Resolved:
     name: str
@@ -206,6 +209,7 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
     # loader checked them at the contract's own defaults only.
     comps = [replace(c, contract=replace(c.contract, threads=_threads_at(c, geometry, sink))) for c in comps]
     _zero_divisors(comps, geometry, sink)
+    _extents_fit_int(comps, geometry, sink)
     _tensor_map_boxes(comps, geometry, sink)
     if sink.has_errors:
         return None
@@ -408,6 +412,31 @@ def _specialize(comps: list[Component], params: list, schedule: str, tiles: Tile
                          "per-layer calls never run", where, hint="specialize the layer count launched")
     if not sink.has_errors:
         _specialized_extents(comps, schedule, tiles, geometry, spec, sink)
+
+
+def _extents_fit_int(comps: list[Component], geometry: dict[str, int], sink: DiagnosticSink) -> None:
+    """A task grid extent the geometry alone fixes, and their product, fit the glue's `int` tile counts (2^32 + 1
+    had been written `const int tiles_0 = 4294967297;`, 1 in the kernel, while the launcher counted them all).
+    PL032 at the extent; one over runtime values the launcher checks at each launch."""
+    from ..core.expr import ExprError
+    for c in comps:
+        seq = c.contract.geometry.tile_sequence
+        total = 1
+        for i, e in enumerate(seq.grid if seq else ()):
+            if not e.names <= geometry.keys():
+                continue
+            try:
+                n = e.evaluate(geometry)
+            except ExprError:
+                continue  # a zero divisor: _zero_divisors says so
+            total *= max(n, 0)
+            if n > INT32_MAX or total > INT32_MAX:
+                sink.error("PL032", f"'{c.name}' has {'a task grid extent' if n > INT32_MAX else 'task grid extents'} "
+                           f"{e.text!r} = {n}{'' if n > INT32_MAX else f' (the grid: {total} tasks)'} at this link's "
+                           f"geometry: the kernel counts tasks in an int, at most {INT32_MAX}",
+                           c.contract.at(f"{seq.pointer_path}/grid/{i}"),
+                           hint="cover more work per task (a larger tile), so the grid stays within an int")
+                break
 
 
 def _zero_divisors(comps: list[Component], geometry: dict[str, int], sink: DiagnosticSink) -> None:

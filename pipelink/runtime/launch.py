@@ -30,6 +30,8 @@ from .streamk import balanced_grid
 DLPACK_CUDA = 2  # kDLCUDA in DLPack's DLDeviceType; managed (13) and pinned host (3) are refused
 
 
+INT32_MAX = (1 << 31) - 1  # the glue counts tiles and tasks in int
+
 class ArgumentError(PipelinkRunError, TypeError, ValueError):
     """A kernel argument does not fit its parameter (PL195). A TypeError, and a ValueError for ranges."""
 
@@ -633,6 +635,9 @@ class Kernel:
             if n < 0:
                 raise ArgumentError(f"tile count {tile.text!r} of kernel '{self.name}' is {n} for {shapes}")
             total *= n
+        if total > INT32_MAX:  # the kernel counts its tiles in an int
+            raise ArgumentError(f"kernel '{self.name}' has {total} tiles for {shapes}, more than the {INT32_MAX} a "
+                                "launch walks")
         return total
 
     def _check_task_extents(self, shapes: dict) -> None:
