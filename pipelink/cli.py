@@ -459,7 +459,7 @@ def cmd_check(args) -> int:
     got, ctx = run_checks(args.files, sink, args.arch, spec, together) if not sink.has_errors else ([], None)
     _werror(sink, args.werror)
     if ctx is not None and args.map and not sink.has_errors:
-        write_outputs({args.map: map_output(args.map, ctx.link_map, ctx.link_picture, ctx.resolved.name).encode()},
+        write_outputs({args.map: map_output(args.map, ctx.link_map, ctx.link_picture, ctx.resolved.name).encode(errors="surrogateescape")},
                       sink)
     ok = not sink.has_errors
     checked = [(c, g.target) for g in got for c in g.components]
@@ -499,7 +499,7 @@ def cmd_header(args) -> int:
         return _finish(sink, "text", {}, [])
     c = load_contract_file(args.contract, sink)
     if c is not None:
-        write_outputs({args.output: generate_header(c).encode()}, sink)
+        write_outputs({args.output: generate_header(c).encode(errors="surrogateescape")}, sink)
     return _finish(sink, "text", {}, [])
 
 
@@ -618,9 +618,9 @@ def cmd_link(args) -> int:
     if sink.has_errors:
         return _finish(sink, args.format, {"ok": False}, [])
     content = {"cubin": result.cubin, "manifest": result.manifest_json(),
-               "map": map_output(args.map or "", result.link_map, result.link_picture, result.manifest.kernel).encode(),
-               "glue": (result.glue or "").encode(),
-               "monolithic": (result.monolithic or "").encode()}
+               "map": map_output(args.map or "", result.link_map, result.link_picture, result.manifest.kernel).encode(errors="surrogateescape"),
+               "glue": (result.glue or "").encode(errors="surrogateescape"),
+               "monolithic": (result.monolithic or "").encode(errors="surrogateescape")}
     if not write_outputs({o.path: content[key] for key, o in outputs.items()}, sink):
         return _finish(sink, args.format, {"ok": False}, [])
     m, output = result.manifest, outputs["cubin"].path

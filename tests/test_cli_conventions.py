@@ -435,3 +435,20 @@ def test_a_closed_stderr_does_not_end_the_command(tmp_path):
                           stdout=subprocess.PIPE, text=True, close_fds=True,
                           preexec_fn=lambda: __import__("os").close(2))
     assert proc.returncode == 0 and "ok: 1 component checked" in proc.stdout, proc.stdout
+
+
+def test_an_input_named_in_bytes_that_are_not_utf8_links_and_maps(capsys, tmp_path, shipped_objects):
+    """A file name of arbitrary bytes (valid on Linux) reaches the link map, the cache entry and the picture as
+    Python's surrogate escapes: written back as the name's own bytes (it had ended exit 3, UnicodeEncodeError)."""
+    import os
+    import shutil
+    odd = os.fsdecode(os.fsencode(str(tmp_path)) + b"/bad\xff\xfe.o")
+    shutil.copy(shipped_objects["tile_load"], odd)
+    pipeline = REPO / "pipelines" / "rowsum.json"
+    code, out, err = run(capsys, "link", odd, shipped_objects["tile_transform"], shipped_objects["block_rowsum"],
+                         "--pipeline", pipeline, "-o", tmp_path / "k.cubin", "--map", tmp_path / "k.map")
+    assert code == 0 and (tmp_path / "k.cubin").exists(), err
+    assert (tmp_path / "k.map").exists()
+    code, out, err = run(capsys, "check", odd, shipped_objects["tile_transform"], shipped_objects["block_rowsum"],
+                         "--pipeline", pipeline, "--map", tmp_path / "k.svg")
+    assert code == 0, err

@@ -218,7 +218,7 @@ def store(key: str, result, root: Path | None = None) -> Path | None:
              "diagnostics.json": json.dumps([d.to_json() for d in result.diagnostics], indent=1)}
     if result.monolithic is not None:
         files["monolithic.cu"] = result.monolithic
-    files = {name: data if isinstance(data, bytes) else data.encode() for name, data in files.items()}
+    files = {name: data if isinstance(data, bytes) else data.encode(errors="surrogateescape") for name, data in files.items()}
     files[DIGESTS] = json.dumps({KEY: key, **{name: _sha256(data) for name, data in files.items()}}, indent=1).encode()
     staging = None
     try:

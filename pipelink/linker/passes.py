@@ -387,7 +387,7 @@ class LinkResult:
 
     def manifest_json(self) -> bytes:
         """The manifest as `pipelink link` and `save` write it (K.json)."""
-        return (json.dumps(self.manifest.to_json(), indent=2) + "\n").encode()
+        return (json.dumps(self.manifest.to_json(), indent=2) + "\n").encode(errors="surrogateescape")
 
     def save(self, directory: str | os.PathLike) -> Path:
         """Write K.cubin, K.json (the manifest) and K.map (the link map) into `directory` (made if
@@ -398,7 +398,7 @@ class LinkResult:
         self.raise_on_error()
         base = Path(as_path(directory, "the directory")) / self.manifest.kernel
         files = {"cubin": (base.with_suffix(".cubin"), self.cubin), "manifest": (base.with_suffix(".json"),
-                 self.manifest_json()), "link map": (base.with_suffix(".map"), self.link_map.encode())}
+                 self.manifest_json()), "link map": (base.with_suffix(".map"), self.link_map.encode(errors="surrogateescape"))}
         outputs = [Output(str(path), role, "save()", binary=role == "cubin") for role, (path, _) in files.items()]
         on_disk = [p for p in self.context.inputs if not isinstance(p, NamedBytes)]
         sink = DiagnosticSink()
