@@ -484,6 +484,16 @@ def test_an_outputs_missing_folders_are_made_only_when_every_file_is_written(tmp
     assert not (tmp_path / "new").exists() and (tmp_path / "file").read_text() == "x"
 
 
+def test_folders_made_before_the_path_grew_too_long_are_removed(tmp_path):
+    """An output 2100 folders deep: mkdir succeeds until the path passes what the system takes, then fails; the
+    folders made before it are removed (they had been left, about 2000 of them)."""
+    from pipelink.core.diagnostics import DiagnosticSink
+    from pipelink.formats.outputs import write_outputs
+    sink = DiagnosticSink()
+    assert not write_outputs({str(tmp_path / "nd") + "/d" * 2100 + "/k.cubin": b"1"}, sink)
+    assert [d.code for d in sink.errors] == ["PL007"] and not (tmp_path / "nd").exists()
+
+
 def test_an_output_that_names_a_folder_or_a_looping_link_is_pl007(tmp_path):
     """`-o x/` had written a file x; `-o loop1` (loop1 -> loop2 -> loop1) had replaced the link by a file."""
     from pipelink.core.diagnostics import DiagnosticSink

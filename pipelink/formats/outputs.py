@@ -221,7 +221,7 @@ def write_outputs(files: dict[str, bytes], sink: DiagnosticSink) -> bool:
             folder = os.path.dirname(real) or "."
             try:
                 if not os.path.islink(target):  # a link's target folder is the link's business, not made here
-                    created += _make_folders(folder)
+                    _make_folders(folder, created)
                 fd, tmp = tempfile.mkstemp(dir=folder, prefix=_staging_prefix(real), suffix=".tmp")
             except OSError as exc:
                 sink.error("PL007", f"cannot write {target}: no file can be created in {folder} "
@@ -270,9 +270,10 @@ def write_outputs(files: dict[str, bytes], sink: DiagnosticSink) -> bool:
     return True
 
 
-def _make_folders(folder: str) -> list[str]:
-    """Create `folder` and the folders above it that are missing (as `mkdir -p`); the ones created, outermost
-    first. An output's folders are made only for a command that writes it."""
+def _make_folders(folder: str, made: list[str]) -> None:
+    """Create `folder` and the folders above it that are missing (as `mkdir -p`), adding each to `made` as it is
+    created, outermost first (so a mkdir that fails halfway, past the longest path the system takes, leaves the
+    ones before it to be removed). An output's folders are made only for a command that writes it."""
     missing = []
     while folder and not os.path.isdir(folder):
         missing.append(folder)
@@ -280,8 +281,6 @@ def _make_folders(folder: str) -> list[str]:
         if parent == folder:
             break
         folder = parent
-    made = []
     for path in reversed(missing):
         os.mkdir(path, 0o777)
         made.append(path)
-    return made
