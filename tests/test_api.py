@@ -327,3 +327,25 @@ def test_link_options_may_name_the_pipeline_by_path_or_dict(objects, tmp_path):
     assert pipelink.link(inputs, options=LinkOptions(pipeline=json.loads(pipe.read_text()))).ok
     missing = pipelink.link(inputs, options=LinkOptions(pipeline=str(tmp_path / "none.json")))
     assert [d.code for d in missing.diagnostics] == ["PL002"]
+
+
+def test_link_options_and_specs_of_the_wrong_type_are_usage_errors():
+    """A LinkOptions field of the wrong type is a PipelinkUsageError (PL001, a TypeError) when it is made: it had
+    crashed the link deep inside (arch=['x'], pipeline=None) or been taken as the default (arch='', optimize=None).
+    A PipelineSpec's empty list where a map goes (or the reverse) meets the schema (PL133), not `.items()`."""
+    import pipelink
+    from pipelink.core.diagnostics import PipelinkUsageError
+    from pipelink.core.pipeline import PipelineSpec, spec_document
+    from pipelink.linker.passes import LinkOptions
+    for bad in ({"arch": ["sm_90"]}, {"arch": b"sm_90"}, {"arch": ""}, {"pipeline": None}, {"optimize": None},
+                {"monolithic": Path("x")}, {"cache": 1}):
+        with pytest.raises(PipelinkUsageError) as info:
+            LinkOptions(**bad)
+        assert info.value.diagnostics[0].code == "PL001" and isinstance(info.value, TypeError)
+    assert spec_document(PipelineSpec(specialize=[]))["specialize"] == []
+    assert spec_document(PipelineSpec(components={}))["components"] == {}
+    assert "specialize" not in spec_document(PipelineSpec(specialize={}))
+    with pytest.raises(pipelink.PipelinkError) as info:
+        pipelink.check([str(Path(pipelink.__file__).parent.parent / "contracts" / "tile_load.json")],
+                       pipeline=PipelineSpec(geometry=[]))
+    assert [d.code for d in info.value.diagnostics] == ["PL133"]

@@ -126,8 +126,9 @@ def spec_document(spec: PipelineSpec) -> dict:
         if f.metadata.get("link_key", True) is False:  # where it came from, not what it is
             continue
         value = getattr(spec, f.name)
+        kind = dict if f.default_factory is dict else (tuple, list)  # an empty one of the other kind is no default
         empty = value is None if f.default is None else \
-            isinstance(value, (tuple, list, dict)) and not value and f.name in _LISTS_AND_MAPS
+            isinstance(value, kind) and not value and f.name in _LISTS_AND_MAPS
         if empty:
             continue  # absent from a file that leaves it to its default (None where that is no default: the schema's)
         doc[f.name] = plain(value)

@@ -44,6 +44,19 @@ class LinkOptions:
     optimize: bool = True
     cache: bool = field(default=True, metadata=NOT_IN_KEY)  # reuse an identical earlier link (cache.py)
 
+    def __post_init__(self):  # a field of the wrong type had crashed the link deep inside, or been taken as a default
+        from ..core.diagnostics import PipelinkUsageError
+        from ..core.pipeline import PipelineSpec
+        if self.arch is not None and not (isinstance(self.arch, str) and self.arch):
+            raise PipelinkUsageError(f"LinkOptions.arch is a target name such as 'sm_90a' (or None: the first target "
+                                     f"every component supports), not {self.arch!r}"[:200])
+        if not isinstance(self.pipeline, PipelineSpec):
+            raise PipelinkUsageError(f"LinkOptions.pipeline is a PipelineSpec, not a {type(self.pipeline).__name__}",
+                                     hint="pass a path or a dict as pipelink.link(..., pipeline=...)")
+        for name in ("monolithic", "optimize", "cache"):
+            if not isinstance(getattr(self, name), bool):
+                raise PipelinkUsageError(f"LinkOptions.{name} is True or False, not {getattr(self, name)!r}"[:200])
+
 
 @dataclass
 class LinkContext:
