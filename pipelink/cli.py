@@ -644,8 +644,8 @@ def _link_outputs(args, kernel: str) -> dict[str, Output]:
     elif cubin == STDOUT:
         outputs["manifest"] = Output(f"{kernel}.json", "manifest", "default with -o -: <kernel>.json",
                                      hint=move_manifest)
-    elif special_file(cubin):  # -o /dev/null, a FIFO: nothing beside a device is a place for a file
-        pass
+    elif special_file(cubin) or os.path.abspath(cubin).startswith(("/dev/", "/proc/")):
+        pass  # -o /dev/null, a FIFO, /dev/stdout redirected to a file: nothing beside those is a place for a file
     else:
         outputs["manifest"] = Output(str(Path(cubin).with_suffix(".json")), "manifest",
                                      f"default beside the cubin {cubin}", hint=move_manifest)

@@ -505,3 +505,14 @@ def test_an_output_that_names_a_folder_or_a_looping_link_is_pl007(tmp_path):
         assert not check_outputs([Output(path, "the cubin", "-o")], [], sink)
         assert [d.code for d in sink.errors] == ["PL007"] and says in sink.errors[0].message
     assert not (tmp_path / "x").exists() and os.path.islink(tmp_path / "loop1")
+
+
+def test_no_manifest_is_placed_beside_a_path_under_dev():
+    """-o /dev/stdout with stdout redirected to a file: the path resolves to a regular file, but a manifest beside
+    it would be /dev/stdout.json, a new file in /dev. Nothing is placed beside /dev or /proc paths."""
+    import argparse
+    from pipelink.cli import _link_outputs
+    args = argparse.Namespace(output="/dev/stdout", manifest=None, map=None, emit_glue=None, emit_monolithic=None)
+    assert set(_link_outputs(args, "k")) == {"cubin"}
+    args.output = "out/k.cubin"
+    assert _link_outputs(args, "k")["manifest"].path == "out/k.json"
