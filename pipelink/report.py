@@ -14,7 +14,12 @@ def contract_summary(c: Contract) -> dict:
         "hash": c.hash[:16],
         "source": c.source.file,
         "entry": {"symbol": c.entry.symbol, "invocation": c.entry.invocation,
-                  "params": [p.c_decl() for p in c.entry.params]},
+                  "params": [p.c_decl() for p in c.entry.params],
+                  **({"prefetch": c.entry.prefetch} if c.entry.prefetch else {}),
+                  **({"load": c.entry.load} if c.entry.load else {}),
+                  **({"carry": c.entry.carry} if c.entry.carry else {})},
+        "loader": None if c.loader is None else {"slot_bytes": str(c.loader.slot_bytes), "slots": str(c.loader.slots),
+                                                 "ahead": c.loader.ahead},
         "archs": list(c.targets.archs),
         "compile_flags": c.targets.flags.as_dict(),
         "warps": c.threads.warps,
@@ -45,7 +50,10 @@ def contract_text(c: Contract, indent: str = "  ") -> list[str]:
     s = contract_summary(c)
     lines = [f"contract {c.name} {c.version}" + (f" ({c.owner})" if c.owner else "") + f"  hash {s['hash']}",
              f"{indent}from      {c.source.file}",
-             f"{indent}entry     {c.entry.symbol}({', '.join(s['entry']['params'])})  [{c.entry.invocation}]",
+             f"{indent}entry     {c.entry.symbol}({', '.join(s['entry']['params'])})  [{c.entry.invocation}]"
+             + (f"; prefetch {c.entry.prefetch}" if c.entry.prefetch else "")
+             + (f" ({c.entry.carry} words carried)" if c.entry.carry else "")
+             + (f"; load {c.entry.load}" if c.entry.load else ""),
              f"{indent}targets   {', '.join(c.targets.archs)}  "
              + " ".join(f"{k}={'1' if v else '0'}" for k, v in s["compile_flags"].items()),
              f"{indent}threads   {c.threads.warps} warps: "
@@ -54,13 +62,17 @@ def contract_text(c: Contract, indent: str = "  ") -> list[str]:
              + ("; calls __syncthreads" if c.threads.uses_syncthreads else "")
              + ("; tasks may run several to a block" if c.threads.concurrent else "")
              + (f"; <= {c.max_registers} regs/thread" if c.max_registers else "")]
+    if c.loader is not None:
+        lines.append(f"{indent}loader    {c.loader.slots} slots of {c.loader.slot_bytes} bytes a task"
+                     + ("; honours tile.ahead (asks L2 ahead)" if c.loader.ahead else ""))
     for b in c.buffers:
         lines.append(f"{indent}smem      {b.name}: {b.bytes} bytes, align {b.align}, {b.lifetime}"
                      + (f" (phase {b.phase})" if b.phase else ""))
     for p in c.ports:
         per = f"{DTYPE_BYTES[p.dtype]}B"
         lines.append(f"{indent}port      {p.direction:3} {p.name}: {p.space} {p.dtype}[{', '.join(map(str, p.tile))}]"
-                     f" {p.layout} x{p.stages} stages ({per}/elem)")
+                     f" {p.layout}" + (f" x{p.stages} stages" if p.space == "smem" else "") + f" ({per}/elem)"
+                     + (f" through parameter {p.param}" if p.space == "gmem" and p.param else ""))
     if c.barriers.named or c.barriers.mbarriers or c.barriers.hardcoded_ids:
         lines.append(f"{indent}barriers  named: {', '.join(b.name for b in c.barriers.named) or '-'}; mbarriers: "
                      f"{', '.join(b.name for b in c.barriers.mbarriers) or '-'}; hard-coded ids: "

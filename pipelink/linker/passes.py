@@ -50,9 +50,11 @@ class LinkOptions:
         if self.arch is not None and not (isinstance(self.arch, str) and self.arch):
             raise PipelinkUsageError(f"LinkOptions.arch is a target name such as 'sm_90a' (or None: the first target "
                                      f"every component supports), not {self.arch!r}"[:200])
-        if not isinstance(self.pipeline, PipelineSpec):
-            raise PipelinkUsageError(f"LinkOptions.pipeline is a PipelineSpec, not a {type(self.pipeline).__name__}",
-                                     hint="pass a path or a dict as pipelink.link(..., pipeline=...)")
+        import os
+        from collections.abc import Mapping
+        if not isinstance(self.pipeline, (PipelineSpec, str, os.PathLike, Mapping)):
+            raise PipelinkUsageError(f"LinkOptions.pipeline is a PipelineSpec, a pipeline file's path or a dict, not "
+                                     f"a {type(self.pipeline).__name__}")
         for name in ("monolithic", "optimize", "cache"):
             if not isinstance(getattr(self, name), bool):
                 raise PipelinkUsageError(f"LinkOptions.{name} is True or False, not {getattr(self, name)!r}"[:200])
