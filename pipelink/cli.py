@@ -118,6 +118,8 @@ def _parser() -> argparse.ArgumentParser:
                      "without compiling: wires, geometry, events (PL06x-PL08x) and the joint allocation (PL04x)")
     chk.add_argument("--map", metavar="FILE", type=_path, help="with --pipeline: write the link map of what the link would "
                      "decide (everything but the linked kernel's own resources); - for stdout")
+    chk.add_argument("--schedule", choices=SCHEDULES, help="check the set (implies --set) as `link --schedule` links it")
+    chk.add_argument("--dispatch", choices=DISPATCHES, help="check the set (implies --set) as `link --dispatch` links it")
     _report_options(chk)
 
     hdr = sub.add_parser("header", help="write the header a component compiles against")
@@ -454,8 +456,15 @@ def cmd_check(args) -> int:
     outputs = [Output(args.map, "link map", "--map", hint="write the link map elsewhere (--map PATH)")] if args.map else []
     if not check_outputs(outputs, object_inputs(args.files, args.pipeline), sink, _report(args.format)):
         return _finish(sink, args.format, {}, [])
-    together = args.set or args.pipeline is not None
+    from .core.pipeline import PipelineSpec
+    together = args.set or args.pipeline is not None or bool(args.schedule or args.dispatch)
     spec = load_pipeline(args.pipeline, sink) if args.pipeline else None
+    if (args.schedule or args.dispatch) and not sink.has_errors:  # what `link` would be told on its command line
+        spec = spec or PipelineSpec()
+        given = {**spec.given, **{f"/{f}": f"--{f} {getattr(args, f)}" for f in ("schedule", "dispatch")
+                                  if getattr(args, f)}}
+        spec = replace(spec, schedule=args.schedule or spec.schedule, dispatch=args.dispatch or spec.dispatch,
+                       given=given)
     got, ctx = run_checks(args.files, sink, args.arch, spec, together) if not sink.has_errors else ([], None)
     _werror(sink, args.werror)
     if ctx is not None and args.map and not sink.has_errors:

@@ -452,3 +452,14 @@ def test_an_input_named_in_bytes_that_are_not_utf8_links_and_maps(capsys, tmp_pa
     code, out, err = run(capsys, "check", odd, shipped_objects["tile_transform"], shipped_objects["block_rowsum"],
                          "--pipeline", pipeline, "--map", tmp_path / "k.svg")
     assert code == 0, err
+
+
+def test_check_takes_the_schedule_and_dispatch_link_would_be_told(capsys, shipped_objects):
+    """`check --schedule persistent` says before the link what `link --schedule persistent` would refuse (it had
+    no such option: PL001), located at the option; --dispatch likewise; both imply --set."""
+    objs = [shipped_objects[n] for n in ("tile_load", "tile_transform", "block_rowsum")]
+    code, out, err = run(capsys, "check", *objs, "--pipeline", REPO / "pipelines" / "rowsum.json",
+                         "--schedule", "persistent")
+    assert code == 1 and "error[PL085]" in err and "option --schedule persistent" in err, err
+    code, out, err = run(capsys, "check", *objs, "--pipeline", REPO / "pipelines" / "rowsum.json")
+    assert code == 0, err
