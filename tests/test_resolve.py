@@ -463,3 +463,15 @@ def test_a_grid_the_geometry_makes_larger_than_an_int_is_refused():
                           components=[shipped("row_softmax", grid(*extents))], until="resolve").sink
         errors = [(d.code, d.location.pointer) for d in sink.items if d.severity == "error"]
         assert errors == [("PL032", pointer)], [d.render() for d in sink.items]
+
+
+def test_a_wire_listed_twice_in_the_pipeline_file_is_one_wire_and_a_warning():
+    from pipelink.core.diagnostics import Location
+    from pipelink.core.pipeline import parse_wire
+    w = "tile_load.tile -> tile_transform.src"
+    wires = tuple(parse_wire(w, DiagnosticSink(), Location(file="p.json", pointer=f"/wires/{i}")) for i in (0, 1))
+    spec = PipelineSpec(name="k", wires=wires, source="p.json")
+    ctx = run_passes(options=LinkOptions(arch="sm_90", pipeline=spec), components=rowsum(), until="resolve")
+    assert not ctx.sink.has_errors and len([x for x in ctx.resolved.wires if x.explicit]) == 1
+    [d] = [d for d in ctx.sink.items if d.code == "PL193"]
+    assert d.severity == "warning" and d.location.pointer == "/wires/1" and "listed twice" in d.message

@@ -699,7 +699,10 @@ def _explicit_wires(specs, by_name, sink) -> list[tuple[WireSpec, bool]]:
         ok = True
         first = into.setdefault((w.consumer, w.in_port), w)
         if first is not w and (first.producer, first.out_port) == (w.producer, w.out_port):
-            continue  # the same wire again (as a repeated --wire): one wire
+            if w.where is not None and first.where is not None:  # listed twice in the file: say so, link it once
+                sink.warning("PL193", f"wire '{w}' is listed twice; it is one wire", w.where, related=(first.where,),
+                             hint="drop the second listing")
+            continue  # the same wire again (a --wire the file already has): one wire
         if first is not w:  # the last wire had won silently, the other producer's output never read
             sink.error("PL192", f"input port '{w.consumer}.{w.in_port}' is wired from '{first.producer}.{first.out_port}' "
                        f"and from '{w.producer}.{w.out_port}'", w.where, related=(first.where,) if first.where else ())
