@@ -368,3 +368,19 @@ def test_a_misspelt_load_entry_is_pl014_at_the_build_and_the_link(tmp_path):
     errors = [d for d in result.diagnostics if d.severity == "error"]
     assert [(d.code, d.location.pointer) for d in errors] == [("PL014", "/entry/load")], \
         [d.render() for d in result.diagnostics]
+
+
+def test_a_contract_whose_parameters_disagree_with_the_source_points_at_them(component, tmp_path):
+    """The contract says N is i64, the source takes int: nvcc refuses two declarations of the entry. PL019 keeps
+    nvcc's words and adds the contract's entry.params as the related place, with a hint (it had named the source
+    alone)."""
+    source, contract = component
+    raw = json.loads(contract.read_text())
+    raw["entry"]["params"][2]["dtype"] = "i64"
+    contract.write_text(json.dumps(raw))
+    sink = DiagnosticSink()
+    assert not build_component(load_contract_file(contract, sink), contract.read_bytes(), source, tmp_path / "x.o",
+                               sink, BuildOptions(archs=("sm_90",)))
+    [d] = sink.errors
+    assert d.code == "PL019" and d.related and d.related[0].pointer == "/entry/params", d.render()
+    assert "entry.params" in d.hint and "seg_silu" in d.hint

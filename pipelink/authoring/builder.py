@@ -330,8 +330,16 @@ def _compile(contract: Contract, contract_bytes: bytes, source: Path, cmd: list[
         if _names_the_toolkit_defines(contract, source, cmd, tmp, sink, opts.timeout_s) or \
                 _names_the_toolkit_declares(contract, log, sink):
             return None
+        entries = [(sym, ptr) for sym, ptr in contract.symbol_pointers() if sym in log]
+        clash = entries and any(w in log for w in ("overloaded function", "incompatible", "conflicting", "linkage"))
         sink.error("PL019", f"nvcc could not compile component '{contract.name}':\n{_indent(log)}",
-                   Location(file=str(source), component=contract.name))
+                   Location(file=str(source), component=contract.name),
+                   # the generated header declares each entry from the contract: a signature that differs is the
+                   # contract's parameters (types, order, const) against the source's
+                   related=(contract.at(entries[0][1].rsplit("/", 1)[0] + "/params") if entries[0][1].startswith(
+                       "/entry/") else contract.at(entries[0][1]),) if clash else (),
+                   hint=(f"the source's '{entries[0][0]}' differs from the declaration the header generates from the "
+                         "contract's entry.params: make the types, their order and const match") if clash else None)
         return None
     try:
         text = source.read_text()
