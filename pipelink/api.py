@@ -310,6 +310,7 @@ def _find_cubin(path: Path, sink: DiagnosticSink) -> Path | None:
     return None
 
 
+@_one_command
 def load(path: str | os.PathLike, device: int | None = 0, *, manifest: str | os.PathLike | None = None):
     """Read a kernel `LinkResult.save` wrote: `path` is its directory (holding one cubin) or its
     K.cubin, with the manifest K.json beside it (or where `manifest` says: `link --manifest` put it elsewhere).

@@ -421,6 +421,9 @@ def test_a_path_the_system_refuses_is_pl002_not_a_traceback(capsys, tmp_path):
     with pytest.raises(pipelink.PipelinkError) as info:
         pipelink.build(str(long_source), str(REPO / "contracts" / "tile_load.json"), str(tmp_path / "b.o"))
     assert info.value.diagnostics[0].code == "PL002" and info.value.exit_code == 2
+    with pytest.raises(pipelink.PipelinkError) as info:
+        pipelink.load(str(tmp_path / ("k" * 300)), device=None)
+    assert info.value.diagnostics[0].code == "PL002"
 
 
 def test_a_closed_stderr_does_not_end_the_command(tmp_path):
