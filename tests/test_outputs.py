@@ -516,3 +516,11 @@ def test_no_manifest_is_placed_beside_a_path_under_dev():
     assert set(_link_outputs(args, "k")) == {"cubin"}
     args.output = "out/k.cubin"
     assert _link_outputs(args, "k")["manifest"].path == "out/k.json"
+
+
+def test_an_output_inside_another_output_is_pl121(capsys, work):
+    """--map k.cubin/m.html beside -o k.cubin: the map's folder would be the cubin. Refused before anything is made
+    (it had made k.cubin a folder, then said it could not write the cubin: 'Is a directory')."""
+    err = _refused(capsys, work, "PL121", "link", "my.o", "-o", "sub/k.cubin", "--map", "sub/k.cubin/m.html")
+    assert "the link map (--map) would be written inside the cubin" in err or "inside the cubin" in err, err
+    assert not Path("sub").exists()

@@ -118,6 +118,10 @@ def check_outputs(outputs: list[Output], inputs: list[Input], sink: DiagnosticSi
                 sink.error("PL120", f"{o.label} would overwrite {i.label}", Location(file=o.path), hint=o.hint,
                            related=(Location(file=i.path),))
                 break
+        for other_output, _ in files:  # one output named as a folder on another's path: one of them cannot be
+            if other_output is not o and not special_file(other_output.path) and _inside(o.path, other_output.path):
+                sink.error("PL121", f"{o.label} would be written inside {other_output.label}, which is a file",
+                           Location(file=o.path), hint=o.hint, related=(Location(file=other_output.path),))
         for earlier, other in files[:n]:
             if _same(ident, other):
                 hints = [h for h in dict.fromkeys((o.hint, earlier.hint)) if h]
@@ -125,6 +129,15 @@ def check_outputs(outputs: list[Output], inputs: list[Input], sink: DiagnosticSi
                 sink.error("PL121", f"{o.label} and {earlier.label} are one file", Location(file=o.path),
                            hint="; or ".join(hints) or None, related=(Location(file=earlier.path),))
     return len(sink.errors) == before
+
+
+def _inside(path: str, folder: str) -> bool:
+    """Whether `path` lies under `folder` (as written, made absolute): `k.cubin/m.html` under `k.cubin`."""
+    try:
+        a, b = os.path.abspath(path), os.path.abspath(folder)
+    except (OSError, ValueError):
+        return False
+    return a != b and a.startswith(b.rstrip(os.sep) + os.sep)
 
 
 def _loops(path: str) -> bool:
