@@ -337,8 +337,7 @@ class Contract:
     @property
     def symbols(self) -> tuple[str, ...]:
         """Every entry symbol the object must define."""
-        return tuple(e.symbol for e in self.entries) or (self.entry.symbol,) + tuple(
-            s for s in (self.entry.prefetch, self.entry.load) if s)
+        return tuple(symbol for symbol, _ in self.symbol_pointers())
 
     def symbol_pointers(self) -> tuple[tuple[str, str], ...]:
         """(symbol, JSON pointer of the contract field naming it) for every entry symbol the object must define."""
