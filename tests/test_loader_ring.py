@@ -185,6 +185,25 @@ def test_loader_in_flight_caps_the_copies_on_their_way(in_flight, copies):
                                                                                            "sm_90")
 
 
+@pytest.mark.parametrize("policy,flag", [("normal", 0), ("evict_first", 1)])
+def test_loader_l2_sets_the_copies_cache_hint(policy, flag):
+    """loader_l2 evict_first: pl_ring__evict_first is 1 and pl::ring::copy takes the cache-hinted bulk copy (LTO
+    keeps one branch); the link map says so. normal, the default: 0, and nothing said."""
+    from pipelink.linker.emit import link_map
+    ctx = run(dict(MLP_LAYERS, loader_l2=policy), components(edit=with_loader), until="generate")
+    assert not ctx.sink.items, [d.render() for d in ctx.sink.items]
+    assert ctx.resolved.loader.evict_first == bool(flag)
+    assert f"pl_ring__evict_first = {flag}u;" in ctx.glue
+    assert ("copies hint L2 evict_first (loader_l2)" in link_map(ctx.resolved, ctx.allocation, "sm_90")) == bool(flag)
+
+
+@pytest.mark.parametrize("value", ["evict_last", "", 1, None])
+def test_loader_l2_is_checked_by_the_schema(value):
+    sink = DiagnosticSink()
+    assert load_pipeline_dict(dict(MLP_LAYERS, loader_l2=value), sink, "p.json") is None
+    assert [d.code for d in sink.errors] == ["PL133"] and "/loader_l2" in sink.errors[0].render()
+
+
 @pytest.mark.parametrize("value", [-1, 65, 1.5, "2"])
 def test_loader_in_flight_is_checked_by_the_schema(value):
     sink = DiagnosticSink()

@@ -326,7 +326,7 @@ def test_a_schema_violation_from_an_option_is_located_at_the_option():
 
 
 def test_a_setting_with_no_effect_on_the_kernel_is_pl193():
-    """dispatch on a kernel that is not persistent, loader_slots or loader_in_flight where no component loads:
+    """dispatch on a kernel that is not persistent, loader_slots, loader_in_flight or loader_l2 where no component loads:
     a warning at the setting (the option that gave it, or the file's field); nothing when the pipeline leaves
     them alone."""
     spec = PipelineSpec(name="k", dispatch="dynamic", given={"/dispatch": "--dispatch dynamic"})
@@ -336,6 +336,9 @@ def test_a_setting_with_no_effect_on_the_kernel_is_pl193():
     spec = PipelineSpec(name="k", source="p.json", loader_in_flight=2, extra={"loader_in_flight": 2})
     ctx = run_passes(options=LinkOptions(arch="sm_90", pipeline=spec), components=rowsum(), until="resolve")
     assert [(d.code, d.location.pointer) for d in ctx.sink.items] == [("PL193", "/loader_in_flight")]
+    spec = PipelineSpec(name="k", source="p.json", loader_l2="evict_first", extra={"loader_l2": "evict_first"})
+    ctx = run_passes(options=LinkOptions(arch="sm_90", pipeline=spec), components=rowsum(), until="resolve")
+    assert [(d.code, d.location.pointer) for d in ctx.sink.items] == [("PL193", "/loader_l2")]
     _, _, sink = run(rowsum())
     assert not sink.items
 

@@ -68,6 +68,10 @@ MEGA_OPTIONS.update({f"lr_deal_st128_if{n}": ("lr", {"deal": "continue", "geomet
                                                      "loader_in_flight": n}) for n in (1, 2)})
 MEGA_OPTIONS.update({f"lr_deal_st128_ahead4_if{n}": ("lr", {"deal": "continue", "geometry": {"SPLIT_TASKS": 128},
                                                             "load_ahead": 4, "loader_in_flight": n}) for n in (1, 2)})
+# X_ef: the ring's copies hint L2 to evict their lines first (the pipeline's loader_l2): W is read once a step, and
+# L2 keeps the activations and the KV cache.
+MEGA_OPTIONS.update({f"{v}_ef": (v, {"loader_l2": "evict_first"}) for v in ("lr", "lr_last")})
+MEGA_OPTIONS["lr_ahead2_ef"] = ("lr", {"load_ahead": 2, "loader_l2": "evict_first"})
 # lr_last_*: the loader step with the splits merged by the last one (attn_last), dealt on, 128 splits, load_ahead N.
 MEGA_OPTIONS["lr_last_deal_st128"] = ("lr_last", {"deal": "continue", "geometry": {"SPLIT_TASKS": 128}})
 MEGA_OPTIONS.update({f"lr_last_deal_st128_ahead{n}": ("lr_last", {"deal": "continue", "geometry": {"SPLIT_TASKS": 128},

@@ -68,6 +68,7 @@ class PipelineSpec:
     loader_slots: int = 4               # static: the loader ring's slots (components with a load entry)
     load_ahead: int = 0                 # static: tasks ahead the loader asks L2 for (loader.ahead components)
     loader_in_flight: int = 0           # static: the ring's slots the loader has in flight at most (0: all)
+    loader_l2: str = "normal"           # static: the L2 policy of the ring's copies ("evict_first": read once)
     deal: str = "restart"               # static: each call's first task on CTA 0, or after the previous call's last
     wait_backoff_ns: int = 64           # persistent: a waiting thread's sleep between two reads of a counter
     debug_events: bool = False          # a wait that spins too long stops the kernel and is reported
@@ -228,6 +229,7 @@ def read_pipeline(raw, file: str, sink: DiagnosticSink) -> PipelineSpec | None:
                         loader_slots=raw.get("loader_slots", default.loader_slots),
                         load_ahead=raw.get("load_ahead", default.load_ahead),
                         loader_in_flight=raw.get("loader_in_flight", default.loader_in_flight),
+                        loader_l2=raw.get("loader_l2", default.loader_l2),
                         deal=raw.get("deal", default.deal),
                         wait_backoff_ns=raw.get("wait_backoff_ns", default.wait_backoff_ns),
                         debug_events=raw.get("debug_events", default.debug_events),

@@ -199,6 +199,7 @@ def link_map(r: Resolved, a: Allocation, arch: str, kernel_info: KernelInfo | No
                        f"{', '.join(r.loader.components)}"
                        + (f"; at most {r.loader.copies_in_flight} slots' copies in flight (loader_in_flight)"
                           if r.loader.copies_in_flight < r.loader.slots else "")
+                       + ("; copies hint L2 evict_first (loader_l2)" if r.loader.evict_first else "")
                        + (f"; L2 asked for up to {r.loader.ahead} tasks on while the ring is full (load_ahead) for {', '.join(ahead)}"
                           if ahead else ""))
         calls = r.calls

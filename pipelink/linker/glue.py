@@ -114,10 +114,12 @@ def _constants(r: Resolved, a: Allocation) -> list[str]:
 
 def ring_constants(r: Resolved, a: Allocation) -> dict[str, int]:
     """The loader ring's place in the arena (pipelink/component.h): slots, then full[slots], empty[slots] and
-    the abort word; and the pipeline's load_ahead, for load entries that ask L2 for a long task's later slots."""
+    the abort word; the pipeline's load_ahead, for load entries that ask L2 for a long task's later slots; its
+    loader_in_flight, and its loader_l2 (1: the copies' L2 hint is evict_first)."""
     return {"pl_ring__base": a.buffer_offset[("pl_glue", "ring")], "pl_ring__slot_bytes": r.loader.slot_bytes,
             "pl_ring__slots": r.loader.slots, "pl_ring__bars": a.mbar_offset[("pl_glue", "ring_bars")],
-            "pl_ring__ahead": r.loader.ahead, "pl_ring__in_flight": r.loader.copies_in_flight}
+            "pl_ring__ahead": r.loader.ahead, "pl_ring__in_flight": r.loader.copies_in_flight,
+            "pl_ring__evict_first": int(r.loader.evict_first)}
 
 
 def compute_threads(r: Resolved, a: Allocation) -> int:

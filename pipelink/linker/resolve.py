@@ -106,6 +106,7 @@ class LoaderPlan:
     components: tuple[str, ...]  # the calls with a load entry
     ahead: int = 0               # tasks on that the loader asks L2 for (components whose loader says ahead)
     in_flight: int = 0           # slots the loader has on their way at most (the pipeline's loader_in_flight)
+    evict_first: bool = False    # the ring's copies hint L2 to evict their lines first (the pipeline's loader_l2)
     slots_at: Location | None = None  # where the pipeline sized the ring (its loader_slots), for diagnostics
 
     @property
@@ -132,7 +133,7 @@ def plan_loader(comps: list, spec: PipelineSpec, schedule: str, role_structured:
                      spec.at("/load_ahead"),
                      hint="drop load_ahead, or link components whose contract's loader says ahead")
     if not loading:
-        for name in ("loader_slots", "loader_in_flight"):
+        for name in ("loader_slots", "loader_in_flight", "loader_l2"):
             if spec.changes(name):
                 sink.warning("PL193", f"{name} sizes the loader ring, and no component of this link has a load "
                              "entry: it has no effect", spec.at(f"/{name}"),
@@ -155,7 +156,7 @@ def plan_loader(comps: list, spec: PipelineSpec, schedule: str, role_structured:
             return None
     return LoaderPlan(spec.loader_slots, max(c.contract.loader.slot_bytes for c in loading),
                       tuple(c.name for c in loading), spec.load_ahead if ahead else 0, spec.loader_in_flight,
-                      spec.at("/loader_slots"))
+                      spec.loader_l2 == "evict_first", spec.at("/loader_slots"))
 
 
 SAMPLE_SHAPES = (1, 2, 3, 17, 64, 100, 129, 1000, 4096, 5003)

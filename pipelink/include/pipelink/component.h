@@ -97,6 +97,7 @@ extern "C" __device__ const unsigned pl_ring__slots;       // slots in the ring
 extern "C" __device__ const unsigned pl_ring__bars;        // full[slots], empty[slots], then the abort word
 extern "C" __device__ const unsigned pl_ring__ahead;       // the pipeline's load_ahead: tasks asked of L2 ahead
 extern "C" __device__ const unsigned pl_ring__in_flight;   // slots whose copies may be on their way at once
+extern "C" __device__ const unsigned pl_ring__evict_first; // 1: the copies' lines are the first L2 evicts
 
 namespace pl {
 namespace ring {
@@ -177,10 +178,20 @@ __device__ __forceinline__ void expect(const Tile& tile, int i, unsigned bytes) 
 
 // The load entry, any lane: a bulk copy of `bytes` (a multiple of 16, from a 16-byte aligned global address)
 // to byte `offset` (16-byte aligned) of slot i, counted against the slot's expect().
+// With the pipeline's loader_l2 "evict_first" the copy carries an L2 cache hint: its lines go first when L2 needs
+// room, so data read once a launch (weights streamed at decode) does not push out what is read again.
 __device__ __forceinline__ void copy(const Tile& tile, int i, unsigned offset, const void* src, unsigned bytes) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-               ::"r"(smem_u32(slot(tile, i) + offset)), "l"(src), "r"(bytes), "r"(full_bar(position(tile, i)))
-               : "memory");
+  if (pl_ring__evict_first) {  // a link-time constant: LTO keeps one of the two
+    unsigned long long policy;
+    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, "
+                 "[%3], %4;" ::"r"(smem_u32(slot(tile, i) + offset)), "l"(src), "r"(bytes),
+                 "r"(full_bar(position(tile, i))), "l"(policy) : "memory");
+  } else {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 ::"r"(smem_u32(slot(tile, i) + offset)), "l"(src), "r"(bytes), "r"(full_bar(position(tile, i)))
+                 : "memory");
+  }
 }
 
 // The load entry called with tile.ahead (any lane): ask L2 for `bytes` (a multiple of 16, from a 16-byte
