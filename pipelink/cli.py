@@ -38,9 +38,29 @@ class _ParserExit(Exception):
         self.status = status
 
 
+class _StoreOnce(argparse.Action):
+    """An option that takes one value: given twice with different values is a usage error (argparse keeps the
+    last, so `-o a.cubin ... -o b.cubin` from two layers of a build script wrote only b, silently); the same value
+    twice is harmless."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        given = namespace.__dict__.setdefault("_given_once", {})
+        if self.dest in given and given[self.dest][1] != values:
+            first, value = given[self.dest]
+            raise argparse.ArgumentError(self, f"given twice, as {first} {value} and {option_string} {values}: "
+                                               "give it once")
+        given[self.dest] = (option_string, values)
+        setattr(namespace, self.dest, values)
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # argparse would print usage and exit 2 itself; keep our format
         raise UsageError(f"{self.prog}: {message}")
+
+    def add_argument(self, *args, **kwargs):
+        if args and args[0].startswith("-") and kwargs.get("action", "store") == "store" and kwargs.get("nargs") is None:
+            kwargs["action"] = _StoreOnce
+        return super().add_argument(*args, **kwargs)
 
     def exit(self, status=0, message=None):
         if message:

@@ -466,3 +466,26 @@ def test_check_takes_the_schedule_and_dispatch_link_would_be_told(capsys, shippe
     assert code == 1 and "error[PL085]" in err and "option --schedule persistent" in err, err
     code, out, err = run(capsys, "check", *objs, "--pipeline", REPO / "pipelines" / "rowsum.json")
     assert code == 0, err
+
+
+@pytest.mark.parametrize("args", [("link", "x.o", "-o", "a.cubin", "--output", "b.cubin"),
+                                  ("link", "x.o", "--arch", "sm_90", "--arch=sm_100a"),
+                                  ("link", "x.o", "--pipeline", "p.json", "--pipeline", "q.json"),
+                                  ("check", "c.json", "--format", "json", "--format", "text"),
+                                  ("build", "x.cu", "--contract", "a.json", "--contract", "b.json", "-o", "x.o")])
+def test_an_option_given_twice_with_two_values_is_a_usage_error(capsys, monkeypatch, tmp_path, args):
+    """A single-valued option given twice with different values: exit 2 naming both, before any input is read
+    and with nothing written (argparse would have kept the last one silently)."""
+    monkeypatch.chdir(tmp_path)
+    assert main(list(args)) == 2
+    out, err = capsys.readouterr()
+    said = err + out  # the text report on stderr, or the asked document (the first --format) on stdout
+    assert "PL001" in said and "given twice" in said and "PL002" not in said, said
+    assert not list(tmp_path.iterdir())
+
+
+def test_an_option_given_twice_with_one_value_is_taken(capsys, shipped_objects, tmp_path):
+    """The same value twice (a wrapper adding what the user wrote) links as once."""
+    out = tmp_path / "k.cubin"
+    assert main(["link", str(shipped_objects["row_softmax"]), "-o", str(out), "--output", str(out), "--no-cache"]) == 0
+    assert out.exists()

@@ -616,6 +616,7 @@ def codes_markdown() -> str:
              "errors (exit 1). Text from inputs is shown safely in every format: control characters escaped (`\\x1b`),",
              "a value over 256 characters cut to its first 60 and its length. A command whose stdout is closed early",
              "(`pipelink inspect ... | head`) ends quietly with exit code 141, as a tool ended by SIGPIPE would.",
+             "An option that takes one value, given twice with two values (`-o a -o b`), is PL001, not the last one.",
              "This file is generated: `python -m pipelink.core.diagnostics > docs/diagnostics.md`.", "",
              "A code with exit \"1 or 0\" is also reported as a warning (exit 0); its row says when.", "",
              "| code | exit | what | default hint |", "| --- | --- | --- | --- |"]
