@@ -76,6 +76,21 @@ def test_attentions_split_count_is_the_pipelines_and_the_loader_asks_l2_ahead(ob
     assert st.manifest.resources.frame_bytes == 0 and st.manifest.resources.registers <= 168
 
 
+def test_the_separate_kernel_control_links_the_loader_units_with_the_steps_loader_settings(objects, monkeypatch,
+                                                                                          tmp_path):
+    """parts_lr_graph's `_lr` units get decode_step_lr.json's loader fields (here with loader_l2 evict_first
+    added): the unfused control streams W as the megakernel does."""
+    import json
+    doc = json.loads(decode_kernels.MEGA_PIPELINES["lr"].read_text())
+    doc["loader_l2"] = "evict_first"
+    (tmp_path / "decode_step_lr.json").write_text(json.dumps(doc))
+    monkeypatch.setitem(decode_kernels.MEGA_PIPELINES, "lr", tmp_path / "decode_step_lr.json")
+    options = decode_kernels.lr_loader_options()
+    assert options["loader_l2"] == "evict_first" and options["loader_slots"] == doc["loader_slots"]
+    result, _ = decode_kernels.link_part(objects, ("gemv_residual_lr",), None, False, options)
+    assert "pl_ring__evict_first = 1u;" in result.glue and "pl_ring__slots = 4u;" in result.glue
+
+
 @pytest.mark.parametrize("variant", sorted(decode_kernels.MEGA_PIPELINES))
 def test_the_driver_passes_every_parameter_with_its_extents(linked, variant):
     """The driver's tensors (by the megakernel's names) against the manifest: every parameter has a value, and

@@ -127,9 +127,10 @@ def link_mega(objects: dict[str, Path], variant: str, profile_tasks: int = 0, pi
     return _checked(pipelink.link([str(objects[n]) for n in names], pipeline=pipeline), path.name)
 
 
-def link_part(objects: dict[str, Path], names, pipeline: Path | None, dependent: bool):
+def link_part(objects: dict[str, Path], names, pipeline: Path | None, dependent: bool, options: dict | None = None):
     """One unit of PartsStep: a component alone, or a two-component pipeline; with dependent_launch when
-    `dependent` and the link allows it. Returns (LinkResult, dependent_launch used)."""
+    `dependent` and the link allows it; `options`: pipeline fields to link it with. Returns (LinkResult,
+    dependent_launch used)."""
     import pipelink
     from pipelink.core.diagnostics import DiagnosticSink
     from pipelink.core.pipeline import PipelineSpec, load_pipeline
@@ -141,7 +142,7 @@ def link_part(objects: dict[str, Path], names, pipeline: Path | None, dependent:
         spec = PipelineSpec(name=f"{names[0]}_alone")
     # A launch of its own: what the step's earlier launches notify is met by the launch order; the events
     # between the unit's own components (the splits before their merge) stay.
-    spec = dataclasses.replace(spec, standalone=True)
+    spec = dataclasses.replace(spec, standalone=True, **(options or {}))
     inputs = [str(objects[n]) for n in names]
     if dependent:
         result = pipelink.link(inputs, pipeline=dataclasses.replace(spec, dependent_launch=True))
@@ -169,6 +170,17 @@ RING_UNITS = {"gemv_residual": ("gemv_residual_ring",), "gemv_swiglu_normed": ("
 # ... and those decode_step_lr.json's GEMVs replace: each a kernel with its own loader warp and ring, W packed.
 LR_UNITS = {"gemv_residual": ("gemv_residual_lr",), "gemv_swiglu_normed": ("gemv_swiglu_normed_lr",),
             "qkv_rope_normed": ("qkv_rope_normed_lr",), "lm_head": ("lm_head_lr", "argmax_merge")}
+# The loader settings of decode_step_lr.json that its separate-kernel control links each `_lr` unit with too: the
+# same ring and copies, one kernel at a time.
+LOADER_FIELDS = ("loader_slots", "loader_in_flight", "loader_l2")
+
+
+def lr_loader_options() -> dict:
+    """The loader fields decode_step_lr.json sets (LOADER_FIELDS)."""
+    doc = json.loads(MEGA_PIPELINES["lr"].read_text())
+    return {k: doc[k] for k in LOADER_FIELDS if k in doc}
+
+
 # The calls whose W an `_lr` unit takes packed: call -> the model's tensor (decode_model.PACKED_WEIGHTS).
 PACKED_W = {"qkv": "w_qkv_packed", "o_proj": "w_o_packed", "gate_up": "w_gu_packed", "down": "w_down_packed",
             "head": "w_lm_packed"}
@@ -271,18 +283,19 @@ class PartsStep:
     def __init__(self, objects: dict, attention: str = "split", dependent: bool = True, ring: bool = False,
                  load: bool = True, lr: bool = False):
         """`ring`: the GEMVs that decode_step_ring.json swaps in (RING_UNITS), the fair control of that step;
-        `lr`: those of decode_step_lr.json (LR_UNITS), the loader-ring step's;
+        `lr`: those of decode_step_lr.json (LR_UNITS), the loader-ring step's, with its loader settings;
         `load`: load each kernel onto the GPU (False: linked only, `manifests` says what each would launch)."""
         self.attention = attention
         units = {u for u, _, _ in parts_schedule(1, attention, embed="embed" in objects)}
         self.kernels, self.dependent, self.manifests = {}, {}, {}
         swap = LR_UNITS if lr else RING_UNITS if ring else {}
         self.packed = frozenset(swap) if lr else frozenset()
+        loader = lr_loader_options() if lr else {}
         for unit in sorted(units):
             names, pipe = PART_UNITS[unit]
             if unit in swap:  # (the head's two components meet through their event: persistent)
                 names, pipe = swap[unit], None
-            result, dep = link_part(objects, names, pipe, dependent)
+            result, dep = link_part(objects, names, pipe, dependent, loader if unit in swap else None)
             self.manifests[unit] = result.manifest
             if load:  # else linked only
                 self.kernels[unit] = result.kernel()
