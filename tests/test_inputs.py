@@ -452,6 +452,42 @@ def test_a_toolchain_call_that_dies_or_prints_is_an_error_not_a_dead_process(cap
     assert captured.out == "" and captured.err == ""
 
 
+_FORK_HOOKS = """
+import os, sys, threading
+from concurrent.futures import ThreadPoolExecutor
+forking = set()  # as filelock's hooks do: a fork while another thread forks is refused from an audit hook
+def before():  # the hooks' own work before a fork: a window in which another thread's fork is refused
+    forking.add(threading.get_ident())
+    __import__("time").sleep(0.005)
+os.register_at_fork(before=before, after_in_parent=lambda: forking.discard(threading.get_ident()))
+def audit(event, args):
+    if event == "os.fork" and (forking or REFUSE_ALL):
+        raise RuntimeError("os.fork is unsafe while filelock is changing descriptor ownership")
+REFUSE_ALL = sys.argv[1] == "all"
+sys.addaudithook(audit)
+from pipelink import toolchain
+def call(i):
+    return toolchain._isolated(lambda: (__import__("time").sleep(0.02), os.getpid())[1])
+with ThreadPoolExecutor(8) as pool:
+    pids = list(pool.map(call, range(48)))
+print(len(pids), sum(p == os.getpid() for p in pids))
+"""
+
+
+@pytest.mark.parametrize("refuse", ["concurrent", "all"])
+def test_toolchain_calls_from_many_threads_survive_a_library_refusing_concurrent_forks(refuse):
+    """Components build on several threads, each calling NVRTC and nvJitLink in a forked child. A library's fork
+    hooks (filelock's, imported with transformers) raise from os.fork while another thread forks: that broke the
+    case study's builds. Forks are one at a time now, and one refused every time runs the call in this process."""
+    import subprocess
+    import sys
+    done = subprocess.run([sys.executable, "-c", _FORK_HOOKS, refuse], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parent.parent)
+    assert done.returncode == 0, done.stderr
+    calls, here = map(int, done.stdout.split())
+    assert calls == 48 and here == (48 if refuse == "all" else 0), done.stdout
+
+
 @pytest.mark.parametrize("at, width, commands", [(3016, 4, ("check", "link")), (1033, 16, ("check",)),
                                                   (1436, 1, ("check",))])
 def test_an_object_whose_device_code_is_damaged_is_pl005_in_every_command(shipped_objects, tmp_path, capfd, at, width,

@@ -9,6 +9,7 @@ import functools
 import os
 import shutil
 import sys
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -310,6 +311,29 @@ def nvjitlink_link(inputs: list[LinkInput], options: list[str], want_ptx: bool =
     return _isolated(_nvjitlink_link, inputs, options, want_ptx)
 
 
+_FORKING = threading.Lock()
+
+
+def _fork() -> int | None:
+    """os.fork(), one thread of the process at a time; None where the system or the process refuses it.
+
+    Threads building components in parallel call the toolchain at once, and forks from two threads at once are
+    what a library's fork hooks may refuse: filelock (imported by huggingface_hub, torch's caches) raises
+    RuntimeError from its audit hook on an os.fork while another thread is inside one. So forks are serialized
+    here, and a refusal that still comes (another library's fork at that moment) is tried again a few times
+    before the call runs in this process."""
+    import time
+    for attempt in range(8):
+        try:
+            with _FORKING:
+                return os.fork()
+        except OSError:  # no process to spare (memory, limits)
+            return None
+        except Exception:  # noqa: BLE001 - an audit hook's refusal (filelock's RuntimeError): usually brief
+            time.sleep(0.005 * (attempt + 1))
+    return None
+
+
 def _isolated(fn, *args, tool: str = "nvJitLink"):
     """fn(*args) in a forked child: its result, or its ToolchainError, comes back through a pipe (pickled), what
     it wrote on fds 1 and 2 through a temporary file. A child that dies (a signal, an abort) raises ToolchainError
@@ -323,9 +347,8 @@ def _isolated(fn, *args, tool: str = "nvJitLink"):
             stream.flush()
     with tempfile.TemporaryFile() as printed:
         r, w = os.pipe()
-        try:
-            pid = os.fork()
-        except OSError:  # no process to spare (memory, limits): run it here, unprotected, rather than fail
+        pid = _fork()
+        if pid is None:  # no process to spare, or forking refused: run it here, unprotected, rather than fail
             os.close(r)
             os.close(w)
             return fn(*args)
