@@ -24,6 +24,7 @@ from ..core.diagnostics import DiagnosticSink
 from ..core.loader import load_contract_dict
 from ..core.model import Component
 from ..core.pipeline import CallSpec, PipelineSpec
+from .events import shared_writes
 
 AFTER_EVENT = "pl_after_{}"
 _IDENT = re.compile(r"(?<![\w.])[A-Za-z_]\w*")
@@ -122,13 +123,8 @@ def check_hazards(plan: CallPlan, events, by_name: dict, sink: DiagnosticSink) -
             if (a[0] == b[0] and a[1] == b[1]) or b in reach[a]:
                 continue  # one call's own tasks in a layer are its contract's business (chains); or ordered
             next_layer = b[1] > a[1] and plan.layered(a[0]) and plan.layered(b[0])
-            for tensor in sorted(access[a[0]].keys() & access[b[0]].keys()):
-                if not (access[a[0]][tensor] or access[b[0]][tensor]):
-                    continue  # both only read it
-                if tensor in stacked and next_layer:
-                    continue  # different layers' copies
-                verb = lambda n: "writes" if access[n][tensor] else "reads"  # noqa: E731
-                said = f"'{b[0]}' {verb(b[0])} '{tensor}', which '{a[0]}' {verb(a[0])}"
+            # a stacked tensor's layers are different copies
+            for _, said in shared_writes(a[0], b[0], access, stacked if next_layer else frozenset()):
                 found = races.setdefault((a[0], b[0], next_layer), [])
                 if said not in found:
                     found.append(said)

@@ -180,6 +180,19 @@ def _check_read_order(comps, tensors, sink) -> None:
                                    by_name[comp.name].contract.at(side.pointer))
 
 
+def shared_writes(a: str, b: str, access: dict[str, dict[str, bool]], skip=frozenset()) -> list[tuple[str, str]]:
+    """The tensors components (or calls) a and b both take, one of them writing it (access[name][tensor]: True
+    where it writes), but those in `skip`: (tensor, what each does with it), for PL178. One rule for both walks,
+    a link's components (check_component_hazards) and its calls over two layers (calls.check_hazards)."""
+    out = []
+    for tensor in sorted(access[a].keys() & access[b].keys()):
+        if tensor in skip or not (access[a][tensor] or access[b][tensor]):
+            continue  # both only read it
+        verb = lambda n: "writes" if access[n][tensor] else "reads"  # noqa: E731
+        out.append((tensor, f"'{b}' {verb(b)} '{tensor}', which '{a}' {verb(a)}"))
+    return out
+
+
 def check_component_hazards(comps, plan: "EventPlan", sink) -> None:
     """A persistent link of components (no `calls`): two components that share a pointer parameter, one of them
     writing it (not const), run their tasks at once on different CTAs unless an event orders one behind the
@@ -189,22 +202,18 @@ def check_component_hazards(comps, plan: "EventPlan", sink) -> None:
     after = downstream(names, _edges(plan.tensors))
     by_name = {c.name: c for c in comps}
     order = {name: i for i, name in enumerate(plan.order or names)}
-    access = {c.name: {p.name: (k, not p.const) for k, p in enumerate(c.contract.entry.params) if p.pointer}
-              for c in comps}
+    index = {c.name: {p.name: k for k, p in enumerate(c.contract.entry.params) if p.pointer} for c in comps}
+    access = {c.name: {p.name: not p.const for p in c.contract.entry.params if p.pointer} for c in comps}
     for a, b in ((a, b) for a in names for b in names if order.get(a, 0) < order.get(b, 0)):
         if b in after[a] or a in after[b]:
             continue
-        said = []
-        for tensor in sorted(access[a].keys() & access[b].keys()):
-            if access[a][tensor][1] or access[b][tensor][1]:
-                verb = lambda n: "writes" if access[n][tensor][1] else "reads"  # noqa: E731
-                said.append((tensor, f"'{b}' {verb(b)} '{tensor}', which '{a}' {verb(a)}"))
+        said = shared_writes(a, b, access)
         if said:
             tensor = said[0][0]
             sink.error("PL178", f"nothing orders '{b}' after '{a}' (no event between them), so their tasks may run "
                        f"at once on different CTAs: {'; '.join(s for _, s in said)}",
-                       by_name[b].contract.at(f"/entry/params/{access[b][tensor][0]}"),
-                       related=(by_name[a].contract.at(f"/entry/params/{access[a][tensor][0]}"),),
+                       by_name[b].contract.at(f"/entry/params/{index[b][tensor]}"),
+                       related=(by_name[a].contract.at(f"/entry/params/{index[a][tensor]}"),),
                        hint=f"have '{b}' wait on an event that '{a}' notifies (contract `events`, docs/contract.md), "
                             f"or list them as `calls` with \"after\": [\"{a}\"] on '{b}'")
 
