@@ -201,6 +201,23 @@ def test_summary_line():
     assert "vs separate-kernel graph 1.07x" in report.summary_line(faster_lr_parts)
 
 
+@pytest.mark.parametrize("machine, card, peak", [
+    ("NVIDIA H200, 143771 MiB, 580.159.04, 1980 MHz", "H200", 4.8e12),
+    ("NVIDIA H100 80GB HBM3, 81559 MiB, 580.159.04, 1980 MHz", "H100", 3.35e12),
+    ("NVIDIA B200, 183359 MiB", None, 4.8e12)])
+def test_the_headline_counts_bandwidth_against_the_runs_own_card(machine, card, peak):
+    """A run on an H100 had its bandwidth reported as a share of the H200's peak: the peak is the card's the run
+    names, and a card the report does not know is said to be counted against the H200's."""
+    assert model.hbm_peak(machine)[0] == (card or "H200") and model.hbm_peak(machine)[2] == (card is not None)
+    res = _results()
+    res["machine"] = machine
+    head = report.render(res).split("## Latency per step")[1].split("##")[0]
+    share = 100 * model.weight_bytes_per_step(1) / 701e-6 / peak  # the loader step's 701 us
+    assert f"| {share:.1f}% |" in head and f"{peak / 1e12:.2f} TB/s" in head, head
+    assert ("not known here" in head) == (card is None)
+    assert ("this run's card is not theirs" in head) == (card not in ("H200", None))
+
+
 def test_summary_line_without_results():
     assert report.summary_line({}) == ("summary: bs1 ctx1024 n/a us/step; vs reference graph n/a; vs separate-kernel "
                                        "graph n/a; greedy tokens identical n/a")

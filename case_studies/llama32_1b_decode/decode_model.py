@@ -136,7 +136,19 @@ def kv_bytes_per_step(B: int, L: int, NL: int = LAYERS) -> int:
     return 2 * NL * B * KV_HEADS * L * HEAD_DIM * 2
 
 
-HBM_PEAK = 4.8e12  # H200 HBM3e, bytes/s
+HBM_PEAK = 4.8e12  # H200 HBM3e, bytes/s: the case study's machine
+# Other cards' HBM peaks (bytes/s, datasheets), for the report of a run on one of them: the first name the
+# machine's contains.
+HBM_PEAKS = (("H200", 4.8e12), ("H100 NVL", 3.9e12), ("H100 PCIe", 2.0e12), ("H100", 3.35e12))
+
+
+def hbm_peak(machine: str) -> tuple[str, float, bool]:
+    """(card, HBM peak in bytes/s, known) for the machine a run names (nvidia-smi's name first); the H200's
+    peak, known False, for a card not listed."""
+    for name, peak in HBM_PEAKS:
+        if name in (machine or ""):
+            return name, peak, True
+    return "H200", HBM_PEAK, False
 
 
 def floor_us(nbytes: int, peak: float = HBM_PEAK) -> float:

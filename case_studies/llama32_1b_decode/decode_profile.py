@@ -21,7 +21,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent.parent))
 
-from decode_model import HBM_PEAK, DecodeModel, DecodeState, build_reference, weight_shapes  # noqa: E402
+from decode_model import DecodeModel, DecodeState, build_reference, hbm_peak, weight_shapes  # noqa: E402
 
 
 def call_weight_bytes(call: str, B: int) -> int:
@@ -221,8 +221,9 @@ def main(argv=None) -> int:
     per = profile_parts(step, parts_schedule(dm.NL, "split", embed="embed" in parts.kernels), stream)
     total = sum(p["us"] for p in per.values())
     rows = []
+    card, peak, _ = hbm_peak(torch.cuda.get_device_name())
     print(f"separate kernels{' (ring GEMVs)' if args.ring else ''}, B={args.B} ctx={args.ctx}: "
-          f"{total:.1f} us of kernel time per step")
+          f"{total:.1f} us of kernel time per step (%peak: of the {card}'s {peak / 1e12:.2f} TB/s)")
     print(f"{'call':12s} {'launches':>8s} {'us/step':>9s} {'us/launch':>9s} {'MB/launch':>9s} {'TB/s':>6s} {'%peak':>6s}")
     for call, p in per.items():
         nbytes = call_weight_bytes(call, args.B)
@@ -231,7 +232,7 @@ def main(argv=None) -> int:
         rows.append(dict(call=call, launches=p["launches"], us_per_step=p["us"], us_per_launch=per_launch,
                          weight_bytes_per_launch=nbytes, tb_per_s=tbs))
         print(f"{call:12s} {p['launches']:8d} {p['us']:9.1f} {per_launch:9.2f} {nbytes / 1e6:9.2f} {tbs:6.2f} "
-              f"{100 * tbs * 1e12 / HBM_PEAK:5.1f}%")
+              f"{100 * tbs * 1e12 / peak:5.1f}%")
     if args.out:
         Path(args.out).write_text(json.dumps(dict(**provenance(), B=args.B, ctx=args.ctx, ring=args.ring, total_us=total,
                                                   calls=rows), indent=1) + "\n")

@@ -13,7 +13,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from decode_model import HBM_PEAK, floor_us, kv_bytes_per_step, weight_bytes_per_step  # noqa: E402
+from decode_model import floor_us, hbm_peak, kv_bytes_per_step, weight_bytes_per_step  # noqa: E402
 
 # Published, not re-run here: msaroufim/megakernels-vs-cuda-graphs, Llama-3.2-1B decode on an H200, B = 1.
 PUBLISHED_SOURCE = "msaroufim/megakernels-vs-cuda-graphs"
@@ -171,23 +171,25 @@ def _correctness(results: dict) -> list[str]:
 def _headline(results: dict) -> list[str]:
     B, ctx = HEADLINE["B"], HEADLINE["ctx"]
     wb = weight_bytes(B)
+    card, peak, known = hbm_peak(results.get("machine", ""))
+    whose = f"{card} HBM peak" if known else f"HBM peak of the H200 (this machine's, {results.get('machine', '?')}, not known here)"
     out = [f"## Latency per step at B={B}, ctx={ctx}", "",
            f"Median of CUDA-event timings, variants alternating round-robin. Weight bandwidth: {wb / 1e9:.3f} GB of "
-           f"weights read per step over the time (H200 HBM peak {HBM_PEAK / 1e12:.1f} TB/s: weight-read floor "
-           f"{floor_us(wb):.1f} us). The two published figures are cited from {PUBLISHED_SOURCE} (H200), not "
-           "re-run here.", ""]
+           f"weights read per step over the time ({whose} {peak / 1e12:.2f} TB/s: weight-read floor "
+           f"{floor_us(wb, peak):.1f} us). The two published figures are cited from {PUBLISHED_SOURCE} (H200), not "
+           "re-run here" + ("" if card == "H200" else f"; this run's card is not theirs ({card})") + ".", ""]
     rows = []
     for v in _variants(results):
         t = latency(results, v, B, ctx)
         if t is None:
             continue
         rows.append([LABELS.get(v, v), _us(t), f"{t / HAND_WRITTEN_US:.3f}", f"{wb / t / 1e6:.2f}",
-                     f"{100 * wb / t / 1e6 / (HBM_PEAK / 1e12):.1f}%"])
+                     f"{100 * wb / t / 1e6 / (peak / 1e12):.1f}%"])
     for label, t in ((f"hand-written megakernel (published, {PUBLISHED_SOURCE})", HAND_WRITTEN_US),
                      (f"CUDA Graphs + PDL (published, {PUBLISHED_SOURCE})", GRAPHS_PDL_US),
-                     ("weight-read floor at HBM peak", floor_us(wb))):
+                     (f"weight-read floor at the {card}'s HBM peak", floor_us(wb, peak))):
         rows.append([label, _us(t), f"{t / HAND_WRITTEN_US:.3f}", f"{wb / t / 1e6:.2f}",
-                     f"{100 * wb / t / 1e6 / (HBM_PEAK / 1e12):.1f}%"])
+                     f"{100 * wb / t / 1e6 / (peak / 1e12):.1f}%"])
     out += _table(["variant", "us per step", "x hand-written", "weight TB/s", "of HBM peak"], rows)
     return out + [""]
 
