@@ -133,9 +133,10 @@ def plan_loader(comps: list, spec: PipelineSpec, schedule: str, role_structured:
                      spec.at("/load_ahead"),
                      hint="drop load_ahead, or link components whose contract's loader says ahead")
     if not loading:
-        for name in ("loader_slots", "loader_in_flight", "loader_l2"):
+        for name, does in (("loader_slots", "sizes the loader ring"), ("loader_in_flight", "paces the loader ring"),
+                           ("loader_l2", "sets the L2 hint of the loader ring's copies")):
             if spec.changes(name):
-                sink.warning("PL193", f"{name} sizes the loader ring, and no component of this link has a load "
+                sink.warning("PL193", f"{name} {does}, and no component of this link has a load "
                              "entry: it has no effect", spec.at(f"/{name}"),
                              hint=f"drop {name}, or link components with a load entry (entry.load)")
         return None
