@@ -336,3 +336,21 @@ def test_a_document_breaking_the_schema_a_million_times_reports_the_first_hundre
     assert main(["check", *ROWSUM_CONTRACTS, "--pipeline", str(tmp_path / "p.json"), "--format", "json"]) == 2
     found = json.loads(capsys.readouterr().out)["diagnostics"]
     assert len(found) == MAX_VIOLATIONS + 1 and "more problems follow" in found[-1]["message"]
+
+
+def test_a_field_that_is_not_taken_names_the_nearest_one_or_its_level():
+    """An unknown field: the nearest name the object takes ('invocaton' -> 'invocation'), or that it is a
+    top-level field put inside another object (a contract's `loader` inside `entry`), or the fields it takes."""
+    import json
+    from pipelink.core import validate
+    from pathlib import Path
+    raw = json.loads((Path(__file__).resolve().parent.parent / "contracts" / "tile_load.json").read_text())
+    raw["entry"]["invocaton"] = "per_tile"
+    raw["entry"]["loader"] = {"slot_bytes": 16, "slots": 1}
+    raw["zzz"] = 1
+    said = dict(validate.violations(validate.CONTRACT_SCHEMA, raw))
+    assert "'invocaton' is not a field here (did you mean 'invocation'?)" in said["/entry"]
+    assert "'loader' is a top-level field, not one of this object's" in said["/entry"]
+    assert said[""].startswith("'zzz' is not a field here (fields: $schema, barriers,")
+    said = dict(validate.violations(validate.PIPELINE_SCHEMA, {"pipeline": 1, "loader_l": "evict_first"}))
+    assert said[""] == "'loader_l' is not a field here (did you mean 'loader_l2'?)"

@@ -286,7 +286,7 @@ class _SemanticCheck:
             return None
         if section is None:
             self.error("PL185", f"entry.load '{entry.load}' without `loader`: how many slots of how many bytes a task "
-                       "fills is not said", "/entry/load", hint='add "loader": {"slot_bytes": ..., "slots": ...}')
+                       "fills is not said", "/entry/load", hint='add "loader": {"slot_bytes": ..., "slots": ...} at the top level of the contract, beside "entry"')
             return None
         if entry.invocation != "per_tile":
             self.error("PL185", f"the load entry '{entry.load}' needs a per_tile entry: it loads a task's data",

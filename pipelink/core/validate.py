@@ -65,7 +65,8 @@ def violations(name: str, doc) -> list[tuple[str, str]]:
     import itertools
     found = list(itertools.islice(_validator(name).iter_errors(doc), MAX_VIOLATIONS + 1))
     errors = sorted(found[:MAX_VIOLATIONS], key=lambda e: list(map(str, e.absolute_path)))
-    out = [(pointer(e.absolute_path), _message(e)) for e in errors]
+    root = set(_validator(name).schema.get("properties", {}))
+    out = [(pointer(e.absolute_path), _message(e, root)) for e in errors]
     if len(found) > MAX_VIOLATIONS:
         out.append(("", f"more problems follow; the first {MAX_VIOLATIONS} are shown (fix them and check again)"))
     return out
@@ -75,7 +76,32 @@ def pointer(path) -> str:
     return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in path)
 
 
-def _message(err) -> str:
+def _unexpected(err, root: set[str]) -> str | None:
+    """A field the object does not take: the nearest name it takes, or that it is a top-level field (a
+    contract's `loader` put inside `entry`); None where neither helps."""
+    import difflib
+    allowed = [k for k in err.schema.get("properties", {}) if isinstance(k, str)]
+    extra = [k for k in err.instance if k not in allowed] if isinstance(err.instance, dict) else []
+    if not extra or err.schema.get("patternProperties"):
+        return None
+    said = []
+    for key in extra[:5]:
+        text = f"'{_short(key)[1:-1]}'" if isinstance(key, str) else _short(key)
+        near = difflib.get_close_matches(key, allowed, n=1, cutoff=0.75) if isinstance(key, str) else []
+        if err.absolute_path and key in root:
+            said.append(f"{text} is a top-level field, not one of this object's")
+        elif near:
+            said.append(f"{text} is not a field here (did you mean '{near[0]}'?)")
+        else:
+            said.append(f"{text} is not a field here (fields: {', '.join(sorted(allowed)[:24])})")
+    return "; ".join(said)
+
+
+def _message(err, root: set[str] = frozenset()) -> str:
+    if err.validator == "additionalProperties" and err.schema.get("additionalProperties") is False:
+        said = _unexpected(err, root)
+        if said:
+            return said
     if err.validator == "oneOf" and not err.absolute_path and isinstance(err.instance, dict) and {
             tuple(s.get("required", ())) for s in err.schema.get("oneOf", ())} == {("entry",), ("entries",)}:
         return _entry_forms(err.instance)
