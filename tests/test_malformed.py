@@ -354,3 +354,14 @@ def test_a_field_that_is_not_taken_names_the_nearest_one_or_its_level():
     assert said[""].startswith("'zzz' is not a field here (fields: $schema, barriers,")
     said = dict(validate.violations(validate.PIPELINE_SCHEMA, {"pipeline": 1, "loader_l": "evict_first"}))
     assert said[""] == "'loader_l' is not a field here (did you mean 'loader_l2'?)"
+
+
+def test_an_empty_components_list_is_refused():
+    """`"components": []` lists none of the inputs (the docs say every input must be listed): PL133 at the field;
+    the inputs' order is the field left out."""
+    from pipelink.core.diagnostics import DiagnosticSink
+    from pipelink.core.pipeline import load_pipeline_dict
+    sink = DiagnosticSink()
+    assert load_pipeline_dict({"pipeline": 1, "components": []}, sink, "p.json") is None
+    assert [(d.code, d.location.pointer) for d in sink.errors] == [("PL133", "/components")]
+    assert load_pipeline_dict({"pipeline": 1}, DiagnosticSink(), "p.json").components == ()
