@@ -79,6 +79,20 @@ def test_a_load_entry_needs_a_static_persistent_schedule(schedule, dispatch):
         {"pipeline": 1, "schedule": schedule, "dispatch": dispatch}, DiagnosticSink()), cache=False),
         components=comps, until="resolve")
     assert "PL186" in codes(ctx)
+    (d,) = [d for d in ctx.sink.errors if d.code == "PL186"]
+    # the pipeline's setting that made the schedule is named beside the load entry
+    assert [r.pointer for r in d.related] == ["/dispatch" if dispatch == "dynamic" else "/schedule"], d.render()
+
+
+def test_a_default_the_pipeline_file_leaves_is_located_at_the_file():
+    """A diagnostic about a field the file does not write (loader_slots left at 4) points at the file, not at a
+    pointer to nothing; a field it writes, or one set off its default in Python, at the field."""
+    import dataclasses
+    spec = load_pipeline_dict({"pipeline": 1}, DiagnosticSink(), "p.json")
+    assert (spec.at("/loader_slots").file, spec.at("/loader_slots").pointer) == ("p.json", "")
+    spec = load_pipeline_dict({"pipeline": 1, "loader_slots": 4}, DiagnosticSink(), "p.json")
+    assert spec.at("/loader_slots").pointer == "/loader_slots"
+    assert dataclasses.replace(spec, deal="continue").at("/deal").pointer == "/deal"
 
 
 def test_a_loading_component_has_the_blocks_warps():

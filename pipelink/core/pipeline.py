@@ -91,6 +91,10 @@ class PipelineSpec:
             option = self.given.get("/".join(parts[:n]))
             if option:
                 return Location(option=option)
+        top = parts[1] if len(parts) > 1 else ""
+        if top in PipelineSpec.__dataclass_fields__ and isinstance(self.extra, dict) and self.extra and \
+                top not in self.extra and not self.changes(top):  # a file that leaves the field to its default
+            return Location(file=self.source, pointer="")  # the file, not a field it does not write
         return Location(file=self.source, pointer=pointer)
 
     def changes(self, name: str) -> bool:

@@ -143,8 +143,11 @@ def plan_loader(comps: list, spec: PipelineSpec, schedule: str, role_structured:
     if schedule != "persistent" or role_structured or spec.dispatch != "static":
         how = "role-structured" if role_structured else schedule + (
             f" with {spec.dispatch} dispatch" if schedule == "persistent" else "")
+        why = [spec.at("/dispatch")] if schedule == "persistent" and spec.dispatch != "static" else \
+            [spec.at("/schedule")] if spec.schedule and spec.sets("schedule") else []
         sink.error("PL186", f"'{loading[0].name}' has a load entry, which a loader warp calls for the CTA's tasks in "
                    f"their static order; this pipeline's schedule is {how}", loading[0].contract.at("/entry/load"),
+                   related=tuple(why),
                    hint='use a persistent schedule with "dispatch": "static", or link the component\'s variant '
                         "without a load entry")
         return None
