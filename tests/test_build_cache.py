@@ -209,6 +209,7 @@ def test_a_build_whose_object_lacks_its_entry_is_pl014(component, tmp_path):
     source.write_text(source.read_text().replace(f"void {c.entry.symbol}(", f"void {c.entry.symbol}_v2("))
     assert not build_component(c, contract.read_bytes(), source, tmp_path / "x.o", sink, BuildOptions())
     assert [(d.code, d.location.pointer) for d in sink.errors] == [("PL014", "/entry/symbol")]
+    assert f"did you mean '{c.entry.symbol}_v2'?" in sink.errors[0].message  # from the source's extern "C" names
     assert not (tmp_path / "x.o").exists()
 
 

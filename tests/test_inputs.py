@@ -545,3 +545,16 @@ def test_ptx_symbols_scan_in_linear_time():
     start = time.monotonic()
     found = _PTX_VISIBLE.findall(text)
     assert found == ["foo", "bar"] and time.monotonic() - start < 5
+
+
+def test_the_extern_c_functions_of_a_source_are_found_in_linear_time():
+    """A misspelt entry's did-you-mean names the source's extern "C" functions (LTO-IR cannot be searched); a
+    source of one long run of words does not stall the search."""
+    import time
+    from pipelink.formats.inputs import source_functions
+    text = ('extern "C" __device__ void row_max(pl::Tile tile, const float* x) {}\n'
+            'extern "C" __device__ __forceinline__ float* scale_load (int a);\nextern "C" {\n}\n')
+    assert source_functions(text) == ["row_max", "scale_load"]
+    start = time.perf_counter()
+    assert source_functions('extern "C" ' + "a " * 200000) == []
+    assert time.perf_counter() - start < 2

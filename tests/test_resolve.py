@@ -74,6 +74,16 @@ def test_shape_mismatch_on_a_wire():
     _, _, sink = run(rowsum(tile_transform=hardcoded))
     assert codes(sink) == ["PL064"]
     assert "produces tiles [TILE_M=32, TILE_N=128], 'tile_transform' expects [TILE_M=32, 64]" in sink.items[0].message
+    assert "another order" not in sink.items[0].message and "instead of assuming" in sink.items[0].render()
+
+
+def test_a_transposed_tile_on_a_wire_says_the_order_differs():
+    def transposed(c):  # the same names, the other order
+        c["ports"][0]["tile"] = ["TILE_N", "TILE_M"]
+    _, _, sink = run(rowsum(tile_transform=transposed))
+    assert codes(sink) == ["PL064"]
+    d = sink.items[0]
+    assert "(the same extents in another order)" in d.message and "in the producer's order" in d.render()
 
 
 def test_layout_mismatch_is_a_copy_in_sequential_and_an_error_in_a_ring():

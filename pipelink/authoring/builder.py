@@ -239,7 +239,8 @@ def _conforms(contract: Contract, data: bytes, opts: BuildOptions, name: str, si
     return not found.errors
 
 
-def _probe_record(contract: Contract, data: bytes, archs, name: str, sink: DiagnosticSink) -> bytes | None:
+def _probe_record(contract: Contract, data: bytes, archs, name: str, sink: DiagnosticSink,
+                  source: str | None = None) -> bytes | None:
     """Each target's probe of the object just compiled, as the record the build embeds (conformance.py); b"" where
     the object does not link alone and still defines its entries (NVSHMEM's calls: left to the link); None after
     PL014 (an entry the object does not define: asked of nvJitLink as the link asks)."""
@@ -257,15 +258,16 @@ def _probe_record(contract: Contract, data: bytes, archs, name: str, sink: Diagn
     # could be misspelt and still probe clean: each is asked of nvJitLink as the link asks.
     uncalled = {contract.entry.load, None if contract.entry.carry else contract.entry.prefetch} - {None}
     if not results or any(r.usage is None for r in results.values()):
-        if not _defines_its_entries(contract, data, archs[0], name, sink):
+        if not _defines_its_entries(contract, data, archs[0], name, sink, source=source):
             return None
-    elif uncalled and not contract.entries and not _defines_its_entries(contract, data, archs[0], name, sink, uncalled):
+    elif uncalled and not contract.entries and not _defines_its_entries(contract, data, archs[0], name, sink, uncalled,
+                                                                        source):
         return None
     return usage_record(contract, objs[0], results) if any(r.usage for r in results.values()) else b""
 
 
 def _defines_its_entries(contract: Contract, data: bytes, arch: str, name: str, sink: DiagnosticSink,
-                         only: set | None = None) -> bool:
+                         only: set | None = None, source: str | None = None) -> bool:
     """The object defines every entry its contract names (`extern "C" __device__`), asked of nvJitLink as the link
     does: a misspelt or missing entry is PL014 here, at the build, not at the first check or link of the object."""
     from ..formats.inputs import check_entry_symbol, read_bytes
@@ -277,7 +279,8 @@ def _defines_its_entries(contract: Contract, data: bytes, arch: str, name: str, 
         if only is not None and symbol not in only:
             continue
         probe = DiagnosticSink()
-        check_entry_symbol(objs[0], symbol, arch, probe, pointer=pointer, contract_file=contract.source.file)
+        check_entry_symbol(objs[0], symbol, arch, probe, pointer=pointer, contract_file=contract.source.file,
+                           source=source)
         missing = [d for d in probe.items if d.code == "PL014"]
         sink.extend(missing)  # a probe that cannot link the object alone (NVSHMEM's calls) is the link's to judge
         ok = ok and not missing
@@ -351,7 +354,7 @@ def _compile(contract: Contract, contract_bytes: bytes, source: Path, cmd: list[
         wrap_fatbin(tmp / "component.fatbin", obj)
         sections = {SOURCE_SECTION: json.dumps({"file": source.name, "source": text}).encode()}
         record = _probe_record(contract, obj.read_bytes(), opts.archs or contract.targets.archs,
-                               out_path if out_path != STDOUT else source.stem + ".o", sink)
+                               out_path if out_path != STDOUT else source.stem + ".o", sink, text)
         if record is None:
             return None
         if record:

@@ -198,8 +198,10 @@ def check_barriers(contracts: list[Contract], free_ids: int, sink: DiagnosticSin
         for i, bid in enumerate(c.barriers.hardcoded_ids):
             if bid in owner:
                 other, j = owner[bid]
-                sink.error("PL045", f"barrier id {bid} is hard-coded by both '{other.name}' and '{c.name}': the two "
-                           "would release each other's waits", c.at(f"/barriers/hardcoded_ids/{i}"),
+                sink.error("PL045", f"barrier id {bid} is hard-coded by both '{other.name}' and '{c.name}': a "
+                           "hard-coded id is one component's in a link (the set check does not know the schedule; "
+                           "where the two run at once, their bar.syncs release each other's waits)",
+                           c.at(f"/barriers/hardcoded_ids/{i}"),
                            related=(other.at(f"/barriers/hardcoded_ids/{j}"),))
             owner.setdefault(bid, (c, i))
     needed = len(owner) + sum(len(c.barriers.named) for c in contracts)

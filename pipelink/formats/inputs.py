@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import json
 import re
 import subprocess
 import tempfile
@@ -335,9 +336,38 @@ def _section_names(path: str | os.PathLike) -> set[str]:
 
 # --- the entry symbol ------------------------------------------------------------------------
 
+_EXTERN_C_FUNCTION = re.compile(r'extern\s+"C"\s+([^;{}()"]{1,300})\(')  # the words before the first '('
+
+
+def source_functions(text: str) -> list[str]:
+    """The `extern "C"` functions a CUDA source defines or declares, in order, each once: what an object built
+    from it may define, for a misspelt entry's did-you-mean (LTO-IR cannot be searched for names)."""
+    names = []
+    for m in _EXTERN_C_FUNCTION.finditer(text):
+        words = re.findall(r"[A-Za-z_]\w*", m.group(1))
+        if words and words[-1] not in names:
+            names.append(words[-1])
+    return names
+
+
+def _defined_names(obj: InputObject, source: str | None) -> list[str]:
+    """Names the object defines, as far as they can be known without linking: its PTX's, else the extern "C"
+    functions of its source (the one given, or the one `pipelink build` embedded)."""
+    if obj.ptx_symbols:
+        return obj.ptx_symbols
+    if source is None and obj.embedded_source:
+        try:
+            source = json.loads(obj.embedded_source).get("source")
+        except (ValueError, AttributeError):
+            source = None
+    return source_functions(source) if isinstance(source, str) else []
+
+
 def check_entry_symbol(obj: InputObject, symbol: str, arch: str, sink: DiagnosticSink,
-                       pointer: str = "/entry/symbol", contract_file: str | None = None) -> bool:
-    """Does `obj` define the `extern "C" __device__` function `symbol` for `arch`? Asks nvJitLink."""
+                       pointer: str = "/entry/symbol", contract_file: str | None = None,
+                       source: str | None = None) -> bool:
+    """Does `obj` define the `extern "C" __device__` function `symbol` for `arch`? Asks nvJitLink. `source`: the
+    CUDA source it was built from, for a misspelt entry's did-you-mean."""
     where = Location(file=contract_file or obj.path, pointer=pointer)
     related = (Location(file=obj.path),) if contract_file and contract_file != obj.path else ()
     if not is_identifier(symbol):
@@ -361,7 +391,7 @@ def check_entry_symbol(obj: InputObject, symbol: str, arch: str, sink: Diagnosti
         sink.error("PL015", f"nvJitLink could not read {obj.path} for {arch}: {first}", where, related=related)
         return False
     sink.error("PL014", f"{obj.path} does not define the device function '{symbol}' for {arch}"
-                        f"{_did_you_mean(symbol, obj.ptx_symbols)}", where, related=related)
+                        f"{_did_you_mean(symbol, _defined_names(obj, source))}", where, related=related)
     return False
 
 

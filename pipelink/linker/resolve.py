@@ -790,8 +790,14 @@ def _check_wire(ws: WireSpec, explicit: bool, by_name, schedule: str, geometry, 
     except ExprError:
         return None  # a geometry value is missing: reported as PL052
     if t_out != t_in:
+        # the same extents in another order (a transposed tile): the order is the fix, not the values
+        order = sorted(t_out) == sorted(t_in) and len(t_out) > 1
         sink.error("PL064", f"wire '{ws}': '{ws.producer}' produces tiles {_shape(out.tile, t_out)}, "
-                   f"'{ws.consumer}' expects {_shape(inp.tile, t_in)}", where, related=(other,))
+                   f"'{ws.consumer}' expects {_shape(inp.tile, t_in)}"
+                   + (" (the same extents in another order)" if order else ""), where, related=(other,),
+                   hint=("list the consumer's tile dimensions in the producer's order (the port's `tile` is outermost "
+                         "first) and read the tile transposed in code, or wire a transform between them"
+                         if order else None))
         ok = False
     if s_out != s_in:
         sink.error("PL066", f"wire '{ws}': '{ws.producer}' has {s_out} stages, '{ws.consumer}' expects {s_in}",
