@@ -208,7 +208,11 @@ def test_loader_l2_sets_the_copies_cache_hint(policy, flag):
     assert not ctx.sink.items, [d.render() for d in ctx.sink.items]
     assert ctx.resolved.loader.evict_first == bool(flag)
     assert f"pl_ring__evict_first = {flag}u;" in ctx.glue
-    assert ("copies hint L2 evict_first (loader_l2)" in link_map(ctx.resolved, ctx.allocation, "sm_90")) == bool(flag)
+    text = link_map(ctx.resolved, ctx.allocation, "sm_90")
+    assert ("copies hint L2 evict_first (loader_l2)" in text) == bool(flag)
+    # the map's warps list the loader warp after the compute warps
+    warps = text.split("## warps")[1].split("##")[0]
+    assert "  8-8    pl_glue (loader for gate_up, down 8-8)" in warps, warps
 
 
 @pytest.mark.parametrize("value", ["evict_last", "", 1, None])

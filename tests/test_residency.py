@@ -66,6 +66,6 @@ def test_link_map_names_whose_buffers_take_the_l1_when_shared_memory_does_not_li
         return "\n".join(_residency_rows(ctx.resolved, a, "sm_90", None))
     text = rows(70 * 1024)
     assert "2 blocks of 256 threads" in text and "limited by registers" in text and "L1 data cache 92 KB" in text
-    assert "the arena's size is set by big (its buffers end at 71680 B)" in text
+    assert "the arena's size is set by big: 71680 of its 71680 B" in text
     # 38 KB blocks leave 156 KB of L1: nothing to name
     assert "the arena's size is set by" not in rows(38 * 1024)

@@ -93,6 +93,16 @@ DEVICE_COUNT_NOTE = ("count read from the device: not checked at link time; --de
                      "is never met")
 
 
+def _covered(ranges: list[tuple[int, int]]) -> int:
+    """Bytes in the union of [begin, end) ranges."""
+    total, reach = 0, 0
+    for begin, end in sorted(ranges):
+        if end > reach:
+            total += end - max(begin, reach)
+            reach = end
+    return total
+
+
 def _residency_rows(r: Resolved, a: Allocation, arch: str, kernel_info: KernelInfo | None) -> list[str]:
     """Blocks per SM and what limits them: every task of the kernel runs with the block's joint shape (its
     threads, the whole arena and one register budget), so one component's large scratch buffers
@@ -117,14 +127,21 @@ def _residency_rows(r: Resolved, a: Allocation, arch: str, kernel_info: KernelIn
                    f"shared memory for {blocks} x ({smem} + {SMEM_RESERVED_PER_BLOCK}) B")
     # whose buffers set the arena's size: it limits the blocks, or takes L1 from every component's loads
     if "shared memory" in limiting or (split is not None and split[1] < t.unified_l1 // 2):
-        ends = {}
+        spans = {}  # owner -> the byte ranges of the arena its items take (time-shared ones overlap)
         for p in a.smem:
-            owner = p.item.key.split(" ", 1)[1].split(".", 1)[0] if " " in p.item.key else p.item.key
-            if owner != "pl_glue":  # the glue's own flags sit at the top of any arena
-                ends[owner] = max(ends.get(owner, 0), p.offset + p.item.size)
-        if ends:
-            owner = max(ends, key=ends.get)
-            out.append(f"  the arena's size is set by {owner} (its buffers end at {ends[owner]} B)")
+            key = p.item.key
+            owner = key.split(" ", 1)[1].split(".", 1)[0] if " " in key else key
+            if key in ("buffer pl_glue.ring", "mbarrier pl_glue.ring_bars") and r.loader is not None:
+                owner = f"the loader ring ({r.loader.slots} slots of {r.loader.slot_bytes} B: loader_slots)"
+            elif owner == "pl_glue":  # the glue's own flags sit at the top of any arena
+                continue
+            spans.setdefault(owner, []).append((p.offset, p.offset + p.item.size))
+        held = {owner: _covered(ranges) for owner, ranges in spans.items()}  # the most is what to shrink
+        if held:
+            most = max(held.values())
+            owners = [o for o in held if held[o] == most]
+            each = " each" if len(owners) > 1 else ""
+            out.append(f"  the arena's size is set by {' and '.join(owners)}: {most} of its {a.smem_bytes} B{each}")
     if holds_sizes(r):  # the glue's own register footprint, and why
         hungry = [c.name for c in r.components if (c.contract.max_registers or 0) >= HOLD_SIZES_AT_REGISTERS]
         out.append(f"  launch sizes (task counts, event extents and bases) read from shared memory (pl_glue.flags, "
@@ -303,6 +320,10 @@ def warp_rows(r: Resolved, a: Allocation) -> list[WarpRow]:
             spans.append((role.name, first, first + role.warps * n - 1, n))
         rows.append(WarpRow(c.name, a.warp_begin[c.name], max(hi for _, _, hi, _ in spans), spans,
                             a.steps[c.name] if r.schedule == "sequential" else None))
+    if r.loader is not None:  # the glue's loader warp, after the compute warps
+        last = a.block_warps - 1
+        rows.append(WarpRow("pl_glue", last, last, [(f"loader for {', '.join(r.loader.components)}", last, last, 1)],
+                            None))
     return rows
 
 

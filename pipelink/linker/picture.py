@@ -141,7 +141,7 @@ def _warps(r: Resolved, a: Allocation, c: _Canvas, top: float) -> float:
             label = f"{role} {lo}-{hi}" + (f" ({inst} instances)" if inst > 1 else "") + (
                 f", step {row.step}" if row.step is not None else "")
             x, w = LEFT + lo * ww + 1, (hi - lo + 1) * ww - 2
-            c.rect(x, top + 2, w, ROW_PX - 4, fill[row.component], f"{row.component}: {label}",
+            c.rect(x, top + 2, w, ROW_PX - 4, fill.get(row.component, "#d9d9d9"), f"{row.component}: {label}",
                    component=row.component, role=role, begin=lo, end=hi)
             c.text(x + 4, top + 17, _fit(label, w - 8))
         top += ROW_PX
