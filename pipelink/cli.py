@@ -708,8 +708,9 @@ def _finish(sink: DiagnosticSink, fmt: str, doc: dict, lines: list[str], partial
         if lines and (partial_ok or not sink.has_errors):
             print("\n".join(lines).rstrip(), file=sys.stderr if to_stderr else sys.stdout)
         _emit(sink.items, "text")
-        if lines and sink.has_errors and not partial_ok:
-            print(lines[-1], file=sys.stderr)
+        if sink.has_errors and not partial_ok:  # every command ends a failure with its count, as check does
+            n = len(sink.errors)
+            print(f"{n} error{'s' if n != 1 else ''}", file=sys.stderr)
     return int(sink.exit_code())
 
 

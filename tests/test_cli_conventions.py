@@ -489,3 +489,19 @@ def test_an_option_given_twice_with_one_value_is_taken(capsys, shipped_objects, 
     out = tmp_path / "k.cubin"
     assert main(["link", str(shipped_objects["row_softmax"]), "-o", str(out), "--output", str(out), "--no-cache"]) == 0
     assert out.exists()
+
+
+@pytest.mark.parametrize("command", ["build", "link", "check"])
+def test_every_failing_command_ends_with_its_error_count(capsys, tmp_path, command):
+    """A failure's last line on stderr counts its errors, for every command (only check's had)."""
+    raw = json.loads((REPO / "contracts" / "tile_load.json").read_text())
+    raw["entry"]["invocaton"] = "per_tile"
+    contract = tmp_path / "c.json"
+    contract.write_text(json.dumps(raw))
+    argv = {"build": ["build", str(REPO / "components" / "tile_load" / "tile_load.cu"), "--contract", str(contract),
+                      "-o", str(tmp_path / "x.o")],
+            "link": ["link", str(contract), "-o", str(tmp_path / "k.cubin")],
+            "check": ["check", str(contract)]}[command]
+    assert main(argv) in (1, 2)
+    err = capsys.readouterr().err
+    assert err.rstrip().splitlines()[-1] == f"{err.count('error[')} error" + ("s" if err.count("error[") != 1 else "")
