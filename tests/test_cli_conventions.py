@@ -505,3 +505,26 @@ def test_every_failing_command_ends_with_its_error_count(capsys, tmp_path, comma
     assert main(argv) in (1, 2)
     err = capsys.readouterr().err
     assert err.rstrip().splitlines()[-1] == f"{err.count('error[')} error" + ("s" if err.count("error[") != 1 else "")
+
+
+@pytest.mark.parametrize("alias", ["/dev/stdout", "/dev/fd/1", "/proc/self/fd/1"])
+def test_an_output_named_by_a_path_to_stdout_counts_as_stdout(shipped_objects, tmp_path, alias):
+    """`--map /dev/fd/1` beside the --format json report (or `-o -`) put two things in one stream, exit 0; the
+    file stdout writes to is stdout however it is named: PL122, exit 2, nothing written."""
+    import subprocess
+    import sys
+    objects = [str(shipped_objects[n]) for n in ("tile_load", "tile_transform", "block_rowsum")]
+    pipeline = str(REPO / "pipelines" / "rowsum.json")
+    for argv in (["check", *objects, "--pipeline", pipeline, "--map", alias, "--format", "json"],
+                 ["link", *objects, "--pipeline", pipeline, "-o", "-", "--manifest", alias, "--no-cache"]):
+        proc = subprocess.run([sys.executable, "-m", "pipelink", *argv], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, cwd=tmp_path, timeout=300)
+        said = proc.stdout.decode(errors="replace") + proc.stderr.decode(errors="replace")
+        assert proc.returncode == 2 and "PL122" in said, said[-2000:]
+        assert b"\x7fELF" not in proc.stdout
+    # stdout redirected to a file, and an output naming that file: the same
+    with open(tmp_path / "out.txt", "wb") as f:
+        proc = subprocess.run([sys.executable, "-m", "pipelink", "check", *objects, "--pipeline", pipeline, "--map",
+                               str(tmp_path / "out.txt"), "--format", "json"], stdout=f, stderr=subprocess.PIPE,
+                              cwd=tmp_path, timeout=300)
+    assert proc.returncode == 2 and "PL122" in (tmp_path / "out.txt").read_text()

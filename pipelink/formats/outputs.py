@@ -82,12 +82,30 @@ def _stdout_is_terminal() -> bool:
         return False
 
 
+def _stdout_file() -> tuple[int, int] | None:
+    """The file stdout writes to, where two writers would corrupt it (a pipe, a socket, a regular file: not a
+    terminal or /dev/null), as (device, inode); None otherwise."""
+    import stat
+    try:
+        st = os.fstat(1)
+    except (OSError, ValueError):
+        return None
+    if stat.S_ISFIFO(st.st_mode) or stat.S_ISREG(st.st_mode) or stat.S_ISSOCK(st.st_mode):
+        return st.st_dev, st.st_ino
+    return None
+
+
 def check_outputs(outputs: list[Output], inputs: list[Input], sink: DiagnosticSink,
                   report_on_stdout: str | None = None) -> bool:
     """True when the outputs may be written: none is an input, a directory or another output, and
-    stdout carries one thing at most (`report_on_stdout`: what else the command prints there)."""
+    stdout carries one thing at most (`report_on_stdout`: what else the command prints there). An output named
+    by a path to the file stdout writes to (/dev/stdout, /dev/fd/1, or the file it is redirected to) counts as
+    stdout."""
     before = len(sink.errors)
-    on_stdout = [o.label for o in outputs if o.path == STDOUT] + ([report_on_stdout] if report_on_stdout else [])
+    stdout = _stdout_file()
+    on_stdout = [o.label for o in outputs if o.path == STDOUT or
+                 (stdout is not None and _identity(o.path)[1] == stdout)] + \
+        ([report_on_stdout] if report_on_stdout else [])
     if len(on_stdout) > 1:
         sink.error("PL122", f"{' and '.join(on_stdout)} would both go to stdout")
     for o in outputs:
