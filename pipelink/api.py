@@ -186,6 +186,8 @@ def check(inputs, *, pipeline=None, arch: str | None = None, together: bool = Fa
     items = as_inputs(inputs)
     if arch is not None:
         _target(arch, "arch")
+    if not isinstance(together, bool):
+        raise PipelinkUsageError(f"together is {together!r}; pipelink takes True or False")
     sink = DiagnosticSink()
     if not items:
         raise PipelinkError([_no_inputs()])

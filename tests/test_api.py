@@ -349,3 +349,47 @@ def test_link_options_and_specs_of_the_wrong_type_are_usage_errors():
         pipelink.check([str(Path(pipelink.__file__).parent.parent / "contracts" / "tile_load.json")],
                        pipeline=PipelineSpec(geometry=[]))
     assert [d.code for d in info.value.diagnostics] == ["PL133"]
+
+
+@pytest.mark.parametrize("field, value, code", [
+    ("after", ["a"], None), ("bind", {"partial": "p2"}, None), ("after", "a", "PL133"), ("after", None, "PL133"),
+    ("bind", (("M",),), "PL133"), ("events", ["partials"], "PL133"), ("after_previous_layer", "a", "PL133")])
+def test_a_call_spec_takes_lists_and_dicts_and_refuses_other_kinds(field, value, code):
+    """A CallSpec written in Python with a list or a dict where the file's reader makes tuples links as the file
+    would; a string or None where a list goes is PL133 at the field (a TypeError or ValueError had come from
+    deep in the link)."""
+    from pipelink.core.diagnostics import DiagnosticSink
+    from pipelink.core.pipeline import CallSpec, PipelineSpec, checked_spec
+    spec = PipelineSpec(calls=(CallSpec(name="a", component="splitk_partial"),
+                               CallSpec(name="b", component="splitk_reduce", **{field: value})))
+    sink = DiagnosticSink()
+    got = checked_spec(spec, sink)
+    if code is None:
+        assert got is not None and not sink.items
+        assert all(isinstance(getattr(got.calls[1], f), tuple) for f in ("after", "bind", "events", "stacked"))
+    else:
+        assert got is None and [(d.code, d.location.pointer) for d in sink.errors] == [(code, f"/calls/1/{field}")]
+
+
+@pytest.mark.parametrize("fields", [dict(given=[1]), dict(extra=5), dict(source=3)])
+def test_a_pipeline_specs_own_bookkeeping_of_the_wrong_type_is_pl001(fields):
+    import pipelink
+    from pipelink.core.pipeline import PipelineSpec
+    result = pipelink.link([str(REPO / "contracts" / "tile_load.json")], pipeline=PipelineSpec(**fields))
+    assert [d.code for d in result.diagnostics] == ["PL001"]
+
+
+def test_check_takes_together_as_a_bool():
+    import pipelink
+    with pytest.raises(pipelink.PipelinkError) as err:
+        pipelink.check([str(REPO / "contracts" / "tile_load.json")], together="no")
+    assert isinstance(err.value, TypeError) and err.value.diagnostics[0].code == "PL001"
+
+
+@pytest.mark.parametrize("device", ["a", -1, True, 1.0])
+def test_loading_a_kernel_on_a_device_that_is_no_ordinal_is_pl001_before_the_driver(device):
+    """LinkResult.kernel(device='a') had reached the driver (PL196, cuInit failed on a machine without one)."""
+    from pipelink.runtime.launch import Kernel
+    with pytest.raises(TypeError) as err:
+        Kernel.load(b"", {}, device)
+    assert err.value.diagnostics[0].code == "PL001"

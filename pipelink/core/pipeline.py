@@ -121,11 +121,21 @@ def spec_document(spec: PipelineSpec) -> dict:
             return [plain(v) for v in value]
         if isinstance(value, WireSpec):
             return str(value)
-        if isinstance(value, CallSpec):
-            return {"name": value.name, "component": value.component, "bind": dict(value.bind),
-                    "per_layer": value.per_layer, "stacked": list(value.stacked), "events": dict(value.events),
-                    "after": list(value.after), "after_previous_layer": list(value.after_previous_layer)}
+        if isinstance(value, CallSpec):  # a field of the wrong kind stays as it is, for the schema to name
+            return {"name": value.name, "component": value.component, "bind": mapping(value.bind),
+                    "per_layer": value.per_layer, "stacked": listed(value.stacked), "events": mapping(value.events),
+                    "after": listed(value.after), "after_previous_layer": listed(value.after_previous_layer)}
         return value
+
+    def mapping(value):  # a dict, or pairs: the file's object
+        if isinstance(value, dict):
+            return dict(value)
+        if isinstance(value, (tuple, list)) and all(isinstance(v, (tuple, list)) and len(v) == 2 for v in value):
+            return {k: v for k, v in value}
+        return plain(value)
+
+    def listed(value):
+        return list(value) if isinstance(value, (tuple, list)) else value
     doc = {"pipeline": FORMAT_VERSION}
     for f in fields(PipelineSpec):
         if f.metadata.get("link_key", True) is False:  # where it came from, not what it is
@@ -144,6 +154,16 @@ def checked_spec(spec: PipelineSpec, sink: DiagnosticSink) -> PipelineSpec | Non
     """A PipelineSpec as the link takes it: every field one a pipeline file could hold (PL133 where not, at the
     field's pointer), and wires and calls given in the file's form (strings, dicts) read as a file's are.
     None after errors."""
+    for name in ("given", "extra"):  # where the values came from: read by every diagnostic's location
+        if not isinstance(getattr(spec, name), dict):
+            sink.error("PL001", f"PipelineSpec.{name} is a dict (it says where values came from), not "
+                       f"{type(getattr(spec, name)).__name__}", Location(file="<PipelineSpec>", pointer=f"/{name}"),
+                       hint=f"leave {name} out: pipelink sets it when it reads a file or options")
+            return None
+    if not isinstance(spec.source, (str, type(None))):
+        sink.error("PL001", f"PipelineSpec.source is a file name, not {type(spec.source).__name__}",
+                   Location(file="<PipelineSpec>", pointer="/source"), hint="leave source out")
+        return None
     doc = spec_document(spec)
     where = spec.source or "<PipelineSpec>"
     problems = validate.violations(SCHEMA_FILE, doc)
@@ -152,10 +172,21 @@ def checked_spec(spec: PipelineSpec, sink: DiagnosticSink) -> PipelineSpec | Non
         sink.error("PL133", message, given if given.option else Location(file=where, pointer=pointer))
     if problems:
         return None
-    if all(isinstance(w, WireSpec) for w in spec.wires) and all(isinstance(c, CallSpec) for c in spec.calls):
+    if all(isinstance(w, WireSpec) for w in spec.wires) and all(_canonical_call(c) for c in spec.calls):
         return spec
     read = read_pipeline(doc, where, sink)
     return None if read is None else replace(read, source=spec.source, extra=spec.extra, given=spec.given)
+
+
+def _canonical_call(call) -> bool:
+    """A CallSpec as read_pipeline makes it (tuples of strings and of pairs); lists or dicts in its fields, as a
+    caller may write them, are read again from the document."""
+    if not isinstance(call, CallSpec):
+        return False
+    names = (call.stacked, call.after, call.after_previous_layer)
+    pairs = (call.bind, call.events)
+    return all(isinstance(t, tuple) for t in names + pairs) and \
+        all(isinstance(p, tuple) and len(p) == 2 for t in pairs for p in t)
 
 
 def parse_wire(text: str, sink: DiagnosticSink, where: Location | None = None) -> WireSpec | None:

@@ -211,6 +211,9 @@ class Kernel:
     @classmethod
     def load(cls, cubin: bytes, manifest: Manifest | dict, device: int = 0) -> "Kernel":
         """Load `cubin` into the primary context of `device` and find the manifest's kernel."""
+        if not isinstance(device, int) or isinstance(device, bool) or device < 0:  # before the driver is asked
+            from ..core.diagnostics import PipelinkUsageError
+            raise PipelinkUsageError(f"device is {device!r}; pipelink takes a CUDA device ordinal (0, 1, ...)")
         kernel = cls(manifest, device=device)  # the manifest is checked before the driver is touched
         if kernel.manifest.distributed:
             from . import nvshmem
