@@ -696,8 +696,12 @@ def _finish(sink: DiagnosticSink, fmt: str, doc: dict, lines: list[str], partial
             to_stderr: bool = False) -> int:
     """Print the result (lines on success, or always with partial_ok) and the diagnostics. `to_stderr`:
     an output went to stdout, so the lines go to stderr."""
-    if fmt == "json":
-        doc = dict(doc, diagnostics=[d.to_json() for d in sink.items])
+    if fmt in ("json", "sarif") and isinstance(sys.stdout, _ClosedStdout):  # the document asked for goes nowhere
+        _emit(sink.items + [Diagnostic("PL007", f"the --format {fmt} report cannot be written: stdout is closed",
+                                       hint="give the command a stdout (a file, a pipe), or drop --format")], "text")
+        return int(ExitCode.USAGE)
+    if fmt == "json":  # every document says whether the command succeeded, however early it stopped
+        doc = dict({"ok": not sink.has_errors}, **doc, diagnostics=[d.to_json() for d in sink.items])
         print(json_text(doc))
     elif fmt == "sarif":  # the diagnostics only: what code-scanning tools read
         from . import __version__

@@ -528,3 +528,24 @@ def test_an_output_named_by_a_path_to_stdout_counts_as_stdout(shipped_objects, t
                                str(tmp_path / "out.txt"), "--format", "json"], stdout=f, stderr=subprocess.PIPE,
                               cwd=tmp_path, timeout=300)
     assert proc.returncode == 2 and "PL122" in (tmp_path / "out.txt").read_text()
+
+
+def test_a_document_asked_of_a_closed_stdout_is_pl007():
+    """--format json with stdout closed (`>&-`) had exit 0 and no document anywhere: the document asked for
+    cannot be given, PL007 on stderr, exit 2."""
+    import os
+    import subprocess
+    import sys
+    proc = subprocess.run([sys.executable, "-m", "pipelink", "check", str(REPO / "contracts" / "tile_load.json"),
+                           "--format", "json"], stderr=subprocess.PIPE, text=True, cwd=REPO,
+                          preexec_fn=lambda: os.close(1), timeout=120)
+    assert proc.returncode == 2 and "error[PL007]" in proc.stderr and "stdout is closed" in proc.stderr
+
+
+@pytest.mark.parametrize("argv", [["link", "x.o", "--pipeline", "missing.json"], ["link", "x.o", "--specialize", "M=x"],
+                                  ["link", "x.o", "--wire", "="]])
+def test_every_json_document_says_ok(capsys, tmp_path, monkeypatch, argv):
+    """A link that stopped while reading its options or pipeline gave {"diagnostics": [...]} without "ok"."""
+    monkeypatch.chdir(tmp_path)
+    assert main([*argv, "--format", "json"]) == 2
+    assert json.loads(capsys.readouterr().out)["ok"] is False
