@@ -1,6 +1,7 @@
 """Resolve and allocate: pure decisions over contracts, no toolchain, no GPU."""
 from pathlib import Path
 
+import pytest
 
 from pipelink.authoring.header import constant_symbols
 from pipelink.core.diagnostics import DiagnosticSink
@@ -428,6 +429,17 @@ def test_a_geometry_value_the_pipeline_gives_outside_a_consumers_range_is_locate
     (d,) = [d for d in ctx.sink.errors if d.code == "PL051"]
     assert d.location.option == "--geometry TILE_N=48" and d.related[0].pointer == "/geometry/consumes/TILE_N"
     assert "a multiple of 32" in d.hint, d.render()
+
+
+@pytest.mark.parametrize("value", [0, -1024])
+def test_a_consumed_name_without_a_min_takes_positive_values_only(value):
+    """A consumer's range without `min` is "any positive integer" (its description): a pipeline's -1024 had
+    linked, a buffer sized -4096 B and a manifest the loader then refused."""
+    def no_min(c):
+        c["geometry"]["consumes"]["TILE_N"] = {"default": 128}
+    ctx = _resolved([shipped("block_rowsum", no_min)], geometry={"TILE_N": value})
+    assert [d.code for d in ctx.sink.errors] == ["PL051"], [d.render() for d in ctx.sink.items]
+    assert "any positive integer" in ctx.sink.errors[0].message
 
 
 def test_a_wire_listed_twice_is_one_wire():

@@ -245,7 +245,8 @@ class ParamRange:
     default: int | None = None
 
     def admits(self, value: int) -> bool:
-        return ((self.min is None or value >= self.min) and (self.max is None or value <= self.max)
+        # no min: a positive integer, as describe() says (a pipeline's -1024 had sized a buffer at -4096 B)
+        return (value >= (self.min if self.min is not None else 1) and (self.max is None or value <= self.max)
                 and (self.multiple_of is None or value % self.multiple_of == 0)
                 and (self.one_of is None or value in self.one_of))
 
