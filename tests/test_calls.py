@@ -472,3 +472,15 @@ def test_a_specialized_layer_count_below_one_and_layers_without_calls():
     ctx = run_passes(options=LinkOptions(arch="sm_90", pipeline=PipelineSpec(name="k", layers=4, source="p.json")),
                      components=components(("rmsnorm",)), until="resolve")
     assert [(d.code, d.location.pointer) for d in ctx.sink.items] == [("PL193", "/layers")]
+
+
+@pytest.mark.parametrize("layers, specialize, races", [(1, {}, False), ("NL", {"NL": 1}, False), (2, {}, True),
+                                                       ("NL", {}, True)])
+def test_one_layer_has_no_next_layer_to_race_with(layers, specialize, races):
+    """Without after_previous_layer, a layer's calls race with the next layer's (PL178); a layer count the link
+    fixes at 1 (a number, or the count specialized) has no next layer: no error."""
+    doc = copy.deepcopy(MLP_LAYERS)
+    doc["layers"] = layers
+    doc["calls"][0].pop("after_previous_layer")
+    ctx = run(doc, until="resolve", specialize=specialize)
+    assert ("PL178" in codes(ctx)) == races, [d.render() for d in ctx.sink.items]

@@ -81,13 +81,14 @@ def check_event_order(plan: CallPlan, events, by_name: dict, sink: DiagnosticSin
                            "after the layer loop", where)
 
 
-def check_hazards(plan: CallPlan, events, by_name: dict, sink: DiagnosticSink) -> None:
+def check_hazards(plan: CallPlan, events, by_name: dict, sink: DiagnosticSink, one_layer: bool = False) -> None:
     """Every two calls that touch one kernel tensor, one of them writing it (a pointer parameter not declared
     const), must be ordered by the events between them: else their tasks run at once on different CTAs and
     race. Checked on two consecutive layers (a later layer's calls against an earlier one's, where a tensor is
     not stacked), the calls before the loop and after it; an event orders calls as a whole (the link's sampled
-    checks make every producer task reach some waiter)."""
-    layers = (0, 1) if plan.per_layer else (0,)
+    checks make every producer task reach some waiter). `one_layer`: the link fixes the layer count at 1, so no
+    layer follows another."""
+    layers = (0, 1) if plan.per_layer and not one_layer else (0,)
     nodes = [(n, 0) for n in plan.before] + [(n, l) for l in layers for n in plan.per_layer] + \
             [(n, 0) for n in plan.after_loop]
     index = {node: i for i, node in enumerate(nodes)}

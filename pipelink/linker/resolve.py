@@ -262,7 +262,9 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
                 from .calls import check_event_order, check_hazards
                 check_event_order(calls, events, {c.name: c for c in comps}, sink)
                 if not sink.has_errors:
-                    check_hazards(calls, events, {c.name: c for c in comps}, sink)
+                    count = calls.layers if isinstance(calls.layers, int) else \
+                        _int_values(spec.specialize).get(calls.layers)  # a layer count the link fixes
+                    check_hazards(calls, events, {c.name: c for c in comps}, sink, one_layer=count == 1)
                 order = events.order = list(calls.order)
         nested = {}
     else:
