@@ -2,6 +2,7 @@
 import json
 from pathlib import Path
 
+import pytest
 
 from pipelink.core.diagnostics import DiagnosticSink
 from pipelink.core.loader import load_contract_bytes
@@ -473,3 +474,18 @@ def test_a_negative_grid_extent_is_refused_at_the_grid_not_at_a_waiter():
     assert [(d.code, d.location.pointer) for d in errors] == [("PL032", "/geometry/tile_sequence/grid/0")], \
         [d.render() for d in sink.items]
     assert "splitk_partial.json" in errors[0].render() and "never negative" in errors[0].message
+
+
+@pytest.mark.parametrize("wait_map, code", [("i->i // (M - M)", "PL031"), ("i->i // (K // 9999999)", "PL031"),
+                                            ("i->range(i + 1, i)", "PL083"), ("i->range(i, i)", "PL083")])
+def test_a_map_that_does_nothing_at_every_sampled_shape_is_refused(wait_map, code):
+    """A wait map whose first task divides by zero at every sampled shape (a device fault at every launch), or
+    whose window is empty for every task (a wait that orders nothing, so the race check trusted an order that
+    was not there), had checked and linked clean."""
+    def edit(c):
+        c["events"]["waits"][0]["map"] = wait_map
+        c["events"]["waits"][0]["count"] = 1
+    r, sink = run(splitk(reduce=edit))
+    assert code in [d.code for d in sink.errors], [d.render() for d in sink.items]
+    d = next(d for d in sink.errors if d.code == code)
+    assert d.location.pointer == "/events/waits/0", d.render()

@@ -129,6 +129,8 @@ def plan_events(comps, geometry: dict[str, int], sink: DiagnosticSink) -> EventP
     _check_chains(comps, tensors, geometry, sink)
     _check_read_order(comps, tensors, sink)
     _check_sampled(comps, tensors, geometry, sink)
+    if not sink.has_errors:
+        _check_vacuous(comps, tensors, geometry, sink)
     return None if sink.has_errors else EventPlan(tensors, order)
 
 
@@ -441,6 +443,61 @@ def _check_sampled(comps, tensors, geometry, sink) -> None:
                     continue
                 for rank, reach in _reach_by_rank(t, env, world, shape, at, once).items():
                     _check_waiters(t, dict(env, RANK=rank), f"{at}, RANK={rank}", shape, reach, once)
+
+
+def _check_vacuous(comps, tensors, geometry, sink) -> None:
+    """A map the sampled shapes cannot tell anything about, because it does the same nothing at every one of
+    them: its first task divides by zero at every shape (`i->i // (M - M)`: a fault on the device at every
+    launch, PL031), or a wait names no element for any task at any shape (`i->range(i + 1, i)`: it orders
+    nothing, and the race checks, which take an event as an order, would be wrong; PL083)."""
+    by_name = {c.name: c for c in comps}
+    names = [n for n in _shape_names(comps, tensors, geometry) if n not in DISTRIBUTED]
+    shapes = [dict(geometry, RANK=0, WORLD=1, **dict(zip(names, values)))
+              for values in _sample_shapes(names, geometry)]
+    for t in tensors.values():
+        for side in (*t.notifiers, *t.waiters):
+            where = by_name[side.component].contract.at(side.pointer)
+            index = [term.text for term in side.map.terms if term.kind == "index"]
+            known = tuple(sorted(side.map.names))
+            if index and side.map.task_dims:
+                fn = _map_function(tuple(side.map.task_dims), tuple(index), known)
+                tried, fine = 0, False
+                for env in shapes:
+                    if any(n not in env for n in known):
+                        continue
+                    tried += 1
+                    try:
+                        fn(*(0,) * len(side.map.task_dims), *(env[n] for n in known))
+                    except ZeroDivisionError:
+                        continue
+                    except Exception:  # noqa: BLE001 - not this check's to judge
+                        pass
+                    fine = True
+                    break
+                if tried and not fine:
+                    sink.error("PL031", f"'{side.component}''s map {side.map.text!r} on '{t.name}' divides by zero "
+                               "at every sampled shape (its first task, at least): on the device that is a fault at "
+                               "every launch", where, hint="fix the divisor of the map's index terms")
+                    continue
+            if side in t.waiters and side.map.kind != "data_dependent" and side.count_term is None:
+                named = tried = 0
+                for env in shapes:
+                    try:
+                        shape = [e.evaluate(env) for e in t.shape]
+                        tasks = math.prod(e.evaluate(env) for e in side.grid)
+                    except ExprError:
+                        continue
+                    if not 0 < tasks <= MAX_SAMPLED_TASKS or not all(x > 0 for x in shape):
+                        continue
+                    r = _reach(side, env, shape)
+                    if r is None:
+                        continue
+                    tried += 1
+                    named += bool(r.counts)
+                if tried and not named:
+                    sink.error("PL083", f"'{side.component}' waits on '{t.name}' through {side.map.text!r}, which "
+                               "names no element for any task at any sampled shape: the wait orders nothing",
+                               where, hint="fix the map's range (its end after its start), or drop the wait")
 
 
 def _report_reads_outside(side: Side, env: dict, at: str, once) -> None:
