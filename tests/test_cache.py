@@ -315,3 +315,11 @@ def test_an_input_replaced_during_the_link_keeps_the_entry_out(cache_root, rowsu
     assert entries(cache_root) == []
     os.utime(rowsum_inputs[1], (later - 200, later - 200))
     assert link(rowsum_inputs, rowsum_options()).ok and len(entries(cache_root)) == 1
+
+
+def test_a_cache_root_the_system_cannot_look_into_is_no_cache():
+    """PIPELINK_CACHE_DIR of 6000 characters (ENAMETOOLONG where the entry is looked for) had failed the whole
+    link with PL002; a cache that cannot be used is a miss, and nothing is stored."""
+    from pipelink.linker import cache
+    root = Path("x/" * 3000)
+    assert cache.load("0" * 64, root=root) is None

@@ -131,8 +131,7 @@ def lookup(k: str, include_dirs: list[str] = ()) -> bytes | None:
             raise ValueError("object damaged")
         return data
     except FileNotFoundError:
-        if entry.exists():
-            shutil.rmtree(entry, ignore_errors=True)
+        shutil.rmtree(entry, ignore_errors=True)  # a partial entry, if any
         return None
     except (OSError, ValueError, TypeError, KeyError, AttributeError):
         shutil.rmtree(entry, ignore_errors=True)

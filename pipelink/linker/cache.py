@@ -181,7 +181,10 @@ def load(key: str, monolithic: bool = False, root: Path | None = None) -> Cached
     """The entry for `key`, or None. A damaged entry (a file missing or unreadable, a cubin that is not
     the one its manifest hashed) is removed, so the link that follows writes a good one."""
     d = entry_dir(key, root)
-    if not d.is_dir():
+    try:
+        if not d.is_dir():
+            return None
+    except OSError:  # a root the system cannot look into (a name too long): no cache, not a failed link
         return None
     try:
         digests = read_json(d / DIGESTS)
