@@ -964,6 +964,9 @@ def test_more_tiles_than_an_int_counts_are_refused_at_launch():
     assert k.total_tiles(M=64, N=3) == 6
     with pytest.raises(ArgumentError, match=r"has 4294967296 tiles .* more than the 2147483647"):
         k.total_tiles(M=32 << 16, N=1 << 16)
+    # a count that fits, computed in int through a step that does not: (M + 32 - 1) wraps on the device
+    with pytest.raises(ArgumentError, match=r"32-bit int, and M \+ 32 - 1 \(ceil_div in C\) = 2147483678"):
+        k.total_tiles(M=2147483647, N=1)
 
 
 class _CAI:

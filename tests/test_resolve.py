@@ -500,3 +500,22 @@ def test_a_wire_listed_twice_in_the_pipeline_file_is_one_wire_and_a_warning():
     assert not ctx.sink.has_errors and len([x for x in ctx.resolved.wires if x.explicit]) == 1
     [d] = [d for d in ctx.sink.items if d.code == "PL193"]
     assert d.severity == "warning" and d.location.pointer == "/wires/1" and "listed twice" in d.message
+
+
+@pytest.mark.parametrize("m, refused", [(2147483647, True), (2147483616, False)])
+def test_a_grid_extent_whose_int_arithmetic_wraps_is_pl032(m, refused):
+    """--specialize M=2^31-1 linked `tiles_0 = ((M + 32 - 1) / 32)` in int: it wraps on the device while the
+    launcher counted 67108864 tiles. A step of the glue's int arithmetic past 2^31 - 1 is PL032 at the extent."""
+    ctx = _resolved(rowsum(), specialize={"M": m})
+    over = [d for d in ctx.sink.errors if d.code == "PL032"]
+    assert bool(over) == refused, [d.render() for d in ctx.sink.items]
+    if refused:
+        assert "32-bit int" in over[0].message and "- 1 (ceil_div in C)" in over[0].message
+
+
+def test_an_expressions_c_int_overflow_is_the_first_step_past_int32():
+    from pipelink.core.expr import parse
+    assert parse("ceil_div(M, 32)").c_int_overflow({"M": 2147483647}).endswith("= 2147483678")
+    assert parse("ceil_div(M, 32)").c_int_overflow({"M": 2147483616}) is None
+    assert parse("M * N // 4").c_int_overflow({"M": 70000, "N": 70000}) == "M * N = 4900000000"
+    assert parse("M // (N - N)").c_int_overflow({"M": 1, "N": 2}) is None  # a zero divisor: other checks'

@@ -58,6 +58,18 @@ class Expr:
             raise ExprError(f"no value for {', '.join(sorted(missing))}")
         return _eval(self.tree, env)
 
+    def c_int_overflow(self, env: dict[str, int]) -> str | None:
+        """The first part of the expression whose value, computed as to_c's C computes it in 32-bit int (ceil_div
+        as (a + b - 1) / b), leaves int at these values: its text and value; None when every step fits (and
+        where a value is missing or a divisor is zero: other checks' business)."""
+        try:
+            _c_int(self.tree, env)
+        except _Overflow as exc:
+            return str(exc)
+        except (ExprError, KeyError, ZeroDivisionError):
+            return None
+        return None
+
     def to_c(self, rename=lambda n: n) -> str:
         """C++ for the glue; `/` on non-negative ints is floor division there too."""
         return _to_c(self.tree, rename)
@@ -184,6 +196,37 @@ def _eval(node: ast.expr, env: dict[str, int]) -> int:
         raise ExprError("division by zero")
     return {ast.Add: a + b, ast.Sub: a - b, ast.Mult: a * b,
             ast.FloorDiv: a // b if b else 0, ast.Mod: a % b if b else 0}[type(node.op)]
+
+
+class _Overflow(Exception):
+    pass
+
+
+INT32 = (-(1 << 31), (1 << 31) - 1)
+
+
+def _c_int(node: ast.expr, env: dict[str, int]) -> int:
+    """_eval as the glue's C computes it in int, raising _Overflow at the first value outside int32."""
+    def fit(value: int, shown) -> int:
+        if not INT32[0] <= value <= INT32[1]:
+            raise _Overflow(f"{shown()} = {value}")
+        return value
+    if isinstance(node, ast.Constant):
+        return fit(node.value, lambda: str(node.value))
+    if isinstance(node, ast.Name):
+        return fit(int(env[node.id]), lambda: node.id)
+    if isinstance(node, ast.UnaryOp):
+        return fit(-_c_int(node.operand, env), lambda: ast.unparse(node))
+    if isinstance(node, ast.Call):
+        a, b = (_c_int(x, env) for x in node.args)
+        if node.func.id == "ceil_div":
+            fit(a + b - 1, lambda: f"{ast.unparse(node.args[0])} + {ast.unparse(node.args[1])} - 1 (ceil_div in C)")
+            return fit(-(-a // b) if b else 0, lambda: ast.unparse(node))
+        return min(a, b) if node.func.id == "min" else max(a, b)
+    a, b = _c_int(node.left, env), _c_int(node.right, env)
+    value = {ast.Add: a + b, ast.Sub: a - b, ast.Mult: a * b,
+             ast.FloorDiv: a // b if b else 0, ast.Mod: a % b if b else 0}[type(node.op)]
+    return fit(value, lambda: ast.unparse(node))
 
 
 def _to_c(node: ast.expr, rename) -> str:

@@ -214,7 +214,7 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
     # loader checked them at the contract's own defaults only.
     comps = [replace(c, contract=replace(c.contract, threads=_threads_at(c, geometry, sink))) for c in comps]
     _zero_divisors(comps, geometry, sink)
-    _extents_fit_int(comps, geometry, sink)
+    _extents_fit_int(comps, {**geometry, **_int_values(spec.specialize)}, sink)
     _tensor_map_boxes(comps, geometry, sink)
     if sink.has_errors:
         return None
@@ -437,6 +437,14 @@ def _extents_fit_int(comps: list[Component], geometry: dict[str, int], sink: Dia
             except ExprError:
                 continue  # a zero divisor: _zero_divisors says so
             total *= max(n, 0)
+            over = e.c_int_overflow(geometry)
+            if over and n <= INT32_MAX:  # the extent fits, a step of the glue's int arithmetic towards it does not
+                sink.error("PL032", f"'{c.name}' has a task grid extent {e.text!r} that the kernel computes in a "
+                           f"32-bit int, and at this link's values {over} does not fit",
+                           c.contract.at(f"{seq.pointer_path}/grid/{i}"),
+                           hint="a smaller value (a specialized size), or an extent written so that no step "
+                                "passes 2^31 - 1")
+                break
             if n > INT32_MAX or total > INT32_MAX:
                 sink.error("PL032", f"'{c.name}' has {'a task grid extent' if n > INT32_MAX else 'task grid extents'} "
                            f"{e.text!r} = {n}{'' if n > INT32_MAX else f' (the grid: {total} tasks)'} at this link's "

@@ -637,6 +637,10 @@ class Kernel:
                 raise ArgumentError(f"tile count {tile.text!r} of kernel '{self.name}': {exc}") from None
             if n < 0:
                 raise ArgumentError(f"tile count {tile.text!r} of kernel '{self.name}' is {n} for {shapes}")
+            over = tile.c_int_overflow(shapes)
+            if over:  # the kernel computes the count in int: a step past it wraps, and the tiles walked differ
+                raise ArgumentError(f"tile count {tile.text!r} of kernel '{self.name}' for {shapes}: the kernel "
+                                    f"computes it in a 32-bit int, and {over} does not fit")
             total *= n
         if total > INT32_MAX:  # the kernel counts its tiles in an int
             raise ArgumentError(f"kernel '{self.name}' has {total} tiles for {shapes}, more than the {INT32_MAX} a "
