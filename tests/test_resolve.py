@@ -519,3 +519,13 @@ def test_an_expressions_c_int_overflow_is_the_first_step_past_int32():
     assert parse("ceil_div(M, 32)").c_int_overflow({"M": 2147483616}) is None
     assert parse("M * N // 4").c_int_overflow({"M": 70000, "N": 70000}) == "M * N = 4900000000"
     assert parse("M // (N - N)").c_int_overflow({"M": 1, "N": 2}) is None  # a zero divisor: other checks'
+
+
+def test_a_buffer_size_whose_int_arithmetic_wraps_in_the_header_is_pl032():
+    """`TILE_M * 65536 * 65536 // 1048576` is 4096 x TILE_M bytes to the allocator and 0 in the header's int."""
+    def wraps(c):
+        c["smem"]["buffers"][0]["bytes"] = "TILE_M * 65536 * 65536 // 1048576"
+    comps = rowsum(block_rowsum=wraps)
+    ctx = _resolved(comps)
+    (d,) = [d for d in ctx.sink.errors if d.code == "PL032"]
+    assert d.location.pointer == "/smem/buffers/0/bytes" and "TILE_M * 65536 * 65536 = " in d.message, d.render()

@@ -215,6 +215,7 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
     comps = [replace(c, contract=replace(c.contract, threads=_threads_at(c, geometry, sink))) for c in comps]
     _zero_divisors(comps, geometry, sink)
     _extents_fit_int(comps, {**geometry, **_int_values(spec.specialize)}, sink)
+    _sizes_fit_int(comps, geometry, sink)
     _tensor_map_boxes(comps, geometry, sink)
     if sink.has_errors:
         return None
@@ -419,6 +420,24 @@ def _specialize(comps: list[Component], params: list, schedule: str, tiles: Tile
                          "per-layer calls never run", where, hint="specialize the layer count launched")
     if not sink.has_errors:
         _specialized_extents(comps, schedule, tiles, geometry, spec, sink)
+
+
+def _sizes_fit_int(comps: list[Component], geometry: dict[str, int], sink: DiagnosticSink) -> None:
+    """A buffer's bytes and an smem port's tile extents, which the component's header computes in int at the
+    link's geometry (`smem_buf_bytes()`), fit at every step: `TILE_M * 65536 * 65536 // 1048576` is 4096 x TILE_M
+    to the allocator and wraps to 0 in the header. PL032 at the size."""
+    for c in comps:
+        sizes = [(b.bytes, b.pointer_path + "/bytes", f"buffer '{b.name}'") for b in c.contract.buffers]
+        sizes += [(e, f"{q.pointer_path}/tile/{k}", f"port '{q.name}'") for q in c.contract.ports
+                  if q.space == "smem" for k, e in enumerate(q.tile)]
+        for e, pointer, what in sizes:
+            if not e.names <= geometry.keys():
+                continue
+            over = e.c_int_overflow(geometry)
+            if over:
+                sink.error("PL032", f"'{c.name}''s {what} size {e.text!r}: its header computes it in a 32-bit int, "
+                           f"and at this link's geometry {over} does not fit", c.contract.at(pointer),
+                           hint="write the size so that no step passes 2^31 - 1 (divide before multiplying)")
 
 
 def _extents_fit_int(comps: list[Component], geometry: dict[str, int], sink: DiagnosticSink) -> None:
