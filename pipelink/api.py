@@ -202,10 +202,13 @@ def check(inputs, *, pipeline=None, arch: str | None = None, together: bool = Fa
 
 @_one_command
 def build(source: str | os.PathLike, contract, output: str | os.PathLike, *, archs: list[str] | None = None,
-          include_dirs: list[str] = (), defines: list[str] = (), timeout_s: float | None = None) -> Path:
-    """`pipelink build`: compile `source` against `contract` (a path, bytes or a (name, bytes) pair) into
-    `output`, with the contract embedded; returns the output's path. Writes nothing on failure and raises
-    PipelinkError with the diagnostics. `timeout_s`: a compile running longer is stopped (default: BuildOptions')."""
+          include_dirs: list[str] = (), defines: list[str] = (), timeout_s: float | None = None,
+          werror: bool = False) -> Path:
+    """`pipelink build`: compile `source` (a path) against `contract` (a path, bytes or a (name, bytes) pair)
+    into `output`, with the contract embedded; returns the output's path. Writes nothing on failure and raises
+    PipelinkError with the diagnostics. What `pipelink check` would warn of in the object is issued as a
+    `pipelink.PipelinkWarning` (Python's warnings module; `werror=True`: refused as an error, nothing written).
+    `timeout_s`: a compile running longer is stopped (default: BuildOptions')."""
     from .authoring.builder import BuildOptions, build_component
     from .core.loader import load_contract_bytes
     from .core.model import Source
@@ -217,6 +220,8 @@ def build(source: str | os.PathLike, contract, output: str | os.PathLike, *, arc
     if timeout_s is not None and (isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float))
                                   or not 0 < timeout_s < float("inf")):
         raise PipelinkUsageError(f"timeout_s is {timeout_s!r}; give a number of seconds above 0")
+    if not isinstance(werror, bool):
+        raise PipelinkUsageError(f"werror is {werror!r}; pipelink takes True or False")
     sink = DiagnosticSink()
     contract_file = None  # the contract's path where it is a file: the object must not replace it
     if isinstance(contract, _BYTES):
@@ -236,9 +241,15 @@ def build(source: str | os.PathLike, contract, output: str | os.PathLike, *, arc
     c = load_contract_bytes(data, Source(name), sink)
     if c is not None:
         opts = BuildOptions(archs=tuple(archs) if archs else None, include_dirs=tuple(include_dirs),
-                            defines=tuple(defines), **({"timeout_s": float(timeout_s)} if timeout_s else {}))
+                            defines=tuple(defines), werror=werror,
+                            **({"timeout_s": float(timeout_s)} if timeout_s else {}))
         build_component(c, data, os.fspath(source), os.fspath(output), sink, opts, contract_file=contract_file)
     _raise_on_errors(sink)
+    import warnings
+    from .core.diagnostics import PipelinkWarning
+    for d in sink.items:  # the CLI prints them; a caller of the API would otherwise never see them
+        if d.severity == "warning":
+            warnings.warn(PipelinkWarning(d), stacklevel=3)
     return Path(output)
 
 

@@ -547,7 +547,8 @@ def cmd_build(args) -> int:
     if args.verbose:
         for cmd in opts.nvcc_log:
             print(cmd, file=sys.stderr)
-    return _finish(sink, "text", {}, [f"built {args.output} ({c.name} {c.version}, contract {c.hash[:16]})"]
+    cached = " (cached)" if any(line.startswith("(cached:") for line in opts.nvcc_log) else ""
+    return _finish(sink, "text", {}, [f"built {args.output}{cached} ({c.name} {c.version}, contract {c.hash[:16]})"]
                    if ok else [], to_stderr=args.output == STDOUT)
 
 
@@ -658,7 +659,8 @@ def cmd_link(args) -> int:
     lines.append(f"linked {output}{' (cached)' if ctx.cache_hit else ''}: kernel {m.kernel}, {m.block[0]} "
                  f"threads, {m.dynamic_smem} bytes of dynamic smem"
                  + (f", {m.resources.registers} registers" if m.resources is not None else ""))
-    return _finish(sink, args.format, {"ok": True, "output": output, "manifest": m.to_json()}, lines,
+    return _finish(sink, args.format, {"ok": True, "output": output, "cached": bool(ctx.cache_hit),
+                                       "manifest": m.to_json()}, lines,
                    to_stderr=any(o.path == STDOUT for o in outputs.values()))
 
 

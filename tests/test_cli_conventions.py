@@ -408,6 +408,21 @@ def test_build_says_what_check_warns_of(capsys, tmp_path):
     code, out, err = run(capsys, "build", "--werror", tmp_path / "warn.cu", "--contract", tmp_path / "warn.json",
                          "-o", tmp_path / "w2.o")
     assert code == 1 and "error[PL145]" in err and not (tmp_path / "w2.o").exists(), err
+    code, out, err = run(capsys, "build", tmp_path / "warn.cu", "--contract", tmp_path / "warn.json",
+                         "-o", tmp_path / "again.o")
+    assert code == 0 and "built " in out and " (cached) (" in out, out  # a build cache hit says so
+    # the API: the warning through Python's warnings (again on a cached build), werror=True refuses
+    import warnings
+    import pipelink
+    for out in ("w3.o", "w4.o"):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            pipelink.build(tmp_path / "warn.cu", tmp_path / "warn.json", tmp_path / out)
+        said = [w.message for w in caught if isinstance(w.message, pipelink.PipelinkWarning)]
+        assert [m.diagnostic.code for m in said] == ["PL145"] and (tmp_path / out).exists(), out
+    with pytest.raises(pipelink.PipelinkError) as info:
+        pipelink.build(tmp_path / "warn.cu", tmp_path / "warn.json", tmp_path / "w5.o", werror=True)
+    assert [d.code for d in info.value.diagnostics] == ["PL145"] and not (tmp_path / "w5.o").exists()
 
 
 def test_a_path_the_system_refuses_is_pl002_not_a_traceback(capsys, tmp_path):

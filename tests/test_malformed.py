@@ -302,15 +302,18 @@ def test_a_wire_to_a_global_memory_port_says_those_are_not_wired(tmp_path, capsy
     assert "global-memory port" in found[0]["hint"]
 
 
-@pytest.mark.parametrize("value, ok", [(2**31 - 1, True), (2**31, False), (-2**31, False), (-2**31 - 1, False)])
-def test_a_specialized_value_fits_its_parameters_dtype(tmp_path, capsys, value, ok):
+@pytest.mark.parametrize("value, want", [
+    (2**31 - 32, (0, [])), (2**31 - 1, (1, [("PL032", "/geometry/tile_sequence/grid/0")])),
+    (2**31, (2, [("PL001", "/specialize/M")])), (-2**31, (2, [("PL001", "/specialize/M")])),
+    (-2**31 - 1, (2, [("PL001", "/specialize/M")]))])
+def test_a_specialized_value_fits_its_parameters_dtype(tmp_path, capsys, value, want):
     """M is an i32: a value past it had been baked in wrapped, with the manifest saying otherwise. (-2^31 fits, and
-    makes the tile extent ceil_div(M, TILE_M) negative: PL001 too, no launch could use it.)"""
+    makes the tile extent ceil_div(M, TILE_M) negative: PL001 too, no launch could use it. 2^31 - 1 fits, and the
+    glue's (M + TILE_M - 1) / TILE_M wraps in int: PL032 at the extent.)"""
     pipeline_doc(tmp_path, specialize={"M": value})
     code = main(["check", *ROWSUM_CONTRACTS, "--pipeline", str(tmp_path / "p.json"), "--format", "json"])
     out = json.loads(capsys.readouterr().out)["diagnostics"]
-    assert (code, [(d["code"], d["location"]["pointer"]) for d in out]) == (
-        (0, []) if ok else (2, [("PL001", "/specialize/M")])), out
+    assert (code, sorted({(d["code"], d["location"]["pointer"]) for d in out})) == want, out
 
 
 def test_specializing_a_missing_parameter_points_into_the_file(tmp_path, capsys):
@@ -365,3 +368,20 @@ def test_an_empty_components_list_is_refused():
     assert load_pipeline_dict({"pipeline": 1, "components": []}, sink, "p.json") is None
     assert [(d.code, d.location.pointer) for d in sink.errors] == [("PL133", "/components")]
     assert load_pipeline_dict({"pipeline": 1}, DiagnosticSink(), "p.json").components == ()
+
+
+def test_warps_of_an_unknown_name_without_roles_is_one_diagnostic():
+    """threads.warps "four" with no roles: one PL029 at /threads/warps, not a second at the implied role's
+    /threads/roles/0/warps, which the file does not have."""
+    import json
+    from pathlib import Path
+    from pipelink.core.diagnostics import DiagnosticSink
+    from pipelink.core.loader import load_contract_dict
+    from pipelink.core.model import Source
+    raw = json.loads((Path(__file__).resolve().parent.parent / "contracts" / "tile_load.json").read_text())
+    raw["threads"]["warps"] = "four"
+    raw["threads"].pop("roles", None)
+    sink = DiagnosticSink()
+    assert load_contract_dict(raw, Source("c.json"), sink) is None
+    assert [(d.code, d.location.pointer) for d in sink.errors] == [("PL029", "/threads/warps")], \
+        [d.render() for d in sink.items]

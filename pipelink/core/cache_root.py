@@ -3,7 +3,7 @@ and whether they are used: read on every call, not at import, so tests and tools
 after importing pipelink.
 
     PIPELINK_CACHE_DIR   the root (default ~/.cache/pipelink)
-    PIPELINK_CACHE=0     neither read nor write any cache
+    PIPELINK_CACHE=0     neither read nor write any cache (also false, off, no)
 """
 from __future__ import annotations
 
@@ -14,8 +14,11 @@ from pathlib import Path
 MAX_FILE_BYTES = 1 << 30  # no entry's file (an object, a cubin) is near it: a larger one is damage, not data
 
 
+OFF = ("0", "false", "off", "no")  # PIPELINK_CACHE values that turn the caches off (any case)
+
+
 def enabled() -> bool:
-    return os.environ.get("PIPELINK_CACHE", "1") != "0"
+    return os.environ.get("PIPELINK_CACHE", "1").strip().lower() not in OFF
 
 
 def cache_dir() -> Path:

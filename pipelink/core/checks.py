@@ -199,8 +199,8 @@ def check_barriers(contracts: list[Contract], free_ids: int, sink: DiagnosticSin
             if bid in owner:
                 other, j = owner[bid]
                 sink.error("PL045", f"barrier id {bid} is hard-coded by both '{other.name}' and '{c.name}': a "
-                           "hard-coded id is one component's in a link (the set check does not know the schedule; "
-                           "where the two run at once, their bar.syncs release each other's waits)",
+                           "hard-coded id is one component's in a link, whatever the schedule (where the two run at "
+                           "once, their bar.syncs release each other's waits)",
                            c.at(f"/barriers/hardcoded_ids/{i}"),
                            related=(other.at(f"/barriers/hardcoded_ids/{j}"),))
             owner.setdefault(bid, (c, i))

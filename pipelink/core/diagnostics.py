@@ -89,8 +89,8 @@ CODES = _codes(
     Code("PL034", "arch not supported", L, "known targets: see `pipelink check --help`"),
     Code("PL035", "manifest does not describe this cubin", L,
          "its cubin_sha256 belongs to another link: use the K.json written with this cubin, or link again",
-         warning="reported only as a warning, by `pipelink inspect` (`Kernel.load` refuses such a manifest "
-         "with a ValueError)"),
+         warning="a warning from `pipelink inspect`, which shows the cubin alone; an error from `pipelink.load`, "
+         "and `Kernel.load` refuses such a manifest with a ValueError"),
     # a set of contracts (exit 1)
     Code("PL040", "compile flags disagree", L,
          "build every component with the same -ftz/-prec-div/-prec-sqrt/-fmad: LTO cannot inline across them"),
@@ -476,6 +476,15 @@ class PipelinkError(Exception):
     @property
     def exit_code(self) -> ExitCode:
         return max((d.exit_code for d in self.diagnostics), default=ExitCode.LINK)
+
+
+class PipelinkWarning(UserWarning):
+    """A warning diagnostic of a call that returns no result to carry it (`pipelink.build`), issued through
+    Python's warnings module; `diagnostic` is the Diagnostic. `werror=True` makes such warnings errors."""
+
+    def __init__(self, diagnostic: Diagnostic):
+        super().__init__(diagnostic.render())
+        self.diagnostic = diagnostic
 
 
 class PipelinkRunError(PipelinkError):

@@ -505,10 +505,14 @@ class _SemanticCheck:
 
     def threads(self, raw: dict, targets: Targets, names: set[str], env: dict) -> Threads | None:
         warps, warps_expr = self.warps(raw["warps"], "/threads/warps", names, env, "threads.warps")
+        implied = not raw.get("roles")  # one role of threads.warps: its problems are threads.warps', said once
         roles_raw = raw.get("roles") or [{"name": "main", "warps": raw["warps"]}]
         self.unique(roles_raw, "/threads/roles", "role")
-        role_warps = [self.warps(r["warps"], f"/threads/roles/{i}/warps", names, env, f"role '{r['name']}' warps")
-                      for i, r in enumerate(roles_raw)]
+        if implied:
+            role_warps = [(warps, warps_expr)]
+        else:
+            role_warps = [self.warps(r["warps"], f"/threads/roles/{i}/warps", names, env, f"role '{r['name']}' warps")
+                          for i, r in enumerate(roles_raw)]
         if warps is None or any(w is None for w, _ in role_warps):
             return None
         copies = [r.get("instances", 1) for r in roles_raw]

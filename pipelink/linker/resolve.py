@@ -214,7 +214,8 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
     # loader checked them at the contract's own defaults only.
     comps = [replace(c, contract=replace(c.contract, threads=_threads_at(c, geometry, sink))) for c in comps]
     _zero_divisors(comps, geometry, sink)
-    _extents_fit_int(comps, {**geometry, **_int_values(spec.specialize)}, sink)
+    fixed = {k: v for k, v in _int_values(spec.specialize).items() if -(1 << 31) <= v <= INT32_MAX}  # else PL001
+    _extents_fit_int(comps, {**geometry, **fixed}, sink)
     _sizes_fit_int(comps, geometry, sink)
     _tensor_map_boxes(comps, geometry, sink)
     if sink.has_errors:
