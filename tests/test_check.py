@@ -50,7 +50,12 @@ def test_duplicate_names_and_symbols():
     b = small("a")
     c = small("c", entry={"symbol": "a_entry"})
     _, sink = check(a, b, c)
-    assert sorted(codes(sink)) == ["PL047", "PL048", "PL048"]
+    # a and b are one contract given twice: one PL047 saying so, not a PL048 for its entry as well
+    assert sorted(codes(sink)) == ["PL047", "PL048"]
+    assert "given twice, with the same contract" in next(d for d in sink.items if d.code == "PL047").message
+    other = small("a", version="1.0.1")
+    _, sink = check(a, other)
+    assert sorted(codes(sink)) == ["PL047", "PL048"]  # two contracts of one name: the name and the entry clash
 
 
 def test_flags_disagree_names_both_sides():

@@ -56,6 +56,15 @@ def _no_common_target(contracts: list[Contract], sink: DiagnosticSink) -> None:
 
 
 def check_names(contracts: list[Contract], sink: DiagnosticSink) -> None:
+    first: dict[str, Contract] = {}
+    for c in contracts:  # one contract given twice (an object and its own sidecar, a file named twice): say so once
+        if c.hash in first:
+            sink.error("PL047", f"component '{c.name}' is given twice, with the same contract", c.at("/name"),
+                       related=(first[c.hash].at("/name"),),
+                       hint="give each component once: an object carries its contract (embedded, or the sidecar "
+                            "<object>.contract.json beside it), so list the object alone")
+        first.setdefault(c.hash, c)
+    contracts = list(first.values())
     for attr, code, what in (("name", "PL047", "component name"), ("symbol", "PL048", "entry symbol")):
         seen: dict[str, tuple[Contract, str]] = {}
         for c in contracts:
