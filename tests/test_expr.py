@@ -133,3 +133,12 @@ def test_a_json_integer_past_64_bits_is_refused_as_a_string_literal_is(value):
     from pipelink.core.expr import ExprError, parse
     with pytest.raises(ExprError, match="does not fit in 64 bits"):
         parse(value)
+
+
+@pytest.mark.parametrize("text", ["ceil_div(K, KCHUNK) # chunks", "0x40", "1_000", "TILE * 1e3", "0b101"])
+def test_python_syntax_past_the_grammar_is_refused(text):
+    """A comment (which swallowed the rest when the link wrapped the text in parentheses: exit 3), and numerals in
+    other bases or with underscores, are not the grammar's; decimal integers and names with digits are."""
+    with pytest.raises(ExprError):
+        parse(text)
+    assert parse("W2_SIZE * 2 + TILE_3").evaluate({"W2_SIZE": 4, "TILE_3": 1}) == 9

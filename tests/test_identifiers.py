@@ -132,7 +132,7 @@ def test_kernel_parameters_a_pipeline_names_are_checked_at_the_pipelines_field()
 
 @pytest.mark.parametrize("kernel, param, code, at", [
     ("NULL", "scale", "PL077", "/name"), ("assert", "scale", "PL077", "/name"),
-    ("CUDART_VERSION", "scale", "PL077", "/name"), ("rowsum", "NULL", "PL188", "/entry/params/0")])
+    ("CUDART_VERSION", "scale", "PL077", "/name")])
 def test_a_name_the_cuda_headers_define_as_a_macro_is_named(kernel, param, code, at):
     """A macro's name never reaches the compiler's errors (it is expanded first, and the errors then quote other,
     innocent names): the link asks NVRTC which names are macros after the glue's includes and reports those
@@ -173,3 +173,22 @@ def test_a_contract_name_the_cuda_headers_define_as_a_macro_is_named_in_build(tm
     err = capsys.readouterr().err
     assert code == 1 and "error[PL188]" in err and f"'{name}' is a macro" in err and f"at {pointer}" in err, err
     assert "PL019" not in err and not (tmp_path / "c.o").exists()
+
+
+@pytest.mark.parametrize("name", ["INFINITY", "HUGE_VALF", "M_PI", "INT_MAX", "FLT_MAX"])
+def test_a_parameter_named_as_a_toolkit_macro_is_pl188(name):
+    """`float INFINITY` is expanded to a parameter of function type (`float (__builtin_inff())`): it compiled,
+    linked, and called through a float. A macro the toolkit's headers define is no name for a parameter."""
+    import json
+    from pathlib import Path
+    from pipelink.core import identifiers
+    from pipelink.core.diagnostics import DiagnosticSink
+    from pipelink.core.loader import load_contract_dict
+    from pipelink.core.model import Source
+    assert "macro" in identifiers.problem(name, "whole")
+    assert identifiers.problem("INF", "whole") is None and identifiers.problem(name, "part") is None
+    raw = json.loads((Path(__file__).resolve().parent.parent / "contracts" / "tile_transform.json").read_text())
+    raw["entry"]["params"][0]["name"] = name
+    sink = DiagnosticSink()
+    assert load_contract_dict(raw, Source("c.json"), sink) is None
+    assert ("PL188", "/entry/params/0/name") in [(d.code, d.location.pointer) for d in sink.errors]

@@ -8,6 +8,7 @@ generated glue.
 from __future__ import annotations
 
 import ast
+import re
 import threading
 from dataclasses import dataclass
 
@@ -90,6 +91,15 @@ def parse(value: int | str) -> Expr:
         raise ExprError(f"expected an integer or an expression string, got {type(value).__name__}")
     if not value.isascii():  # Python's parser folds look-alike letters (NFKC: a fullwidth 'ｉ' is 'i')
         raise ExprError(f"{value[:40]!r} holds a character that is not ASCII: names are C identifiers")
+    # Python's own syntax past the grammar: a comment (`# chunks` swallowed the rest of a text the link wraps in
+    # parentheses and parses again), numerals in other bases or with underscores (0x40, 1_000), which C reads
+    # otherwise or not at all
+    if "#" in value:
+        raise ExprError(f"{value[:40]!r} holds '#': an expression has no comments (say it in the description)")
+    for numeral in re.findall(r"(?<![A-Za-z0-9_])[0-9][A-Za-z0-9_]*", value):
+        if not numeral.isdigit():
+            raise ExprError(f"{value[:40]!r}: {numeral[:20]!r} is not a decimal integer (write integers in decimal "
+                            "digits only)")
     try:
         tree = python_ast(value.strip()).body
     except SyntaxError as exc:

@@ -20,6 +20,18 @@ reinterpret_cast requires return short signed sizeof static static_assert static
 this thread_local throw true try typedef typeid typename union unsigned using virtual void volatile wchar_t
 while xor xor_eq""".split())
 CUDA_BUILTINS = frozenset({"threadIdx", "blockIdx", "blockDim", "gridDim", "warpSize", "pl"})
+# Object-like macros the toolkit's and C library's headers define, which every component includes (math.h, limits,
+# float.h, stdio, CUDA's math constants): a parameter so named is expanded away (`float INFINITY` becomes a
+# parameter of function type, `float (__builtin_inff())`), compiles, and calls through a float. The compile-failure
+# probe finds the others where they break the build (builder._names_the_toolkit_defines).
+TOOLKIT_MACROS = frozenset("""
+INFINITY HUGE_VAL HUGE_VALF HUGE_VALL NAN NULL EOF BUFSIZ FILENAME_MAX RAND_MAX EXIT_SUCCESS EXIT_FAILURE
+CHAR_BIT CHAR_MAX CHAR_MIN SCHAR_MAX SCHAR_MIN UCHAR_MAX SHRT_MAX SHRT_MIN USHRT_MAX INT_MAX INT_MIN UINT_MAX
+LONG_MAX LONG_MIN ULONG_MAX LLONG_MAX LLONG_MIN ULLONG_MAX FLT_MAX FLT_MIN FLT_EPSILON FLT_DIG FLT_MANT_DIG
+DBL_MAX DBL_MIN DBL_EPSILON DBL_DIG DBL_MANT_DIG M_PI M_E M_SQRT2 M_LN2 M_LN10 M_LOG2E M_LOG10E M_PI_2 M_PI_4
+M_1_PI M_2_PI M_2_SQRTPI M_SQRT1_2 FP_NAN FP_INFINITE FP_ZERO FP_NORMAL FP_SUBNORMAL MATH_ERRNO EDOM ERANGE errno
+CUDART_INF CUDART_INF_F CUDART_NAN CUDART_NAN_F CUDART_PI CUDART_PI_F CUDART_MAX_NORMAL_F CUDART_MIN_DENORM_F
+CUDA_VERSION CUDART_VERSION assert offsetof""".split())
 _RESERVED = re.compile(r"__|^_[A-Z]")
 
 # What a name is in the generated code: the whole name of a global function ("global"), of a namespace or a local
@@ -38,6 +50,8 @@ def problem(name: str, kind: str) -> str | None:
         return "a C++ keyword"
     if name in CUDA_BUILTINS:
         return "a CUDA built-in or pipelink's namespace"
+    if name in TOOLKIT_MACROS:
+        return "a macro the CUDA headers define (the compiler would expand it, not name it)"
     if kind == "global" and name == "main":
         return "the name of a program's entry point"
     if kind == "global" and name == "_":

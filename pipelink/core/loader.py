@@ -455,7 +455,13 @@ class _SemanticCheck:
             if role == ALL_THREADS and inv != "per_cta":
                 self.error("PL101", f"entry '{e['name']}' runs on every thread ('*'), which happens once before the "
                            "roles split: it must be per_cta", f"{ptr}/invocation")
+            taken: dict[str, int] = {}
             for j, a in enumerate(e.get("params", [])):
+                if a in taken:  # the prototype would declare one argument twice
+                    self.error("PL022", f"entry '{e['name']}' takes '{a}' twice (params {taken[a]} and {j})",
+                               f"{ptr}/params/{j}", hint="list each parameter once")
+                    continue
+                taken[a] = j
                 if a in reg_ports:
                     used_ports.add(a)
                     if reg_ports[a].role != role and reg_ports[a].role in roles:  # else reported at the port
