@@ -402,7 +402,7 @@ def cmd_inspect(args) -> int:
             lines += object_text(obj)
             if obj.format == "cubin":  # a linked kernel: its manifest, not a contract, describes it
                 lines += _inspect_manifest(Path(args.manifest or Path(path).with_suffix(".json")), obj.data, item, sink,
-                                           given=args.manifest is not None)
+                                           given=args.manifest is not None, cubin_name=Path(path).name)
                 results.append(item)
                 lines.append("")
                 continue
@@ -423,7 +423,8 @@ def cmd_inspect(args) -> int:
     return _finish(sink, args.format, {"inputs": results}, [safe_text(ln) for ln in lines], partial_ok=True)
 
 
-def _inspect_manifest(path: Path, cubin: bytes, item: dict, sink: DiagnosticSink, given: bool = False) -> list[str]:
+def _inspect_manifest(path: Path, cubin: bytes, item: dict, sink: DiagnosticSink, given: bool = False,
+                      cubin_name: str | None = None) -> list[str]:
     """The manifest `pipelink link -o K.cubin` writes next to it (K.json), if there is one, or the one --manifest
     names. A K.json beside it that is another of pipelink's documents (the pipeline file, a contract) is not its
     manifest: the cubin is shown alone, with a warning."""
@@ -447,7 +448,7 @@ def _inspect_manifest(path: Path, cubin: bytes, item: dict, sink: DiagnosticSink
         return []
     lines = manifest_text(str(path), m)
     if not m["matches_cubin"]:
-        sink.warning("PL035", f"{path} was written for another cubin than {path.with_suffix('.cubin').name}",
+        sink.warning("PL035", f"{path} was written for another cubin than {cubin_name or path.with_suffix('.cubin').name}",
                      Location(file=str(path)))
     item["manifest"] = dict(m, path=str(path))
     return lines

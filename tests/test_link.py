@@ -116,6 +116,10 @@ def test_cli_link_writes_cubin_manifest_map(shipped_objects, tmp_path, capsys):
     assert main(["inspect", str(out)]) == 0
     o, err = capsys.readouterr()
     assert "(written for another cubin)" in o and "warning[PL035]" in err
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps(manifest))
+    assert main(["inspect", str(out), "--manifest", str(other)]) == 0  # the cubin's name, not the manifest's
+    assert f"{other} was written for another cubin than {out.name}" in capsys.readouterr().err
 
     (tmp_path / "rowsum.json").write_text(json.dumps({"kernel": "rowsum", "block": [0]}))  # not a manifest
     assert main(["inspect", str(out)]) == 2
