@@ -385,3 +385,26 @@ def test_warps_of_an_unknown_name_without_roles_is_one_diagnostic():
     assert load_contract_dict(raw, Source("c.json"), sink) is None
     assert [(d.code, d.location.pointer) for d in sink.errors] == [("PL029", "/threads/warps")], \
         [d.render() for d in sink.items]
+
+
+def test_names_the_header_derives_do_not_collide():
+    """Buffers 'a' and 'a_bytes' (smem_a_bytes names both), and geometry MAIN_WARPS beside the implied role
+    'main', had passed check and failed the build at the generated header: PL022 at the contract."""
+    import json
+    from pathlib import Path
+    from pipelink.core.diagnostics import DiagnosticSink
+    from pipelink.core.loader import load_contract_dict
+    from pipelink.core.model import Source
+    base = json.loads((Path(__file__).resolve().parent.parent / "contracts" / "block_rowsum.json").read_text())
+    raw = json.loads(json.dumps(base))
+    buf = raw["smem"]["buffers"][0]
+    raw["smem"]["buffers"].append(dict(buf, name=buf["name"] + "_bytes"))
+    sink = DiagnosticSink()
+    assert load_contract_dict(raw, Source("c.json"), sink) is None
+    assert [(d.code, d.location.pointer) for d in sink.errors] == [("PL022", "/smem/buffers/1/name")]
+    raw = json.loads(json.dumps(base))
+    raw["threads"].pop("roles", None)
+    raw["geometry"].setdefault("provides", {})["MAIN_WARPS"] = 4
+    sink = DiagnosticSink()
+    assert load_contract_dict(raw, Source("c.json"), sink) is None
+    assert ("PL022", "/geometry/provides/MAIN_WARPS") in [(d.code, d.location.pointer) for d in sink.errors]

@@ -225,6 +225,18 @@ class _SemanticCheck:
             elif p["name"] in own:
                 self.error("PL188", f"parameter '{p['name']}' is a name the entry's generated prototype gives its own "
                            f"argument ({', '.join(sorted(own))})", f"{base}/{i}/name", hint="rename the parameter")
+        # the header derives names from buffers (smem_<b>, smem_<b>_bytes, smem_<b>_align) and ports (port_<q>,
+        # port_<q>_align, port_<q>_extent<k>): one part's derived name must not be another's
+        for kind, key, suffixes in (("buffer", "/smem/buffers", ("_bytes", "_align")),
+                                    ("port", "/ports", ("_align",) + tuple(f"_extent{k}" for k in range(8)))):
+            items = raw.get("smem", {}).get("buffers", []) if kind == "buffer" else raw.get("ports", [])
+            names = {b["name"]: i for i, b in enumerate(items) if isinstance(b, dict) and "name" in b}
+            for name, i in names.items():
+                for suffix in suffixes:
+                    if name + suffix in names:
+                        self.error("PL022", f"{kind}s '{name}' and '{name}{suffix}': the header's "
+                                   f"{'smem' if kind == 'buffer' else 'port'}_{name}{suffix} would name both",
+                                   f"{key}/{names[name + suffix]}/name", hint=f"rename the {kind} '{name}{suffix}'")
         spelled: dict[str, int] = {}
         for i, r in enumerate(roles):
             first = spelled.setdefault(r["name"].upper(), i)
@@ -570,7 +582,7 @@ class _SemanticCheck:
             consumes[name] = rng
         shapes = {p.name for p in entry.params if p.is_shape}
         params = {p.name for p in entry.params}
-        roles = [r["name"] for r in self.raw["threads"].get("roles", [])]
+        roles = [r["name"] for r in self.raw["threads"].get("roles", [])] or ["main"]  # the implied role's too
         reserved = ({"WARPS", "THREADS", "CARRY_WORDS", "copy", "warp_begin", "warp_rank", "thread_rank", "profile_mark"}
                     | {f"{r.upper()}_WARPS" for r in roles} | {f"{r}_{s}" for r in roles for s in ("instance", "warp_begin")}
                     | _derived_names(self.raw))
