@@ -395,3 +395,16 @@ def test_bad_input_is_located(edit, expected):
 def test_a_malformed_manifest_entry_is_a_clear_error(bad):
     params = [dict(PARAMS[0], **bad), PARAMS[1], PARAMS[2]]
     assert "malformed" in buffer_problem("k", params, {"y": Array((16,))}, {"M": 4, "N": 4})
+
+
+def test_grouped_walks_in_bands_of_different_heights_differ():
+    """Two components walking `grouped` with group 8 and 4 visit the tiles in different orders: PL067's
+    difference, not the same walk (only rank, order, distribution and grid had been compared)."""
+    from pipelink.core.expr import parse
+    from pipelink.core.model import TileSequence
+    from pipelink.linker.resolve import _sequence_difference
+    grid = (parse("ceil_div(M, 128)"), parse("ceil_div(N, 128)"))
+    a = TileSequence(grid, "grouped", "grid_stride", "/geometry/tile_sequence", group=8)
+    b = TileSequence(grid, "grouped", "grid_stride", "/geometry/tile_sequence", group=4)
+    assert _sequence_difference(a, b, {}) == "grouped in bands of 4 against bands of 8"
+    assert _sequence_difference(a, a, {}) is None

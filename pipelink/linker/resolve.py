@@ -1000,6 +1000,8 @@ def _sequence_difference(a: TileSequence, b: TileSequence, geometry) -> str | No
         return f"a {len(b.grid)}-d grid against a {len(a.grid)}-d one"
     if a.order != b.order:
         return f"order {b.order} against {a.order}"
+    if a.order == "grouped" and a.group != b.group:  # bands of another height: another walk
+        return f"grouped in bands of {b.group} against bands of {a.group}"
     if a.distribution != b.distribution:
         return f"distribution {b.distribution} against {a.distribution}"
     shapes = sorted({n for e in a.grid + b.grid for n in e.names} - set(geometry))
