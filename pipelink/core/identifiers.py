@@ -77,7 +77,7 @@ def names_the_toolkit_declares(contract, log: str, within: str | None = None) ->
 def contract_names(contract) -> list[tuple[str, str, str]]:
     """(name, JSON pointer, what it is) for each entry symbol and parameter of `contract`: the names of a contract
     that reach the compiled code."""
-    places = [(s, "/entry/symbol" if s == contract.entry.symbol else "/entry", "entry symbol") for s in contract.symbols]
+    places = [(s, pointer, "entry symbol") for s, pointer in contract.symbol_pointers()]  # either form's own fields
     return places + [(p.name, p.pointer_path, "parameter") for p in contract.entry.params]
 
 
