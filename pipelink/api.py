@@ -300,14 +300,7 @@ class KernelImage:
     def kernel(self, device: int = 0):
         """Load the kernel on `device` (needs a GPU)."""
         from .runtime.launch import Kernel
-        _device(device)
-        return Kernel.load(self.cubin, self.manifest, device)
-
-
-def _device(device) -> None:
-    if not isinstance(device, int) or isinstance(device, bool) or device < 0:
-        raise PipelinkUsageError(f"device is {device!r}; pipelink takes a CUDA device ordinal (0, 1, ...)"
-                                 + (" or None" if device is None else ""))
+        return Kernel.load(self.cubin, self.manifest, device)  # which checks the device first
 
 
 def _find_cubin(path: Path, sink: DiagnosticSink) -> Path | None:
@@ -331,8 +324,9 @@ def load(path: str | os.PathLike, device: int | None = 0, *, manifest: str | os.
     PipelinkError for files that are missing or do not describe one kernel."""
     from .core import jsonread
     from .runtime.manifest import ManifestError
-    if device is not None:
-        _device(device)
+    if device is not None:  # None: the image, unloaded
+        from .runtime.launch import check_device
+        check_device(device)
     sink = DiagnosticSink()
     cubin_path = _find_cubin(Path(as_path(path, "the kernel's path")), sink)
     _raise_on_errors(sink)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import difflib
 import os
-import json
 import re
 import subprocess
 import tempfile
@@ -350,16 +349,28 @@ def source_functions(text: str) -> list[str]:
     return names
 
 
+def embedded_source_text(obj: InputObject) -> tuple[str, str] | None:
+    """(file name, source text) that `pipelink build` embedded in the object (SOURCE_SECTION); None where there
+    is none or it cannot be read."""
+    from ..core import jsonread
+    if obj.embedded_source is None:
+        return None
+    try:
+        doc = jsonread.parse(obj.embedded_source.rstrip(b"\0"))
+        if isinstance(doc["file"], str) and isinstance(doc["source"], str):
+            return doc["file"], doc["source"]
+    except (ValueError, KeyError, TypeError):  # JSONError is a ValueError
+        pass
+    return None
+
+
 def _defined_names(obj: InputObject, source: str | None) -> list[str]:
     """Names the object defines, as far as they can be known without linking: its PTX's, else the extern "C"
     functions of its source (the one given, or the one `pipelink build` embedded)."""
     if obj.ptx_symbols:
         return obj.ptx_symbols
-    if source is None and obj.embedded_source:
-        try:
-            source = json.loads(obj.embedded_source).get("source")
-        except (ValueError, AttributeError):
-            source = None
+    if source is None:
+        source = (embedded_source_text(obj) or (None, None))[1]
     return source_functions(source) if isinstance(source, str) else []
 
 

@@ -18,7 +18,6 @@ from pathlib import Path
 from .. import toolchain
 
 from ..authoring.header import generate_header, self_alias
-from ..core import jsonread
 from ..core.diagnostics import DiagnosticSink, escape_controls
 from .resolve import Resolved
 
@@ -30,19 +29,15 @@ _DEFINE = re.compile(r'\s*#\s*define\s.*')
 
 def component_source(comp, sink: DiagnosticSink) -> tuple[str, str] | None:
     """(file name, source text) embedded by `pipelink build`."""
-    raw = comp.obj.embedded_source if comp.obj is not None else None
-    if raw is None:
+    from ..formats.inputs import embedded_source_text
+    if comp.obj is None or comp.obj.embedded_source is None:
         sink.error("PL076", f"'{comp.name}' carries no source (section .pipelink.source)",
                    comp.contract.at("/"))
         return None
-    try:
-        doc = jsonread.parse(raw.rstrip(b"\0"))
-        if isinstance(doc["file"], str) and isinstance(doc["source"], str):
-            return doc["file"], doc["source"]
-    except (ValueError, KeyError, TypeError):  # JSONError is a ValueError
-        pass
-    sink.error("PL076", f"the .pipelink.source section of '{comp.name}' is unreadable", comp.contract.at("/"))
-    return None
+    found = embedded_source_text(comp.obj)
+    if found is None:
+        sink.error("PL076", f"the .pipelink.source section of '{comp.name}' is unreadable", comp.contract.at("/"))
+    return found
 
 
 def generate_monolithic(r: Resolved, glue: str, sink: DiagnosticSink) -> str | None:

@@ -162,6 +162,14 @@ def _grid_dims(grid) -> tuple[int, int, int]:
 
 # --- the kernel ----------------------------------------------------------------------------
 
+def check_device(device) -> None:
+    """A CUDA device ordinal (0, 1, ...), or PL001 (a PipelinkUsageError, also a TypeError) before any driver
+    call: what every way of loading a kernel takes."""
+    if not isinstance(device, int) or isinstance(device, bool) or device < 0:
+        from ..core.diagnostics import PipelinkUsageError
+        raise PipelinkUsageError(f"device is {device!r}; pipelink takes a CUDA device ordinal (0, 1, ...)")
+
+
 @dataclass
 class Kernel:
     """A loaded kernel. Build one with `Kernel.load`; `Kernel(manifest)` alone packs and checks
@@ -211,9 +219,7 @@ class Kernel:
     @classmethod
     def load(cls, cubin: bytes, manifest: Manifest | dict, device: int = 0) -> "Kernel":
         """Load `cubin` into the primary context of `device` and find the manifest's kernel."""
-        if not isinstance(device, int) or isinstance(device, bool) or device < 0:  # before the driver is asked
-            from ..core.diagnostics import PipelinkUsageError
-            raise PipelinkUsageError(f"device is {device!r}; pipelink takes a CUDA device ordinal (0, 1, ...)")
+        check_device(device)  # before the driver is asked
         kernel = cls(manifest, device=device)  # the manifest is checked before the driver is touched
         if kernel.manifest.distributed:
             from . import nvshmem
