@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import contextvars
 import errno
 import io
 import os
@@ -316,8 +317,14 @@ def _run(argv: list[str]) -> int:
     if args.command is None:
         _parser().print_help()
         return ExitCode.USAGE
+    # a SARIF result needs a file to be shown against: one located only at an option or a component gets the
+    # command's main input (the pipeline, else the first input)
+    _SARIF_ARTIFACT.set(getattr(args, "pipeline", None) or next(iter(getattr(args, "files", None) or ()), None))
     return {"inspect": cmd_inspect, "check": cmd_check, "header": cmd_header, "build": cmd_build,
             "link": cmd_link, "config": cmd_config, "demo": cmd_demo}[args.command](args)
+
+
+_SARIF_ARTIFACT: contextvars.ContextVar = contextvars.ContextVar("sarif_artifact", default=None)
 
 
 def cmd_version() -> int:
@@ -708,7 +715,8 @@ def _finish(sink: DiagnosticSink, fmt: str, doc: dict, lines: list[str], partial
         print(json_text(doc))
     elif fmt == "sarif":  # the diagnostics only: what code-scanning tools read
         from . import __version__
-        print(json_text(sarif_log(sink.items, __version__)))
+        artifact = _SARIF_ARTIFACT.get()
+        print(json_text(sarif_log(sink.items, __version__, None if artifact in (None, "-") else str(artifact))))
     else:
         # the lines say what inputs hold (names, symbols, paths): nothing in them may drive the terminal
         lines = [escape_controls(ln, lines=True) for ln in lines]

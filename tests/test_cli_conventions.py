@@ -157,7 +157,8 @@ def _assert_sarif(doc: dict) -> list[dict]:
     for result in run_["results"]:
         assert result["ruleId"] == ids[result["ruleIndex"]]
         assert result["level"] in ("error", "warning", "note") and result["message"]["text"]
-        for loc in result.get("locations", []) + result.get("relatedLocations", []):
+        assert result["locations"], "code-scanning uploads refuse a result without a location in a file"
+        for loc in result["locations"] + result.get("relatedLocations", []):
             uri = loc["physicalLocation"]["artifactLocation"]["uri"]
             assert uri and not re.search(r"[\s\[\]]", uri)  # a URI reference: brackets and spaces escaped
     return run_["results"]
@@ -194,6 +195,20 @@ def test_sarif_report_and_a_map_cannot_share_stdout(capsys):
                        "--format", "sarif")
     (result,) = _assert_sarif(json.loads(out))
     assert code == 2 and result["ruleId"] == "PL122" and "the --format sarif report" in result["message"]["text"]
+    # located in no file: shown against the pipeline file
+    (where,) = result["locations"]
+    assert where["physicalLocation"]["artifactLocation"]["uri"].endswith("pipelines/rowsum.json")
+
+
+def test_sarif_result_without_a_file_is_shown_against_the_first_input():
+    from pipelink.core.diagnostics import Diagnostic, Location, sarif_log
+    diags = [Diagnostic("PL001", "m", Location(option="--specialize")), Diagnostic("PL047", "m", Location(component="k"))]
+    for result, kept in zip(sarif_log(diags, "0", "objs/a.o")["runs"][0]["results"], ("option", "component")):
+        (where,) = result["locations"]
+        assert where["physicalLocation"] == {"artifactLocation": {"uri": "objs/a.o"}} and kept in where["properties"]
+    # with no input to name (a command line that did not parse) there is no file to show it against
+    (where,) = sarif_log(diags[:1], "0")["runs"][0]["results"][0]["locations"]
+    assert "physicalLocation" not in where
 
 
 # --- the pre-commit hook -------------------------------------------------------------------------

@@ -591,9 +591,11 @@ def _sarif_location(location: Location) -> dict:
     return out
 
 
-def sarif_log(diags, tool_version: str) -> dict:
+def sarif_log(diags, tool_version: str, artifact: str | None = None) -> dict:
     """The diagnostics as a SARIF 2.1.0 log for code-scanning tools: one run, a rule per code used (its
-    title and default hint), a result per diagnostic. Text as to_json() gives it: escaped and shortened."""
+    title and default hint), a result per diagnostic. Text as to_json() gives it: escaped and shortened.
+    `artifact`: the command's main input; a result located in no file (at an option, a component of several
+    files) is shown against it, since code-scanning uploads refuse a result without a file."""
     rules: dict[str, int] = {}
     results = []
     for d in diags:
@@ -602,6 +604,8 @@ def sarif_log(diags, tool_version: str) -> dict:
         result = {"ruleId": d.code, "ruleIndex": rules[d.code], "level": d.severity,
                   "message": {"text": doc["message"]}, "properties": {"hint": doc["hint"]}}
         where = _sarif_location(d.location)
+        if "physicalLocation" not in where and artifact is not None:
+            where["physicalLocation"] = {"artifactLocation": {"uri": _file_uri(artifact)}}
         if where:
             result["locations"] = [where]
         related = [dict(_sarif_location(r), id=i) for i, r in enumerate(d.related)]
@@ -621,7 +625,8 @@ def codes_markdown() -> str:
              "Exit code 2 means bad usage or an input that cannot be read as what it claims to be; 1 means a",
              "contract or link problem. Each diagnostic names where (file, JSON pointer, component), what clashed",
              "with what (`>>> also ...`), and gives a hint. `--format json` gives the same as objects, `--format sarif`",
-             "as a SARIF 2.1.0 log (a rule per code, with its title and default hint). `--werror` makes warnings",
+             "as a SARIF 2.1.0 log (a rule per code, with its title and default hint; a result located in no file is",
+             "shown against the command's pipeline, else its first input). `--werror` makes warnings",
              "errors (exit 1). Text from inputs is shown safely in every format: control characters escaped (`\\x1b`),",
              "a value over 256 characters cut to its first 60 and its length. A command whose stdout is closed early",
              "(`pipelink inspect ... | head`) ends quietly with exit code 141, as a tool ended by SIGPIPE would.",
