@@ -223,3 +223,45 @@ def test_entry_symbols_are_unique_across_components():
     (d,) = sink.items
     assert (d.code, d.location.file, d.location.pointer) == ("PL048", "c1.json", "/entries/0/symbol")
     assert "'ml_mma'" in d.message and d.related[0].pointer == "/entries/2/symbol"
+
+
+# --- what one contract's roles need in any kernel: `check` of the contract alone, as its link would say ---------
+
+def _link(*raws):
+    """The link's passes over contracts alone, up to the allocation (its role groups and register pool)."""
+    from hopper_factory import component
+    from pipelink.core.pipeline import PipelineSpec
+    from pipelink.linker.passes import LinkOptions, run_passes
+    ctx = run_passes(options=LinkOptions(pipeline=PipelineSpec(name="k")), components=[component(r) for r in raws],
+                     until="allocate")
+    return [(d.code, d.location.file, d.location.pointer) for d in ctx.sink.errors]
+
+
+@pytest.mark.parametrize("edit, code, pointer, word", [
+    # two warpgroups and a producer, every role at 256: 98304 registers, whatever else the kernel holds
+    (lambda c: [r.update(setmaxnreg=256) for r in c["threads"]["roles"]], "PL100", "/threads/roles", "98304"),
+    (lambda c: c["threads"]["roles"][1].update(setmaxnreg=248, instances=2, warps=4), "PL100", "/threads/roles",
+     "ml.consumer 8 warps x 248"),  # a role's copies count
+    # the producer runs with its 40 registers in any kernel: the component's cap of 64 cannot hold there
+    (lambda c: c.update(registers={"max_per_thread": 64}), "PL104", "/registers/max_per_thread",
+     "role 'producer' runs on warps with 40 (its setmaxnreg)")])
+def test_role_registers_that_fit_no_kernel_are_found_by_checking_the_contract_alone(edit, code, pointer, word):
+    """Such a contract had passed `pipelink check` and failed at its link; check says it with the link's code."""
+    raw = mainloop(edit)
+    target, sink = _check(raw)
+    assert [(d.code, d.location.pointer) for d in sink.errors] == [(code, pointer)], [d.render() for d in sink.items]
+    assert word in sink.errors[0].message
+    assert _link(raw, epilogue()) == [(code, "ml.json", pointer)]  # a link meets the same, at its check pass
+
+
+def test_role_registers_the_link_decides_are_left_to_it():
+    """A role without setmaxnreg takes the share the link's block leaves it, unknown to one contract: the producer
+    keeps 168 registers beside these consumers only in this link (the pool does not fit), which check cannot say."""
+    def no_setmaxnreg(c):
+        c["threads"]["roles"][0].pop("setmaxnreg")
+        c["threads"]["roles"][0]["warpgroup_aligned"] = True
+    target, sink = _check(mainloop(no_setmaxnreg))
+    assert not sink.items and target == "sm_90a"
+    assert _link(mainloop(no_setmaxnreg), epilogue()) == [("PL100", "ml.json", "/threads/roles")]
+    target, sink = _check(mainloop(), epilogue())
+    assert not sink.items

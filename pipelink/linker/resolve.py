@@ -369,11 +369,6 @@ def _schedule_settings(comps: list[Component], spec: PipelineSpec, schedule: str
         if (c.contract.events.notifies or c.contract.events.waits) and schedule != "persistent":
             sink.error("PL078", f"'{c.name}' declares events, which only the persistent schedule wires (this "
                        f"pipeline's is {schedule})", c.contract.at("/events"), related=_schedule_set_at(spec))
-        for role in c.contract.threads.roles:
-            if role.setmaxnreg is not None and not role_structured:
-                sink.error("PL078", f"role '{role.name}' of '{c.name}' asks for setmaxnreg {role.setmaxnreg}; the glue "
-                           "does not reconfigure registers per role yet, and ignoring the request would break the "
-                           "component's register plan", c.contract.at(f"{role.pointer_path}/setmaxnreg"))
     if schedule == "warp_specialized":
         for c in comps:
             if c.contract.threads.uses_syncthreads and len(comps) > 1:
