@@ -163,3 +163,11 @@ def test_roles_a_single_entry_component_cannot_have_are_found_by_checking_it_alo
     roles[0]["warps"], roles[2]["warps"] = 4, 0  # whole warpgroups before it: fine
     roles.pop()
     assert codes(check(small("fine", threads={"warps": 8, "roles": roles}))[1]) == []
+
+
+def test_a_prefetch_or_load_entry_named_as_another_components_entry_is_pl048_at_its_field():
+    a = small("a")
+    b = small("b", entry={"symbol": "b_entry", "prefetch": "a_entry"})
+    _, sink = check(a, b)
+    assert [(d.code, d.location.component, d.location.pointer) for d in sink.items] == [("PL048", "b", "/entry/prefetch")]
+    assert sink.items[0].related[0].pointer == "/entry/symbol"

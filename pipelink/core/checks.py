@@ -77,9 +77,7 @@ def check_names(contracts: list[Contract], sink: DiagnosticSink) -> None:
 
 
 def _symbols(c: Contract) -> list[tuple[str, str]]:
-    if c.entries:
-        return [(e.symbol, f"{e.pointer_path}/symbol") for e in c.entries]
-    return [(c.entry.symbol, "/entry/symbol")]
+    return list(c.symbol_pointers())
 
 
 def check_cluster(contracts: list[Contract], sink: DiagnosticSink) -> None:
