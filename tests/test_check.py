@@ -140,3 +140,34 @@ def test_geometry_provided_twice_and_out_of_range():
 def test_registers_and_threads_over_target():
     c = small("a", registers={"max_per_thread": 255}, threads={"warps": 8})
     assert codes(check(c)[1]) == []  # 255 x 256 threads fits an SM
+
+
+def test_roles_a_single_entry_component_cannot_have_are_found_by_checking_it_alone():
+    """A single entry has no per-role registers (setmaxnreg: PL078), and a warpgroup-aligned role after warps that are
+    not whole warpgroups never starts on one (the link places such a component on a warpgroup boundary): PL070. Both
+    had passed `pipelink check` and failed at the link, with these codes at these fields."""
+    from pipelink.core.pipeline import PipelineSpec
+    from pipelink.core.model import Component
+    from pipelink.linker.passes import LinkOptions, run_passes
+    threads = {"warps": 8, "roles": [{"name": "p", "warps": 4, "setmaxnreg": 64}, {"name": "q", "warps": 4}]}
+    nreg = small("nreg", targets={"archs": ["sm_90a"]}, threads=threads)
+    roles = [{"name": "a", "warps": 2}, {"name": "b", "warps": 4, "warpgroup_aligned": True}, {"name": "c", "warps": 2}]
+    aligned = small("aligned", threads={"warps": 8, "roles": roles})
+    for c, expected in ((nreg, ("PL078", "/threads/roles/0/setmaxnreg")), (aligned, ("PL070", "/threads/roles/1"))):
+        _, sink = check(c)
+        assert [(d.code, d.location.pointer) for d in sink.errors] == [expected], [d.render() for d in sink.items]
+        ctx = run_passes(options=LinkOptions(pipeline=PipelineSpec(name="k")), components=[Component(c, None)],
+                         until="allocate")
+        assert [(d.code, d.location.pointer) for d in ctx.sink.errors] == [expected]
+    assert "would start at warp 2" in check(aligned)[1].errors[0].message
+    roles[0]["warps"], roles[2]["warps"] = 4, 0  # whole warpgroups before it: fine
+    roles.pop()
+    assert codes(check(small("fine", threads={"warps": 8, "roles": roles}))[1]) == []
+
+
+def test_a_prefetch_or_load_entry_named_as_another_components_entry_is_pl048_at_its_field():
+    a = small("a")
+    b = small("b", entry={"symbol": "b_entry", "prefetch": "a_entry"})
+    _, sink = check(a, b)
+    assert [(d.code, d.location.component, d.location.pointer) for d in sink.items] == [("PL048", "b", "/entry/prefetch")]
+    assert sink.items[0].related[0].pointer == "/entry/symbol"

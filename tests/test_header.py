@@ -1,4 +1,5 @@
 """The generated component header: deterministic, complete, and valid CUDA C++ (NVRTC compiles it)."""
+import re
 from pathlib import Path
 
 import pytest
@@ -91,3 +92,68 @@ def test_wrong_entry_signature_does_not_compile(tmp_path):
     with pytest.raises(toolchain.ToolchainError):
         toolchain.nvrtc_to_ltoir(src, "use.cu", ["-arch=sm_90", "-dlto", "-rdc=true", "-std=c++17",
                                                  f"-I{tmp_path}", f"-I{pipelink_include_dir()}"])
+
+
+def _nvrtc_errors(src: str, tmp_path) -> str:
+    """NVRTC's log for `src` compiled as a component is (the pipelink and CUDA headers on its path); '' if it compiles."""
+    try:
+        toolchain.nvrtc_to_ltoir(src, "use.cu", ["-arch=sm_90", "-dlto", "-rdc=true", "-std=c++17", f"-I{tmp_path}",
+                                                 f"-I{pipelink_include_dir()}"])
+    except toolchain.ToolchainError as exc:
+        return exc.log or exc.message
+    return ""
+
+
+def test_the_members_of_pl_are_read_from_the_headers_as_the_compiler_sees_them(tmp_path):
+    """identifiers.pl_members() reads pipelink's headers; the compiler is the judge of what they declare in `pl`.
+    Every identifier the headers spell anywhere is tried as a namespace inside `pl`: exactly the members read from
+    the headers that are no namespaces are redeclared (an error), and every namespace read is one (it reopens)."""
+    from pipelink.core import identifiers
+    members = identifiers.pl_members()
+    assert {"Tile", "TensorMap", "warp_index", "dynamic_smem", "profile_mark", "kProfileMarks", "tma_store_chunks"} <= \
+        {n for n, (what, _) in members.items() if what != "namespace"}
+    assert {"ring", "frag", "glue", "events", "profile"} <= {n for n, (what, _) in members.items() if what == "namespace"}
+    texts = [p.read_text() for p in sorted((pipelink_include_dir() / "pipelink").glob("*.h"))]
+    candidates = sorted({t for text in texts for t in re.findall(r"\b[A-Za-z_]\w*\b", text)
+                         if identifiers.problem(t, "whole") is None and t not in ("pl", "pl_component")})
+    head = ["#include <pipelink/component.h>", "#include <pipelink/fragment.h>", "#include <pipelink/glue.h>",
+            "#include <pipelink/events.h>"]  # remote.h needs NVSHMEM's headers; it declares the namespace pl::remote
+    lines = head + [f"namespace pl {{ namespace {n} {{ }} }}" for n in candidates]
+    log = _nvrtc_errors("\n".join(lines) + "\n", tmp_path)
+    failed = {candidates[int(m.group(1)) - len(head) - 1] for m in re.finditer(r"^use\.cu\((\d+)\): error", log, re.M)}
+    assert failed == {n for n, (what, _) in members.items() if what != "namespace"}, log[:2000]
+    assert {n for n, (what, _) in members.items() if what == "namespace"} - {"remote"} <= set(candidates) - failed
+
+
+@pytest.mark.parametrize("name, edit", [
+    ("Tile", None), ("warp_index", None), ("TensorMap", None),
+    ("ring", lambda c: c["geometry"]["provides"].update(index=2))])  # reopened: its index() meets the geometry
+def test_a_component_named_as_a_member_of_pl_is_refused_at_its_name(name, edit, tmp_path):
+    """Such a component had passed `pipelink check` and then failed its build in the generated header."""
+    import dataclasses
+    raw = base_contract()
+    if edit:
+        edit(raw)
+    fine = load(raw)
+    c = dataclasses.replace(fine, name=name, raw=dict(fine.raw, name=name))  # the header as it was generated
+    (tmp_path / f"{name}.pipelink.h").write_text(generate_header(c))
+    assert "error" in _nvrtc_errors(f'#include "{name}.pipelink.h"\n', tmp_path)
+    raw["name"] = name
+    sink = DiagnosticSink()
+    assert load_contract_bytes(dumps(raw), Source("c.json"), sink) is None
+    assert [(d.code, d.location.pointer) for d in sink.errors] == [("PL188", "/name")]
+    assert f"pl::{name}" in sink.errors[0].message
+
+
+def test_names_of_pl_members_are_harmless_inside_the_components_namespace(tmp_path):
+    """Geometry, roles, buffers and entry symbols live in pl::<name>, or at global scope: `pl`'s members do not meet
+    them (the header names them qualified), so they load and compile; so does a component name near one."""
+    raw = base_contract(name="Tiles")
+    raw["geometry"]["provides"].update(Tile=2, warp_index=1)
+    raw["threads"]["roles"][1]["name"] = "dynamic_smem"
+    raw["smem"]["buffers"][1]["name"] = "ring"
+    raw["entry"]["symbol"] = "lane_index"
+    c = load(raw)
+    (tmp_path / "Tiles.pipelink.h").write_text(generate_header(c))
+    assert _nvrtc_errors('#include "Tiles.pipelink.h"\nusing namespace pl::Tiles;\n'
+                         'static_assert(Tile == 2 && warp_index == 1, "the component\'s own");\n', tmp_path) == ""

@@ -26,7 +26,10 @@ def _saxpy() -> dict:
 @pytest.mark.parametrize("name, kind, says", [
     ("x__y", "part", "C++ reserves"), ("_Tile", "whole", "C++ reserves"), ("_tile", "whole", None),
     ("int", "whole", "keyword"), ("int", "part", None), ("threadIdx", "whole", "built-in"), ("pl", "whole", "built-in"),
-    ("main", "global", "entry point"), ("main", "whole", None), ("_", "global", "PTX"), ("saxpy", "global", None)])
+    ("main", "global", "entry point"), ("main", "whole", None), ("_", "global", "PTX"), ("saxpy", "global", None),
+    ("Tile", "namespace", "pipelink's type pl::Tile"), ("Tile", "whole", None), ("ring", "namespace", "reopen it"),
+    ("warp_index", "namespace", "redeclare"), ("saxpy", "namespace", None), ("int", "namespace", "keyword"),
+    ("PL_COMPONENT_ABI", "whole", "pipelink's headers"), ("PL_COMPONENT_ABI", "part", None)])
 def test_the_rules_are_a_pure_function_of_the_name_and_its_use(name, kind, says):
     why = identifiers.problem(name, kind)
     assert (why is None) if says is None else (says in why)
@@ -35,6 +38,11 @@ def test_the_rules_are_a_pure_function_of_the_name_and_its_use(name, kind, says)
 CASES = {  # each: a change to the template's contract, the code and the JSON pointer it is reported at
     "component keyword": (lambda c: c.update(name="class"), "PL188", "/name"),
     "component reserved": (lambda c: c.update(name="a__b"), "PL188", "/name"),
+    "component a member of pl": (lambda c: c.update(name="warp_index"), "PL188", "/name"),
+    "component a namespace of pl": (lambda c: c.update(name="glue"), "PL188", "/name"),
+    "symbol the header's alias": (lambda c: c["entry"].update(symbol="pl_component"), "PL188", "/entry/symbol"),
+    "geometry a pipelink macro": (lambda c: c["geometry"].setdefault("provides", {}).update(PL_COMPONENT_ABI=1),
+                                  "PL188", "/geometry/provides/PL_COMPONENT_ABI"),
     "symbol keyword": (lambda c: c["entry"].update(symbol="for"), "PL188", "/entry/symbol"),
     "symbol main": (lambda c: c["entry"].update(symbol="main"), "PL188", "/entry/symbol"),
     "param keyword": (lambda c: c["entry"]["params"][0].update(name="float"), "PL188", "/entry/params/0/name"),

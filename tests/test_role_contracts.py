@@ -223,3 +223,132 @@ def test_entry_symbols_are_unique_across_components():
     (d,) = sink.items
     assert (d.code, d.location.file, d.location.pointer) == ("PL048", "c1.json", "/entries/0/symbol")
     assert "'ml_mma'" in d.message and d.related[0].pointer == "/entries/2/symbol"
+
+
+# --- what one contract's roles need in any kernel: `check` of the contract alone, as its link would say ---------
+
+def _link(*raws):
+    """The link's passes over contracts alone, up to the allocation (its role groups and register pool)."""
+    from hopper_factory import component
+    from pipelink.core.pipeline import PipelineSpec
+    from pipelink.linker.passes import LinkOptions, run_passes
+    ctx = run_passes(options=LinkOptions(pipeline=PipelineSpec(name="k")), components=[component(r) for r in raws],
+                     until="allocate")
+    return [(d.code, d.location.file, d.location.pointer) for d in ctx.sink.errors]
+
+
+@pytest.mark.parametrize("edit, code, pointer, word", [
+    # two warpgroups and a producer, every role at 256: 98304 registers, whatever else the kernel holds
+    (lambda c: [r.update(setmaxnreg=256) for r in c["threads"]["roles"]], "PL100", "/threads/roles", "98304"),
+    (lambda c: c["threads"]["roles"][1].update(setmaxnreg=248, instances=2, warps=4), "PL100", "/threads/roles",
+     "ml.consumer 8 warps x 248"),  # a role's copies count
+    # the producer runs with its 40 registers in any kernel: the component's cap of 64 cannot hold there
+    (lambda c: c.update(registers={"max_per_thread": 64}), "PL104", "/registers/max_per_thread",
+     "role 'producer' runs on warps with 40 (its setmaxnreg)")])
+def test_role_registers_that_fit_no_kernel_are_found_by_checking_the_contract_alone(edit, code, pointer, word):
+    """Such a contract had passed `pipelink check` and failed at its link; check says it with the link's code."""
+    raw = mainloop(edit)
+    target, sink = _check(raw)
+    assert [(d.code, d.location.pointer) for d in sink.errors] == [(code, pointer)], [d.render() for d in sink.items]
+    assert word in sink.errors[0].message
+    assert _link(raw, epilogue()) == [(code, "ml.json", pointer)]  # a link meets the same, at its check pass
+
+
+def test_role_registers_the_link_decides_are_left_to_it():
+    """A role without setmaxnreg takes the share the link's block leaves it, unknown to one contract: the producer
+    keeps 168 registers beside these consumers only in this link (the pool does not fit), which check cannot say."""
+    def no_setmaxnreg(c):
+        c["threads"]["roles"][0].pop("setmaxnreg")
+        c["threads"]["roles"][0]["warpgroup_aligned"] = True
+    target, sink = _check(mainloop(no_setmaxnreg))
+    assert not sink.items and target == "sm_90a"
+    assert _link(mainloop(no_setmaxnreg), epilogue()) == [("PL100", "ml.json", "/threads/roles")]
+    target, sink = _check(mainloop(), epilogue())
+    assert not sink.items
+
+
+# --- the entries form's own JSON pointers (`/entries/<i>/...`, `/params/<i>`), never `/entry/...` ----------------
+
+def _generate(*comps):
+    from pipelink.core.pipeline import PipelineSpec
+    from pipelink.linker.passes import LinkOptions, run_passes
+    ctx = run_passes(options=LinkOptions(pipeline=PipelineSpec(name="k")), components=list(comps), until="generate")
+    return ctx.sink.errors
+
+
+def test_a_parameter_clash_points_at_both_declarations():
+    from hopper_factory import component
+    (d,) = _generate(component(mainloop()), component(epilogue(lambda c: c["params"][1].update(dtype="i64"))))
+    assert (d.code, d.location.file, d.location.pointer) == ("PL069", "epi.json", "/params/1")
+    assert [(r.file, r.pointer) for r in d.related] == [("ml.json", "/params/1")]  # had been /entry/params
+
+
+@pytest.mark.parametrize("form", ["entries", "entry"])
+def test_an_entry_symbol_the_glue_declares_is_pl188_at_its_field(form):
+    """The link had crashed here (exit 3) for either form, and pointed at /entry/symbol for the entries form."""
+    from contract_factory import shipped_component
+    from hopper_factory import component
+    if form == "entries":
+        comps, at = [component(mainloop(lambda c: c["entries"][2].update(symbol="tile"))), component(epilogue())], \
+            ("ml.json", "/entries/2/symbol")
+    else:
+        comps = [shipped_component("tile_load"), shipped_component("tile_transform",
+                                                                   lambda c: c["entry"].update(symbol="tile")),
+                 shipped_component("block_rowsum")]
+        at = ("tile_transform.json", "/entry/symbol")
+    errors = _generate(*comps)
+    assert [(d.code, d.location.file, d.location.pointer) for d in errors] == [("PL188", *at)]
+    assert "entry symbol 'tile'" in errors[0].message
+
+
+def test_a_call_the_probe_finds_is_pl145_at_the_entries():
+    from pipelink.authoring.conformance import Usage, compare
+    usage = Usage(registers=32, local_bytes=0, static_smem_bytes=0, barrier_ids=frozenset(),
+                  computed_barrier_ids=False, callees=("helper",))
+    for raw, pointer in ((mainloop(), "/entries"), (epilogue(lambda c: (c.pop("entries"), c.pop("params"), c.pop(
+            "ports"), c.update(entry={"symbol": "epi_tile"}))), "/entry")):
+        c, _ = load(raw)
+        sink = DiagnosticSink()
+        compare(c, "c.o", usage, {}, sink)
+        assert [(d.code, d.location.pointer) for d in sink.items] == [("PL145", pointer)]
+
+
+class _Object:
+    path = "ml.o"
+
+    def link_input(self):
+        return None
+
+
+def test_the_probe_of_an_object_asks_for_every_entry_at_its_field(monkeypatch):
+    """Every entry of the entries form is probed (only the first had been, at /entry/symbol), and one missing is
+    PL014 at its own /entries/<i>/symbol."""
+    from pipelink import toolchain
+    from pipelink.core.model import Component
+    from pipelink.linker import collect
+    asked = []
+    monkeypatch.setattr(toolchain, "probe_entry_and_marker", lambda inp, symbols, marker, arch: asked.append(symbols))
+
+    def check_entry_symbol(obj, symbol, arch, sink, pointer, contract_file):
+        if symbol == "ml_mma":
+            sink.error("PL014", f"no '{symbol}'", collect.Location(file=contract_file, pointer=pointer))
+            return False
+        return True
+    monkeypatch.setattr(collect, "check_entry_symbol", check_entry_symbol)
+    c, _ = load(mainloop())
+    sink = DiagnosticSink()
+    collect.probe_symbols(Component(c, _Object()), "sm_90a", sink)
+    assert asked == [["ml_init", "ml_load", "ml_mma"]]
+    assert [(d.code, d.location.pointer) for d in sink.items] == [("PL014", "/entries/2/symbol")]
+
+
+def test_an_object_that_does_not_link_alone_is_pl074_at_the_entries(monkeypatch):
+    from pipelink.authoring.conformance import Probe, ProbeResult
+    from pipelink.core.model import Component
+    from pipelink.linker import collect, conformance
+    monkeypatch.setattr(conformance, "probe", lambda comp, arch: ProbeResult(None, Probe("", {}), "log"))
+    monkeypatch.setattr(collect, "probe_symbols", lambda comp, arch, sink: None)
+    c, _ = load(mainloop())
+    sink = DiagnosticSink()
+    conformance.check_conformance(Component(c, _Object()), "sm_90a", sink)
+    assert [(d.code, d.location.pointer) for d in sink.items] == [("PL074", "/entries")]

@@ -112,8 +112,8 @@ def test_a_joining_role_with_other_warps():
 def test_a_role_taking_fragments_from_two_roles():
     def two_consumers(c):
         c["threads"]["warps"] = 20
-        c["threads"]["roles"][1]["setmaxnreg"] = 152
-        c["threads"]["roles"].append({"name": "consumer2", "warps": 8, "setmaxnreg": 152})
+        c["threads"]["roles"][1]["setmaxnreg"] = 112  # 32 x (4 x 40 + 16 x 112) fits the SM
+        c["threads"]["roles"].append({"name": "consumer2", "warps": 8, "setmaxnreg": 112})
         c["ports"].append(dict(c["ports"][0], name="acc2", role="consumer2"))
         c["entries"].append({"name": "mma2", "symbol": "ml_mma2", "role": "consumer2", "params": ["acc2"]})
 

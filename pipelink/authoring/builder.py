@@ -342,7 +342,8 @@ def _compile(contract: Contract, contract_bytes: bytes, source: Path, cmd: list[
                    related=(contract.at(entries[0][1].rsplit("/", 1)[0] + "/params") if entries[0][1].startswith(
                        "/entry/") else contract.at(entries[0][1]),) if clash else (),
                    hint=(f"the source's '{entries[0][0]}' differs from the declaration the header generates from the "
-                         "contract's entry.params: make the types, their order and const match") if clash else None)
+                         f"contract's {'params' if contract.entries else 'entry.params'}: make the types, their order and "
+                         "const match") if clash else None)
         return None
     try:
         text = source.read_text()

@@ -371,7 +371,7 @@ def compare(c: Contract, obj_path: str, usage: Usage, assigned: dict[str, int], 
                 "/registers")
     if usage.callees:
         warning("PL145", f"{who} still calls {', '.join(usage.callees)} after LTO, which contract "
-                f"'{c.source.file}' does not show: a call is not free in a fused kernel", "/entry")
+                f"'{c.source.file}' does not show: a call is not free in a fused kernel", c.entry_pointer)
 
 
 # --- the build's record of the probe ----------------------------------------------------------------------------

@@ -13,6 +13,7 @@ import re
 from importlib import resources
 from pathlib import Path
 
+from ..core.identifiers import COMPONENT_ALIAS
 from ..core.model import DTYPE_BYTES, DTYPE_C, Contract, dtype_includes
 
 MARKER_HEX = 16  # hex digits of the contract hash in the marker name
@@ -45,7 +46,7 @@ def constant_symbols(c: Contract) -> dict[str, str]:
 
 
 def self_alias(c: Contract) -> str:
-    return f"namespace pl_component = ::pl::{c.name};"
+    return f"namespace {COMPONENT_ALIAS} = ::pl::{c.name};"
 
 
 def marker_symbol(c: Contract) -> str:

@@ -77,9 +77,7 @@ def check_names(contracts: list[Contract], sink: DiagnosticSink) -> None:
 
 
 def _symbols(c: Contract) -> list[tuple[str, str]]:
-    if c.entries:
-        return [(e.symbol, f"{e.pointer_path}/symbol") for e in c.entries]
-    return [(c.entry.symbol, "/entry/symbol")]
+    return list(c.symbol_pointers())
 
 
 def check_cluster(contracts: list[Contract], sink: DiagnosticSink) -> None:
@@ -198,7 +196,75 @@ def check_resources(contracts: list[Contract], arch: str, env: dict[str, int], s
         if c.max_registers and c.max_registers > target.max_regs_per_thread:
             sink.error("PL046", f"'{c.name}' asks {c.max_registers} registers per thread; {arch} allows "
                        f"{target.max_regs_per_thread}", c.at("/registers/max_per_thread"))
+        check_roles(c, target, sink)
     check_barriers(contracts, target.named_barriers - 1, sink)
+
+
+POOL_HINT = "lower a role's setmaxnreg or its warps"
+CAP_HINT = "raise the role's setmaxnreg, or lower the component's register cap"
+
+
+def register_pool(groups, regs_per_sm: int) -> str | None:
+    """Why warps that run at once, each group with its own registers per thread, do not fit an SM at one block per
+    SM (PL100), or None. `groups`: (name, warps, registers per thread), a role's copies counted in its warps."""
+    total = sum(32 * warps * regs for _, warps, regs in groups)
+    if total <= regs_per_sm:
+        return None
+    parts = "; ".join(f"{name} {warps} warps x {regs}" for name, warps, regs in groups)
+    return f"the roles' registers add up to {total} ({parts}), over the {regs_per_sm} of an SM at one block per SM"
+
+
+def cap_over_role(c: Contract, role: str, regs: int, source: str) -> str | None:
+    """Why `c`'s register cap does not fit the `regs` its role runs with (`source`: where that count comes from),
+    PL104, or None."""
+    if c.max_registers and c.max_registers > regs:
+        return (f"'{c.name}' needs up to {c.max_registers} registers per thread but its role '{role}' runs on warps "
+                f"with {regs} ({source})")
+    return None
+
+
+def misaligned_roles(c: Contract, begin: int, sink: DiagnosticSink) -> dict[str, int]:
+    """Each role's first warp, the component's warps starting at `begin` and its roles following one another in
+    contract order; PL070 for a warpgroup-aligned role that does not start on a warpgroup boundary."""
+    out, off = {}, begin
+    for role in c.threads.roles:
+        if role.warpgroup_aligned and off % 4:
+            sink.error("PL070", f"role '{role.name}' of '{c.name}' would start at warp {off}, not a warpgroup "
+                       "boundary", c.at(role.pointer_path))
+        out[role.name] = off
+        off += role.warps
+    return out
+
+
+def check_roles(c: Contract, target, sink: DiagnosticSink) -> None:
+    """What one contract's roles need in any kernel, so that `check` of the contract alone says what its link would.
+    A single-entry component has no per-role registers (setmaxnreg: PL078), and starts on a warpgroup boundary
+    wherever it has a warpgroup-aligned role (PL070 as the link places it). In the entries form a role with
+    setmaxnreg runs with that count wherever it goes (its own group, or another's that sets the same: PL100), so
+    those roles alone must fit the SM (PL100; the others take what the link leaves) and hold the component's
+    register cap (PL104)."""
+    roles = c.threads.roles
+    if not c.entries:
+        for r in roles:
+            if r.setmaxnreg is not None:
+                sink.error("PL078", f"role '{r.name}' of '{c.name}' asks for setmaxnreg {r.setmaxnreg}; the glue "
+                           "reconfigures registers per role only in role-structured kernels (the `entries` form), "
+                           "and ignoring the request would break the component's register plan",
+                           c.at(f"{r.pointer_path}/setmaxnreg"))
+        if all(r.warps_expr is None or r.warps_expr.names <= c.geometry.provides.keys() for r in roles):
+            misaligned_roles(c, 0, sink)  # warps over consumed geometry: the link places them at its values
+        return
+    fixed = [r for r in roles if r.setmaxnreg is not None and
+             (r.warps_expr is None or r.warps_expr.names <= c.geometry.provides.keys())]
+    why = register_pool([(f"{c.name}.{r.name}", r.warps * r.instances, r.setmaxnreg) for r in fixed],
+                        target.regs_per_sm)
+    if why:
+        sink.error("PL100", why + ", in any kernel: a role keeps its setmaxnreg wherever it runs", c.at("/threads/roles"),
+                   hint=POOL_HINT)
+    for r in roles:
+        why = cap_over_role(c, r.name, r.setmaxnreg, "its setmaxnreg") if r.setmaxnreg is not None else None
+        if why:
+            sink.error("PL104", why, c.at("/registers/max_per_thread"), hint=CAP_HINT)
 
 
 def check_barriers(contracts: list[Contract], free_ids: int, sink: DiagnosticSink) -> None:

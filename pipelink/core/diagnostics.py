@@ -268,7 +268,8 @@ CODES = _codes(
     Code("PL188", "a name the generated code cannot take", L,
          "rename it in its contract (a kernel parameter may also be bound to another name in a calls pipeline): a "
          "C++ keyword, or a name C++ reserves (a double underscore, `_` and a capital) or the toolkit's headers "
-         "declare, does not compile or collides; a parameter named as one of the glue's own names (its locals: t, "
+         "declare, does not compile or collides, and so does a component named as a member of pipelink's namespace "
+         "pl (Tile, warp_index, ring); a parameter named as one of the glue's own names (its locals: t, "
          "tile, rest, ...; every name beginning pl_) or as an entry symbol would reach the components with the "
          "glue's value or hide the function (docs/contract.md, names)"),
     Code("PL189", "load_ahead with no component that loads ahead", L,

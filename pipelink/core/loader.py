@@ -186,7 +186,7 @@ class _SemanticCheck:
         symbol (inside the kernel it would hide the function). PL188, PL022."""
         raw = self.raw
         entry = raw.get("entry", {})
-        spots = [("/name", raw["name"], "whole", "component name")]
+        spots = [("/name", raw["name"], "namespace", "component name")]
         if "entries" in raw:
             spots += [(f"/entries/{i}/symbol", e["symbol"], "global", "entry symbol") for i, e in enumerate(raw["entries"])]
             spots += [(f"/entries/{i}/name", e["name"], "part", "entry name")
@@ -212,7 +212,10 @@ class _SemanticCheck:
             spots += [(f"/events/{kind}/{i}/name", e["name"], "part", "event")
                       for i, e in enumerate(raw.get("events", {}).get(kind, [])) if "name" in e]
         for ptr, name, kind, what in spots:
-            why = identifiers.problem(name, kind)
+            why = identifiers.problem(name, kind) or (
+                "the name the generated header gives the component's namespace at global scope "
+                f"(namespace {name} = ::pl::{self.name})" if kind == "global" and name == identifiers.COMPONENT_ALIAS
+                else None)
             if why:
                 self.error("PL188", f"{what} '{name}' is {why}", ptr, hint="rename it")
         symbols = {name for _, name, kind, _ in spots if kind == "global"}

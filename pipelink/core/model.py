@@ -347,6 +347,15 @@ class Contract:
         return ((self.entry.symbol, "/entry/symbol"),) + tuple(
             (s, f"/entry/{field}") for field, s in (("prefetch", self.entry.prefetch), ("load", self.entry.load)) if s)
 
+    @property
+    def entry_pointer(self) -> str:
+        """The JSON pointer of the contract's entry points: `/entry`, or `/entries` in the entries form."""
+        return "/entries" if self.entries else "/entry"
+
+    def symbol_pointer(self, symbol: str) -> str:
+        """The JSON pointer of the field naming entry symbol `symbol` (the entry points' where none does)."""
+        return next((ptr for s, ptr in self.symbol_pointers() if s == symbol), self.entry_pointer)
+
     def param(self, name: str) -> Param | None:
         return next((p for p in self.entry.params if p.name == name), None)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from ..core.checks import CAP_HINT, POOL_HINT, cap_over_role, misaligned_roles, register_pool
 from ..core.diagnostics import DiagnosticSink
 from ..core.model import DTYPE_BYTES
 from ..core.targets import TARGETS, residency
@@ -309,13 +310,8 @@ def _barrier_ids(r: Resolved, alloc: Allocation, count: int, sink: DiagnosticSin
 
 def _warps(r: Resolved, alloc: Allocation, sink: DiagnosticSink) -> None:
     def place_roles(c, begin):
-        off = begin
-        for role in c.contract.threads.roles:
-            if role.warpgroup_aligned and off % 4:
-                sink.error("PL070", f"role '{role.name}' of '{c.name}' would start at warp {off}, not a warpgroup "
-                           "boundary", c.contract.at(role.pointer_path))
-            alloc.role_begin[(c.name, role.name)] = off
-            off += role.warps
+        for role, off in misaligned_roles(c.contract, begin, sink).items():
+            alloc.role_begin[(c.name, role)] = off
 
     if r.schedule != "warp_specialized":  # one task at a time on the same warps
         for c in r.components:
@@ -366,23 +362,20 @@ def _role_registers(r: Resolved, alloc: Allocation, target, sink: DiagnosticSink
     threads = alloc.block_threads
     entry = min(target.max_regs_per_thread, target.regs_per_sm // max(threads, 1) // 8 * 8)
     alloc.entry_registers = entry
-    total, parts = 0, []
+    pool = []
     for g in r.roles.groups:
         regs = g.setmaxnreg or entry
         alloc.group_registers[g.name] = regs
-        total += 32 * g.warps * g.instances * regs
-        parts.append(f"{g.name} {g.warps * g.instances} warps x {regs}")
+        pool.append((g.name, g.warps * g.instances, regs))
         for m in g.members:
             c = r.component(m.component).contract
-            if c.max_registers and c.max_registers > regs:
-                sink.error("PL104", f"'{m.component}' needs up to {c.max_registers} registers per thread but its role "
-                           f"'{m.role}' runs on warps with {regs} ({g.name})", c.at("/registers/max_per_thread"),
-                           hint="raise the role's setmaxnreg, or lower the component's register cap")
-    if total > target.regs_per_sm:
+            why = cap_over_role(c, m.role, regs, g.name)
+            if why:
+                sink.error("PL104", why, c.at("/registers/max_per_thread"), hint=CAP_HINT)
+    why = register_pool(pool, target.regs_per_sm)
+    if why:
         owner = r.component(r.roles.groups[0].members[0].component).contract
-        sink.error("PL100", f"the roles' registers add up to {total} ({'; '.join(parts)}), over the "
-                   f"{target.regs_per_sm} of an SM at one block per SM", owner.at("/threads/roles"),
-                   hint="lower a role's setmaxnreg or its warps")
+        sink.error("PL100", why, owner.at("/threads/roles"), hint=POOL_HINT)
 
 
 def _registers(r: Resolved, alloc: Allocation, target, sink: DiagnosticSink) -> None:

@@ -124,7 +124,7 @@ def probe_symbols(comp: Component, arch: str, sink: DiagnosticSink) -> None:
     """The object's entry symbols (the entry, its load and prefetch entries) and contract marker, each with a
     diagnostic located at the contract field naming it if missing."""
     c, obj = comp.contract, comp.obj
-    symbols = c.symbol_pointers() if not c.entries else ((c.entry.symbol, "/entry/symbol"),)
+    symbols = c.symbol_pointers()
     try:  # one probe link for a good object; one per symbol to say what is wrong with a bad one
         if toolchain.probe_entry_and_marker(obj.link_input(), [s for s, _ in symbols], marker_symbol(c), arch):
             return

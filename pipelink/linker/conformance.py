@@ -22,7 +22,7 @@ def check_conformance(comp, arch: str, sink: DiagnosticSink) -> ProbeResult | No
         probe_symbols(comp, arch, sink)
         if len(sink.errors) == before:
             sink.error("PL074", f"{comp.obj.path}: component '{comp.name}' does not link alone into a probe kernel "
-                       f"calling its entry:\n{result.log}", comp.contract.at("/entry"),
+                       f"calling its entry:\n{result.log}", comp.contract.at(comp.contract.entry_pointer),
                        related=(Location(file=comp.obj.path),))
         return None
     compare(comp.contract, comp.obj.path, result.usage, result.plan.barrier_ids, sink)

@@ -204,7 +204,6 @@ def check_component_hazards(comps, plan: "EventPlan", sink) -> None:
     after = downstream(names, _edges(plan.tensors))
     by_name = {c.name: c for c in comps}
     order = {name: i for i, name in enumerate(plan.order or names)}
-    index = {c.name: {p.name: k for k, p in enumerate(c.contract.entry.params) if p.pointer} for c in comps}
     access = {c.name: {p.name: not p.const for p in c.contract.entry.params if p.pointer} for c in comps}
     for a, b in ((a, b) for a in names for b in names if order.get(a, 0) < order.get(b, 0)):
         if b in after[a] or a in after[b]:
@@ -214,8 +213,8 @@ def check_component_hazards(comps, plan: "EventPlan", sink) -> None:
             tensor = said[0][0]
             sink.error("PL178", f"nothing orders '{b}' after '{a}' (no event between them), so their tasks may run "
                        f"at once on different CTAs: {'; '.join(s for _, s in said)}",
-                       by_name[b].contract.at(f"/entry/params/{index[b][tensor]}"),
-                       related=(by_name[a].contract.at(f"/entry/params/{index[a][tensor]}"),),
+                       by_name[b].contract.at(by_name[b].contract.param(tensor).pointer_path),
+                       related=(by_name[a].contract.at(by_name[a].contract.param(tensor).pointer_path),),
                        hint=f"have '{b}' wait on an event that '{a}' notifies (contract `events`, docs/contract.md), "
                             f"or list them as `calls` with \"after\": [\"{a}\"] on '{b}'")
 

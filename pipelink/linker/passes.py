@@ -178,14 +178,14 @@ def _names_fit_the_glue(ctx: LinkContext) -> bool:
     symbols = {sym: c for c in r.components for sym in c.code.symbols}
     found = clashes(ctx.glue, r.name, [p.name for p in r.params], list(symbols), frozenset(r.specialize or ()))
     for kind, name, why in found:
+        named = None  # where the pipeline itself names a kernel parameter
         if kind == "entry symbol":
             comp = symbols[name]
-            where = comp.code.at("/entry/symbol")
+            where = comp.code.at(comp.code.symbol_pointer(name))
         else:
             named = _named_by_the_pipeline(ctx.options.pipeline, name)
-            user = next((c for c in r.components if any(p.name == name for p in c.contract.entry.params)), None)
-            index = next((i for i, p in enumerate(user.contract.entry.params) if p.name == name), 0) if user else 0
-            where = named or (user.contract.at(f"/entry/params/{index}/name") if user else
+            user = next((c for c in r.components if c.contract.param(name) is not None), None)
+            where = named or (user.contract.at(f"{user.contract.param(name).pointer_path}/name") if user else
                               Location(file=ctx.options.pipeline.source))
         ctx.sink.error("PL188", f"{kind} '{name}' is {why}", where,
                        hint="name that kernel parameter differently in the pipeline" if named else None)

@@ -168,13 +168,7 @@ SAMPLE_SHAPES = (1, 2, 3, 17, 64, 100, 129, 1000, 4096, 5003)
 
 def _symbol_at(contract, symbol: str) -> Location:
     """Where a contract names an entry symbol."""
-    for i, e in enumerate(contract.entries):
-        if e.symbol == symbol:
-            return contract.at(f"/entries/{i}/symbol")
-    for key in ("symbol", "prefetch", "load"):
-        if getattr(contract.entry, key) == symbol:
-            return contract.at(f"/entry/{key}")
-    return contract.at("/entry")
+    return contract.at(contract.symbol_pointer(symbol))
 
 
 def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSink) -> Resolved | None:
@@ -369,11 +363,6 @@ def _schedule_settings(comps: list[Component], spec: PipelineSpec, schedule: str
         if (c.contract.events.notifies or c.contract.events.waits) and schedule != "persistent":
             sink.error("PL078", f"'{c.name}' declares events, which only the persistent schedule wires (this "
                        f"pipeline's is {schedule})", c.contract.at("/events"), related=_schedule_set_at(spec))
-        for role in c.contract.threads.roles:
-            if role.setmaxnreg is not None and not role_structured:
-                sink.error("PL078", f"role '{role.name}' of '{c.name}' asks for setmaxnreg {role.setmaxnreg}; the glue "
-                           "does not reconfigure registers per role yet, and ignoring the request would break the "
-                           "component's register plan", c.contract.at(f"{role.pointer_path}/setmaxnreg"))
     if schedule == "warp_specialized":
         for c in comps:
             if c.contract.threads.uses_syncthreads and len(comps) > 1:
@@ -1036,7 +1025,8 @@ def _params(comps, sink) -> list[KernelParam]:
             elif (have.dtype, have.pointer) != (p.dtype, p.pointer):
                 sink.error("PL069", f"parameter '{p.name}' is {_kind(p.dtype, p.pointer)} in '{c.name}' but "
                            f"{_kind(have.dtype, have.pointer)} in '{first[p.name].name}'",
-                           c.contract.at(p.pointer_path), related=(first[p.name].contract.at("/entry/params"),))
+                           c.contract.at(p.pointer_path),
+                           related=(first[p.name].contract.at(first[p.name].contract.param(p.name).pointer_path),))
             else:
                 merged[p.name] = replace(have, const=have.const and p.const, users=have.users + (c.name,))
     for c in comps:  # what each user declares of the buffer behind a pointer: extents (views may differ), alignment

@@ -78,7 +78,7 @@ def verify_cubin(cubin: bytes, r: Resolved, a: Allocation, arch: str, sink: Diag
         who = probes.blame(lambda c, u, _: u.callees, lambda c, u, _: "calls " + ", ".join(u.callees))
         sink.warning("PL073", f"the kernel still calls {', '.join(callees)}: a component was not inlined "
                      "(__noinline__, -G, or an object without LTO-IR); linking is then not free"
-                     + _alone(who, "keeps a call"), _where(who, "/entry"))
+                     + _alone(who, "keeps a call"), _where(who, who[0][0].contract.entry_pointer if who else ""))
         from .collect import warn_other_abi
         warn_other_abi(objects_of(r), arch, sink)  # the cause, where it is an object built by another pipelink
     return info
