@@ -72,6 +72,8 @@ MEGA_OPTIONS.update({f"lr_deal_st128_ahead4_if{n}": ("lr", {"deal": "continue", 
 # L2 keeps the activations and the KV cache.
 MEGA_OPTIONS.update({f"{v}_ef": (v, {"loader_l2": "evict_first"}) for v in ("lr", "lr_last")})
 MEGA_OPTIONS["lr_ahead2_ef"] = ("lr", {"load_ahead": 2, "loader_l2": "evict_first"})
+# lr_l2normal: the loader step's copies without the hint, whatever decode_step_lr.json sets.
+MEGA_OPTIONS["lr_l2normal"] = ("lr", {"loader_l2": "normal"})
 # lr_last_*: the loader step with the splits merged by the last one (attn_last), dealt on, 128 splits, load_ahead N.
 MEGA_OPTIONS["lr_last_deal_st128"] = ("lr_last", {"deal": "continue", "geometry": {"SPLIT_TASKS": 128}})
 MEGA_OPTIONS.update({f"lr_last_deal_st128_ahead{n}": ("lr_last", {"deal": "continue", "geometry": {"SPLIT_TASKS": 128},
