@@ -496,8 +496,47 @@ def test_launch_builds_kernel_params(monkeypatch):
     k.launch(FakeTensor(ptr=0xAB00), FakeCudaArray(ptr=0xCD00), 3200, 0.25, stream=SimpleNamespace(cuda_stream=9))
     assert fake.seen == dict(grid=(100, 1, 1), block=(128, 1, 1), smem=33024, stream=9,
                              values=[0xAB00, 0xCD00, 3200, 0.25], extra=0)
-    k.launch(1, 2, M=5, scale=1.0, grid=(7, 2))
-    assert fake.seen["grid"] == (7, 2, 1) and fake.seen["values"] == [1, 2, 5, 1.0] and fake.seen["stream"] == 0
+    k.launch(1, 2, M=5, scale=1.0, grid=(7,))
+    assert fake.seen["grid"] == (7, 1, 1) and fake.seen["values"] == [1, 2, 5, 1.0] and fake.seen["stream"] == 0
+    # the glue walks tiles over blockIdx.x: a second row of CTAs would run every tile twice
+    with pytest.raises(ArgumentError, match="one-dimensional grid"):
+        k.launch(1, 2, M=5, scale=1.0, grid=(7, 2))
+
+
+def _clustered(n: int, sms: int, per_sm: int, clusters: int, tiles=None) -> Kernel:
+    m = copy.deepcopy(MANIFEST)
+    m["cluster"] = [n, 1, 1]
+    m["tiles"] = tiles or m["tiles"]
+    k = fake_occupancy(Kernel(m), sms=sms, per_sm=per_sm)
+    k.max_active_clusters = lambda: clusters
+    return k
+
+
+def test_a_clustered_kernel_gets_whole_clusters_that_fit_at_once():
+    # 132 SMs of 2 blocks hold 264, but only 60 clusters of 4 fit in the GPCs at once: 240 resident
+    k = _clustered(4, sms=132, per_sm=2, clusters=60)
+    assert k.cluster_ctas == 4 and k.resident_blocks() == 240
+    assert k.grid_for(M=10_000, N=1000) == 240
+    assert k.grid_for(M=32 * 5, N=128) == 8  # 5 tiles: two clusters, the last three CTAs find no tile
+    assert k.grid_for(M=0, N=1000) == 4
+    # the SMs' blocks bound it too, in whole clusters: 10 SMs of 3 blocks hold 30, 7 clusters of 4
+    assert _clustered(4, sms=10, per_sm=3, clusters=60).resident_blocks() == 28
+    with pytest.raises(LaunchError, match="no cluster of 4 blocks"):
+        _clustered(4, sms=132, per_sm=2, clusters=0).resident_blocks()
+
+
+def test_a_clustered_kernel_refuses_a_grid_of_part_clusters(monkeypatch):
+    fake = FakeDriver([ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int32, ctypes.c_float])
+    monkeypatch.setattr(driver_mod, "driver", lambda: fake)
+    k = _clustered(2, sms=132, per_sm=2, clusters=100, tiles=["ceil_div(M, 32)"])
+    k.function = object()
+    k.pointer_device = lambda ptr: 0
+    with pytest.raises(ArgumentError, match="clusters of 2 CTAs.*grid of 7"):
+        k.launch(1, 2, M=5, scale=1.0, grid=7)
+    k.launch(1, 2, M=5, scale=1.0, grid=8)
+    assert fake.seen["grid"] == (8, 1, 1)
+    k.launch(1, 2, M=32 * 3, scale=1.0)  # the launcher's own grid: 3 tiles in 2 clusters
+    assert fake.seen["grid"] == (4, 1, 1)
 
 
 def test_launch_without_params(monkeypatch):

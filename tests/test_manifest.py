@@ -42,6 +42,13 @@ def test_the_json_form_round_trips_in_the_order_it_was_always_written():
     assert m.workspace.events[0].words({"M": 100}) == 4 and m.tile_exprs[0].evaluate({"M": 64}) == 4
 
 
+def test_a_cluster_round_trips():
+    doc = dict(copy.deepcopy(PERSISTENT), cluster=[2, 1, 1])
+    m = Manifest.from_json(doc)
+    assert m.cluster == (2, 1, 1) and m.to_json()["cluster"] == [2, 1, 1] and Manifest.from_json(m.to_json()) == m
+    assert Manifest.from_json(PERSISTENT).cluster is None and "cluster" not in Manifest.from_json(PERSISTENT).to_json()
+
+
 def test_a_minimal_manifest_takes_defaults():
     m = Manifest.from_json({"kernel": "k", "block": [256]})
     assert m.block == (256, 1, 1) and m.dynamic_smem == 0 and m.params == () and m.version == MANIFEST_VERSION
@@ -66,6 +73,10 @@ def test_a_minimal_manifest_takes_defaults():
     (lambda m: m.update(resources={"registers": "many"}), "'resources'"),
     (lambda m: m.update(tiles=["M ** 2"]), "bad tile expression"),
     (lambda m: m.update(kernel=""), "kernel's name"),
+    (lambda m: m.update(cluster=[2, 2, 1]), "'cluster' must be \\[n, 1, 1\\]"),
+    (lambda m: m.update(cluster=[16, 1, 1]), "'cluster'"),
+    (lambda m: m.update(cluster=[0, 1, 1]), "'cluster'"),
+    (lambda m: m.update(cluster=2), "'cluster'"),
 ])
 def test_every_field_is_validated_on_read(change, words):
     doc = copy.deepcopy(PERSISTENT)

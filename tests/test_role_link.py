@@ -565,3 +565,19 @@ def test_role_structured_manifests_ask_for_a_balanced_grid():
     r, a, sink = link()
     doc = manifest(r, a, "sm_90a", b"\0")
     assert doc.grid_policy == "balanced"
+
+
+def test_a_cluster_reaches_the_kernel_and_the_manifest():
+    from pipelink.linker.emit import manifest
+    ctx = link_ctx(lambda c: c.update(cluster={"dims": [2]}), lambda c: c.update(cluster={"dims": [2, 1, 1]}))
+    assert not errors(ctx.sink)
+    assert "__cluster_dims__(2, 1, 1)" in ctx.glue
+    assert manifest(ctx.resolved, ctx.allocation, "sm_90a", b"\0").cluster == (2, 1, 1)
+    assert manifest(*link()[:2], "sm_90a", b"\0").cluster is None
+
+
+def test_a_cluster_over_two_grid_dimensions_is_refused():
+    from hopper_factory import load
+    c, sink = load(mainloop(lambda c: c.update(cluster={"dims": [2, 2]})))
+    assert c is None and [(d.code, d.location.pointer) for d in sink.items] == [("PL107", "/cluster/dims")]
+    assert "one" in sink.items[0].message and "declare [4]" in sink.items[0].hint

@@ -276,6 +276,12 @@ class _SemanticCheck:
         if cluster is not None and (len(cluster) > 3 or cluster[0] * (cluster[1:2] or [1])[0] * (cluster[2:3] or [1])[0] > 8):
             self.error("PL107", f"cluster {list(cluster)} has more than the 8 CTAs a portable cluster may hold",
                        "/cluster/dims")
+        elif cluster is not None and any(d > 1 for d in cluster[1:]):
+            # a linked kernel walks its tiles over blockIdx.x: a grid of one dimension holds no [x, y] cluster
+            n = cluster[0] * (cluster[1:2] or [1])[0] * (cluster[2:3] or [1])[0]
+            self.error("PL107", f"cluster {list(cluster)} spans more than one grid dimension; a linked kernel's grid "
+                       "has one", "/cluster/dims",
+                       hint=f"declare [{n}] and read the CTA's place in the cluster with %cluster_ctarank")
         if self.failed:
             return None
         return Contract(

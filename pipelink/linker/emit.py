@@ -74,7 +74,7 @@ def manifest(r: Resolved, a: Allocation, arch: str, cubin: bytes, kernel_info: K
         grid_policy="stream_k" if r.stream_k is not None else "balanced" if r.roles is not None else None,
         stream_k=stream_k, dependent_launch=r.dependent_launch, distributed=r.distributed is not None,
         tasks=tasks, ring_slots=ring_slots, dispatch=r.dispatch if persistent else None, workspace=workspace, resources=resources,
-        profile_tasks=r.profile_tasks)
+        profile_tasks=r.profile_tasks, cluster=r.cluster)
 
 
 def _param_spec(p, geometry: dict[str, int]) -> ParamSpec:

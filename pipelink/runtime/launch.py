@@ -697,16 +697,46 @@ class Kernel:
         return _cu.call(what, drv.cuOccupancyMaxActiveBlocksPerMultiprocessor, self.function,
                      self.block_threads, self.dynamic_smem)
 
+    @property
+    def cluster_ctas(self) -> int:
+        """CTAs in one of the kernel's clusters (1 without `__cluster_dims__`): a grid is whole clusters."""
+        return self.manifest.cluster[0] if self.manifest.cluster else 1
+
+    def max_active_clusters(self) -> int:
+        """Clusters of this kernel the whole device holds at once (a cluster's CTAs share one GPC, so this can
+        be fewer than the multiprocessors' blocks over the cluster size)."""
+        what = f"cuOccupancyMaxActiveClusters for kernel '{self.name}'"
+        self._require_loaded(what)
+        drv = _cu.driver()
+        config = drv.CUlaunchConfig()
+        config.gridDimX, config.gridDimY, config.gridDimZ = self.cluster_ctas, 1, 1
+        config.blockDimX, config.blockDimY, config.blockDimZ = self.block
+        config.sharedMemBytes = self.dynamic_smem
+        return _cu.call(what, drv.cuOccupancyMaxActiveClusters, self.function, config)
+
     def resident_blocks(self) -> int:
-        """Blocks the whole device holds at once; asked of the driver once per load."""
+        """Blocks the whole device holds at once, in whole clusters; asked of the driver once per load."""
         if self._resident is None:
             per_sm = self.max_active_blocks_per_sm()
             if per_sm < 1:
                 raise LaunchError(f"occupancy of kernel '{self.name}'", None,
                                   f"no block of {self.block_threads} threads with {self.dynamic_smem} B dynamic "
                                   f"shared memory fits on a multiprocessor")
-            self._resident = self.num_sms() * per_sm
+            resident = self.num_sms() * per_sm
+            if self.cluster_ctas > 1:
+                clusters = self.max_active_clusters()
+                if clusters < 1:
+                    raise LaunchError(f"occupancy of kernel '{self.name}'", None,
+                                      f"no cluster of {self.cluster_ctas} blocks of {self.block_threads} threads "
+                                      f"with {self.dynamic_smem} B dynamic shared memory fits on the device")
+                resident = min(resident // self.cluster_ctas, clusters) * self.cluster_ctas
+            self._resident = resident
         return self._resident
+
+    def _whole_clusters(self, ctas: int) -> int:
+        """`ctas` rounded up to whole clusters (the CTAs past the tiles find none and end)."""
+        n = self.cluster_ctas
+        return -(-ctas // n) * n
 
     def grid_for(self, **shapes) -> int:
         """Blocks for a persistent grid-stride launch: every tile, but no more than fit at once.
@@ -716,8 +746,8 @@ class Kernel:
         policy = self.manifest.grid_policy
         if policy == "stream_k":
             return self.stream_k_plan(shapes)[0]
-        return max(1, balanced_grid(tiles, self.resident_blocks()) if policy == "balanced"
-                   else min(tiles, self.resident_blocks()))
+        return self._whole_clusters(max(1, balanced_grid(tiles, self.resident_blocks()) if policy == "balanced"
+                                        else min(tiles, self.resident_blocks())))
 
     def stream_k_plan(self, shapes: dict, grid: int | None = None) -> tuple[int, int, int]:
         """(grid, tiles split over the CTAs, pieces per tile) of a kernel with a split reduction
@@ -735,9 +765,11 @@ class Kernel:
             resident = self.resident_blocks()
             rows = tiles // max(1, self._tile_extents(shapes)[-1]) if tiles else 0
             if not self.split_reduction:
-                plan = (grid or balanced_grid(tiles, resident), 0, 1)
+                plan = (grid or self._whole_clusters(balanced_grid(tiles, resident)), 0, 1)
             else:
                 plan = stream_k_plan(tiles, blocks, resident, grid, rows)
+                if grid is None and plan[0] % self.cluster_ctas:  # planned again for whole clusters
+                    plan = stream_k_plan(tiles, blocks, resident, self._whole_clusters(plan[0]), rows)
             self._memo[key] = plan
         return self._memo[key]
 
@@ -819,6 +851,12 @@ class Kernel:
                                     f"are not integer parameters: pass grid= (e.g. kernel.grid_for(...))")
             grid = self.grid_for(**env)
         dims = _grid_dims(grid)
+        if dims[1:] != (1, 1):  # the glue walks tiles by blockIdx.x: a second row of CTAs would run every tile again
+            raise ArgumentError(f"kernel '{self.name}' takes a one-dimensional grid (its tiles are walked over "
+                                f"blockIdx.x), got {list(dims)}")
+        if dims[0] % self.cluster_ctas:
+            raise ArgumentError(f"kernel '{self.name}' runs in clusters of {self.cluster_ctas} CTAs "
+                                f"(__cluster_dims__): a grid of {dims[0]} is not whole clusters")
         workspace = None
         slots = {}
         if self.manifest.persistent:

@@ -27,6 +27,7 @@ from .tensormap import TensorMapDecl
 MANIFEST_VERSION = 2
 READABLE_VERSIONS = (1, 2)
 MAX_BLOCK_THREADS = 1024
+MAX_CLUSTER_CTAS = 8  # a portable cluster (the contract's limit, PL107)
 
 
 class ManifestError(PipelinkRunError, ValueError):
@@ -282,6 +283,7 @@ class Manifest:
     resources: Resources | None = None
     profile_tasks: int = 0                     # persistent: records of the task-profile ring (0: none)
     distributed: bool = False                  # every rank runs it on NVSHMEM (contracts use RANK, WORLD, rank)
+    cluster: tuple[int, int, int] | None = None  # the kernel's __cluster_dims__: a grid is whole clusters
     tile_exprs: tuple[_expr.Expr, ...] = field(default=(), compare=False, repr=False)  # `tiles`, parsed once
 
     def __post_init__(self):
@@ -339,6 +341,8 @@ class Manifest:
             doc["profile_tasks"] = self.profile_tasks
         if self.distributed:
             doc["distributed"] = True
+        if self.cluster is not None:
+            doc["cluster"] = list(self.cluster)
         return doc
 
     @classmethod
@@ -360,7 +364,7 @@ class Manifest:
 _TOP_FIELDS = {"manifest", "pipelink", "kernel", "target", "schedule", "block", "dynamic_smem", "params", "tiles",
                "tile_order", "distribution", "geometry", "components", "wires", "cubin_sha256", "specialized",
                "grid_policy", "stream_k", "dependent_launch", "tasks", "ring_slots", "dispatch", "workspace", "resources",
-               "profile_tasks", "distributed"}
+               "profile_tasks", "distributed", "cluster"}
 _SCHEDULES = ("sequential", "warp_specialized", "persistent")
 _DISPATCHES = ("static", "dynamic")
 
@@ -419,7 +423,17 @@ class _Reader:
             tasks=self.str_map("tasks"), ring_slots=self.str_map("ring_slots"),
             dispatch=self.optional("dispatch", str, f"one of {', '.join(_DISPATCHES)}", _DISPATCHES),
             workspace=self.workspace(), resources=self.resources(), profile_tasks=self.profile_tasks(),
-            distributed=bool(self.optional("distributed", bool, "a boolean")))
+            distributed=bool(self.optional("distributed", bool, "a boolean")), cluster=self.cluster())
+
+    def cluster(self) -> tuple[int, int, int] | None:
+        raw = self.doc.get("cluster")
+        if raw is None:
+            return None
+        if not (isinstance(raw, list) and len(raw) == 3 and all(_is_int(v) and v >= 1 for v in raw)
+                and raw[1] == raw[2] == 1 and raw[0] <= MAX_CLUSTER_CTAS):
+            raise self.error(f"'cluster' must be [n, 1, 1] with 1 <= n <= {MAX_CLUSTER_CTAS} (the grid is "
+                             f"one-dimensional), got {raw!r}")
+        return tuple(raw)
 
     def block(self) -> tuple[int, int, int]:
         raw = self.doc.get("block")
