@@ -6,6 +6,7 @@ an unwritten element fails, shapes with ragged edges, several grid sizes, repeat
 import dataclasses
 import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +17,7 @@ from pipelink.linker.passes import LinkOptions, link
 
 pytestmark = pytest.mark.gpu
 
+REPO = Path(__file__).resolve().parent.parent
 SHAPES = [(1, 1), (31, 100), (32, 128), (33, 129), (257, 1000), (1000, 4099), (4096, 4096), (8192, 8192)]
 
 
@@ -190,5 +192,27 @@ def test_a_link_specialized_for_one_shape_computes_that_shape(shipped_objects, p
     kernel = link_pipeline(shipped_objects, pipeline, specialize={"M": M}).kernel()
     try:
         judge(kernel, pipeline, M, N)
+    finally:
+        kernel.unload()
+
+
+def test_a_clustered_kernel_runs_in_whole_clusters(shipped_objects, tmp_path):
+    """A contract's cluster reaches the kernel (__cluster_dims__), the manifest and the launcher's grid: whole
+    clusters that fit at once; a grid of part clusters is refused before the driver sees it."""
+    import pipelink
+    from pipelink.runtime.launch import ArgumentError
+    raw = json.loads((REPO / "contracts" / "tile_load.json").read_text())
+    raw["cluster"] = {"dims": [2]}
+    obj = pipelink.build(REPO / "components" / "tile_load" / "tile_load.cu", json.dumps(raw).encode(),
+                         tmp_path / "tile_load.o")
+    kernel = link_pipeline(shipped_objects, "rowsum", tile_load=obj).kernel()
+    try:
+        assert kernel.manifest.cluster == (2, 1, 1) and kernel.max_active_clusters() >= 1
+        assert kernel.resident_blocks() % 2 == 0 and kernel.grid_for(M=1, N=1) == 2
+        for M, N in ((1, 1), (33, 129), (1000, 4099)):  # one tile: one cluster, a CTA of it finds none
+            judge(kernel, "rowsum", M, N)
+        judge(kernel, "rowsum", 515, 2000, grid=6)
+        with pytest.raises(ArgumentError, match="clusters of 2"):
+            judge(kernel, "rowsum", 515, 2000, grid=7)
     finally:
         kernel.unload()
