@@ -57,6 +57,26 @@ def test_the_same_inputs_hit_and_give_the_same_object(cache_root, component, tmp
     assert not any("pipelink-build-" in p for p in deps)  # the generated header is in the key, not a dependency
 
 
+def test_a_build_from_another_folder_hits_and_its_includes_still_count(cache_root, component, tmp_path,
+                                                                        monkeypatch):
+    """nvcc runs in the source's folder and names the source by its file name, so the command, and the key, are
+    the same from any working folder; the files it read are recorded by their full paths (nvcc lists the header
+    beside the source relative to its folder), so an edit of one still misses."""
+    source, contract = component
+    monkeypatch.chdir(source.parent)
+    _, log1 = build(Path(source.name), Path(contract.name), tmp_path / "a.o")
+    elsewhere = tmp_path / "x" / "y"
+    elsewhere.mkdir(parents=True)
+    monkeypatch.chdir(elsewhere)
+    _, log2 = build(Path("../../src") / source.name, Path("../../src") / contract.name, tmp_path / "b.o")
+    assert compiled(log1) and not compiled(log2)
+    entry = next((cache_root / "build").glob("*/*"))
+    assert str((source.parent / "local.h").resolve()) in [p for p, _ in json.loads((entry / "deps.json").read_text())]
+    (source.parent / "local.h").write_text("#pragma once\nconstexpr float kLocal = 2.0f;\n")
+    _, log3 = build(Path("../../src") / source.name, Path("../../src") / contract.name, tmp_path / "c.o")
+    assert compiled(log3)
+
+
 @pytest.mark.parametrize("edit", ["source", "included header", "contract", "define"])
 def test_an_edited_input_misses(cache_root, component, tmp_path, edit):
     source, contract = component

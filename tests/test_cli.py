@@ -564,6 +564,25 @@ def test_two_builds_of_one_component_are_byte_identical(tmp_path):
     assert outs[0] == outs[1]
 
 
+def test_a_build_from_another_folder_is_byte_identical(tmp_path):
+    """The same inputs give the same object from any working folder: nvcc puts the source's path as it is given
+    into the LTO-IR, so `tile_transform.cu` in its folder and `../../tile_transform.cu` from another had differed."""
+    from pipelink.harness.shipped import REPO
+    source = REPO / "components/tile_transform/tile_transform.cu"
+    elsewhere = tmp_path / "a" / "b"
+    elsewhere.mkdir(parents=True)
+    env = dict(os.environ, PIPELINK_CACHE="0", PYTHONPATH=str(REPO))  # the cache would hand the second the first's
+    outs = []
+    for i, (cwd, spelt) in enumerate([(source.parent, source.name), (elsewhere, os.path.relpath(source, elsewhere))]):
+        out = tmp_path / f"t{i}.o"
+        proc = subprocess.run([sys.executable, "-m", "pipelink", "build", spelt, "--contract",
+                               os.path.relpath(REPO / "contracts/tile_transform.json", cwd), "-o", out,
+                               "--arch", "sm_90"], cwd=cwd, env=env, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        outs.append(out.read_bytes())
+    assert outs[0] == outs[1]
+
+
 @pytest.mark.parametrize("options, code, says, at", [
     (["--wire", "a.b=c.d"], 1, "error[PL062]", "option --wire a.b=c.d"),
     (["--wire", "tile_load.tile=block_rowsum.tile"], 1, "error[PL192]", "option --wire tile_load.tile=block_rowsum.tile"),

@@ -83,19 +83,27 @@ def gencode(arch: str) -> str:
 def nvcc_command(contract: Contract, source: Path, output: Path, header_dir: Path, opts: BuildOptions) -> list[str]:
     """Device code only (`-fatbin -rdc=true`): a component's host side never runs, and skipping the
     host pass saves most of a CuTe-heavy epilogue's build (1.3 s instead of 3.8 s on 2 cores), which
-    is what a relink after an epilogue change costs. `wrap_fatbin` makes the object."""
-    archs = opts.archs or contract.targets.archs
+    is what a relink after an epilogue change costs. `wrap_fatbin` makes the object.
+
+    The source is named by its file name alone, for nvcc run in the source's folder (`nvcc_cwd`): nvcc puts the
+    source's path as given into the LTO-IR, so `../x.cu` and `x.cu` had made different objects of one source."""
+    archs = dict.fromkeys(opts.archs or contract.targets.archs)  # a target given twice is built once
     cmd = [str(toolchain.nvcc_path()), "-fatbin", "-rdc=true", "-std=c++17", opts.optimize, *map(gencode, archs),
            *contract.targets.flags.nvcc_options(),
-           f"-I{header_dir}", f"-I{source.parent}", *component_cflags(),
+           f"-I{header_dir}", f"-I{nvcc_cwd(source)}", *component_cflags(),
            # the header by a fixed macro name: one source may serve several contracts (e.g. tile shapes)
            f'-DPIPELINK_HEADER="{contract.name}.pipelink.h"']
     cmd += [f"-I{os.path.abspath(d)}" for d in opts.include_dirs]  # as the command's folder resolves them: the
     # cache key then names the folders, not the spelling (a relative -I from another folder had hit the cache)
     cmd += [f"-D{d}" for d in opts.defines]
     cmd += list(opts.extra_nvcc)
-    cmd += [str(source), "-o", str(output)]
+    cmd += [source.name if not source.name.startswith("-") else f"./{source.name}", "-o", os.path.abspath(output)]
     return cmd
+
+
+def nvcc_cwd(source: Path) -> str:
+    """The folder nvcc_command's nvcc runs in: the source's, absolute."""
+    return os.path.abspath(source.parent)
 
 
 def include_dirs(cmd: list[str]) -> list[str]:
@@ -188,7 +196,7 @@ def build_component(contract: Contract, contract_bytes: bytes, source: str | Pat
             if data is None:
                 return False
             try:
-                read = build_cache.files_read(tmp / "component.d", tmp)
+                read = build_cache.files_read(tmp / "component.d", tmp, nvcc_cwd(source))
             except OSError:
                 read = []
         if not _conforms(contract, data, opts, _object_name(output, source), sink):
@@ -200,7 +208,7 @@ def build_component(contract: Contract, contract_bytes: bytes, source: str | Pat
                        Location(file=stale[0]), related=(Location(file=str(source)),))
             return False
         if compiled and k:  # only objects the build accepts are kept
-            build_cache.store(k, data, tmp / "component.d", tmp, began, include_dirs(cmd))
+            build_cache.store(k, data, tmp / "component.d", tmp, began, include_dirs(cmd), nvcc_cwd(source))
     if opts.werror:
         sink.warnings_as_errors()
         if sink.has_errors:
@@ -313,10 +321,11 @@ def _compile(contract: Contract, contract_bytes: bytes, source: Path, cmd: list[
              opts: BuildOptions, sink: DiagnosticSink) -> bytes | None:
     """Run nvcc (`cmd` writes tmp/component.fatbin; -MD lists what it reads into tmp/component.d) and wrap
     its fatbin into a host object with the contract and the source embedded; None after a diagnostic."""
-    compile_cmd = [*cmd, "-MD", "-MF", str(tmp / "component.d")]  # what it reads: the cache entry's dependencies
+    compile_cmd = [*cmd, "-MD", "-MF", os.path.abspath(tmp / "component.d")]  # what it reads: the cache's dependencies
     opts.nvcc_log.append(shlex.join(compile_cmd))  # as a shell reads it back
     try:
-        proc = toolchain.run_bounded(compile_cmd, toolchain.nvcc_env(scratch=tmp), opts.timeout_s)
+        proc = toolchain.run_bounded(compile_cmd, toolchain.nvcc_env(scratch=tmp), opts.timeout_s,
+                                     cwd=nvcc_cwd(source))
     except OSError as exc:
         sink.error("PL008", f"cannot run nvcc: {exc}", Location(file=str(source)))
         return None
@@ -388,7 +397,7 @@ def _names_the_toolkit_defines(contract: Contract, source: Path, cmd: list[str],
     # the build's own command (flags, -I, -D; it ends `SOURCE -o OUTPUT`) on the probe: the same headers and macros
     probe_cmd = cmd[:-3] + [str(probe), "-o", str(tmp / "names.fatbin")]
     try:
-        proc = toolchain.run_bounded(probe_cmd, toolchain.nvcc_env(scratch=tmp), timeout_s)
+        proc = toolchain.run_bounded(probe_cmd, toolchain.nvcc_env(scratch=tmp), timeout_s, cwd=nvcc_cwd(source))
     except (OSError, subprocess.TimeoutExpired, toolchain.OutOfMemory):
         return False
     macros = macros_in_probe_log(proc.stderr + proc.stdout) if proc.returncode else set()
