@@ -374,7 +374,7 @@ def test_a_misspelt_load_entry_is_pl014_at_the_build_and_the_link(tmp_path):
     source.write_text(source.read_text().replace("void gemv_residual_lr_load(", "void gemv_residual_lr_loads("))
     sink = DiagnosticSink()
     assert not build_component(load_contract_file(contract, sink), contract.read_bytes(), source, tmp_path / "x.o",
-                               sink, BuildOptions(archs=("sm_90a",)))
+                               sink, BuildOptions(archs=("sm_90",)))
     assert [(d.code, d.location.pointer) for d in sink.errors] == [("PL014", "/entry/load")], \
         [d.render() for d in sink.items]
     assert "gemv_residual_lr_load'" in sink.errors[0].message and not (tmp_path / "x.o").exists()
