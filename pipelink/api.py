@@ -154,12 +154,14 @@ class CheckResult:
 
 
 def run_checks(items: list[str | NamedBytes], sink: DiagnosticSink, arch: str | None = None,
-               pipeline: PipelineSpec | None = None, together: bool = False) -> tuple[list[Collected], LinkContext | None]:
+               pipeline: PipelineSpec | None = None, together: bool = False,
+               probe: bool = True) -> tuple[list[Collected], LinkContext | None]:
     """`pipelink check`, through the linker's passes: each file read on its own and each of its
     components checked as a set of one (with its conformance probe), or, `together`, the components as
     one kernel's set; a `pipeline` implies `together` and goes on to the link's decisions short of
     compiling (resolve, allocate, the map of them, and the glue's text). Returns the sets, and with a pipeline the
-    context of that run (its `link_map`, `link_picture`, `resolved`), else None."""
+    context of that run (its `link_map`, `link_picture`, `resolved`), else None. `probe=False` (one by one only):
+    without the probe, for an object whose bytes were probed before (a build's cache hit)."""
     if pipeline is not None or together:
         extra = ("probe", "map") if pipeline is not None else ("probe",)
         # with a pipeline, up to the glue's text (not compiled): the names it declares meet the kernel's there
@@ -172,7 +174,7 @@ def run_checks(items: list[str | NamedBytes], sink: DiagnosticSink, arch: str | 
         read = run_passes([item], until="read")
         sink.extend(read.sink.items)
         for comp in read.components:
-            one = run_passes(options=LinkOptions(arch=arch), components=[comp], until="probe")
+            one = run_passes(options=LinkOptions(arch=arch), components=[comp], until="probe" if probe else "check")
             sink.extend(one.sink.items)
             sets.append(Collected([comp], one.target))
     return sets, None

@@ -6,6 +6,7 @@ from dataclasses import replace
 import pytest
 
 from pipelink.api import run_checks
+from pipelink.authoring import builder
 from pipelink.authoring.builder import BuildOptions, build_component
 from pipelink.core.diagnostics import DiagnosticSink
 from pipelink.core.loader import load_contract_bytes
@@ -26,6 +27,9 @@ CONTRACT = {
 }
 
 
+BOTH = ["-gencode=arch=compute_90,code=lto_90"]
+
+
 @pytest.fixture(scope="module")
 def objects(tmp_path_factory):
     """tiny built by `pipelink build` (lto_90a only), and the same with sm_90 LTO-IR added."""
@@ -36,11 +40,26 @@ def objects(tmp_path_factory):
     sink = DiagnosticSink()
     contract = load_contract_bytes(raw, Source(str(d / "tiny.json")), sink)
     out = {}
-    for name, extra in (("good.o", []), ("both.o", ["-gencode=arch=compute_90,code=lto_90"])):
-        assert build_component(contract, raw, d / "tiny.cu", d / name, sink, BuildOptions(extra_nvcc=extra)), \
-            [x.render() for x in sink.items]
+    for name, extra in (("good.o", []), ("both.o", BOTH)):
+        with pytest.MonkeyPatch.context() as mp:
+            if extra:  # the build refuses what check refuses: both.o is made as one's own nvcc would make it
+                mp.setattr(builder, "_checks_clean", lambda *a, **k: True)
+            assert build_component(contract, raw, d / "tiny.cu", d / name, sink, BuildOptions(extra_nvcc=extra)), \
+                [x.render() for x in sink.items]
         out[name] = str(d / name)
+    out["dir"] = d
     return out
+
+
+def test_pipelink_build_refuses_family_ir_beside_arch_specific_ir(objects):
+    """An nvcc option that adds sm_90 LTO-IR to an sm_90a component: check refuses the object (PL108), so the
+    build does too, and writes nothing."""
+    d = objects["dir"]
+    raw = (d / "tiny.json").read_bytes()
+    sink = DiagnosticSink()
+    contract = load_contract_bytes(raw, Source(str(d / "tiny.json")), sink)
+    assert not build_component(contract, raw, d / "tiny.cu", d / "refused.o", sink, BuildOptions(extra_nvcc=BOTH))
+    assert [x.code for x in sink.errors] == ["PL108"] and not (d / "refused.o").exists()
 
 
 def _component(path):

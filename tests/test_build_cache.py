@@ -57,6 +57,26 @@ def test_the_same_inputs_hit_and_give_the_same_object(cache_root, component, tmp
     assert not any("pipelink-build-" in p for p in deps)  # the generated header is in the key, not a dependency
 
 
+def test_a_build_from_another_folder_hits_and_its_includes_still_count(cache_root, component, tmp_path,
+                                                                        monkeypatch):
+    """nvcc runs in the source's folder and names the source by its file name, so the command, and the key, are
+    the same from any working folder; the files it read are recorded by their full paths (nvcc lists the header
+    beside the source relative to its folder), so an edit of one still misses."""
+    source, contract = component
+    monkeypatch.chdir(source.parent)
+    _, log1 = build(Path(source.name), Path(contract.name), tmp_path / "a.o")
+    elsewhere = tmp_path / "x" / "y"
+    elsewhere.mkdir(parents=True)
+    monkeypatch.chdir(elsewhere)
+    _, log2 = build(Path("../../src") / source.name, Path("../../src") / contract.name, tmp_path / "b.o")
+    assert compiled(log1) and not compiled(log2)
+    entry = next((cache_root / "build").glob("*/*"))
+    assert str((source.parent / "local.h").resolve()) in [p for p, _ in json.loads((entry / "deps.json").read_text())]
+    (source.parent / "local.h").write_text("#pragma once\nconstexpr float kLocal = 2.0f;\n")
+    _, log3 = build(Path("../../src") / source.name, Path("../../src") / contract.name, tmp_path / "c.o")
+    assert compiled(log3)
+
+
 @pytest.mark.parametrize("edit", ["source", "included header", "contract", "define"])
 def test_an_edited_input_misses(cache_root, component, tmp_path, edit):
     source, contract = component
@@ -354,7 +374,7 @@ def test_a_misspelt_load_entry_is_pl014_at_the_build_and_the_link(tmp_path):
     source.write_text(source.read_text().replace("void gemv_residual_lr_load(", "void gemv_residual_lr_loads("))
     sink = DiagnosticSink()
     assert not build_component(load_contract_file(contract, sink), contract.read_bytes(), source, tmp_path / "x.o",
-                               sink, BuildOptions(archs=("sm_90a",)))
+                               sink, BuildOptions(archs=("sm_90",)))
     assert [(d.code, d.location.pointer) for d in sink.errors] == [("PL014", "/entry/load")], \
         [d.render() for d in sink.items]
     assert "gemv_residual_lr_load'" in sink.errors[0].message and not (tmp_path / "x.o").exists()

@@ -564,6 +564,120 @@ def test_two_builds_of_one_component_are_byte_identical(tmp_path):
     assert outs[0] == outs[1]
 
 
+def test_a_build_from_another_folder_is_byte_identical(tmp_path):
+    """The same inputs give the same object from any working folder: nvcc puts the source's path as it is given
+    into the LTO-IR, so `tile_transform.cu` in its folder and `../../tile_transform.cu` from another had differed."""
+    from pipelink.harness.shipped import REPO
+    source = REPO / "components/tile_transform/tile_transform.cu"
+    elsewhere = tmp_path / "a" / "b"
+    elsewhere.mkdir(parents=True)
+    env = dict(os.environ, PIPELINK_CACHE="0", PYTHONPATH=str(REPO))  # the cache would hand the second the first's
+    outs = []
+    for i, (cwd, spelt) in enumerate([(source.parent, source.name), (elsewhere, os.path.relpath(source, elsewhere))]):
+        out = tmp_path / f"t{i}.o"
+        proc = subprocess.run([sys.executable, "-m", "pipelink", "build", spelt, "--contract",
+                               os.path.relpath(REPO / "contracts/tile_transform.json", cwd), "-o", out,
+                               "--arch", "sm_90"], cwd=cwd, env=env, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        outs.append(out.read_bytes())
+    assert outs[0] == outs[1]
+
+
+# --- build writes nothing that check would refuse -------------------------------------------------
+
+SEG_SILU_CONTRACT = json.loads((Path(__file__).resolve().parents[1] / "contracts" / "seg_silu.json").read_text())
+SEG_SILU_SOURCE = (Path(__file__).resolve().parents[1] / "components" / "seg_silu" / "seg_silu.cu").read_text()
+
+
+def _older_header() -> str:
+    """seg_silu's header generated from an earlier version of its contract (another TILE)."""
+    from pipelink.authoring.header import generate_header
+    from pipelink.core.diagnostics import DiagnosticSink
+    from pipelink.core.loader import load_contract_dict
+    from pipelink.core.model import Source
+    older = json.loads(json.dumps(SEG_SILU_CONTRACT))
+    older["geometry"]["provides"]["TILE"] = 512
+    return generate_header(load_contract_dict(older, Source("seg_silu_v0.json"), DiagnosticSink()))
+
+
+def _marker_off(d: Path) -> None:
+    (d / "seg_silu.cu").write_text("#define PL_NO_CONTRACT_MARKER\n" + SEG_SILU_SOURCE)
+
+
+def _header_copy(d: Path) -> None:  # a kept copy of an older generated header, under another name and folder
+    (d / "old").mkdir()
+    (d / "old" / "seg_silu_v0.h").write_text(_older_header())
+    (d / "seg_silu.cu").write_text(SEG_SILU_SOURCE.replace('"seg_silu.pipelink.h"', '"old/seg_silu_v0.h"'))
+
+
+def _sidecar(d: Path) -> None:  # the contract named as the object's sidecar: check reads two contracts
+    (d / "out.contract.json").write_text(json.dumps(SEG_SILU_CONTRACT))
+
+
+@pytest.mark.parametrize("setup, args, code, exit_code, says", [
+    (None, ["--arch", "sm_90a"], "PL012", 1, "not for sm_90, the contract's target"),
+    (None, ["-D", "PL_NO_CONTRACT_MARKER"], "PL001", 2, "drops the contract marker"),
+    (None, ["-D", 'PIPELINK_HEADER="seg_silu_v0.h"'], "PL001", 2, "names another header"),
+    (None, ["-o", "{d}/out.json"], "PL001", 2, "reads a .json file as a contract"),
+    (_marker_off, [], "PL049", 1, "defines no 'pl_seg_silu__contract__"),
+    (_header_copy, [], "PL198", 1, "old/seg_silu_v0.h, a copy of the header generated from contract 'seg_silu'"),
+    (_sidecar, [], "PL017", 1, "also has the sidecar"),
+], ids=["arch-subset", "define-marker-off", "define-header", "json-name", "source-marker-off", "header-copy",
+        "sidecar"])
+def test_a_build_check_would_refuse_fails_and_keeps_the_previous_output(capsys, tmp_path, setup, args, code,
+                                                                         exit_code, says):
+    """`pipelink build` had written objects that `pipelink check` and `link` then refused (a target the contract
+    promises left out, the marker switched off, an older header's copy included, a sidecar beside the output):
+    the build refuses them with a located diagnostic and a hint, and the output it would replace is untouched."""
+    d = tmp_path / "src"
+    d.mkdir()
+    (d / "seg_silu.cu").write_text(SEG_SILU_SOURCE)
+    (d / "seg_silu.json").write_text(json.dumps(SEG_SILU_CONTRACT))
+    if setup:
+        setup(d)
+    args = [a.format(d=d) for a in args]
+    out = Path(args[args.index("-o") + 1]) if "-o" in args else d / "out.o"
+    out.write_bytes(b"the previous build")
+    before = sorted(p.name for p in d.iterdir())
+    got, _, err = run(capsys, "build", d / "seg_silu.cu", "--contract", d / "seg_silu.json",
+                      *([] if "-o" in args else ["-o", out]), *args)
+    assert got == exit_code and f"error[{code}]" in err and says in err and "= hint: " in err, err
+    assert out.read_bytes() == b"the previous build" and sorted(p.name for p in d.iterdir()) == before
+
+
+def test_a_build_refuses_what_check_refuses_with_checks_words(capsys, tmp_path, monkeypatch):
+    """The object a source that switches its marker off makes: check refuses it (PL049); the build, which checks
+    what it made as check does, says the same of it and writes nothing. Without that last step (the object as
+    the build had written it) check's words are the build's."""
+    from pipelink.authoring import builder
+    d = tmp_path
+    (d / "seg_silu.json").write_text(json.dumps(SEG_SILU_CONTRACT))
+    _marker_off(d)
+    got, _, said = run(capsys, "build", d / "seg_silu.cu", "--contract", d / "seg_silu.json", "-o", d / "x.o")
+    assert got == 1 and not (d / "x.o").exists(), said
+    monkeypatch.setattr(builder, "_checks_clean", lambda *a, **k: True)
+    got, _, err = run(capsys, "build", d / "seg_silu.cu", "--contract", d / "seg_silu.json", "-o", d / "x.o")
+    assert got == 0, err
+    got, _, checked = run(capsys, "check", d / "x.o")
+    assert got == 1
+    line = next(line for line in checked.splitlines() if line.startswith("error["))
+    assert line.startswith("error[PL049]: ") and line in said.splitlines(), (line, said)
+
+
+def test_a_cached_object_is_checked_under_its_new_name(capsys, tmp_path):
+    """An object from the build cache is refused where check would refuse it under the name it is written to
+    (a sidecar contract beside it), though the same build to another name passed."""
+    (tmp_path / "seg_silu.cu").write_text(SEG_SILU_SOURCE)
+    (tmp_path / "seg_silu.json").write_text(json.dumps(SEG_SILU_CONTRACT))
+    got, _, err = run(capsys, "build", tmp_path / "seg_silu.cu", "--contract", tmp_path / "seg_silu.json",
+                      "-o", tmp_path / "a.o")
+    assert got == 0, err
+    _sidecar(tmp_path)
+    got, out, err = run(capsys, "build", tmp_path / "seg_silu.cu", "--contract", tmp_path / "seg_silu.json",
+                        "-o", tmp_path / "out.o")
+    assert got == 1 and "error[PL017]" in err and not (tmp_path / "out.o").exists(), out + err
+
+
 @pytest.mark.parametrize("options, code, says, at", [
     (["--wire", "a.b=c.d"], 1, "error[PL062]", "option --wire a.b=c.d"),
     (["--wire", "tile_load.tile=block_rowsum.tile"], 1, "error[PL192]", "option --wire tile_load.tile=block_rowsum.tile"),

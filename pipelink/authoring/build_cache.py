@@ -138,9 +138,11 @@ def lookup(k: str, include_dirs: list[str] = ()) -> bytes | None:
         return None
 
 
-def files_read(depfile: Path, scratch: Path) -> list[str]:
-    """The files a compile read (nvcc's -MD list), less those under `scratch` (the generated header)."""
-    return [p for p in parse_depfile(depfile.read_text()) if not Path(p).resolve().is_relative_to(scratch.resolve())]
+def files_read(depfile: Path, scratch: Path, cwd: str | None = None) -> list[str]:
+    """The files a compile read (nvcc's -MD list), less those under `scratch` (the generated header); a relative
+    path in the list is relative to `cwd`, the folder nvcc ran in, and comes back joined to it."""
+    found = [os.path.join(cwd, p) if cwd else p for p in parse_depfile(depfile.read_text())]
+    return [p for p in found if not Path(p).resolve().is_relative_to(scratch.resolve())]
 
 
 def recorded_files(k: str) -> list[str]:
@@ -151,7 +153,8 @@ def recorded_files(k: str) -> list[str]:
         return []
 
 
-def store(k: str, data: bytes, depfile: Path, scratch: Path, began: float, include_dirs: list[str] = ()) -> None:
+def store(k: str, data: bytes, depfile: Path, scratch: Path, began: float, include_dirs: list[str] = (),
+          cwd: str | None = None) -> None:
     """Keep `data` under `k` with the files nvcc read (those under `scratch`, the generated header, are in
     the key), unless one of them was written or moved into place since the compile began (`began`, time.time():
     the object may be of its earlier bytes, the entry would record the later). A cache that cannot be written is
@@ -160,7 +163,7 @@ def store(k: str, data: bytes, depfile: Path, scratch: Path, began: float, inclu
         return
     tmp = None
     try:
-        deps = files_read(depfile, scratch)
+        deps = files_read(depfile, scratch, cwd)
         if changed_since(deps, began):
             return
         recorded = [[str(Path(p).resolve()), _sha256(read_file(p))] for p in deps]

@@ -12,7 +12,7 @@ import shlex
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .. import toolchain
@@ -20,7 +20,7 @@ from ..core.checks import check_set
 from ..core.diagnostics import DiagnosticSink, Location
 from ..core.model import Contract
 from ..formats.inputs import SOURCE_SECTION, USAGE_SECTION, embed_contract
-from ..formats.outputs import STDOUT, Input, Output, check_outputs, write_outputs
+from ..formats.outputs import STDOUT, Input, Output, check_outputs, special_file, write_outputs
 from . import build_cache
 from .header import generate_header, pipelink_include_dir  # noqa: F401  (the include folder's owner)
 
@@ -83,19 +83,27 @@ def gencode(arch: str) -> str:
 def nvcc_command(contract: Contract, source: Path, output: Path, header_dir: Path, opts: BuildOptions) -> list[str]:
     """Device code only (`-fatbin -rdc=true`): a component's host side never runs, and skipping the
     host pass saves most of a CuTe-heavy epilogue's build (1.3 s instead of 3.8 s on 2 cores), which
-    is what a relink after an epilogue change costs. `wrap_fatbin` makes the object."""
-    archs = opts.archs or contract.targets.archs
+    is what a relink after an epilogue change costs. `wrap_fatbin` makes the object.
+
+    The source is named by its file name alone, for nvcc run in the source's folder (`nvcc_cwd`): nvcc puts the
+    source's path as given into the LTO-IR, so `../x.cu` and `x.cu` had made different objects of one source."""
+    archs = dict.fromkeys(opts.archs or contract.targets.archs)  # a target given twice is built once
     cmd = [str(toolchain.nvcc_path()), "-fatbin", "-rdc=true", "-std=c++17", opts.optimize, *map(gencode, archs),
            *contract.targets.flags.nvcc_options(),
-           f"-I{header_dir}", f"-I{source.parent}", *component_cflags(),
+           f"-I{header_dir}", f"-I{nvcc_cwd(source)}", *component_cflags(),
            # the header by a fixed macro name: one source may serve several contracts (e.g. tile shapes)
            f'-DPIPELINK_HEADER="{contract.name}.pipelink.h"']
     cmd += [f"-I{os.path.abspath(d)}" for d in opts.include_dirs]  # as the command's folder resolves them: the
     # cache key then names the folders, not the spelling (a relative -I from another folder had hit the cache)
     cmd += [f"-D{d}" for d in opts.defines]
     cmd += list(opts.extra_nvcc)
-    cmd += [str(source), "-o", str(output)]
+    cmd += [source.name if not source.name.startswith("-") else f"./{source.name}", "-o", os.path.abspath(output)]
     return cmd
+
+
+def nvcc_cwd(source: Path) -> str:
+    """The folder nvcc_command's nvcc runs in: the source's, absolute."""
+    return os.path.abspath(source.parent)
 
 
 def include_dirs(cmd: list[str]) -> list[str]:
@@ -140,6 +148,12 @@ def build_component(contract: Contract, contract_bytes: bytes, source: str | Pat
         return False
     if not _options_fit_nvcc(opts, source, sink):
         return False
+    from ..linker.collect import is_contract_file
+    if output.path != STDOUT and not special_file(output.path) and is_contract_file(output.path, b"\x7fELF"):
+        sink.error("PL001", f"-o {output.path}: pipelink reads a .json file as a contract, so `pipelink check` and "
+                   "`link` would not read the object", Location(option=f"-o {output.path[:80]}"),
+                   hint="name the object .o (-o PATH)")
+        return False
     if not source.is_file():
         why = ("it does not exist" if not source.exists() else "it is a directory" if source.is_dir() else
                "it is not a regular file (a pipe or a device): nvcc reads the source by its path and its "
@@ -166,6 +180,14 @@ def build_component(contract: Contract, contract_bytes: bytes, source: str | Pat
         check_set([contract], sink, arch)
     if len(sink.errors) > before:
         return False
+    default = check_set([contract], DiagnosticSink(), None)  # the target `check` and `link` take unless told one
+    if opts.archs and default not in opts.archs:
+        archs = list(dict.fromkeys(opts.archs))
+        sink.error("PL012", f"the object would hold LTO-IR for {', '.join(archs)} only, not for {default}, the "
+                   "contract's target that `pipelink check` and `link` take unless told another: they would refuse it",
+                   Location(option=" ".join(f"--arch {a}" for a in archs)), related=(contract.at("/targets/archs"),),
+                   hint=f"build for {default} too (--arch {default}), or drop --arch (every target the contract lists)")
+        return False
     with tempfile.TemporaryDirectory(prefix="pipelink-build-") as tmp:
         tmp = Path(tmp)
         # The header's own name for its lines, not the scratch folder's random path: through the compile's line
@@ -188,7 +210,7 @@ def build_component(contract: Contract, contract_bytes: bytes, source: str | Pat
             if data is None:
                 return False
             try:
-                read = build_cache.files_read(tmp / "component.d", tmp)
+                read = build_cache.files_read(tmp / "component.d", tmp, nvcc_cwd(source))
             except OSError:
                 read = []
         if not _conforms(contract, data, opts, _object_name(output, source), sink):
@@ -199,8 +221,10 @@ def build_component(contract: Contract, contract_bytes: bytes, source: str | Pat
                        f"'{contract.name}', instead of the generated one: the object would follow the copy's contract",
                        Location(file=stale[0]), related=(Location(file=str(source)),))
             return False
+        if not _checks_clean(contract, data, output, source, opts, read, compiled, sink):
+            return False
         if compiled and k:  # only objects the build accepts are kept
-            build_cache.store(k, data, tmp / "component.d", tmp, began, include_dirs(cmd))
+            build_cache.store(k, data, tmp / "component.d", tmp, began, include_dirs(cmd), nvcc_cwd(source))
     if opts.werror:
         sink.warnings_as_errors()
         if sink.has_errors:
@@ -213,6 +237,73 @@ def build_component(contract: Contract, contract_bytes: bytes, source: str | Pat
 
 def _object_name(output: Output, source: Path) -> str:
     return output.path if output.path != STDOUT else source.stem + ".o"
+
+
+def _checks_clean(contract: Contract, data: bytes, output: Output, source: Path, opts: BuildOptions, read: list[str],
+                  probed: bool, sink: DiagnosticSink) -> bool:
+    """What `pipelink check OUTPUT` (and `--arch A` for each target asked for) says of the object about to be
+    written, said by the build, which refuses what check refuses: whatever made the object differ from its
+    contract (a define that drops the marker, a copy of an older header included) is found as check finds it.
+    A sidecar contract beside the output would be a second contract (PL017). `probed`: the object was compiled
+    here (its probe is this process's); a cache hit was checked when stored, so its probe is not run again."""
+    from ..api import run_checks
+    from ..formats.inputs import NamedBytes, find_contract, read_bytes
+    from .header import symbol_prefix
+    name = _object_name(output, source)
+    found = DiagnosticSink()
+    if output.path != STDOUT and not special_file(output.path):
+        for obj in read_bytes(data, name, DiagnosticSink()):
+            find_contract(replace(obj, file=output.path), found)
+    checked: set[str | None] = set()
+    for arch in (None, *(opts.archs or ())):
+        if found.errors:
+            break
+        if arch not in checked:
+            got, _ = run_checks([NamedBytes(name, data)], found, arch, probe=probed)
+            checked.update(g.target for g in got)
+    said = {_finding(d) for d in sink.items}
+    marker = symbol_prefix(contract) + "contract__"
+    for d in found.items:
+        if _finding(d) in said:
+            continue  # the build said it already (its contract checks, its probe's record)
+        said.add(_finding(d))
+        copy = _header_copy(read, source, marker) if d.code == "PL049" else None
+        if copy is not None:  # the marker came from a copy of the generated header under another name: name it
+            sink.error("PL198", f"the source read {copy[0]}, a copy of the header generated from contract "
+                       f"'{contract.name}' with hash {copy[1]}, instead of the one generated from its contract (hash "
+                       f"{contract.hash[:len(copy[1])]}): the object would follow the copy's contract",
+                       Location(file=copy[0]), related=(Location(file=str(source)), contract.at("/")),
+                       hint=f"include the generated header (#include \"{contract.name}.pipelink.h\", or "
+                       "#include PIPELINK_HEADER) and delete the copy: the build generates it from the contract")
+        elif d.code == "PL049":  # check's hint (rebuild it) is what is being done: say what undid the marker
+            sink.extend([replace(d, hint="the source or a header it includes defines PL_NO_CONTRACT_MARKER, or "
+                                 f"includes a header generated from another contract: include \"{contract.name}"
+                                 ".pipelink.h\" (or PIPELINK_HEADER), which the build generates")])
+        else:
+            sink.extend([d])
+    return not found.errors
+
+
+def _finding(d) -> tuple:
+    """What a diagnostic says, whichever file it names: the build's checks name the contract file, check's the
+    object's embedded contract, and the same finding reads the same at the same field."""
+    return (d.severity, d.code, d.location.component, d.location.pointer) if d.location.pointer else \
+        (d.severity, d.code, d.message)
+
+
+def _header_copy(read: list[str], source: Path, marker: str) -> tuple[str, str] | None:
+    """A file the compile read, not the source, that defines a contract marker of the component (`marker`, its
+    prefix): a copy of a header generated from a contract of its name; with the hash its marker carries."""
+    import re
+    for path in read:
+        try:
+            found = not os.path.samefile(path, source) and re.search(re.escape(marker).encode() + rb"([0-9a-f]+)",
+                                                                       Path(path).read_bytes())
+        except OSError:
+            continue
+        if found:
+            return path, found[1].decode()
+    return None
 
 
 def _conforms(contract: Contract, data: bytes, opts: BuildOptions, name: str, sink: DiagnosticSink) -> bool:
@@ -287,9 +378,15 @@ def _defines_its_entries(contract: Contract, data: bytes, arch: str, name: str, 
     return ok
 
 
+# Macros the build and its generated header own: a -D of one builds an object against another contract than its own.
+_BUILD_MACROS = {"PL_NO_CONTRACT_MARKER": "drops the contract marker the generated header defines",
+                 "PIPELINK_HEADER": "names another header than the one the build generates from the contract"}
+
+
 def _options_fit_nvcc(opts: BuildOptions, source: Path, sink: DiagnosticSink) -> bool:
     """-I and -D values nvcc reads as given: nvcc splits an option's value at commas (`-D A=1,B=2` defines two
-    macros, `-I a,b` names two folders), and an empty one is no folder or macro. PL001 at the option."""
+    macros, `-I a,b` names two folders), and an empty one is no folder or macro. PL001 at the option. A -D of a
+    macro the build owns (_BUILD_MACROS) is PL001 too."""
     from ..core.model import is_identifier
     ok = True
     for flag, values in (("-I", opts.include_dirs), ("-D", opts.defines)):
@@ -302,6 +399,15 @@ def _options_fit_nvcc(opts: BuildOptions, source: Path, sink: DiagnosticSink) ->
                            hint=("name a folder (one without a comma: a link to it)" if flag == "-I" else
                                  "write NAME or NAME=VALUE, VALUE without a comma (a macro of the source can hold one)"))
                 ok = False
+    for value in opts.defines:
+        name = value.split("=")[0]
+        if name in _BUILD_MACROS:
+            sink.error("PL001", f"-D {name} {_BUILD_MACROS[name]}: `pipelink check` would refuse the object (PL049)",
+                       Location(option=f"-D {value[:80]}"),
+                       hint="drop it: the build compiles its one source against the header it generates from the "
+                            "contract, marker and all (a component of several translation units is built with one's "
+                            "own nvcc: `pipelink config --cflags`)")
+            ok = False
     if "," in str(source.parent):  # the build passes the source's folder as an -I
         sink.error("PL001", f"the source's folder {str(source.parent)[:80]!r} holds a comma, where nvcc splits an "
                    "option's value", Location(file=str(source)), hint="build from a folder without a comma")
@@ -313,10 +419,11 @@ def _compile(contract: Contract, contract_bytes: bytes, source: Path, cmd: list[
              opts: BuildOptions, sink: DiagnosticSink) -> bytes | None:
     """Run nvcc (`cmd` writes tmp/component.fatbin; -MD lists what it reads into tmp/component.d) and wrap
     its fatbin into a host object with the contract and the source embedded; None after a diagnostic."""
-    compile_cmd = [*cmd, "-MD", "-MF", str(tmp / "component.d")]  # what it reads: the cache entry's dependencies
+    compile_cmd = [*cmd, "-MD", "-MF", os.path.abspath(tmp / "component.d")]  # what it reads: the cache's dependencies
     opts.nvcc_log.append(shlex.join(compile_cmd))  # as a shell reads it back
     try:
-        proc = toolchain.run_bounded(compile_cmd, toolchain.nvcc_env(scratch=tmp), opts.timeout_s)
+        proc = toolchain.run_bounded(compile_cmd, toolchain.nvcc_env(scratch=tmp), opts.timeout_s,
+                                     cwd=nvcc_cwd(source))
     except OSError as exc:
         sink.error("PL008", f"cannot run nvcc: {exc}", Location(file=str(source)))
         return None
@@ -389,7 +496,7 @@ def _names_the_toolkit_defines(contract: Contract, source: Path, cmd: list[str],
     # the build's own command (flags, -I, -D; it ends `SOURCE -o OUTPUT`) on the probe: the same headers and macros
     probe_cmd = cmd[:-3] + [str(probe), "-o", str(tmp / "names.fatbin")]
     try:
-        proc = toolchain.run_bounded(probe_cmd, toolchain.nvcc_env(scratch=tmp), timeout_s)
+        proc = toolchain.run_bounded(probe_cmd, toolchain.nvcc_env(scratch=tmp), timeout_s, cwd=nvcc_cwd(source))
     except (OSError, subprocess.TimeoutExpired, toolchain.OutOfMemory):
         return False
     macros = macros_in_probe_log(proc.stderr + proc.stdout) if proc.returncode else set()

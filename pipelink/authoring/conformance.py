@@ -302,9 +302,23 @@ class ProbeResult:
     loops: tuple[StreamingLoop, ...] = ()  # the component's streaming loops, linked alone
 
 
+_PROBES: dict[tuple, ProbeResult] = {}  # this process's probes, by contract, device code and target
+
+
 def probe(comp, arch: str) -> ProbeResult:
     """Link the component alone into the probe kernel and read what it uses. ToolchainError only
-    where a tool is missing; a link that fails comes back with usage None and nvJitLink's log."""
+    where a tool is missing; a link that fails comes back with usage None and nvJitLink's log. Kept for the
+    process: `pipelink build` probes the object it compiles, then checks it as `check` does, which probes it again."""
+    import hashlib
+    key = (repr(comp.contract), hashlib.sha256(comp.obj.link_input().data).hexdigest(), arch)
+    if key not in _PROBES:
+        if len(_PROBES) >= 32:
+            _PROBES.clear()
+        _PROBES[key] = _probe(comp, arch)
+    return _PROBES[key]
+
+
+def _probe(comp, arch: str) -> ProbeResult:
     from ..formats.cubin import CubinError
     c = comp.contract
     plan = probe_plan(c)

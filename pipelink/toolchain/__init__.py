@@ -150,7 +150,8 @@ def _group_rss(pgid: int) -> int:
     return total
 
 
-def run_bounded(cmd: list[str], env: dict, timeout_s: float | None, memory_bytes: int | None = None):
+def run_bounded(cmd: list[str], env: dict, timeout_s: float | None, memory_bytes: int | None = None,
+                cwd: str | None = None):
     """Run a tool (nvcc) to its end, or until `timeout_s` seconds pass or its processes together hold more than
     `memory_bytes` (default memory_limit()), whichever is first: a source that #includes a file that never ends
     (/dev/zero, a FIFO) keeps the preprocessor reading for ever, and from /dev/zero its memory grows until the
@@ -162,7 +163,7 @@ def run_bounded(cmd: list[str], env: dict, timeout_s: float | None, memory_bytes
     limit = memory_limit() if memory_bytes is None else memory_bytes
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace",
-                            env=env, start_new_session=True)  # its own group: the kill reaches its children
+                            env=env, cwd=cwd, start_new_session=True)  # its own group: the kill reaches its children
     try:
         while True:
             try:
