@@ -180,6 +180,12 @@ def run_checks(items: list[str | NamedBytes], sink: DiagnosticSink, arch: str | 
     return sets, None
 
 
+def check_objects(items: list, sink: DiagnosticSink, arch: str | None, probe: bool) -> list:
+    """run_checks one by one, as a build's check of the object it is about to write (builder.ObjectCheck)."""
+    sets, _ = run_checks(items, sink, arch, probe=probe)
+    return [s.target for s in sets]
+
+
 @_one_command
 def check(inputs, *, pipeline=None, arch: str | None = None, together: bool = False) -> CheckResult:
     """`pipelink check`: each component's contract, and its object against the contract. `together`
@@ -245,7 +251,8 @@ def build(source: str | os.PathLike, contract, output: str | os.PathLike, *, arc
         opts = BuildOptions(archs=tuple(archs) if archs else None, include_dirs=tuple(include_dirs),
                             defines=tuple(defines), werror=werror,
                             **({"timeout_s": float(timeout_s)} if timeout_s else {}))
-        build_component(c, data, os.fspath(source), os.fspath(output), sink, opts, contract_file=contract_file)
+        build_component(c, data, os.fspath(source), os.fspath(output), sink, opts, contract_file=contract_file,
+                        check_object=check_objects)
     _raise_on_errors(sink)
     import warnings
     from .core.diagnostics import PipelinkWarning

@@ -383,7 +383,7 @@ def cmd_inspect(args) -> int:
     from .core.loader import load_contract_bytes, load_contract_file
     from .core.model import Source
     from .formats.inputs import find_contract, read_input
-    from .linker.collect import is_contract_file
+    from .formats.inputs import is_contract_file
     from .report import contract_summary, contract_text, object_summary, object_text
 
     sink = DiagnosticSink()
@@ -551,7 +551,9 @@ def cmd_build(args) -> int:
     opts = BuildOptions(archs=tuple(args.arch) if args.arch else None, include_dirs=tuple(args.include),
                         defines=tuple(args.define), verbose=args.verbose, werror=args.werror,
                         **({"timeout_s": args.timeout} if args.timeout else {}))
-    ok = build_component(c, read_input_bytes(args.contract), args.source, args.output, sink, opts)
+    from .api import check_objects
+    ok = build_component(c, read_input_bytes(args.contract), args.source, args.output, sink, opts,
+                         check_object=check_objects)
     if args.verbose:
         for cmd in opts.nvcc_log:
             print(cmd, file=sys.stderr)

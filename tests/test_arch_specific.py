@@ -6,7 +6,6 @@ from dataclasses import replace
 import pytest
 
 from pipelink.api import run_checks
-from pipelink.authoring import builder
 from pipelink.authoring.builder import BuildOptions, build_component
 from pipelink.core.diagnostics import DiagnosticSink
 from pipelink.core.loader import load_contract_bytes
@@ -41,11 +40,9 @@ def objects(tmp_path_factory):
     contract = load_contract_bytes(raw, Source(str(d / "tiny.json")), sink)
     out = {}
     for name, extra in (("good.o", []), ("both.o", BOTH)):
-        with pytest.MonkeyPatch.context() as mp:
-            if extra:  # the build refuses what check refuses: both.o is made as one's own nvcc would make it
-                mp.setattr(builder, "_checks_clean", lambda *a, **k: True)
-            assert build_component(contract, raw, d / "tiny.cu", d / name, sink, BuildOptions(extra_nvcc=extra)), \
-                [x.render() for x in sink.items]
+        # without the object check `pipelink build` hands in, both.o is made as one's own nvcc would make it
+        assert build_component(contract, raw, d / "tiny.cu", d / name, sink, BuildOptions(extra_nvcc=extra)), \
+            [x.render() for x in sink.items]
         out[name] = str(d / name)
     out["dir"] = d
     return out
@@ -58,7 +55,9 @@ def test_pipelink_build_refuses_family_ir_beside_arch_specific_ir(objects):
     raw = (d / "tiny.json").read_bytes()
     sink = DiagnosticSink()
     contract = load_contract_bytes(raw, Source(str(d / "tiny.json")), sink)
-    assert not build_component(contract, raw, d / "tiny.cu", d / "refused.o", sink, BuildOptions(extra_nvcc=BOTH))
+    from pipelink.api import check_objects
+    assert not build_component(contract, raw, d / "tiny.cu", d / "refused.o", sink, BuildOptions(extra_nvcc=BOTH),
+                               check_object=check_objects)
     assert [x.code for x in sink.errors] == ["PL108"] and not (d / "refused.o").exists()
 
 

@@ -39,8 +39,9 @@ def linked(tmp_path_factory):
     except toolchain.ToolchainError as exc:  # the epilogue includes NVSHMEM's device headers
         pytest.skip(f"the pinned NVSHMEM is not on this machine ({exc.message}; PIPELINK_NVSHMEM_HOME)")
     d = tmp_path_factory.mktemp("tp_rs")
-    epi = _build("epi_rs_owner", STUDY / "collective" / "epi_rs_owner.json", STUDY / "collective" / "epi_rs_owner.cu",
-                 d / "epi_rs_owner.o", BuildOptions(include_dirs=(str(toolchain.nvshmem_root() / "include"),)))
+    import pipelink  # `pipelink build`'s path: the object is checked as `pipelink check` would before it is written
+    epi = pipelink.build(STUDY / "collective" / "epi_rs_owner.cu", STUDY / "collective" / "epi_rs_owner.json",
+                         d / "epi_rs_owner.o", include_dirs=[str(toolchain.nvshmem_root() / "include")])
     gemm = _build(f"hopper_gemm_{TILE}", REPO / "contracts" / f"hopper_gemm_{TILE}.json",
                   REPO / "components" / "hopper_gemm" / "hopper_gemm.cu", d / f"hopper_gemm_{TILE}.o")
     sink = DiagnosticSink()
@@ -59,6 +60,14 @@ def test_the_epilogue_reduce_scatter_links_with_the_cutlass_mainloop_into_one_di
     assert "#include <pipelink/remote.h>" in linked.glue  # RANK and WORLD, NVSHMEM's device library linked
     y = next(p for p in m.params if p.name == "y")
     assert [str(e) for e in y.tensor_map.shape] == ["M // WORLD", "N"]  # this rank's rows, sized by the world
+
+
+def test_check_reads_a_component_calling_nvshmem(linked):
+    """Its probes link NVSHMEM's device library, as the distributed link does (they had failed: PL015, PL074)."""
+    import pipelink
+    (epi,) = [c.object for c in linked.manifest.components if c.name == "epi_rs_owner"]
+    result = pipelink.check([epi])
+    assert [s.target for s in result.sets] == ["sm_90a"] and not result.diagnostics
 
 
 def test_a_buffer_sized_by_the_world_makes_a_link_distributed():

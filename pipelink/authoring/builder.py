@@ -14,6 +14,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Callable
 
 from .. import toolchain
 from ..core.checks import check_set
@@ -125,9 +126,15 @@ def wrap_fatbin(fatbin: Path, obj: Path) -> None:
         raise toolchain.ToolchainError(f"objcopy could not wrap the fatbin {fatbin}", (proc.stderr or proc.stdout).strip())
 
 
+# `pipelink check` of inputs (files or NamedBytes) for a target (None: check's default), with or without the
+# conformance probe, into a sink; returns the targets it checked. The linker's passes run it, a layer above the
+# build: the command and the API hand it in (api.check_objects) so that the build refuses what check refuses.
+ObjectCheck = Callable[[list, DiagnosticSink, "str | None", bool], list]
+
+
 def build_component(contract: Contract, contract_bytes: bytes, source: str | Path, output: str | Path,
                     sink: DiagnosticSink, opts: BuildOptions | None = None, *,
-                    contract_file: str | None = "") -> bool:
+                    contract_file: str | None = "", check_object: ObjectCheck | None = None) -> bool:
     """Compile `source` into `output` (a host object holding the `-dlto` fatbin and the contract; `-`:
     stdout). Refuses a contract `pipelink check` refuses, and an output that is one of the inputs.
     `contract_file`: the file the contract was read from ("": its source's name; None: it came as bytes,
@@ -148,7 +155,7 @@ def build_component(contract: Contract, contract_bytes: bytes, source: str | Pat
         return False
     if not _options_fit_nvcc(opts, source, sink):
         return False
-    from ..linker.collect import is_contract_file
+    from ..formats.inputs import is_contract_file
     if output.path != STDOUT and not special_file(output.path) and is_contract_file(output.path, b"\x7fELF"):
         sink.error("PL001", f"-o {output.path}: pipelink reads a .json file as a contract, so `pipelink check` and "
                    "`link` would not read the object", Location(option=f"-o {output.path[:80]}"),
@@ -221,7 +228,7 @@ def build_component(contract: Contract, contract_bytes: bytes, source: str | Pat
                        f"'{contract.name}', instead of the generated one: the object would follow the copy's contract",
                        Location(file=stale[0]), related=(Location(file=str(source)),))
             return False
-        if not _checks_clean(contract, data, output, source, opts, read, compiled, sink):
+        if not _checks_clean(contract, data, output, source, opts, read, compiled, check_object, sink):
             return False
         if compiled and k:  # only objects the build accepts are kept
             build_cache.store(k, data, tmp / "component.d", tmp, began, include_dirs(cmd), nvcc_cwd(source))
@@ -240,13 +247,12 @@ def _object_name(output: Output, source: Path) -> str:
 
 
 def _checks_clean(contract: Contract, data: bytes, output: Output, source: Path, opts: BuildOptions, read: list[str],
-                  probed: bool, sink: DiagnosticSink) -> bool:
+                  probed: bool, check_object: ObjectCheck | None, sink: DiagnosticSink) -> bool:
     """What `pipelink check OUTPUT` (and `--arch A` for each target asked for) says of the object about to be
     written, said by the build, which refuses what check refuses: whatever made the object differ from its
     contract (a define that drops the marker, a copy of an older header included) is found as check finds it.
     A sidecar contract beside the output would be a second contract (PL017). `probed`: the object was compiled
     here (its probe is this process's); a cache hit was checked when stored, so its probe is not run again."""
-    from ..api import run_checks
     from ..formats.inputs import NamedBytes, find_contract, read_bytes
     from .header import symbol_prefix
     name = _object_name(output, source)
@@ -255,12 +261,11 @@ def _checks_clean(contract: Contract, data: bytes, output: Output, source: Path,
         for obj in read_bytes(data, name, DiagnosticSink()):
             find_contract(replace(obj, file=output.path), found)
     checked: set[str | None] = set()
-    for arch in (None, *(opts.archs or ())):
+    for arch in (None, *(opts.archs or ())) if check_object is not None else ():
         if found.errors:
             break
         if arch not in checked:
-            got, _ = run_checks([NamedBytes(name, data)], found, arch, probe=probed)
-            checked.update(g.target for g in got)
+            checked.update(check_object([NamedBytes(name, data)], found, arch, probed))
     said = {_finding(d) for d in sink.items}
     marker = symbol_prefix(contract) + "contract__"
     for d in found.items:

@@ -327,8 +327,8 @@ def _probe(comp, arch: str) -> ProbeResult:
     try:
         ltoir = toolchain.nvrtc_to_ltoir(plan.source, f"{c.name}_probe.cu", options)
         # the component first, as in the real link (pass_link): its data layout holds for the kernel
-        out = toolchain.nvjitlink_link([comp.obj.link_input(), toolchain.LinkInput("ltoir", ltoir, f"{c.name}_probe")],
-                                       [f"-arch={arch}", "-lto", "-O3"])
+        out = toolchain.link_probe([comp.obj.link_input(), toolchain.LinkInput("ltoir", ltoir, f"{c.name}_probe")],
+                                   [f"-arch={arch}", "-lto", "-O3"])
     except toolchain.ToolchainError as exc:
         return ProbeResult(None, plan, exc.log or exc.message)
     if marker_symbol(c) not in toolchain.defined_symbols(out.cubin):

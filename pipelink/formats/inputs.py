@@ -20,8 +20,21 @@ from ..core.diagnostics import DiagnosticSink, Location
 from ..core.files import read_input_bytes
 from .fatbin import (AR_MAGIC, ELF_MAGIC, EM_CUDA, FATBIN_MAGIC_BYTES, LTOIR_MAGIC, THIN_AR_MAGIC, CorruptError,
                      FatbinEntry, UnsupportedError, ar_members, parse_elf, parse_fatbin, ptx_symbols)
+from ..core.jsonread import BOM
 from ..core.model import is_identifier
 from ..core.targets import ltoir_archs_for
+
+OBJECT_SUFFIXES = {".o", ".obj", ".a", ".lib", ".ltoir", ".fatbin", ".cubin"}
+
+
+def is_contract_file(path: str, data: bytes) -> bool:
+    """A `.json` file, or a JSON document not named like an object. (`x.o` holding JSON is a bad object,
+    not a contract; `c.json` holding anything is a contract, which the JSON reader diagnoses.)"""
+    suffix = Path(path).suffix.lower()
+    if suffix in OBJECT_SUFFIXES:
+        return False
+    return suffix == ".json" or data.removeprefix(BOM).lstrip()[:1] in (b"{", b"[")
+
 
 __all__ = ["FatbinEntry", "InputObject", "NamedBytes", "read_input", "read_bytes", "require_ltoir", "sidecar_contract_path",
            "find_contract", "embed_contract", "check_entry_symbol", "CONTRACT_SECTION"]

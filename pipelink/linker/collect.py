@@ -16,24 +16,11 @@ from .. import toolchain
 from ..authoring.header import MARKER_HEX, abi_marker_symbol, component_abi, marker_symbol, symbol_prefix
 from ..core.diagnostics import DiagnosticSink, Location
 from ..core.files import read_input_bytes
-from ..formats.inputs import (InputObject, NamedBytes, check_entry_symbol, find_contract, read_bytes, read_input,
-                              require_ltoir)
-from ..core.jsonread import BOM
+from ..formats.inputs import (InputObject, NamedBytes, check_entry_symbol, find_contract, is_contract_file, read_bytes,
+                              read_input, require_ltoir)
 from ..core.loader import load_contract_bytes
 from ..core.model import Component, Source
 from ..core.targets import TARGETS, ltoir_archs_for
-
-
-OBJECT_SUFFIXES = {".o", ".obj", ".a", ".lib", ".ltoir", ".fatbin", ".cubin"}
-
-
-def is_contract_file(path: str, data: bytes) -> bool:
-    """A `.json` file, or a JSON document not named like an object. (`x.o` holding JSON is a bad object,
-    not a contract; `c.json` holding anything is a contract, which the JSON reader diagnoses.)"""
-    suffix = Path(path).suffix.lower()
-    if suffix in OBJECT_SUFFIXES:
-        return False
-    return suffix == ".json" or data.removeprefix(BOM).lstrip()[:1] in (b"{", b"[")
 
 
 def read_components(paths: list[str | NamedBytes], sink: DiagnosticSink) -> list[Component]:
