@@ -104,7 +104,7 @@ def _warps(count: int, expr) -> str:
     return str(count) if expr is None else f"{expr} ({count} at the defaults)"
 
 
-def _port_text(c: Contract, p, entries: list[str]) -> str:
+def _port_text(p, entries: list[str]) -> str:
     per = f"{DTYPE_BYTES[p.dtype]}B"
     head = f"{p.direction:3} {p.name}: {p.space} {p.dtype}[{', '.join(map(str, p.tile))}]"
     if p.space == "reg":  # a fragment handed between roles on the same threads: no layout in memory, no stages
@@ -161,7 +161,7 @@ def contract_text(c: Contract, indent: str = "  ") -> list[str]:
         lines.append(f"{indent}smem      {b.name}: {b.bytes} bytes, align {b.align}, {b.lifetime}"
                      + (f" (phase {b.phase})" if b.phase else ""))
     for p, ps in zip(c.ports, s["ports"]):
-        lines.append(f"{indent}port      {_port_text(c, p, ps['entries'])}")
+        lines.append(f"{indent}port      {_port_text(p, ps['entries'])}")
     if c.barriers.named or c.barriers.mbarriers or c.barriers.hardcoded_ids:
         lines.append(f"{indent}barriers  named: {', '.join(b.name for b in c.barriers.named) or '-'}; mbarriers: "
                      f"{', '.join(b.name for b in c.barriers.mbarriers) or '-'}; hard-coded ids: "
