@@ -839,3 +839,118 @@ def test_a_manifest_written_elsewhere_is_named_to_inspect_and_load(capsys, shipp
     with pytest.raises(pipelink.PipelinkError, match="manifest=PATH"):
         pipelink.load(tmp_path / "k.cubin", None)
     assert pipelink.load(tmp_path / "k.cubin", None, manifest=tmp_path / "m.json").manifest.kernel
+
+
+# --- inspect of the entries form ----------------------------------------------------------------
+
+def _role_structured(tmp_path) -> tuple[Path, Path]:
+    """A mainloop (two instances of its consumer role, a 2-CTA cluster, a tensor map) and an epilogue taking its
+    accumulator fragment, as contract files; the owner holds an escape sequence, shown escaped."""
+    from hopper_factory import epilogue, mainloop
+
+    def ml(c):
+        c["owner"] = "gemm\x1b[31m-team"
+        c["cluster"] = {"dims": [2]}
+        c["threads"]["roles"][1].update(warps=4, instances=2)
+        c["params"][0]["tensor_map"]["oob_fill"] = "nan"
+    paths = tmp_path / "ml.json", tmp_path / "epi.json"
+    for path, doc in zip(paths, (mainloop(ml), epilogue())):
+        path.write_text(json.dumps(doc))
+    return paths
+
+
+ENTRIES_TEXT = [
+    "  params    const pl::TensorMap* a, int M, int N, int K",
+    "  entry     init: ml_init(const pl::TensorMap* a)  [per_cta, every thread, before the roles split]",
+    "  entry     load: ml_load(const pl::TensorMap* a, int K)  [per_tile, role producer]",
+    "  entry     mma: ml_mma(float* __restrict__ acc, int K)  [per_tile, role consumer]",
+    "  tensormap a: bf16[M, K], box [TILE_M, TILE_K], swizzle 128B, oob fill nan",
+    "  threads   12 warps: producer 4 (warpgroup) setmaxnreg 40, consumer 4 x 2 instances (warpgroup) setmaxnreg 232",
+    "  registers setmaxnreg roles take 64512 of an SM's 65536 at one block per SM: producer 4 warps x 40 + consumer 8 "
+    "warps x 232",
+    "  cluster   2 x 1 x 1 CTAs",
+    "  port      out acc: reg f32[TILE_M, TILE_N] fragment sm90_gmma_acc, from role consumer (entry mma) to the role "
+    "that joins it (4B/elem)",
+    "  tiles     grid [ceil_div(M, TILE_M), ceil_div(N, TILE_N)] grouped in bands of 8, grid_stride",
+]
+EPILOGUE_TEXT = [
+    "  params    __nv_bfloat16* __restrict__ out, int M, int N",
+    "  entry     tile: epi_tile(float* __restrict__ acc, __nv_bfloat16* __restrict__ out, int M, int N)  [per_tile, "
+    "role epilogue]",
+    "  threads   TILE_M // 16 (8 at the defaults) warps: epilogue TILE_M // 16 (8 at the defaults) (warpgroup)",
+    "  port      in  acc: reg f32[TILE_M, TILE_N] fragment sm90_gmma_acc, to role epilogue (entry tile), which joins "
+    "the role holding it (4B/elem)",
+]
+
+
+def test_inspect_text_shows_every_entry_role_register_port_and_tensor_map_of_the_entries_form(capsys, tmp_path):
+    """It had shown the first entry's symbol with every parameter, no role, instance, fragment or tensor map."""
+    ml, epi = _role_structured(tmp_path)
+    code, out, _ = run(capsys, "inspect", ml, epi)
+    lines = out.splitlines()
+    assert code == 0 and lines[0].startswith("contract ml 1.0.0 (gemm\\x1b[31m-team)"), out
+    assert "\x1b" not in out
+    for line in ENTRIES_TEXT + EPILOGUE_TEXT:
+        assert line in lines, f"{line!r} not in\n{out}"
+
+
+def test_inspect_json_carries_the_facts_of_the_entries_form(capsys, tmp_path):
+    ml, epi = _role_structured(tmp_path)
+    code, out, _ = run(capsys, "inspect", "--format", "json", ml, epi)
+    doc = json.loads(out)
+    c, e = (i["contract"] for i in doc["inputs"])
+    assert code == 0 and c["form"] == "entries" and e["form"] == "entries"
+    assert c["entry"]["symbol"] == "ml_init"  # the keys of the single-entry form stay
+    assert [(x["name"], x["symbol"], x["role"], x["invocation"], x["args"], x["register_ports"]) for x in c["entries"]] == [
+        ("init", "ml_init", "*", "per_cta", ["a"], []), ("load", "ml_load", "producer", "per_tile", ["a", "K"], []),
+        ("mma", "ml_mma", "consumer", "per_tile", ["acc", "K"], ["acc"])]
+    assert c["entries"][2]["params"] == ["float* __restrict__ acc", "int K"]
+    assert c["params"][0] == {"name": "a", "dtype": "bf16", "pointer": False, "const": False,
+                              "decl": "const pl::TensorMap* a", "shape": None,
+                              "tensor_map": {"shape": ["M", "K"], "box": ["TILE_M", "TILE_K"], "swizzle": "128B",
+                                             "oob_fill": "nan"}}
+    assert [(r["name"], r["warps"], r["instances"], r["setmaxnreg"]) for r in c["roles"]] == [
+        ("producer", 4, 1, 40), ("consumer", 4, 2, 232)]
+    assert c["register_pool"] == {"roles": [{"name": "producer", "warps": 4, "setmaxnreg": 40},
+                                            {"name": "consumer", "warps": 8, "setmaxnreg": 232}],
+                                  "registers": 64512, "regs_per_sm": 65536}
+    assert c["cluster"] == [2, 1, 1] and c["geometry"]["tile_sequence"]["group"] == 8
+    port = c["ports"][0]
+    assert (port["space"], port["fragment"], port["role"], port["entries"]) == ("reg", "sm90_gmma_acc", "consumer", ["mma"])
+    assert (e["ports"][0]["direction"], e["ports"][0]["role"], e["ports"][0]["entries"]) == ("in", "epilogue", ["tile"])
+    assert e["warps_expr"] == "TILE_M // 16" and e["roles"][0]["warps_expr"] == "TILE_M // 16"
+    assert e["register_pool"] is None and e["cluster"] is None
+
+
+def test_inspect_shows_the_entries_form_of_an_objects_embedded_contract(capsys, tmp_path):
+    """What `pipelink build` embeds is shown as a contract file is, indented under the object."""
+    ml, _ = _role_structured(tmp_path)
+    (tmp_path / "h.c").write_text("int host_only(int a) { return a + 1; }\n")
+    subprocess.run(["gcc", "-c", "h.c", "-o", "h.o"], cwd=tmp_path, check=True)
+    embed_contract(tmp_path / "h.o", ml.read_bytes(), tmp_path / "ml.o")
+    code, out, _ = run(capsys, "inspect", tmp_path / "ml.o")
+    assert code == 0
+    for line in ENTRIES_TEXT:
+        assert "  " + line in out.splitlines(), f"{line!r} not in\n{out}"
+    code, out, _ = run(capsys, "inspect", "--format", "json", tmp_path / "ml.o")
+    contract = json.loads(out)["inputs"][0]["contract"]
+    assert [x["symbol"] for x in contract["entries"]] == ["ml_init", "ml_load", "ml_mma"]
+
+
+def test_inspect_of_a_single_entry_contract_is_unchanged(capsys):
+    """The entries form's lines are its own: a single entry's contract reads as it always did."""
+    from pipelink.harness.shipped import REPO
+    code, out, _ = run(capsys, "inspect", REPO / "contracts/tile_transform.json")
+    assert code == 0
+    assert out.splitlines()[1:] == [
+        "  from      " + str(REPO / "contracts/tile_transform.json"),
+        "  entry     tile_transform(float scale)  [per_tile]",
+        "  targets   sm_90, sm_90a  ftz=0 prec_div=1 prec_sqrt=1 fmad=1",
+        "  threads   4 warps: main 4; <= 128 regs/thread",
+        "  port      in  src: smem f32[TILE_M, TILE_N] row_major x1 stages (4B/elem)",
+        "  port      out dst: smem f32[TILE_M, TILE_N] row_major x1 stages (4B/elem)",
+        "  geometry  provides -; consumes TILE_M in [1, 256], TILE_N in [32, 1024] and a multiple of 32"]
+    code, out, _ = run(capsys, "inspect", "--format", "json", REPO / "contracts/tile_transform.json")
+    c = json.loads(out)["inputs"][0]["contract"]
+    assert c["form"] == "entry" and c["entries"] == [] and c["cluster"] is None and c["register_pool"] is None
+    assert c["entry"] == {"symbol": "tile_transform", "invocation": "per_tile", "params": ["float scale"]}

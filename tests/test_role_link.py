@@ -581,3 +581,24 @@ def test_a_cluster_over_two_grid_dimensions_is_refused():
     c, sink = load(mainloop(lambda c: c.update(cluster={"dims": [2, 2]})))
     assert c is None and [(d.code, d.location.pointer) for d in sink.items] == [("PL107", "/cluster/dims")]
     assert "one" in sink.items[0].message and "declare [4]" in sink.items[0].hint
+
+
+def test_inspect_shows_a_role_structured_kernels_tensor_maps_cluster_and_register_wire():
+    """A linked kernel's manifest, as `pipelink inspect K.cubin` shows it: what the launcher encodes for each tensor
+    map, the cluster the grid is made of, and the fragment handed from the mainloop to the epilogue."""
+    from pipelink.linker.emit import manifest
+    from pipelink.report import manifest_summary, manifest_text
+    r, a, sink = link(ml=lambda c: c.update(cluster={"dims": [2]}), epi=lambda c: c.update(cluster={"dims": [2]}))
+    assert not sink.items, [d.render() for d in sink.items]
+    m = manifest_summary(manifest(r, a, "sm_90a", b""), b"")
+    lines = manifest_text("k.json", m)
+    for line in ("    cluster  2 x 1 x 1 CTAs (the grid is whole clusters)",
+                 "    tensormap a: bf16[M, K], box [128, 64], swizzle 128B, oob fill zero",
+                 "    wire     ml.acc -> epi.acc (auto, fragment)"):
+        assert line in lines, "\n".join(lines)
+    assert [ln.split(",")[0] for ln in lines if ln.startswith("    component")] == ["    component ml 1.0.0",
+                                                                                   "    component epi 1.0.0"]
+    assert m["tensor_maps"] == [{"name": "a", "dtype": "bf16", "shape": ["M", "K"], "box": [128, 64],
+                                 "swizzle": "128B", "oob_fill": "zero"}]
+    assert m["cluster"] == [2, 1, 1] and [c["name"] for c in m["components"]] == ["ml", "epi"]
+    assert m["wires"] == [{"from": "ml.acc", "to": "epi.acc", "kind": "fragment", "explicit": False}]
