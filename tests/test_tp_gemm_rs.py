@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from pipelink import toolchain
-from pipelink.authoring.builder import BuildOptions, build_component, cutlass_include_dir
+from pipelink.authoring.builder import build_component, cutlass_include_dir
 from pipelink.core.diagnostics import DiagnosticSink
 from pipelink.core.loader import load_contract_file
 from pipelink.core.pipeline import load_pipeline

@@ -10,7 +10,6 @@ The linker's pass driver (linker.run_passes) sequences them; nothing here runs a
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from .. import toolchain
 from ..authoring.header import MARKER_HEX, abi_marker_symbol, component_abi, marker_symbol, symbol_prefix
