@@ -204,6 +204,20 @@ def test_build_compile_error_writes_nothing(capsys, tmp_path):
     assert not out_file.exists() and list(tmp_path.iterdir()) == [src]
 
 
+def test_a_compile_error_names_the_files_as_the_command_gave_them(capsys, tmp_path, monkeypatch):
+    """nvcc runs in the source's folder; its messages still name the source by the path given (for an editor or
+    a CI annotation), not by its file name alone."""
+    from pipelink.harness.shipped import REPO
+    (tmp_path / "comp").mkdir()
+    (tmp_path / "comp" / "broken.cu").write_text('#include PIPELINK_HEADER\nextern "C" __device__ int helper() '
+                                                  '{ int x = ; return x; }\n')
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run(capsys, "build", "comp/broken.cu", "--contract", REPO / "contracts/tile_transform.json",
+                       "-o", "broken.o")
+    assert code == 1 and "error[PL019]" in err
+    assert "comp/broken.cu(2): error" in err and 'compilation of "comp/broken.cu"' in err, err
+
+
 # --- every class of bad input: a located diagnostic, a hint, exit 1 or 2, no traceback ------------
 
 @pytest.mark.parametrize("command", ["check", "link", "build"])

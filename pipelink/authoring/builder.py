@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import subprocess
 import tempfile
@@ -242,6 +243,26 @@ def build_component(contract: Contract, contract_bytes: bytes, source: str | Pat
     return write_outputs({output.path: data}, sink)  # its missing folders made, as every command's
 
 
+_NVCC_AT = re.compile(r"^(?P<path>[^\s():][^\s()]*)\((?P<line>\d+)\)(?=: )", re.M)  # x.cu(12): error: ...
+_NVCC_IN = re.compile(r'compilation of "(?P<path>[^"]+)"')  # N errors detected in the compilation of "x.cu".
+_NVCC_OF = re.compile(r"(?<=\bat line )(?P<line>\d+) of (?P<path>[^\s\"]+)")  # ... at line 12 of x.cu
+
+
+def _paths_as_given(log: str, source: Path) -> str:
+    """nvcc runs in the source's folder (nvcc_cwd), so it names files relative to it: put them back as the command
+    was given them (`comp/x.cu(12): error`), so that an editor or a CI annotation finds the file."""
+    given = os.path.dirname(str(source))
+    if not given:
+        return log
+
+    def fix(path: str) -> str:
+        return path if os.path.isabs(path) else os.path.normpath(os.path.join(given, path))
+
+    log = _NVCC_AT.sub(lambda m: f"{fix(m['path'])}({m['line']})", log)
+    log = _NVCC_IN.sub(lambda m: f'compilation of "{fix(m["path"])}"', log)
+    return _NVCC_OF.sub(lambda m: f"{m['line']} of {fix(m['path'])}", log)
+
+
 def _object_name(output: Output, source: Path) -> str:
     return output.path if output.path != STDOUT else source.stem + ".o"
 
@@ -299,7 +320,6 @@ def _finding(d) -> tuple:
 def _header_copy(read: list[str], source: Path, marker: str) -> tuple[str, str] | None:
     """A file the compile read, not the source, that defines a contract marker of the component (`marker`, its
     prefix): a copy of a header generated from a contract of its name; with the hash its marker carries."""
-    import re
     for path in read:
         try:
             found = not os.path.samefile(path, source) and re.search(re.escape(marker).encode() + rb"([0-9a-f]+)",
@@ -441,7 +461,7 @@ def _compile(contract: Contract, contract_bytes: bytes, source: Path, cmd: list[
                    "compiles; a slow but finite one needs a longer --timeout")
         return None
     if proc.returncode != 0:
-        log = (proc.stderr + proc.stdout).strip()
+        log = _paths_as_given((proc.stderr + proc.stdout).strip(), source)
         if _names_the_toolkit_defines(contract, source, cmd, tmp, sink, opts.timeout_s) or \
                 _names_the_toolkit_declares(contract, log, sink):
             return None
