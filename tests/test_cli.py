@@ -989,3 +989,27 @@ def test_inspect_of_a_single_entry_contract_is_unchanged(capsys):
     c = json.loads(out)["inputs"][0]["contract"]
     assert c["form"] == "entry" and c["entries"] == [] and c["cluster"] is None and c["register_pool"] is None
     assert c["entry"] == {"symbol": "tile_transform", "invocation": "per_tile", "params": ["float scale"]}
+
+
+def test_an_entry_argument_naming_a_gmem_port_is_its_parameter(capsys, tmp_path):
+    """A gmem port may share its parameter's name: an entry taking it takes the parameter (const and all), not a
+    register fragment. inspect had listed it among the register ports, and the header had declared it `float*`,
+    dropping the const the source's definition keeps (the build then failed, PL019)."""
+    from hopper_factory import epilogue
+
+    from pipelink.authoring.header import entry_point_prototype
+    from pipelink.core.diagnostics import DiagnosticSink
+    from pipelink.core.loader import load_contract_dict
+    from pipelink.core.model import Source
+    doc = epilogue()
+    doc["params"].append({"name": "bias", "dtype": "f32", "pointer": True, "const": True})
+    doc["entries"][0]["params"].append("bias")
+    doc["ports"].append({"name": "bias", "direction": "in", "space": "gmem", "dtype": "f32", "param": "bias",
+                         "tile": ["TILE_N"]})
+    (tmp_path / "epi.json").write_text(json.dumps(doc))
+    code, out, _ = run(capsys, "inspect", "--format", "json", tmp_path / "epi.json")
+    [entry] = json.loads(out)["inputs"][0]["contract"]["entries"]
+    assert code == 0 and entry["register_ports"] == ["acc"], entry
+    assert entry["params"][-1] == "const float* __restrict__ bias", entry
+    c = load_contract_dict(doc, Source("epi.json"), DiagnosticSink())
+    assert entry_point_prototype(c, c.entries[0]).endswith("int N, const float* __restrict__ bias)")
