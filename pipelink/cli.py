@@ -227,6 +227,8 @@ def main(argv: list[str] | None = None) -> int:
     for stream in (sys.stdout, sys.stderr):  # a name the terminal cannot encode must not end the command
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="backslashreplace")
+    # each command's own main input: an earlier command of this process must not locate this one's results
+    _SARIF_ARTIFACT.set(None)
     try:
         with reading():  # a stream given as an input is read once for the whole command
             code = _run(argv)
@@ -318,8 +320,9 @@ def _run(argv: list[str]) -> int:
         _parser().print_help()
         return ExitCode.USAGE
     # a SARIF result needs a file to be shown against: one located only at an option or a component gets the
-    # command's main input (the pipeline, else the first input)
-    _SARIF_ARTIFACT.set(getattr(args, "pipeline", None) or next(iter(getattr(args, "files", None) or ()), None))
+    # command's main input (the pipeline, else the first input; a stream read from stdin is no file)
+    inputs = [getattr(args, "pipeline", None), *(getattr(args, "files", None) or ())]
+    _SARIF_ARTIFACT.set(next((str(f) for f in inputs if f is not None and str(f) != "-"), None))
     return {"inspect": cmd_inspect, "check": cmd_check, "header": cmd_header, "build": cmd_build,
             "link": cmd_link, "config": cmd_config, "demo": cmd_demo}[args.command](args)
 
@@ -717,8 +720,7 @@ def _finish(sink: DiagnosticSink, fmt: str, doc: dict, lines: list[str], partial
         print(json_text(doc))
     elif fmt == "sarif":  # the diagnostics only: what code-scanning tools read
         from . import __version__
-        artifact = _SARIF_ARTIFACT.get()
-        print(json_text(sarif_log(sink.items, __version__, None if artifact in (None, "-") else str(artifact))))
+        print(json_text(sarif_log(sink.items, __version__, _SARIF_ARTIFACT.get())))
     else:
         # the lines say what inputs hold (names, symbols, paths): nothing in them may drive the terminal
         lines = [escape_controls(ln, lines=True) for ln in lines]

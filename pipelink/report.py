@@ -20,11 +20,11 @@ def _param(p) -> dict:
 def _entry_point(c: Contract, e) -> dict:
     """One entry of the `entries` form: its arguments declared as the header declares them (a register port as
     the caller's array, which LTO keeps in registers)."""
-    decls = [f"{DTYPE_C[c.port(a).dtype]}* __restrict__ {a}" if c.port(a) is not None else c.param(a).c_decl()
-             for a in e.args]
+    # an argument is a register port, else a parameter (a gmem port may share its parameter's name)
+    regs = [a for a in e.args if c.register_port(a) is not None]
+    decls = [f"{DTYPE_C[c.port(a).dtype]}* __restrict__ {a}" if a in regs else c.param(a).c_decl() for a in e.args]
     return {"name": e.name, "symbol": e.symbol, "role": e.role, "invocation": e.invocation, "params": decls,
-            "args": list(e.args),
-            "register_ports": [a for a in e.args if c.port(a) is not None]}
+            "args": list(e.args), "register_ports": regs}
 
 
 def _cluster(c: Contract) -> list[int] | None:

@@ -405,3 +405,22 @@ def test_a_contract_whose_parameters_disagree_with_the_source_points_at_them(com
     [d] = sink.errors
     assert d.code == "PL019" and d.related and d.related[0].pointer == "/entry/params", d.render()
     assert "entry.params" in d.hint and "seg_silu" in d.hint
+
+
+def test_a_build_links_each_targets_probe_once(component, tmp_path, monkeypatch):
+    """The build probes the object for each target, then checks it as `check` does, probe and all: that check's
+    probe is the one the build already ran (it had been linked again, the contract read back from the object
+    keying the process's probes apart from the one read from its file)."""
+    from pipelink import toolchain
+    from pipelink.api import check_objects
+    from pipelink.authoring import conformance
+    monkeypatch.setattr(conformance, "_PROBES", {})
+    monkeypatch.setenv("PIPELINK_CACHE", "off")
+    links = []
+    link = toolchain.nvjitlink_link
+    monkeypatch.setattr(toolchain, "nvjitlink_link", lambda inputs, options: links.append(options) or link(inputs, options))
+    source, contract = component
+    sink = DiagnosticSink()
+    assert build_component(load_contract_file(contract, sink), contract.read_bytes(), source, tmp_path / "x.o", sink,
+                           BuildOptions(), check_object=check_objects), [d.render() for d in sink.items]
+    assert sorted(o[0] for o in links) == ["-arch=sm_90", "-arch=sm_90a"], links

@@ -218,6 +218,27 @@ def test_a_compile_error_names_the_files_as_the_command_gave_them(capsys, tmp_pa
     assert "comp/broken.cu(2): error" in err and 'compilation of "comp/broken.cu"' in err, err
 
 
+@pytest.mark.parametrize("name, text, says", [
+    ("c(2).cu", 'extern "C" __device__ int helper() { int x = ; return x; }\n', "comp/c(2).cu(2): error"),
+    # a macro that breaks the generated header: its lines carry its own name, no file beside the source
+    ("hdr.cu", "#define WARPS 3\n", "\n    tile_transform.pipelink.h("),
+], ids=["parentheses", "generated-header"])
+def test_a_compile_error_names_only_files_that_are_there(capsys, tmp_path, monkeypatch, name, text, says):
+    """A source name with parentheses is put back as given too, and the generated header, which lives in a scratch
+    folder, is not named as if it were beside the source (comp/tile_transform.pipelink.h had been shown)."""
+    from pipelink.authoring.builder import _paths_as_given
+    from pipelink.harness.shipped import REPO
+    (tmp_path / "comp").mkdir()
+    (tmp_path / "comp" / name).write_text("#include <pipelink/component.h>\n" + text + "#include PIPELINK_HEADER\n")
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run(capsys, "build", f"comp/{name}", "--contract", REPO / "contracts/tile_transform.json",
+                       "-o", "x.o", "--arch", "sm_90")
+    assert code == 1 and "error[PL019]" in err and says in err, err
+    assert "comp/tile_transform.pipelink.h" not in err and f'compilation of "comp/{name}"' in err, err
+    # a name like another system's (a drive letter) is no file here: left as nvcc gave it
+    assert _paths_as_given("C:\\x\\y.cu(3): error: e", Path("comp") / name) == "C:\\x\\y.cu(3): error: e"
+
+
 # --- every class of bad input: a located diagnostic, a hint, exit 1 or 2, no traceback ------------
 
 @pytest.mark.parametrize("command", ["check", "link", "build"])
@@ -968,3 +989,27 @@ def test_inspect_of_a_single_entry_contract_is_unchanged(capsys):
     c = json.loads(out)["inputs"][0]["contract"]
     assert c["form"] == "entry" and c["entries"] == [] and c["cluster"] is None and c["register_pool"] is None
     assert c["entry"] == {"symbol": "tile_transform", "invocation": "per_tile", "params": ["float scale"]}
+
+
+def test_an_entry_argument_naming_a_gmem_port_is_its_parameter(capsys, tmp_path):
+    """A gmem port may share its parameter's name: an entry taking it takes the parameter (const and all), not a
+    register fragment. inspect had listed it among the register ports, and the header had declared it `float*`,
+    dropping the const the source's definition keeps (the build then failed, PL019)."""
+    from hopper_factory import epilogue
+
+    from pipelink.authoring.header import entry_point_prototype
+    from pipelink.core.diagnostics import DiagnosticSink
+    from pipelink.core.loader import load_contract_dict
+    from pipelink.core.model import Source
+    doc = epilogue()
+    doc["params"].append({"name": "bias", "dtype": "f32", "pointer": True, "const": True})
+    doc["entries"][0]["params"].append("bias")
+    doc["ports"].append({"name": "bias", "direction": "in", "space": "gmem", "dtype": "f32", "param": "bias",
+                         "tile": ["TILE_N"]})
+    (tmp_path / "epi.json").write_text(json.dumps(doc))
+    code, out, _ = run(capsys, "inspect", "--format", "json", tmp_path / "epi.json")
+    [entry] = json.loads(out)["inputs"][0]["contract"]["entries"]
+    assert code == 0 and entry["register_ports"] == ["acc"], entry
+    assert entry["params"][-1] == "const float* __restrict__ bias", entry
+    c = load_contract_dict(doc, Source("epi.json"), DiagnosticSink())
+    assert entry_point_prototype(c, c.entries[0]).endswith("int N, const float* __restrict__ bias)")

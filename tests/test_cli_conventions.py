@@ -1,5 +1,6 @@
 """The command line as the tools around it expect: --version, each component alone by default, --werror,
 SARIF, the pre-commit hook, `config --cflags`, what `link` says, and help text for every option."""
+import io
 import json
 import re
 import shlex
@@ -579,3 +580,19 @@ def test_every_json_document_says_ok(capsys, tmp_path, monkeypatch, argv):
     monkeypatch.chdir(tmp_path)
     assert main([*argv, "--format", "json"]) == 2
     assert json.loads(capsys.readouterr().out)["ok"] is False
+
+
+def test_sarif_locates_a_result_by_this_commands_input_only(capsys, monkeypatch):
+    """A usage error names no input: its result is not shown against an earlier command's input in the same
+    process (the main input was kept from one command to the next)."""
+    contracts = [REPO / "contracts" / f"{n}.json" for n in ROWSUM]
+    run(capsys, "check", *contracts, "--pipeline", REPO / "pipelines" / "rowsum.json", "--map", "-", "--format", "sarif")
+    code, out, _ = run(capsys, "check", "--format", "sarif", "--no-such-option", "x.json")
+    (result,) = json.loads(out)["runs"][0]["results"]
+    assert code == 2 and result["ruleId"] == "PL001" and "rowsum" not in json.dumps(result), result
+    # a pipeline read from stdin is no file: the first input file is the one shown
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO((REPO / "pipelines" / "rowsum.json").read_bytes())))
+    code, out, _ = run(capsys, "check", *contracts, "--pipeline", "-", "--map", "-", "--format", "sarif")
+    (result,) = _assert_sarif(json.loads(out))
+    assert code == 2 and result["locations"][0]["physicalLocation"]["artifactLocation"]["uri"].endswith(
+        f"contracts/{ROWSUM[0]}.json"), result

@@ -157,3 +157,20 @@ def test_names_of_pl_members_are_harmless_inside_the_components_namespace(tmp_pa
     (tmp_path / "Tiles.pipelink.h").write_text(generate_header(c))
     assert _nvrtc_errors('#include "Tiles.pipelink.h"\nusing namespace pl::Tiles;\n'
                          'static_assert(Tile == 2 && warp_index == 1, "the component\'s own");\n', tmp_path) == ""
+
+
+def test_a_name_the_build_defines_as_a_macro_is_refused_at_its_field(tmp_path):
+    """`pipelink build` defines PIPELINK_HEADER on nvcc's command line, in no header pipelink reads: a component
+    named so had passed `pipelink check`, then failed its build in the generated header (namespace "x.pipelink.h")."""
+    raw = base_contract()
+    fine = load(raw)
+    (tmp_path / "h.pipelink.h").write_text(generate_header(fine).replace(f"namespace {fine.name}", "namespace PIPELINK_HEADER"))
+    assert "error" in _nvrtc_errors('#define PIPELINK_HEADER "h.pipelink.h"\n#include PIPELINK_HEADER\n', tmp_path)
+    for pointer, edit in (("/name", lambda r: r.update(name="PIPELINK_HEADER")),
+                          ("/entry/symbol", lambda r: r["entry"].update(symbol="PIPELINK_HEADER"))):
+        raw = base_contract()
+        edit(raw)
+        sink = DiagnosticSink()
+        assert load_contract_bytes(dumps(raw), Source("c.json"), sink) is None
+        assert [(d.code, d.location.pointer) for d in sink.errors] == [("PL188", pointer)], [d.render() for d in sink.items]
+        assert "pipelink build" in sink.errors[0].message

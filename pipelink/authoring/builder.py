@@ -243,20 +243,26 @@ def build_component(contract: Contract, contract_bytes: bytes, source: str | Pat
     return write_outputs({output.path: data}, sink)  # its missing folders made, as every command's
 
 
-_NVCC_AT = re.compile(r"^(?P<path>[^\s():][^\s()]*)\((?P<line>\d+)\)(?=: )", re.M)  # x.cu(12): error: ...
+# x.cu(12): error: ... (the path up to the first `(N): ` that ends it: a name may hold parentheses and spaces)
+_NVCC_AT = re.compile(r"^(?P<path>[^\s].*?)\((?P<line>\d+)\)(?=: )", re.M)
 _NVCC_IN = re.compile(r'compilation of "(?P<path>[^"]+)"')  # N errors detected in the compilation of "x.cu".
 _NVCC_OF = re.compile(r"(?<=\bat line )(?P<line>\d+) of (?P<path>[^\s\"]+)")  # ... at line 12 of x.cu
 
 
 def _paths_as_given(log: str, source: Path) -> str:
     """nvcc runs in the source's folder (nvcc_cwd), so it names files relative to it: put them back as the command
-    was given them (`comp/x.cu(12): error`), so that an editor or a CI annotation finds the file."""
+    was given them (`comp/x.cu(12): error`), so that an editor or a CI annotation finds the file. Only a name of a
+    file there is: the generated header's lines carry its own name (it lives in a scratch folder), which is no file
+    beside the source."""
     given = os.path.dirname(str(source))
     if not given:
         return log
+    cwd = nvcc_cwd(source)
 
     def fix(path: str) -> str:
-        return path if os.path.isabs(path) else os.path.normpath(os.path.join(given, path))
+        if os.path.isabs(path) or not os.path.exists(os.path.join(cwd, path)):
+            return path
+        return os.path.normpath(os.path.join(given, path))
 
     log = _NVCC_AT.sub(lambda m: f"{fix(m['path'])}({m['line']})", log)
     log = _NVCC_IN.sub(lambda m: f'compilation of "{fix(m["path"])}"', log)

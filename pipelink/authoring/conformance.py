@@ -309,8 +309,11 @@ def probe(comp, arch: str) -> ProbeResult:
     """Link the component alone into the probe kernel and read what it uses. ToolchainError only
     where a tool is missing; a link that fails comes back with usage None and nvJitLink's log. Kept for the
     process: `pipelink build` probes the object it compiles, then checks it as `check` does, which probes it again."""
+    import dataclasses
     import hashlib
-    key = (repr(comp.contract), hashlib.sha256(comp.obj.link_input().data).hexdigest(), arch)
+    # the contract less where it was read from: the build's is its file, check's the object's embedded copy
+    key = (repr(dataclasses.replace(comp.contract, source=None)), comp.obj.path,
+           hashlib.sha256(comp.obj.link_input().data).hexdigest(), arch)
     if key not in _PROBES:
         if len(_PROBES) >= 32:
             _PROBES.clear()

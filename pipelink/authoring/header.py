@@ -89,7 +89,7 @@ def entry_prototype(c: Contract) -> str:
 def entry_point_prototype(c: Contract, e) -> str:
     params = ["pl::Tile tile"] if e.invocation == "per_tile" else []
     for name in e.args:
-        port = c.port(name)
+        port = c.register_port(name)  # a gmem port may share its parameter's name: that is the parameter
         if port is not None:  # a register fragment: the caller's array, which LTO keeps in registers
             params.append(f"{DTYPE_C[port.dtype]}* __restrict__ {name}")
         else:

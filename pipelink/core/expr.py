@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 import re
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 FUNCTIONS = {"min": 2, "max": 2, "ceil_div": 2}
 # The deepest nesting (an operator or a call in another) an expression may have. Python's parser and the walks
@@ -46,7 +46,7 @@ class Expr:
     """A parsed integer expression. `names` are its free variables."""
 
     text: str
-    tree: ast.expr
+    tree: ast.expr = field(repr=False)  # its text says it: a repr (a cache key) holds no object address
     names: frozenset[str]
 
     @property

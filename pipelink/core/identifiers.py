@@ -41,6 +41,8 @@ M_1_PI M_2_PI M_2_SQRTPI M_SQRT1_2 FP_NAN FP_INFINITE FP_ZERO FP_NORMAL FP_SUBNO
 CUDART_INF CUDART_INF_F CUDART_NAN CUDART_NAN_F CUDART_PI CUDART_PI_F CUDART_MAX_NORMAL_F CUDART_MIN_DENORM_F
 CUDA_VERSION CUDART_VERSION assert offsetof""".split())
 _RESERVED = re.compile(r"__|^_[A-Z]")
+# Macros `pipelink build` defines on nvcc's command line (authoring/builder.py nvcc_command): in no header to read.
+BUILD_MACROS = frozenset({"PIPELINK_HEADER"})
 # The generated header's alias of the component's namespace, at global scope (authoring/header.py self_alias).
 COMPONENT_ALIAS = "pl_component"
 
@@ -65,6 +67,8 @@ def problem(name: str, kind: str) -> str | None:
         return "a macro the CUDA headers define (the compiler would expand it, not name it)"
     if name in pipelink_macros():
         return "a macro pipelink's headers define (the compiler would expand it, not name it)"
+    if name in BUILD_MACROS:
+        return "the macro `pipelink build` defines to name the generated header (the compiler would expand it)"
     if kind == "namespace" and name in pl_members():
         what, header = pl_members()[name]
         return (f"the name of pipelink's {what} pl::{name} ({_HEADERS}/{header}): the component's namespace "

@@ -381,6 +381,11 @@ class Contract:
     def port(self, name: str) -> Port | None:
         return next((p for p in self.ports if p.name == name), None)
 
+    def register_port(self, name: str) -> Port | None:
+        """The register port an entry argument `name` names, or None: a parameter (a gmem port may share its name)."""
+        port = self.port(name)
+        return port if port is not None and port.space == "reg" else None
+
 
 @dataclass
 class Component:

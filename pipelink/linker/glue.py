@@ -277,7 +277,7 @@ def _role_structured(r: Resolved, a: Allocation) -> list[str]:
         out = ["tile"] if entry.invocation == "per_tile" else []
         for name in entry.args:
             c = r.component(comp).contract
-            port = c.port(name)
+            port = c.register_port(name)
             if port is not None:
                 f = frag_of.get((comp, name)) if port.direction == "in" else next(
                     x for x in plan.fragments if (x.producer, x.out_port) == (comp, name))
