@@ -523,6 +523,8 @@ def test_a_clustered_kernel_gets_whole_clusters_that_fit_at_once():
     assert _clustered(4, sms=10, per_sm=3, clusters=60).resident_blocks() == 28
     with pytest.raises(LaunchError, match="no cluster of 4 blocks"):
         _clustered(4, sms=132, per_sm=2, clusters=0).resident_blocks()
+    with pytest.raises(LaunchError, match="no cluster of 4 blocks"):  # fewer blocks than one cluster, however asked
+        _clustered(4, sms=3, per_sm=1, clusters=1).resident_blocks()
 
 
 def test_a_clustered_kernel_refuses_a_grid_of_part_clusters(monkeypatch):

@@ -724,12 +724,12 @@ class Kernel:
                                   f"shared memory fits on a multiprocessor")
             resident = self.num_sms() * per_sm
             if self.cluster_ctas > 1:
-                clusters = self.max_active_clusters()
+                clusters = min(self.max_active_clusters(), resident // self.cluster_ctas)
                 if clusters < 1:
                     raise LaunchError(f"occupancy of kernel '{self.name}'", None,
                                       f"no cluster of {self.cluster_ctas} blocks of {self.block_threads} threads "
                                       f"with {self.dynamic_smem} B dynamic shared memory fits on the device")
-                resident = min(resident // self.cluster_ctas, clusters) * self.cluster_ctas
+                resident = clusters * self.cluster_ctas
             self._resident = resident
         return self._resident
 
