@@ -177,6 +177,19 @@ def test_met_waits_are_remembered_per_call_or_per_layer(dispatch):
 
 
 @pytest.mark.parametrize("dispatch", ["static", "dynamic"])
+def test_a_call_after_the_loop_waits_for_nothing_when_no_layer_ran(dispatch):
+    """NL = 0 is a launch (the layers' time against the rest's): the last layer's counters would be layer -1's,
+    before the event's first, and the producers ran no task. The wait reads layer 0's copy and counts to 0."""
+    ctx = run(MLP_LAYERS, until="compile", dispatch=dispatch)
+    assert not ctx.sink.errors, [d.render() for d in ctx.sink.items]
+    waits = [ln for ln in ctx.glue.splitlines() if "pl::events::wait_for(" in ln]
+    guarded = [ln for ln in waits if "<= 0 ? 0u" in ln]
+    assert len(guarded) == 1, waits  # final_norm's wait on down's last layer; the layers' own waits unchanged
+    assert "((int)(NL) > 0 ? (int)(NL) - 1 : 0) * e" in guarded[0] and "((int)(NL) <= 0 ? 0u : (unsigned)(" in guarded[0]
+    assert ctx.glue_ltoir
+
+
+@pytest.mark.parametrize("dispatch", ["static", "dynamic"])
 def test_a_task_knows_when_it_continues_its_call_on_the_cta(dispatch):
     """tile.continues: 1 only when the CTA's previous task was of the same call and layer (a call's tasks
     on a CTA may keep an operand in scratch). Static: every task of the call's walk but the CTA's first;

@@ -191,11 +191,12 @@ class GroupScope:
 
 
 def wait_block(r, waits, tensor_index: dict, comp_index: int, threads: int, bound: str, indent: str,
-               bases: dict | None = None, group: GroupScope | None = None) -> list[str]:
+               bases: dict | None = None, group: GroupScope | None = None, met_if: dict | None = None) -> list[str]:
     """Every wait of a task, in contract order and phases; leaves the task if a debug wait timed out.
     `bases`: event name -> C of its first counter, where not `e<j>` (a layer's copy). With `group`, the
     waits are the group's: its threads share the elements, meet at its barrier, and a debug timeout leaves
-    `pl_ok` (declared by the caller) false instead of returning."""
+    `pl_ok` (declared by the caller) false instead of returning. `met_if`: event name -> C condition under which
+    its waits count to 0 (met at once)."""
     tid, every = (group.tid, group.all) if group else ("threadIdx.x", lambda v: f"__syncthreads_and({v})")
     out = [f"{indent}{{"] + ([] if group else [f"{indent}  bool pl_ok = true;"])
     slot, met = 0, []
@@ -206,7 +207,10 @@ def wait_block(r, waits, tensor_index: dict, comp_index: int, threads: int, boun
         j = tensor_index[tensor.name]
         space = element_space(r, j, side)
         scope = "<true>" if tensor.cross_rank else ""  # other ranks add to it: read at system scope
-        call = (f"pl_ok = pl_ok && pl::events::wait_for{scope}({event_base(tensor_index, bases, tensor.name)} + {space.index}, (unsigned)({count_c(r, tensor, side)}), "
+        count = f"(unsigned)({count_c(r, tensor, side)})"
+        if (met_if or {}).get(tensor.name):
+            count = f"({met_if[tensor.name]} ? 0u : {count})"
+        call = (f"pl_ok = pl_ok && pl::events::wait_for{scope}({event_base(tensor_index, bases, tensor.name)} + {space.index}, {count}, "
                 f"pl_epoch, {bound}, pl_report, {comp_index}u, {j}u, {space.index}, (unsigned long long)t);")
         loop = shared_loop(space, call, threads, slot, indent + "  ", tid)
         if task_invariant(side):  # met once in this CTA: met for the rest of the launch

@@ -869,12 +869,23 @@ def _previous_flag(r: Resolved, call: str, producer: str) -> str:
 
 
 def _event_bases(r: Resolved, name: str, tensor_index: dict) -> dict[str, str]:
-    """A layer's copy of each layered event the call touches: its own layer's, or, after the loop, the last."""
+    """A layer's copy of each layered event the call touches: its own layer's, or, after the loop, the last (the
+    first where no layer ran: _no_layer_ran says its waits are met)."""
     layered = layered_events(r.calls, r.events)
     if not layered:
         return {}
-    layer = "pl_layer" if r.calls.layered(name) else f"((int)({r.calls.layers_c()}) - 1)"
+    n = f"(int)({r.calls.layers_c()})"
+    layer = "pl_layer" if r.calls.layered(name) else f"({n} > 0 ? {n} - 1 : 0)"
     return {t: f"(e{tensor_index[t]} + (long long){layer} * e{tensor_index[t]}_size)" for t in layered}
+
+
+def _no_layer_ran(r: Resolved, name: str) -> dict[str, str]:
+    """Event -> C condition under which a wait on it is met at once: a call after the loop waiting on a layered
+    event when the launch runs no layer (NL = 0: its producers ran no task, and the last layer's counters, at
+    layer -1, do not exist; the wait had read before them and spun forever)."""
+    if not r.calls or r.calls.layered(name):
+        return {}
+    return {t: f"(int)({r.calls.layers_c()}) <= 0" for t in layered_events(r.calls, r.events)}
 
 
 def _previous_layer_waits(r: Resolved, a: Allocation, name: str, tensor_index: dict, comp_index: int,
@@ -1001,7 +1012,8 @@ def _task_body(r: Resolved, a: Allocation, k: int, name: str, indent: str, skip:
     waits = plan.waits_of(name)
     if waits:
         bound = f"{DEBUG_SPIN_BOUND}ull" if r.debug_events else "0ull"
-        out += event_glue.wait_block(r, waits, tensor_index, comp_index, compute_threads(r, a), bound, indent, bases)
+        out += event_glue.wait_block(r, waits, tensor_index, comp_index, compute_threads(r, a), bound, indent, bases,
+                                     met_if=_no_layer_ran(r, name))
     out += _run_task(r, name, tensor_index, _call(comp, indent + guard, stacked, bind), "__syncthreads();",
                      compute_threads(r, a), indent, bases, skip=skip)
     if counter:
