@@ -237,6 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         sink = DiagnosticSink()
         sink.items.append(Diagnostic("PL001", str(exc)))
+        if _SARIF_ARTIFACT.get() is None:  # a command line that did not parse: show it against a file it names
+            _SARIF_ARTIFACT.set(next((a for a in argv if not a.startswith("-") and os.path.isfile(a)), None))
         return _finish(sink, _asked_format(argv), {"ok": False}, [])
     except _ParserExit as exc:
         return exc.status

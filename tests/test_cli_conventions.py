@@ -212,6 +212,15 @@ def test_sarif_result_without_a_file_is_shown_against_the_first_input():
     assert "physicalLocation" not in where
 
 
+def test_sarif_for_a_command_line_that_did_not_parse_names_a_file_it_gave(capsys):
+    """A usage error (an unknown option) still gives code scanning a file: the first the command line names."""
+    contract = REPO / "contracts" / "tile_load.json"
+    code, out, _ = run(capsys, "check", "--format", "sarif", "--no-such-option", contract)
+    (result,) = _assert_sarif(json.loads(out))
+    assert code == 2 and result["ruleId"] == "PL001"
+    assert result["locations"][0]["physicalLocation"]["artifactLocation"]["uri"].endswith("contracts/tile_load.json")
+
+
 # --- the pre-commit hook -------------------------------------------------------------------------
 
 def _hooks() -> list[dict]:
