@@ -266,6 +266,7 @@ def manifest_summary(m: Manifest, cubin: bytes) -> dict:
         "tensor_maps": [dict(p.tensor_map.to_manifest(), name=p.name, dtype=p.dtype)
                         for p in m.user_params if p.tensor_map is not None],
         "cluster": list(m.cluster) if m.cluster is not None else None,
+        "roles": [g.to_json() for g in m.roles],
         "components": [c.to_json() for c in m.components],
         "wires": [w.to_json() for w in m.wires],
     }
@@ -290,6 +291,11 @@ def manifest_text(path: str, m: dict) -> list[str]:
                      "row of tiles, split-K for several, else whole tiles)")
     if m.get("cluster"):
         lines.append(f"    cluster  {' x '.join(map(str, m['cluster']))} CTAs (the grid is whole clusters)")
+    for g in m.get("roles", ()):  # a role-structured kernel's warps: who runs where, with how many registers
+        inst = f", {g['instances']} instances" if g["instances"] > 1 else ""
+        how = "setmaxnreg" if g["setmaxnreg"] else "the entry's"
+        lines.append(f"    role     warps {g['warps'][0]}-{g['warps'][1]}{inst}: {', '.join(g['members'])}; "
+                     f"{g['registers']} registers a thread ({how})")
     for t in m.get("tensor_maps", ()):  # what the launcher encodes from the tensor passed
         lines.append(f"    tensormap {t['name']}: {t['dtype']}[{', '.join(t['shape'])}], box [{', '.join(map(str, t['box']))}], "
                      f"swizzle {t['swizzle']}, oob fill {t['oob_fill']}")

@@ -42,6 +42,16 @@ def test_the_json_form_round_trips_in_the_order_it_was_always_written():
     assert m.workspace.events[0].words({"M": 100}) == 4 and m.tile_exprs[0].evaluate({"M": 64}) == 4
 
 
+def test_roles_round_trip():
+    roles = [{"name": "ml.producer", "warps": [0, 3], "instances": 1, "members": ["ml.producer"], "registers": 40,
+              "setmaxnreg": True},
+             {"name": "ml.consumer", "warps": [4, 11], "instances": 2, "members": ["ml.consumer", "epi.epilogue"],
+              "registers": 232, "setmaxnreg": True}]
+    m = Manifest.from_json(dict(copy.deepcopy(PERSISTENT), roles=roles))
+    assert m.roles[1].members == ("ml.consumer", "epi.epilogue") and m.to_json()["roles"] == roles
+    assert "roles" not in Manifest.from_json(PERSISTENT).to_json()
+
+
 def test_a_cluster_round_trips():
     doc = dict(copy.deepcopy(PERSISTENT), cluster=[2, 1, 1])
     m = Manifest.from_json(doc)
@@ -77,6 +87,12 @@ def test_a_minimal_manifest_takes_defaults():
     (lambda m: m.update(cluster=[16, 1, 1]), "'cluster'"),
     (lambda m: m.update(cluster=[0, 1, 1]), "'cluster'"),
     (lambda m: m.update(cluster=2), "'cluster'"),
+    (lambda m: m.update(roles=[{"name": "r"}]), "roles\\[0\\] lacks"),
+    (lambda m: m.update(roles=[{"name": "r", "warps": [3, 0], "instances": 1, "members": ["a.r"], "registers": 40,
+                                "setmaxnreg": False}]), "roles\\[0\\]: a name"),
+    (lambda m: m.update(roles=[{"name": "r", "warps": [0, 3], "instances": 1, "members": "a.r", "registers": 40,
+                                "setmaxnreg": False}]), "roles\\[0\\]: a name"),
+    (lambda m: m.update(roles={"name": "r"}), "'roles' must be a list"),
 ])
 def test_every_field_is_validated_on_read(change, words):
     doc = copy.deepcopy(PERSISTENT)

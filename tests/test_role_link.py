@@ -602,3 +602,9 @@ def test_inspect_shows_a_role_structured_kernels_tensor_maps_cluster_and_registe
                                  "swizzle": "128B", "oob_fill": "zero"}]
     assert m["cluster"] == [2, 1, 1] and [c["name"] for c in m["components"]] == ["ml", "epi"]
     assert m["wires"] == [{"from": "ml.acc", "to": "epi.acc", "kind": "fragment", "explicit": False}]
+    # each group of warps, who runs on it and its registers (the setmaxnreg budgets the link chose)
+    assert [ln for ln in lines if ln.startswith("    role")] == [
+        "    role     warps 0-3: ml.producer; 40 registers a thread (setmaxnreg)",
+        "    role     warps 4-11: ml.consumer, epi.epilogue; 232 registers a thread (setmaxnreg)"]
+    assert m["roles"][1] == {"name": "ml.consumer", "warps": [4, 11], "instances": 1,
+                             "members": ["ml.consumer", "epi.epilogue"], "registers": 232, "setmaxnreg": True}

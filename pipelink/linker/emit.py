@@ -12,7 +12,7 @@ from ..core.expr import Expr, parse, python_ast
 from .allocate import HOLD_SIZES_AT_REGISTERS, Allocation, held_words, holds_sizes, task_groups
 from .calls import AFTER_EVENT, layered_events
 from .events import task_invariant
-from ..runtime.manifest import (IMPLICIT_PARAMS, STREAM_K_PARAMS, WORKSPACE, StreamKSpec, ComponentRecord, EventRecord, Manifest, ParamSpec, Resources,
+from ..runtime.manifest import (IMPLICIT_PARAMS, STREAM_K_PARAMS, WORKSPACE, StreamKSpec, ComponentRecord, EventRecord, RoleRecord, Manifest, ParamSpec, Resources,
                                 WireRecord, WorkspaceSpec)
 from ..runtime.tensormap import TensorMapDecl
 from .resolve import Resolved
@@ -74,7 +74,9 @@ def manifest(r: Resolved, a: Allocation, arch: str, cubin: bytes, kernel_info: K
         grid_policy="stream_k" if r.stream_k is not None else "balanced" if r.roles is not None else None,
         stream_k=stream_k, dependent_launch=r.dependent_launch, distributed=r.distributed is not None,
         tasks=tasks, ring_slots=ring_slots, dispatch=r.dispatch if persistent else None, workspace=workspace, resources=resources,
-        profile_tasks=r.profile_tasks, cluster=r.cluster)
+        profile_tasks=r.profile_tasks, cluster=r.cluster,
+        roles=tuple(RoleRecord(g.name, (g.begin, g.end), g.instances, tuple(g.members), g.registers,
+                               g.registers_how.startswith("setmaxnreg")) for g in group_rows(r, a)))
 
 
 def _param_spec(p, geometry: dict[str, int]) -> ParamSpec:

@@ -193,6 +193,21 @@ class ComponentRecord:
 
 
 @dataclass(frozen=True)
+class RoleRecord:
+    """A role-structured kernel's group of warps: one component's role and the roles that join it."""
+    name: str               # "component.role" of its owner
+    warps: tuple[int, int]  # first and last warp, every instance
+    instances: int
+    members: tuple[str, ...]  # "component.role", the owner first
+    registers: int          # per thread
+    setmaxnreg: bool        # set by setmaxnreg (else the entry's)
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "warps": list(self.warps), "instances": self.instances,
+                "members": list(self.members), "registers": self.registers, "setmaxnreg": self.setmaxnreg}
+
+
+@dataclass(frozen=True)
 class WireRecord:
     source: str             # "producer.port"
     target: str             # "consumer.port"
@@ -284,6 +299,7 @@ class Manifest:
     profile_tasks: int = 0                     # persistent: records of the task-profile ring (0: none)
     distributed: bool = False                  # every rank runs it on NVSHMEM (contracts use RANK, WORLD, rank)
     cluster: tuple[int, int, int] | None = None  # the kernel's __cluster_dims__: a grid is whole clusters
+    roles: tuple[RoleRecord, ...] = ()         # role-structured: each group of warps and its registers
     tile_exprs: tuple[_expr.Expr, ...] = field(default=(), compare=False, repr=False)  # `tiles`, parsed once
 
     def __post_init__(self):
@@ -343,6 +359,8 @@ class Manifest:
             doc["distributed"] = True
         if self.cluster is not None:
             doc["cluster"] = list(self.cluster)
+        if self.roles:
+            doc["roles"] = [g.to_json() for g in self.roles]
         return doc
 
     @classmethod
@@ -364,7 +382,7 @@ class Manifest:
 _TOP_FIELDS = {"manifest", "pipelink", "kernel", "target", "schedule", "block", "dynamic_smem", "params", "tiles",
                "tile_order", "distribution", "geometry", "components", "wires", "cubin_sha256", "specialized",
                "grid_policy", "stream_k", "dependent_launch", "tasks", "ring_slots", "dispatch", "workspace", "resources",
-               "profile_tasks", "distributed", "cluster"}
+               "profile_tasks", "distributed", "cluster", "roles"}
 _SCHEDULES = ("sequential", "warp_specialized", "persistent")
 _DISPATCHES = ("static", "dynamic")
 
@@ -423,7 +441,26 @@ class _Reader:
             tasks=self.str_map("tasks"), ring_slots=self.str_map("ring_slots"),
             dispatch=self.optional("dispatch", str, f"one of {', '.join(_DISPATCHES)}", _DISPATCHES),
             workspace=self.workspace(), resources=self.resources(), profile_tasks=self.profile_tasks(),
-            distributed=bool(self.optional("distributed", bool, "a boolean")), cluster=self.cluster())
+            distributed=bool(self.optional("distributed", bool, "a boolean")), cluster=self.cluster(),
+            roles=self.roles())
+
+    def roles(self) -> tuple[RoleRecord, ...]:
+        out = []
+        for i, g in enumerate(self.records("roles")):
+            try:
+                warps, members = g["warps"], g["members"]
+                rec = RoleRecord(g["name"], tuple(warps) if isinstance(warps, list) else (), g["instances"],
+                                 tuple(members) if isinstance(members, list) else (), g["registers"], g["setmaxnreg"])
+            except KeyError as exc:
+                raise self.error(f"roles[{i}] lacks {exc}") from None
+            if not (isinstance(rec.name, str) and len(rec.warps) == 2 and all(_is_int(w) and w >= 0 for w in rec.warps)
+                    and rec.warps[0] <= rec.warps[1] and _is_int(rec.instances) and rec.instances >= 1
+                    and rec.members and all(isinstance(m, str) for m in rec.members)
+                    and _is_int(rec.registers) and rec.registers > 0 and isinstance(rec.setmaxnreg, bool)):
+                raise self.error(f"roles[{i}]: a name, warps [first, last], instances >= 1, member names, registers "
+                                 "and setmaxnreg (a boolean)")
+            out.append(rec)
+        return tuple(out)
 
     def cluster(self) -> tuple[int, int, int] | None:
         raw = self.doc.get("cluster")
