@@ -285,8 +285,7 @@ def pass_link(ctx: LinkContext) -> None:
     inputs = [c.obj.link_input() for c in objects_of(ctx.resolved)]  # an object called twice is linked once
     inputs.append(toolchain.LinkInput("ltoir", ctx.glue_ltoir, f"{ctx.resolved.name}_glue"))
     if ctx.resolved.distributed:  # the NVSHMEM calls of the glue (remote.h) and of the components
-        lib = toolchain.nvshmem_root() / "lib" / "libnvshmem_device.a"
-        inputs.append(toolchain.LinkInput("library", lib.read_bytes(), lib.name))
+        inputs.append(toolchain.nvshmem_device_library())
     ctx.nvjitlink_options = jitlink_options(ctx)
     try:
         ctx.cubin = toolchain.nvjitlink_link(inputs, ctx.nvjitlink_options).cubin

@@ -466,6 +466,15 @@ def nvshmem_unresolved(log: str) -> bool:
     return re.search(r"Unresolved extern function '[^']*nvshmem", log) is not None
 
 
+def nvshmem_device_library() -> LinkInput:
+    """NVSHMEM's device library as a link input (ToolchainError where NVSHMEM is not installed)."""
+    lib = nvshmem_root() / "lib" / "libnvshmem_device.a"
+    try:
+        return LinkInput("library", lib.read_bytes(), lib.name)
+    except OSError as exc:
+        raise ToolchainError(f"cannot read {lib}: {exc.strerror or exc}") from None
+
+
 def link_probe(inputs: list[LinkInput], options: list[str]) -> LinkOutput:
     """nvjitlink_link for a probe of one component: one that calls NVSHMEM's device API is linked with NVSHMEM's
     device library too, where it is installed, as the distributed link that runs it is."""
@@ -475,48 +484,44 @@ def link_probe(inputs: list[LinkInput], options: list[str]) -> LinkOutput:
         if not nvshmem_unresolved(exc.log or ""):
             raise
         try:
-            lib = nvshmem_root() / "lib" / "libnvshmem_device.a"
-            data = lib.read_bytes()
-        except (ToolchainError, OSError):
+            library = nvshmem_device_library()
+        except ToolchainError:
             raise exc from None
-    return nvjitlink_link([*inputs, LinkInput("library", data, lib.name)], options)
+    return nvjitlink_link([*inputs, library], options)
 
 
-def _probe_link(inp: LinkInput, symbols: list[tuple[str, str]], arch: str,
+def _probe_link(inp: LinkInput, symbols: list[tuple[str, str]], arch: str, nvshmem: bool = False,
                 defined: tuple[str, ...] = ()) -> tuple[LinkOutput | None, str]:
     """Link a one-line kernel that takes the address of each (symbol, kind) against `inp`, where
     kind is "function" or "variable". LTO-IR is opaque, so nvJitLink itself says what it defines;
     this also proves that the pinned nvJitLink can read the input at all. Returns (output, log).
-    `defined`: link-time constants (4-byte, as the generated header declares them) the probe defines as 0."""
+    `nvshmem`: with NVSHMEM's device library; `defined`: link-time constants (4-byte, as the generated header
+    declares them) the probe defines as 0."""
     decls = "".join(f'extern "C" __device__ void {name}();\n' if kind == "function"
                     else f'extern "C" __device__ const unsigned {name};\n' for name, kind in symbols)
     decls += "".join(f'extern "C" __device__ const unsigned {name} = 0u;\n' for name in defined)
     refs = " ".join(f"out[{i}] = (const void*)&{name};" for i, (name, _) in enumerate(symbols))
     src = f'{decls}extern "C" __global__ void __pipelink_probe(const void** out) {{ {refs} }}\n'
     probe = nvrtc_to_ltoir(src, "pipelink_probe.cu", [f"-arch={arch}", "-dlto", "-rdc=true"])
-    inputs = [LinkInput("ltoir", probe, "pipelink_probe"), inp]
-    if defined:
-        lib = nvshmem_root() / "lib" / "libnvshmem_device.a"
-        inputs.append(LinkInput("library", lib.read_bytes(), lib.name))
+    inputs = [LinkInput("ltoir", probe, "pipelink_probe"), inp] + ([nvshmem_device_library()] if nvshmem else [])
     try:
         return nvjitlink_link(inputs, [f"-arch={arch}", "-lto"]), ""
     except ToolchainError as exc:
         log = f"{exc.message}\n{exc.log}".strip() if exc.crashed else exc.log
     # A component calling NVSHMEM's device API (a distributed link's) leaves NVSHMEM's functions for the link to
     # resolve from its device library. With a library among its inputs nvJitLink no longer zero-fills undefined
-    # variables, so the probe also defines the component's link-time constants (the glue's, `pl_...`) it names.
-    if not defined and nvshmem_unresolved(log):
-        try:
-            nvshmem_root()
-        except ToolchainError:
-            return None, log
-        out, again = _probe_link(inp, symbols, arch, defined=("pl_probe_unused__",))
-        if out is not None:
-            return out, ""
-        names = tuple(dict.fromkeys(re.findall(r"Undefined reference to '(pl_[A-Za-z0-9_]+)'", again)))
-        names = tuple(n for n in names if n not in {s for s, _ in symbols})  # what is probed is never made up
-        return _probe_link(inp, symbols, arch, defined=names) if names else (None, again)
-    return None, log
+    # variables, so the probe then also defines the component's link-time constants (the glue's, `pl_...`) it names.
+    if nvshmem or not nvshmem_unresolved(log):
+        return None, log
+    try:
+        out, again = _probe_link(inp, symbols, arch, nvshmem=True)
+    except ToolchainError:  # NVSHMEM is not installed: the first log says what is missing
+        return None, log
+    if out is not None:
+        return out, ""
+    names = tuple(dict.fromkeys(re.findall(r"Undefined reference to '(pl_[A-Za-z0-9_]+)'", again)))
+    names = tuple(n for n in names if n not in {s for s, _ in symbols})  # what is probed is never made up
+    return _probe_link(inp, symbols, arch, nvshmem=True, defined=names) if names else (None, again)
 
 
 # nvJitLink's words for device code it cannot read: its decompressor's, NVVM failing to parse the LTO-IR (any
