@@ -72,6 +72,12 @@ MEGA_OPTIONS.update({f"lr_deal_st128_ahead4_if{n}": ("lr", {"deal": "continue", 
 # L2 keeps the activations and the KV cache.
 MEGA_OPTIONS.update({f"{v}_ef": (v, {"loader_l2": "evict_first"}) for v in ("lr", "lr_last")})
 MEGA_OPTIONS["lr_ahead2_ef"] = ("lr", {"load_ahead": 2, "loader_l2": "evict_first"})
+# lr_s5_ef: a fifth slot with the hint (5 slots paid at B = 8 and cost at B = 1 without it).
+MEGA_OPTIONS["lr_s5_ef"] = ("lr", {"loader_slots": 5, "loader_l2": "evict_first"})
+# lr_ef_stN / lr_ef_waitN: the hint with attention's splits sized for N tasks, or the waiters' backoff at N ns.
+MEGA_OPTIONS.update({f"lr_ef_st{n}": ("lr", {"loader_l2": "evict_first", "geometry": {"SPLIT_TASKS": n}})
+                     for n in (64, 256)})
+MEGA_OPTIONS.update({f"lr_ef_wait{n}": ("lr", {"loader_l2": "evict_first", "wait_backoff_ns": n}) for n in (0, 16)})
 # lr_l2normal: the loader step's copies without the hint, whatever decode_step_lr.json sets.
 MEGA_OPTIONS["lr_l2normal"] = ("lr", {"loader_l2": "normal"})
 # lr_last_*: the loader step with the splits merged by the last one (attn_last), dealt on, 128 splits, load_ahead N.
