@@ -78,6 +78,8 @@ MEGA_OPTIONS["lr_s5_ef"] = ("lr", {"loader_slots": 5, "loader_l2": "evict_first"
 MEGA_OPTIONS.update({f"lr_ef_st{n}": ("lr", {"loader_l2": "evict_first", "geometry": {"SPLIT_TASKS": n}})
                      for n in (64, 256)})
 MEGA_OPTIONS.update({f"lr_ef_wait{n}": ("lr", {"loader_l2": "evict_first", "wait_backoff_ns": n}) for n in (0, 16)})
+# lr_ef_ifN: the hint with at most N of the ring's slots in flight (loader_in_flight; 2 was ahead at B = 8 without it).
+MEGA_OPTIONS.update({f"lr_ef_if{n}": ("lr", {"loader_l2": "evict_first", "loader_in_flight": n}) for n in (2,)})
 # lr_l2normal: the loader step's copies without the hint, whatever decode_step_lr.json sets.
 MEGA_OPTIONS["lr_l2normal"] = ("lr", {"loader_l2": "normal"})
 # lr_last_*: the loader step with the splits merged by the last one (attn_last), dealt on, 128 splits, load_ahead N.
