@@ -464,7 +464,8 @@ def _compile(contract: Contract, contract_bytes: bytes, source: Path, cmd: list[
     """Run nvcc (`cmd` writes tmp/component.fatbin; -MD lists what it reads into tmp/component.d) and wrap
     its fatbin into a host object with the contract and the source embedded; None after a diagnostic."""
     compile_cmd = [*cmd, "-MD", "-MF", os.path.abspath(tmp / "component.d")]  # what it reads: the cache's dependencies
-    opts.nvcc_log.append(shlex.join(compile_cmd))  # as a shell reads it back
+    # as a shell reads it back, in the folder and with the PWD it runs with (the same bytes when pasted)
+    opts.nvcc_log.append(f"(cd {shlex.quote(nvcc_cwd(source))} && PWD=/proc/self/cwd {shlex.join(compile_cmd)})")
     try:
         proc = toolchain.run_bounded(compile_cmd, nvcc_env(tmp), opts.timeout_s,
                                      cwd=nvcc_cwd(source))
