@@ -618,6 +618,46 @@ def test_a_build_from_another_folder_is_byte_identical(tmp_path):
     assert outs[0] == outs[1]
 
 
+# tile_transform with an #include beside it and functions and a variable of internal linkage: nvcc names those
+# after a hash of the source's full path (its module id)
+_MOVED_SOURCE = """#include "tile_transform.pipelink.h"
+#include "../inc/scale.h"
+using namespace pl::tile_transform;
+static __device__ float peak;
+namespace { __device__ float silu(float v) { return v / (1.0f + __expf(-v)); } }
+static __device__ float scaled(float v, float s) { return silu(v) * s * kScale; }
+extern "C" __device__ void tile_transform(pl::Tile tile, float scale) {
+  const float* src = port_src();
+  float* dst = port_dst();
+  for (int i = thread_rank(); i < TILE_M() * TILE_N(); i += THREADS) dst[i] = scaled(src[i], scale) + peak;
+}
+"""
+
+
+def test_a_source_copied_to_another_folder_builds_the_same_object(tmp_path, monkeypatch):
+    """The same source, contract and options give the same object wherever the source sits: nvcc ran in the source's
+    folder, and its full path (the module id that names internal symbols) and that folder (the compile's working
+    folder) had reached the LTO-IR, so a component copied or checked out elsewhere built other bytes."""
+    from pipelink.authoring.builder import BuildOptions, build_component
+    from pipelink.core.diagnostics import DiagnosticSink
+    from pipelink.core.loader import load_contract_file
+    from pipelink.harness.shipped import REPO
+    monkeypatch.setenv("PIPELINK_CACHE", "0")
+    contract_file = REPO / "contracts/tile_transform.json"
+    contract = load_contract_file(contract_file, DiagnosticSink())
+    outs = []
+    for i, folder in enumerate([tmp_path / "a" / "comp", tmp_path / "b" / "other" / "deeper"]):
+        folder.mkdir(parents=True)
+        (folder.parent / "inc").mkdir()
+        (folder.parent / "inc" / "scale.h").write_text("#pragma once\nconstexpr float kScale = 0.5f;\n")
+        (folder / "x.cu").write_text(_MOVED_SOURCE)
+        sink = DiagnosticSink()
+        assert build_component(contract, contract_file.read_bytes(), folder / "x.cu", tmp_path / f"x{i}.o", sink,
+                               BuildOptions(archs=("sm_90",))), [d.render() for d in sink.items]
+        outs.append((tmp_path / f"x{i}.o").read_bytes())
+    assert outs[0] == outs[1]
+
+
 # --- build writes nothing that check would refuse -------------------------------------------------
 
 SEG_SILU_CONTRACT = json.loads((Path(__file__).resolve().parents[1] / "contracts" / "seg_silu.json").read_text())

@@ -87,14 +87,19 @@ def nvcc_command(contract: Contract, source: Path, output: Path, header_dir: Pat
     host pass saves most of a CuTe-heavy epilogue's build (1.3 s instead of 3.8 s on 2 cores), which
     is what a relink after an epilogue change costs. `wrap_fatbin` makes the object.
 
-    The source is named by its file name alone, for nvcc run in the source's folder (`nvcc_cwd`): nvcc puts the
-    source's path as given into the LTO-IR, so `../x.cu` and `x.cu` had made different objects of one source."""
+    The source is named by its file name alone, for nvcc run in the source's folder (`nvcc_cwd`, with `nvcc_env`): nvcc
+    puts the source's path as given into the LTO-IR, so `../x.cu` and `x.cu` had made different objects of one source.
+    Its full path, which nvcc hands cicc as well, is replaced by the component's name (`-Xcicc`, after nvcc's own):
+    cicc names internal symbols after a hash of it (the module id), so a copy of the source in another folder had
+    made other bytes. Not the file name: nvcc splits an -Xcicc value at commas and runs cicc through sh, unquoted
+    (`c(2).cu` is a syntax error there); the name is an identifier, and unique in a link."""
     archs = dict.fromkeys(opts.archs or contract.targets.archs)  # a target given twice is built once
     cmd = [str(toolchain.nvcc_path()), "-fatbin", "-rdc=true", "-std=c++17", opts.optimize, *map(gencode, archs),
            *contract.targets.flags.nvcc_options(),
            f"-I{header_dir}", f"-I{nvcc_cwd(source)}", *component_cflags(),
            # the header by a fixed macro name: one source may serve several contracts (e.g. tile shapes)
-           f'-DPIPELINK_HEADER="{contract.name}.pipelink.h"']
+           f'-DPIPELINK_HEADER="{contract.name}.pipelink.h"',
+           "-Xcicc", "--orig_src_path_name", "-Xcicc", f"{contract.name}.cu"]
     cmd += [f"-I{os.path.abspath(d)}" for d in opts.include_dirs]  # as the command's folder resolves them: the
     # cache key then names the folders, not the spelling (a relative -I from another folder had hit the cache)
     cmd += [f"-D{d}" for d in opts.defines]
@@ -106,6 +111,14 @@ def nvcc_command(contract: Contract, source: Path, output: Path, header_dir: Pat
 def nvcc_cwd(source: Path) -> str:
     """The folder nvcc_command's nvcc runs in: the source's, absolute."""
     return os.path.abspath(source.parent)
+
+
+def nvcc_env(scratch: Path) -> dict:
+    """The environment nvcc_command's nvcc runs in: toolchain.nvcc_env, with PWD=/proc/self/cwd. cicc takes its working
+    folder from PWD where PWD names the folder it runs in (else from getcwd), and writes it into the LTO-IR (the
+    compile unit's folder): the source's folder had reached the object's bytes. /proc/self/cwd names, for every
+    process, the folder it runs in; where there is no /proc, cicc finds the folder as before."""
+    return {**toolchain.nvcc_env(scratch=scratch), "PWD": "/proc/self/cwd"}
 
 
 def include_dirs(cmd: list[str]) -> list[str]:
@@ -451,9 +464,10 @@ def _compile(contract: Contract, contract_bytes: bytes, source: Path, cmd: list[
     """Run nvcc (`cmd` writes tmp/component.fatbin; -MD lists what it reads into tmp/component.d) and wrap
     its fatbin into a host object with the contract and the source embedded; None after a diagnostic."""
     compile_cmd = [*cmd, "-MD", "-MF", os.path.abspath(tmp / "component.d")]  # what it reads: the cache's dependencies
-    opts.nvcc_log.append(shlex.join(compile_cmd))  # as a shell reads it back
+    # as a shell reads it back, in the folder and with the PWD it runs with (the same bytes when pasted)
+    opts.nvcc_log.append(f"(cd {shlex.quote(nvcc_cwd(source))} && PWD=/proc/self/cwd {shlex.join(compile_cmd)})")
     try:
-        proc = toolchain.run_bounded(compile_cmd, toolchain.nvcc_env(scratch=tmp), opts.timeout_s,
+        proc = toolchain.run_bounded(compile_cmd, nvcc_env(tmp), opts.timeout_s,
                                      cwd=nvcc_cwd(source))
     except OSError as exc:
         sink.error("PL008", f"cannot run nvcc: {exc}", Location(file=str(source)))
@@ -527,7 +541,7 @@ def _names_the_toolkit_defines(contract: Contract, source: Path, cmd: list[str],
     # the build's own command (flags, -I, -D; it ends `SOURCE -o OUTPUT`) on the probe: the same headers and macros
     probe_cmd = cmd[:-3] + [str(probe), "-o", str(tmp / "names.fatbin")]
     try:
-        proc = toolchain.run_bounded(probe_cmd, toolchain.nvcc_env(scratch=tmp), timeout_s, cwd=nvcc_cwd(source))
+        proc = toolchain.run_bounded(probe_cmd, nvcc_env(tmp), timeout_s, cwd=nvcc_cwd(source))
     except (OSError, subprocess.TimeoutExpired, toolchain.OutOfMemory):
         return False
     macros = macros_in_probe_log(proc.stderr + proc.stdout) if proc.returncode else set()
