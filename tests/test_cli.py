@@ -720,6 +720,29 @@ def test_a_build_check_would_refuse_fails_and_keeps_the_previous_output(capsys, 
     assert out.read_bytes() == b"the previous build" and sorted(p.name for p in d.iterdir()) == before
 
 
+def test_a_build_for_the_family_target_goes_into_arch_specific_links_and_says_so(capsys, tmp_path):
+    """seg_silu's contract lists sm_90 and sm_90a; built with --arch sm_90, the object holds sm_90 LTO-IR only.
+    nvJitLink links that into an sm_90a kernel (the component's sm_90 code), so `check --arch sm_90a` and `link
+    --arch sm_90a` take the object, and they and the build say so: PL199, a note at the target, with a hint (exit 0,
+    --werror or not). For its other targets nothing is said."""
+    d = tmp_path
+    (d / "seg_silu.cu").write_text(SEG_SILU_SOURCE)
+    (d / "seg_silu.json").write_text(json.dumps(SEG_SILU_CONTRACT))
+    got, _, err = run(capsys, "build", d / "seg_silu.cu", "--contract", d / "seg_silu.json", "-o", d / "s.o",
+                      "--arch", "sm_90", "--werror")
+    assert got == 0 and (d / "s.o").is_file(), err
+    assert "note[PL199]: " in err and "at /targets/archs/1" in err and "= hint: build it for sm_90a too" in err, err
+    for argv, says in ((["--arch", "sm_90a"], True), ([], False), (["--arch", "sm_90"], False)):
+        got, out, err = run(capsys, "check", d / "s.o", *argv, "--werror")
+        assert got == 0 and ("note[PL199]: " in err) == says, (argv, err)
+        assert f"seg_silu for {argv[1] if argv else 'sm_90'}" in out
+    got, out, err = run(capsys, "check", d / "s.o", "--arch", "sm_90a", "--format", "json")
+    (note,) = json.loads(out)["diagnostics"]
+    assert got == 0 and (note["code"], note["severity"]) == ("PL199", "note"), out
+    got, _, err = run(capsys, "link", d / "s.o", "--arch", "sm_90a", "-o", d / "k.cubin", "--no-cache", "--werror")
+    assert got == 0 and "note[PL199]: " in err and (d / "k.cubin").is_file(), err
+
+
 def test_a_build_refuses_what_check_refuses_with_checks_words(capsys, tmp_path, monkeypatch):
     """The object a source that switches its marker off makes: check refuses it (PL049); the build, which checks
     what it made as check does, says the same of it and writes nothing. Without that last step (the object as

@@ -366,6 +366,22 @@ def test_every_code_reported_as_a_warning_is_documented_as_one():
     assert "| PL073 | 1 or 0 |" in doc and "a warning when it spills" in doc
 
 
+def test_every_code_reported_as_a_note_is_documented_as_one():
+    """A note (exit 0, --werror or not) has a code that is nothing else, and its row says exit 0."""
+    said: dict[str, set[str]] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in (
+                    "note", "warning", "error") and node.args and isinstance(node.args[0], ast.Constant) \
+                    and isinstance(node.args[0].value, str) and node.args[0].value in CODES:
+                said.setdefault(node.args[0].value, set()).add(node.func.attr)
+    notes = {c for c, how in said.items() if "note" in how}
+    assert notes == {c for c in CODES if CODES[c].note} == {"PL199"}
+    assert all(said[c] == {"note"} for c in notes)
+    doc = (REPO / "docs" / "diagnostics.md").read_text()
+    assert "| PL199 | 0 |" in doc
+
+
 def test_a_cubin_written_into_a_fifo_has_no_manifest_beside_it(tmp_path, shipped_objects):
     """`-o /dev/null` had left /dev/null.json: beside a device or a FIFO is no place for a file. The manifest
     goes where --manifest says, else nowhere."""

@@ -288,20 +288,24 @@ def _object_name(output: Output, source: Path) -> str:
 
 def _checks_clean(contract: Contract, data: bytes, output: Output, source: Path, opts: BuildOptions, read: list[str],
                   probed: bool, check_object: ObjectCheck | None, sink: DiagnosticSink) -> bool:
-    """What `pipelink check OUTPUT` (and `--arch A` for each target asked for) says of the object about to be
+    """What `pipelink check OUTPUT` (and `--arch A` for each target asked for, and for each target the contract lists
+    that takes the object through its family's IR: sm_90a from sm_90, PL199) says of the object about to be
     written, said by the build, which refuses what check refuses: whatever made the object differ from its
     contract (a define that drops the marker, a copy of an older header included) is found as check finds it.
     A sidecar contract beside the output would be a second contract (PL017). `probed`: the object was compiled
     here (its probe is this process's); a cache hit was checked when stored, so its probe is not run again."""
+    from ..core.targets import TARGETS
     from ..formats.inputs import NamedBytes, find_contract, read_bytes
     from .header import symbol_prefix
+    built = opts.archs or ()
+    served = [a for a in contract.targets.archs if built and a not in built and a in TARGETS and TARGETS[a].base in built]
     name = _object_name(output, source)
     found = DiagnosticSink()
     if output.path != STDOUT and not special_file(output.path):
         for obj in read_bytes(data, name, DiagnosticSink()):
             find_contract(replace(obj, file=output.path), found)
     checked: set[str | None] = set()
-    for arch in (None, *(opts.archs or ())) if check_object is not None else ():
+    for arch in (None, *built, *served) if check_object is not None else ():
         if found.errors:
             break
         if arch not in checked:

@@ -25,6 +25,7 @@ class Code:
     exit: ExitCode
     hint: str
     warning: str = ""  # when the code is reported as a warning (exit 0) instead, for the docs
+    note: bool = False  # always a note (exit 0): what a command did, where that may not be what was meant
 
 
 def _codes(*items: Code) -> dict[str, Code]:
@@ -296,6 +297,9 @@ CODES = _codes(
     Code("PL198", "source includes another copy of its generated header", L,
          "delete the copy (or rename it): the build generates <name>.pipelink.h from the contract on every build, and "
          "a file of that name beside the source or on an -I folder is found first by #include \"...\""),
+    Code("PL199", "arch-specific target linked from its family's LTO-IR", L,
+         "build the object for the arch-specific target too (`pipelink build` without --arch builds every target "
+         "its contract lists), so that the link takes the code its source keeps for that target", note=True),
     # the runtime: raised by a loaded kernel (pipelink.load, Kernel.launch), as PipelinkRunError subclasses
     Code("PL195", "kernel argument does not fit its parameter", U,
          "pass what the kernel's manifest (K.json, `pipelink inspect K.cubin`) declares for the parameter: its "
@@ -444,6 +448,10 @@ class DiagnosticSink:
     def warning(self, code: str, message: str, location: Location | None = None, hint: str | None = None,
                 related: tuple[Location, ...] = ()) -> None:
         self.add(Diagnostic(code, message, location or Location(), hint, "warning", related))
+
+    def note(self, code: str, message: str, location: Location | None = None, hint: str | None = None,
+             related: tuple[Location, ...] = ()) -> None:
+        self.add(Diagnostic(code, message, location or Location(), hint, "note", related))
 
     def extend(self, diags) -> None:
         self.items.extend(diags)
@@ -633,12 +641,14 @@ def codes_markdown() -> str:
              "(`pipelink inspect ... | head`) ends quietly with exit code 141, as a tool ended by SIGPIPE would.",
              "An option that takes one value, given twice with two values (`-o a -o b`), is PL001, not the last one.",
              "This file is generated: `python -m pipelink.core.diagnostics > docs/diagnostics.md`.", "",
-             "A code with exit \"1 or 0\" is also reported as a warning (exit 0); its row says when.", "",
+             "A code with exit \"1 or 0\" is also reported as a warning (exit 0); its row says when. A code with exit",
+             "0 is a note: it says what a command did where that may not be what was meant (`--werror` leaves it be).",
+             "",
              "| code | exit | what | default hint |", "| --- | --- | --- | --- |"]
     for c in CODES.values():
         hint = c.hint.replace("|", "\\|")
         what = f"{c.title}: {c.warning}" if c.warning else c.title
-        exit_ = f"{int(c.exit)} or 0" if c.warning else f"{int(c.exit)}"
+        exit_ = "0" if c.note else f"{int(c.exit)} or 0" if c.warning else f"{int(c.exit)}"
         lines.append(f"| {c.code} | {exit_} | {what} | {hint} |")
     return "\n".join(lines) + "\n"
 

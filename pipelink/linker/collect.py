@@ -72,6 +72,7 @@ def verify_object(comp: Component, arch: str, sink: DiagnosticSink) -> None:
         return
     if not arch_specific_only(comp, sink):
         return
+    family_ir_only(comp, arch, sink)
     accepted = ltoir_archs_for(arch)
     for entry in obj.entries:
         if entry.kind != "ltoir" or (entry.arch is not None and entry.arch not in accepted):
@@ -104,6 +105,28 @@ def arch_specific_only(comp: Component, sink: DiagnosticSink) -> bool:
                        f"(`pipelink build` does), not with -arch={arch} -dlto")
             ok = False
     return ok
+
+
+def family_ir_only(comp: Component, arch: str, sink: DiagnosticSink) -> None:
+    """A link for an arch-specific target (sm_90a) that takes an object's family IR (sm_90) where its contract lists
+    both targets, said as a note (PL199). nvJitLink links sm_90 LTO-IR into an sm_90a kernel, and the contract, listing
+    sm_90, says that code is the component's for this hardware: the object is taken. But the kernel gets the code
+    compiled without the sm_90a features, not what the source keeps for sm_90a (`__CUDA_ARCH_FEAT_SM90_ALL`), which a
+    contract listing sm_90a promises and an object built with `--arch sm_90` lacks. A contract listing sm_90 alone
+    promises no such code (nothing said); one listing sm_90a without sm_90 refuses sm_90 IR (PL108)."""
+    t, c, obj = TARGETS.get(arch), comp.contract, comp.obj
+    if t is None or t.base == arch or arch not in c.targets.archs or t.base not in c.targets.archs:
+        return
+    ltoir = {e.arch for e in obj.entries if e.kind == "ltoir"}
+    if arch in ltoir or None in ltoir or t.base not in ltoir:  # raw LTO-IR: its arch is not known
+        return
+    feature = f"__CUDA_ARCH_FEAT_SM{t.base[3:]}_ALL"  # sm_90 -> __CUDA_ARCH_FEAT_SM90_ALL
+    sink.note("PL199", f"{obj.path} holds LTO-IR for {t.base}, not for {arch}, which contract '{c.name}' also lists: "
+              f"the {arch} link takes the {t.base} IR, so the kernel has the component's {t.base} code, without what "
+              f"its source keeps for {arch} (#if {feature})",
+              c.at(f"/targets/archs/{c.targets.archs.index(arch)}"), related=(Location(file=obj.path),),
+              hint=f"build it for {arch} too (`pipelink build` without --arch: every target the contract lists) to "
+              f"link its {arch} code; where the source keeps none, the kernel is the same")
 
 
 def probe_symbols(comp: Component, arch: str, sink: DiagnosticSink) -> None:
