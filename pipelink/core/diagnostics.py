@@ -296,6 +296,12 @@ CODES = _codes(
     Code("PL198", "source includes another copy of its generated header", L,
          "delete the copy (or rename it): the build generates <name>.pipelink.h from the contract on every build, and "
          "a file of that name beside the source or on an -I folder is found first by #include \"...\""),
+    Code("PL200", "call binds one tensor to a written parameter and another", L,
+         "bind another tensor to one of the two; if the component is written to update the tensor in place (it reads "
+         "each element of the read-only parameter before it writes it), its contract says so: \"may_alias\": "
+         "[\"<const parameter>\"] on the written parameter. Two written parameters never share a tensor"),
+    Code("PL201", "bad may_alias declaration", L,
+         "a written pointer parameter's may_alias names const pointer parameters of the same entry, of its dtype"),
     # the runtime: raised by a loaded kernel (pipelink.load, Kernel.launch), as PipelinkRunError subclasses
     Code("PL195", "kernel argument does not fit its parameter", U,
          "pass what the kernel's manifest (K.json, `pipelink inspect K.cubin`) declares for the parameter: its "
