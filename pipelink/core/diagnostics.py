@@ -300,6 +300,12 @@ CODES = _codes(
     Code("PL199", "arch-specific target linked from its family's LTO-IR", L,
          "build the object for the arch-specific target too (`pipelink build` without --arch builds every target "
          "its contract lists), so that the link takes the code its source keeps for that target", note=True),
+    Code("PL200", "call binds one tensor to a written parameter and another", L,
+         "bind another tensor to one of the two; if the component is written to update the tensor in place (it reads "
+         "each element of the read-only parameter before it writes it), its contract says so: \"may_alias\": "
+         "[\"<const parameter>\"] on the written parameter. Two written parameters never share a tensor"),
+    Code("PL201", "bad may_alias declaration", L,
+         "a written pointer parameter's may_alias names const pointer parameters of the same entry, of its dtype"),
     # the runtime: raised by a loaded kernel (pipelink.load, Kernel.launch), as PipelinkRunError subclasses
     Code("PL195", "kernel argument does not fit its parameter", U,
          "pass what the kernel's manifest (K.json, `pipelink inspect K.cubin`) declares for the parameter: its "

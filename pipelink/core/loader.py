@@ -5,10 +5,11 @@ contract cannot be used; never raises for bad input.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from . import expr as exprs
-from . import identifiers, jsonread, validate
+from . import aliasing, identifiers, jsonread, validate
 from .diagnostics import DiagnosticSink, Location
 from .indexmap import MapError, parse_map
 from .model import (ALL_THREADS, DTYPE_BYTES, INTEGER_DTYPES, SWIZZLE_BYTES, Barriers, Buffer, CompileFlags,
@@ -415,7 +416,11 @@ class _SemanticCheck:
             if "tensor_map" in p:
                 tmap = self.tensor_map(p, f"{base}/{i}", shapes | provided | DISTRIBUTED_NAMES, provided)
             out.append(Param(p["name"], p["dtype"], p.get("pointer", False), p.get("const", False),
-                             f"{base}/{i}", shape, tmap))
+                             f"{base}/{i}", shape, tmap, tuple(p.get("may_alias", ()))))
+        for pointer, message, hint in aliasing.declaration_problems(out):  # PL201, at the may_alias entry
+            self.error("PL201", message, pointer, hint)
+        shared = aliasing.aliased_by(out)
+        out = [replace(p, aliased_by=shared[p.name]) if p.name in shared else p for p in out]
         prefetch = raw_entry.get("prefetch") if isinstance(raw_entry := self.raw.get("entry"), dict) else None
         load = raw_entry.get("load") if isinstance(raw_entry, dict) else None
         carry = raw_entry.get("carry", 0) if isinstance(raw_entry, dict) else 0

@@ -79,19 +79,30 @@ class Param:
     pointer_path: str
     shape: tuple[Expr, ...] | None = None  # pointer params an index map reads: extents, row-major
     tensor_map: TensorMapSpec | None = None
+    # A written pointer: the const pointer parameters a call may bind to its tensor (`may_alias`). A const pointer:
+    # the written ones that name it. Either way the pointer is not __restrict__ (core/aliasing.py).
+    may_alias: tuple[str, ...] = ()
+    aliased_by: tuple[str, ...] = ()
 
     @property
     def is_shape(self) -> bool:
         """An integer scalar: usable in size expressions, known at launch."""
         return not self.pointer and self.tensor_map is None and self.dtype in INTEGER_DTYPES
 
+    @property
+    def writes(self) -> bool:
+        """A pointer the entry may write through: not declared const (a tensor map is the TMA's business)."""
+        return self.pointer and not self.const and self.tensor_map is None
+
     def c_decl(self) -> str:
-        """How a component's entry receives it (a tensor map: the address of the kernel's parameter)."""
+        """How a component's entry receives it (a tensor map: the address of the kernel's parameter). A pointer is
+        `__restrict__` unless the contract lets it share a tensor with another parameter (`may_alias`)."""
         base = DTYPE_C[self.dtype]
         if self.tensor_map is not None:
             return f"const pl::TensorMap* {self.name}"
         if self.pointer:
-            return f"{'const ' if self.const else ''}{base}* __restrict__ {self.name}"
+            restrict = "" if self.may_alias or self.aliased_by else "__restrict__ "
+            return f"{'const ' if self.const else ''}{base}* {restrict}{self.name}"
         return f"{base} {self.name}"
 
 

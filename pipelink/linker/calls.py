@@ -8,6 +8,10 @@ tensor its first extent times the layer count). The object code is the component
 glue passes each call its bound arguments (a stacked one at its layer's copy). So every later pass checks and
 plans a call as it would a component, and a call's mistakes are located in its component's contract.
 
+A call that binds one tensor to two pointer parameters, one of them written, is checked on the binding
+before the rename makes them one parameter (PL200, core/aliasing.py): only the written parameter's
+`may_alias` allows it, for a component written to update the tensor in place.
+
 `after` becomes an event the linker adds: every task of the earlier call notifies it, every task of
 the later one waits until all have (in the same layer, for two per-layer calls). Events that no call
 waits for are dropped: nobody pays an atomic for them.
@@ -20,6 +24,7 @@ import copy
 import re
 from dataclasses import dataclass, field, replace
 
+from ..core.aliasing import undeclared_sharing
 from ..core.diagnostics import DiagnosticSink
 from ..core.loader import load_contract_dict
 from ..core.model import Component
@@ -273,6 +278,29 @@ def _waited_events(spec: PipelineSpec, by_name) -> set[str]:
     return waited
 
 
+def check_shared_tensors(component: str, call: CallSpec, params, spec: PipelineSpec, sink: DiagnosticSink) -> None:
+    """PL200 for every two pointer parameters the call binds to one tensor where the entry writes one and its
+    contract does not let them share it (core/aliasing.py), at the call's bind entry of the written one (or of the
+    other, where the written one keeps its own name)."""
+    bind = dict(call.bind)
+    index = spec.calls.index(call)
+    for s in undeclared_sharing(params, bind):
+        key = s.written if s.written in bind else s.other
+        where = spec.at(f"/calls/{index}/bind/{key}")
+        if s.other_writes:
+            sink.error("PL200", f"call '{call.name}' binds '{s.tensor}' to '{s.written}' and '{s.other}', which "
+                       f"'{component}' both writes: the order of their stores is undefined", where,
+                       hint=f"bind another tensor to '{s.other}' or '{s.written}' (may_alias lets a written parameter "
+                       "share its tensor with const ones only)")
+        else:
+            sink.error("PL200", f"call '{call.name}' binds '{s.tensor}' to '{s.written}', which '{component}' "
+                       f"writes, and to '{s.other}', which it reads: its contract does not let them share a tensor, "
+                       f"so its code may take them as __restrict__ and read '{s.other}' stale or half written", where,
+                       hint=f"bind another tensor to '{s.other}' or '{s.written}'; if '{component}' is written to "
+                       f"update '{s.other}' in place, its contract says so: \"may_alias\": [\"{s.other}\"] on "
+                       f"parameter '{s.written}'")
+
+
 def _renamed_raw(comp: Component, call: CallSpec, plan: CallPlan, waited: set[str], stacked_by: dict,
                  spec: PipelineSpec, sink: DiagnosticSink) -> dict | None:
     """The component's contract document as this call's: renamed, stacked, with its `after` events."""
@@ -289,6 +317,7 @@ def _renamed_raw(comp: Component, call: CallSpec, plan: CallPlan, waited: set[st
                        f"'{comp.name}': inside the kernel the parameter would hide the function",
                        spec.at(f"/calls/{spec.calls.index(call)}/bind/{key}"),
                        hint="name that kernel parameter differently in the pipeline")
+    check_shared_tensors(comp.name, call, c.entry.params, spec, sink)
     first_of: dict[str, str] = {}
     for p in params:  # one kernel parameter passed twice (N and K both the hidden size) is one parameter
         kept = first_of.setdefault(names.get(p, p), p)
@@ -332,6 +361,8 @@ def _renamed_raw(comp: Component, call: CallSpec, plan: CallPlan, waited: set[st
     for p in raw["entry"]["params"]:
         old = p["name"]
         p["name"] = names.get(old, old)
+        if "may_alias" in p:  # checked against the binding above; renamed to what stays a const parameter below
+            p["may_alias"] = [names.get(a, a) for a in p["may_alias"]]
         if "shape" in p:
             p["shape"] = [rename_expr(e, names) for e in p["shape"]]
             if old in call.stacked:  # the kernel's tensor is [layers * extent 0, ...] (resolve's parameters)
@@ -341,6 +372,12 @@ def _renamed_raw(comp: Component, call: CallSpec, plan: CallPlan, waited: set[st
             for key in ("shape", "box"):
                 if key in t:
                     t[key] = [rename_expr(e, names) for e in t[key]]
+    read_only = {p["name"] for p in raw["entry"]["params"] if p.get("pointer") and p.get("const")}
+    for p in raw["entry"]["params"]:  # a tensor this call passes to both is one parameter of the call: no alias
+        if "may_alias" in p:
+            p["may_alias"] = list(dict.fromkeys(a for a in p["may_alias"] if a != p["name"] and a in read_only))
+            if not p["may_alias"]:
+                del p["may_alias"]
     for b in raw.get("smem", {}).get("buffers", []):
         b["bytes"] = rename_expr(b["bytes"], names)
     for b in raw.get("barriers", {}).get("named", []):

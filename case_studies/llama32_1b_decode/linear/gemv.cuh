@@ -666,10 +666,12 @@ __device__ __forceinline__ void rows_from(const WSrc& wsrc, const Stage& stage, 
 }
 
 // The plain form: rows n0 .. n0 + ROWS - 1 of W (those below N), y[b, n] = s (+ r[b, n]), rounded once; W from
-// `wsrc` (rows: from global memory).
+// `wsrc` (rows: from global memory). r and y may be one tensor (a residual added in place: the residual
+// components' contracts say `may_alias`), so neither is __restrict__: the thread that stores an element of y has
+// loaded that element of r just before, and no thread of the call reads an element another one writes.
 template <int WARPS, int ROWS, int KCHUNK, int BATCH, bool kResidual, class WSrc, class Stage, class Sync>
 __device__ __forceinline__ void rows_src(int n0, const WSrc& wsrc, const Stage& stage,
-                                         const bf16* __restrict__ r, bf16* __restrict__ y, int B, int N, int K,
+                                         const bf16* r, bf16* y, int B, int N, int K,
                                          uint4* __restrict__ xs, float* __restrict__ sums, int continues,
                                          Sync sync) {
   rows_from<WARPS, ROWS, KCHUNK, BATCH>(
@@ -687,7 +689,7 @@ __device__ __forceinline__ void rows_src(int n0, const WSrc& wsrc, const Stage& 
 
 template <int WARPS, int ROWS, int KCHUNK, int BATCH, bool kResidual, class Stage, class Sync>
 __device__ __forceinline__ void rows(int n0, const bf16* __restrict__ w, const Stage& stage,
-                                     const bf16* __restrict__ r, bf16* __restrict__ y, int B, int N, int K,
+                                     const bf16* r, bf16* y, int B, int N, int K,
                                      uint4* __restrict__ xs, float* __restrict__ sums, int continues, Sync sync) {
   rows_src<WARPS, ROWS, KCHUNK, BATCH, kResidual>(n0, WGlobal{w, K}, stage, r, y, B, N, K, xs, sums, continues, sync);
 }

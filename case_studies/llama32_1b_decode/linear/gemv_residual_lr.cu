@@ -17,8 +17,8 @@ extern "C" __device__ void gemv_residual_lr_load(pl::Tile tile, const __nv_bfloa
 }
 
 extern "C" __device__ void gemv_residual_lr(pl::Tile tile, const __nv_bfloat16* __restrict__ w,
-                                            const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ r,
-                                            __nv_bfloat16* __restrict__ y, int B, int N, int K) {
+                                            const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* r,
+                                            __nv_bfloat16* y, int B, int N, int K) {
   gemv_body::rows_src<WARPS, GEMV_ROWS, GEMV_KCHUNK, GEMV_BATCH, true>(
       tile.coord[0] * GEMV_ROWS, Ring{tile}, gemv_body::StageRaw{x, K}, r, y, B, N, K, smem_xs<uint4>(),
       smem_sums<float>(), tile.continues, [] { sync_stage(); });

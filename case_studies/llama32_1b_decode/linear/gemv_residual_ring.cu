@@ -20,8 +20,8 @@ extern "C" __device__ void gemv_residual_ring_prefetch(pl::Tile tile, const __nv
 }
 
 extern "C" __device__ void gemv_residual_ring(pl::Tile tile, const __nv_bfloat16* __restrict__ w,
-                                              const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ r,
-                                              __nv_bfloat16* __restrict__ y, int B, int N, int K) {
+                                              const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* r,
+                                              __nv_bfloat16* y, int B, int N, int K) {
   const auto wsrc = ring_body::source<GEMV_ROWS, GEMV_KCHUNK>(w, K, smem_ring<__nv_bfloat16>(), mbar_loaded(),
                                                                tile.iteration);
   gemv_body::rows_src<WARPS, GEMV_ROWS, GEMV_KCHUNK, GEMV_BATCH, true>(
