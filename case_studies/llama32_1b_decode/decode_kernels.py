@@ -80,6 +80,9 @@ MEGA_OPTIONS.update({f"lr_ef_st{n}": ("lr", {"loader_l2": "evict_first", "geomet
 MEGA_OPTIONS.update({f"lr_ef_wait{n}": ("lr", {"loader_l2": "evict_first", "wait_backoff_ns": n}) for n in (0, 16)})
 # lr_ef_ifN: the hint with at most N of the ring's slots in flight (loader_in_flight; 2 was ahead at B = 8 without it).
 MEGA_OPTIONS.update({f"lr_ef_if{n}": ("lr", {"loader_l2": "evict_first", "loader_in_flight": n}) for n in (2,)})
+# lr_ef_sN: the hint with a ring of N slots; with slots of 16 KB (run.py --values, the _RING_K values halved) 9 of
+# them keep the arena under 196 KB, so 60 KB of L1 stay (5 slots of 32 KB leave 28 KB).
+MEGA_OPTIONS.update({f"lr_ef_s{n}": ("lr", {"loader_slots": n, "loader_l2": "evict_first"}) for n in (8, 9, 10)})
 # lr_l2normal: the loader step's copies without the hint, whatever decode_step_lr.json sets.
 MEGA_OPTIONS["lr_l2normal"] = ("lr", {"loader_l2": "normal"})
 # lr_last_*: the loader step with the splits merged by the last one (attn_last), dealt on, 128 splits, load_ahead N.
