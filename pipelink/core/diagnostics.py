@@ -296,6 +296,14 @@ CODES = _codes(
     Code("PL198", "source includes another copy of its generated header", L,
          "delete the copy (or rename it): the build generates <name>.pipelink.h from the contract on every build, and "
          "a file of that name beside the source or on an -I folder is found first by #include \"...\""),
+    Code("PL202", "clustered tiles not whole clusters", L,
+         "pad the tile grid of a component that declares a cluster to whole clusters, e.g. "
+         "`ceil_div(ceil_div(M, BM), 2) * 2` for a cluster of 2, and handle the tiles past the data (loads filled "
+         "past the edges, as the TMA's out-of-bounds fill does; stores predicated), as CUTLASS does: the CTAs of a "
+         "cluster then walk the same number of tiles"),
+    Code("PL203", "walk that cannot keep a cluster's CTAs in step", L,
+         "a component that declares a cluster needs every CTA of it to walk its tasks in step: a grid-stride tile "
+         "walk, or a persistent schedule with static dispatch, and no wait on its own tasks"),
     # the runtime: raised by a loaded kernel (pipelink.load, Kernel.launch), as PipelinkRunError subclasses
     Code("PL195", "kernel argument does not fit its parameter", U,
          "pass what the kernel's manifest (K.json, `pipelink inspect K.cubin`) declares for the parameter: its "
