@@ -266,6 +266,7 @@ def manifest_summary(m: Manifest, cubin: bytes) -> dict:
         "tensor_maps": [dict(p.tensor_map.to_manifest(), name=p.name, dtype=p.dtype)
                         for p in m.user_params if p.tensor_map is not None],
         "cluster": list(m.cluster) if m.cluster is not None else None,
+        "cluster_tiles": dict(m.cluster_tiles),
         "roles": [g.to_json() for g in m.roles],
         "components": [c.to_json() for c in m.components],
         "wires": [w.to_json() for w in m.wires],
@@ -291,6 +292,8 @@ def manifest_text(path: str, m: dict) -> list[str]:
                      "row of tiles, split-K for several, else whole tiles)")
     if m.get("cluster"):
         lines.append(f"    cluster  {' x '.join(map(str, m['cluster']))} CTAs (the grid is whole clusters)")
+    for name, count in (m.get("cluster_tiles") or {}).items():  # the launcher refuses a count of part clusters
+        lines.append(f"    cluster  {name} walks {count} tiles in step: whole clusters at every launch")
     for g in m.get("roles", ()):  # a role-structured kernel's warps: who runs where, with how many registers
         inst = f", {g['instances']} instances" if g["instances"] > 1 else ""
         how = "setmaxnreg" if g["setmaxnreg"] else "the entry's"

@@ -58,8 +58,8 @@ def pass_names(result) -> list[str]:
 def test_miss_then_hit_gives_the_same_outputs_without_a_pass(cache_root, rowsum_inputs):
     first = link(rowsum_inputs, rowsum_options(monolithic=True))
     assert first.ok and not first.context.cache_hit
-    assert pass_names(first)[:10] == ["read", "check", "conform", "resolve", "allocate", "generate", "compile",
-                                      "link", "verify", "emit"]
+    assert pass_names(first)[:11] == ["read", "check", "conform", "resolve", "clusters", "allocate", "generate",
+                                      "compile", "link", "verify", "emit"]
     [entry] = entries(cache_root)
     assert {p.name for p in entry.iterdir()} == {"kernel.cubin", "manifest.json", "link.map", "link.svg", "glue.cu",
                                                  "monolithic.cu", "diagnostics.json", "sha256.json"}

@@ -198,21 +198,110 @@ def test_a_link_specialized_for_one_shape_computes_that_shape(shipped_objects, p
 
 def test_a_clustered_kernel_runs_in_whole_clusters(shipped_objects, tmp_path):
     """A contract's cluster reaches the kernel (__cluster_dims__), the manifest and the launcher's grid: whole
-    clusters that fit at once; a grid of part clusters is refused before the driver sees it."""
+    clusters that fit at once; a grid of part clusters is refused before the driver sees it. The tiles are walked
+    in whole clusters too: tile_load declares a cluster of 2, so its grid (and block_rowsum's, the same sequence)
+    is padded to an even count of tile rows, and the padded rows are past the data (tile_load fills them with
+    zeros, block_rowsum stores no row past M); over the unpadded grid the link is refused (PL202)."""
     import pipelink
     from pipelink.runtime.launch import ArgumentError
-    raw = json.loads((REPO / "contracts" / "tile_load.json").read_text())
-    raw["cluster"] = {"dims": [2]}
-    obj = pipelink.build(REPO / "components" / "tile_load" / "tile_load.cu", json.dumps(raw).encode(),
-                         tmp_path / "tile_load.o")
-    kernel = link_pipeline(shipped_objects, "rowsum", tile_load=obj).kernel()
+
+    def built(name, tag, edit):
+        raw = json.loads((REPO / "contracts" / f"{name}.json").read_text())
+        edit(raw)
+        return pipelink.build(REPO / "components" / name / f"{name}.cu", json.dumps(raw).encode(),
+                              tmp_path / f"{name}_{tag}.o")
+
+    def pad(raw):
+        raw["geometry"]["tile_sequence"]["grid"][0] = "ceil_div(ceil_div(M, TILE_M), 2) * 2"
+
+    def cluster(raw):
+        raw["cluster"] = {"dims": [2]}
+
+    unpadded = built("tile_load", "unpadded", cluster)
+    refused = link([str(unpadded), str(shipped_objects["tile_transform"]), str(shipped_objects["block_rowsum"])],
+                   LinkOptions(pipeline=load_pipeline(REPO / "pipelines" / "rowsum.json", DiagnosticSink())))
+    assert not refused.ok and [d.code for d in refused.diagnostics if d.severity == "error"] == ["PL202"]
+    obj = built("tile_load", "padded", lambda raw: (cluster(raw), pad(raw)))
+    kernel = link_pipeline(shipped_objects, "rowsum", tile_load=obj,
+                           block_rowsum=built("block_rowsum", "padded", pad)).kernel()
     try:
         assert kernel.manifest.cluster == (2, 1, 1) and kernel.max_active_clusters() >= 1
+        assert kernel.manifest.cluster_tiles == {"tile_load": "(ceil_div(ceil_div(M, 32), 2) * 2) * (ceil_div(N, 128))"}
         assert kernel.resident_blocks() % 2 == 0 and kernel.grid_for(M=1, N=1) == 2
-        for M, N in ((1, 1), (33, 129), (1000, 4099)):  # one tile: one cluster, a CTA of it finds none
+        for M, N in ((1, 1), (33, 129), (1000, 4099)):  # one tile of data: a cluster, its second tile past M
             judge(kernel, "rowsum", M, N)
         judge(kernel, "rowsum", 515, 2000, grid=6)
         with pytest.raises(ArgumentError, match="clusters of 2"):
             judge(kernel, "rowsum", 515, 2000, grid=7)
     finally:
         kernel.unload()
+
+
+# Run in a process of its own, so that a kernel that hangs ends with the process (the timeout below) instead of
+# the test session: launch each kernel over odd data tile counts and several grids, and print what it stored.
+CLUSTER_SWAP_RUN = r"""
+import json, sys
+import torch
+import pipelink
+out = {"sequential": [], "persistent": []}
+k = pipelink.load(sys.argv[1])
+for T in (1, 3, 5, 7, 33, 1001, 4099):
+    for grid in (None, 2, 6):
+        o = torch.full((T,), -1, dtype=torch.int32, device="cuda")
+        k.launch(out=o, T=T, grid=grid)
+        torch.cuda.synchronize()
+        out["sequential"].append([T, grid, o.cpu().tolist()])
+k.unload()
+k = pipelink.load(sys.argv[2])
+for U, T in ((3, 5), (1, 1), (5, 9), (7, 33), (2, 1001)):
+    for grid in (None, 4, 6):
+        o = torch.full((T,), -1, dtype=torch.int32, device="cuda")
+        marks = torch.zeros((U,), dtype=torch.int32, device="cuda")
+        k.launch(out=o, T=T, marks=marks, U=U, grid=grid)
+        torch.cuda.synchronize()
+        out["persistent"].append([U, T, grid, o.cpu().tolist(), marks.cpu().tolist()])
+k.unload()
+print(json.dumps(out))
+"""
+
+
+def test_a_component_that_syncs_its_cluster_every_tile_finishes(tmp_path):
+    """cluster_swap meets its cluster's other CTA at every tile (barrier.cluster, then a hand-over through
+    distributed shared memory that each CTA waits for). Over odd data tile counts its grid is padded to whole
+    clusters, so both CTAs of every cluster walk the same tiles, t and t ^ 1 (a CTA's tiles are those whose index
+    modulo 2 is its rank): each stores its peer's task. In a sequential kernel, and in a persistent one after a
+    call of another component with an odd task count, dealt on (deal: continue) to a whole cluster. Walked as
+    before (the cluster's CTAs apart), a CTA waits forever for a peer that has left or runs another call: the
+    launches run in a process of their own with a timeout."""
+    import subprocess
+    import sys
+
+    import pipelink
+
+    def built(name, src, contract):
+        (tmp_path / f"{name}.cu").write_text(src)
+        return pipelink.build(tmp_path / f"{name}.cu", json.dumps(contract).encode(), tmp_path / f"{name}.o")
+
+    from test_clusters import CLUSTER_SWAP, CLUSTER_SWAP_SRC, TICK, TICK_SRC
+    swap, tick = built("cluster_swap", CLUSTER_SWAP_SRC, CLUSTER_SWAP), built("tick", TICK_SRC, TICK)
+    sequential = pipelink.link([swap], pipeline={"pipeline": 1, "name": "swap_seq"})
+    assert sequential.ok, [d.render() for d in sequential.diagnostics]
+    persistent = pipelink.link([tick, swap], pipeline={
+        "pipeline": 1, "name": "swap_calls", "deal": "continue", "dispatch": "static",
+        "calls": [{"name": "tick"}, {"name": "swap", "component": "cluster_swap"}]})
+    assert persistent.ok, [d.render() for d in persistent.diagnostics]
+    assert "/ 2u * 2u) % gridDim.x;" in persistent.glue  # the deal moves on in whole clusters
+    dirs = [sequential.save(tmp_path / "seq").parent, persistent.save(tmp_path / "calls").parent]
+    (tmp_path / "run.py").write_text(CLUSTER_SWAP_RUN)
+    try:
+        proc = subprocess.run([sys.executable, str(tmp_path / "run.py"), *map(str, dirs)], capture_output=True,
+                              text=True, timeout=300, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    except subprocess.TimeoutExpired:
+        pytest.fail("a kernel whose component syncs its cluster at every tile did not finish in 300 s: the CTAs of "
+                    "a cluster walked their tiles out of step")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    for T, grid, stored in seen["sequential"]:
+        assert stored == [t ^ 1 for t in range(T)], (T, grid, stored[:16])
+    for U, T, grid, stored, marks in seen["persistent"]:
+        assert stored == [t ^ 1 for t in range(T)] and marks == [1] * U, (U, T, grid, stored[:16], marks)

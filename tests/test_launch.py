@@ -541,6 +541,39 @@ def test_a_clustered_kernel_refuses_a_grid_of_part_clusters(monkeypatch):
     assert fake.seen["grid"] == (4, 1, 1)
 
 
+def test_a_clustered_walk_of_part_clusters_is_refused_at_launch(monkeypatch):
+    """A component that declares the cluster walks a tile count over runtime values (the manifest's cluster_tiles):
+    a launch that makes it other than whole clusters is refused before the driver sees it, naming the component,
+    the count and the cluster; by the launcher's grid or a grid passed by hand."""
+    from pipelink.runtime.launch import cluster_tiles_problem
+    fake = FakeDriver([ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int32, ctypes.c_float])
+    monkeypatch.setattr(driver_mod, "driver", lambda: fake)
+    m = copy.deepcopy(MANIFEST)
+    m.update(cluster=[2, 1, 1], tiles=["ceil_div(M, 32)"], cluster_tiles={"tile_load": "(ceil_div(M, 32))"})
+    k = fake_occupancy(Kernel(m), sms=132, per_sm=2)
+    k.max_active_clusters = lambda: 100
+    k.function = object()
+    k.pointer_device = lambda ptr: 0
+    for grid in (None, 8):
+        with pytest.raises(ArgumentError, match=r"component 'tile_load' of kernel 'rowsum_fused' declares a cluster "
+                                                r"of 2 CTAs, and its tile count \(ceil_div\(M, 32\)\) is 3 for M=96"):
+            k.launch(1, 2, M=32 * 3, scale=1.0, grid=grid)
+    assert fake.seen is None  # nothing launched
+    k.launch(1, 2, M=32 * 4, scale=1.0)  # 4 tiles: two whole clusters
+    assert fake.seen["grid"] == (4, 1, 1)
+    k.launch(1, 2, M=0, scale=1.0)  # no tile at all: nothing to walk out of step
+    # the decision alone
+    assert cluster_tiles_problem("k", 4, {"c": "M * 2"}, {"M": 6}) is None
+    assert "tile count M * 2 is 6" in cluster_tiles_problem("k", 4, {"c": "M * 2"}, {"M": 3})
+    assert cluster_tiles_problem("k", 2, {"c": "M // N"}, {"M": 3, "N": 0}) is None  # the tile counts say so
+    # the manifest carries it only with the cluster, and reads it back
+    assert Kernel(m).manifest.to_json()["cluster_tiles"] == {"tile_load": "(ceil_div(M, 32))"}
+    with pytest.raises(launch.ManifestError, match="no 'cluster'"):
+        Kernel(dict(copy.deepcopy(MANIFEST), cluster_tiles={"c": "M"}))
+    with pytest.raises(launch.ManifestError, match="'cluster_tiles' of 'c'"):
+        Kernel(dict(copy.deepcopy(m), cluster_tiles={"c": "M +"}))
+
+
 def test_launch_without_params(monkeypatch):
     fake = FakeDriver([])
     monkeypatch.setattr(driver_mod, "driver", lambda: fake)

@@ -320,8 +320,14 @@ def test_no_setmaxnreg_where_no_role_asks_or_the_count_is_the_entry_share():
     assert "__launch_bounds__(512, 1)" in g and "setmaxnreg" not in g
 
 
+def clustered(c):
+    """The mainloop declares a cluster of 2, its tiles padded to whole clusters (PL202: tests/test_clusters.py)."""
+    c.update(cluster={"dims": [2]})
+    c["geometry"]["tile_sequence"]["grid"][0] = "ceil_div(ceil_div(M, TILE_M), 2) * 2"
+
+
 def test_cluster_dims_reach_the_kernel():
-    g = glue(ml=lambda c: c.update(cluster={"dims": [2]}), epi=lambda c: c.update(cluster={"dims": [2, 1, 1]}))
+    g = glue(ml=clustered, epi=lambda c: c.update(cluster={"dims": [2, 1, 1]}))
     assert "__launch_bounds__(384, 1) __cluster_dims__(2, 1, 1) k(" in g
 
 
@@ -569,7 +575,7 @@ def test_role_structured_manifests_ask_for_a_balanced_grid():
 
 def test_a_cluster_reaches_the_kernel_and_the_manifest():
     from pipelink.linker.emit import manifest
-    ctx = link_ctx(lambda c: c.update(cluster={"dims": [2]}), lambda c: c.update(cluster={"dims": [2, 1, 1]}))
+    ctx = link_ctx(clustered, lambda c: c.update(cluster={"dims": [2, 1, 1]}))
     assert not errors(ctx.sink)
     assert "__cluster_dims__(2, 1, 1)" in ctx.glue
     assert manifest(ctx.resolved, ctx.allocation, "sm_90a", b"\0").cluster == (2, 1, 1)
@@ -588,11 +594,13 @@ def test_inspect_shows_a_role_structured_kernels_tensor_maps_cluster_and_registe
     map, the cluster the grid is made of, and the fragment handed from the mainloop to the epilogue."""
     from pipelink.linker.emit import manifest
     from pipelink.report import manifest_summary, manifest_text
-    r, a, sink = link(ml=lambda c: c.update(cluster={"dims": [2]}), epi=lambda c: c.update(cluster={"dims": [2]}))
+    r, a, sink = link(ml=clustered, epi=lambda c: c.update(cluster={"dims": [2]}))
     assert not sink.items, [d.render() for d in sink.items]
     m = manifest_summary(manifest(r, a, "sm_90a", b""), b"")
     lines = manifest_text("k.json", m)
     for line in ("    cluster  2 x 1 x 1 CTAs (the grid is whole clusters)",
+                 "    cluster  ml walks (ceil_div(ceil_div(M, 128), 2) * 2) * (ceil_div(N, 256)) tiles in step: whole "
+                 "clusters at every launch",
                  "    tensormap a: bf16[M, K], box [128, 64], swizzle 128B, oob fill zero",
                  "    wire     ml.acc -> epi.acc (auto, fragment)"):
         assert line in lines, "\n".join(lines)

@@ -56,6 +56,25 @@ def test_tiles_in_several_rows_are_never_streamed_but_split_in_equal_pieces_wher
     assert stream_k_plan(40, 400, 132, rows=1) == (132, 40, 1)
 
 
+def test_a_clustered_kernel_is_never_split_stream_k():
+    """Stream-K's shares start where the CTA before stopped, so a cluster's CTAs would walk different units: a
+    kernel in clusters splits in equal pieces (split-K: a cluster's consecutive units are one piece of neighbouring
+    tiles) or keeps its tiles whole, as several rows of tiles do."""
+    assert stream_k_plan(400, 80, 132) == (132, 136, 1)
+    # the single row split in equal pieces instead, as two rows would be
+    assert stream_k_plan(400, 80, 132, cluster=2) == stream_k_plan(400, 80, 132, rows=2) == (132, 0, 4)
+    assert stream_k_plan(40, 400, 132, cluster=2) == (132, 0, 3)
+    assert stream_k_plan(40, 400, 132, grid=132, cluster=4) == (132, 0, 3)
+    assert stream_k_plan(3, 20, 132, cluster=2) == (3, 0, 1) and stream_k_plan(3, 20, 132) == (15, 3, 1)
+    # the launcher plans so for a kernel whose manifest says it runs in clusters
+    r, a, _ = _link()
+    doc = dict(manifest(r, a, "sm_90a", b"").to_json(), cluster=[2, 1, 1])
+    k = Kernel(doc)
+    k.num_sms, k.max_active_blocks_per_sm, k.max_active_clusters = (lambda: 132), (lambda: 1), (lambda: 66)
+    # one row of 200 tiles: split-K in 3 pieces on 132 CTAs (66 clusters), where stream-K split its last 200
+    assert k.stream_k_plan({"M": 16, "N": 51200, "K": 5120}) == (132, 0, 3)
+
+
 def test_split_k_pieces_keep_a_minimum_length():
     assert split_k_pieces(80, 400, 132) == 3
     assert split_k_pieces(60, 400, 132) == 2  # halves fit one round: 0.5 of the whole round

@@ -139,12 +139,19 @@ def probe_plan(c: Contract) -> Probe:
            "}",
            f'extern "C" __device__ const unsigned {marker_symbol(c)};',
            entry_prototype(c) + ";",
-           f'extern "C" __global__ void __launch_bounds__({c.threads.count}, 1) '
+           f'extern "C" __global__ void __launch_bounds__({c.threads.count}, 1) {_cluster_dims(c)}'
            f'{PROBE_KERNEL}({", ".join(["const void** pl_out"] + params)}) {{',
            f"  pl_out[0] = (const void*)&{marker_symbol(c)};  // kept: the cubin shows whether it is defined",
            *body,
            "}", ""]
     return Probe("\n".join(src), ids)
+
+
+def _cluster_dims(c: Contract) -> str:
+    """The probe kernel's `__cluster_dims__` where the contract declares a cluster, as the linked kernel's: the
+    compiler lowers a cluster barrier differently without it (barrier.cluster.wait with a block barrier after it,
+    BAR.SYNC 0, which read as a __syncthreads the contract does not declare, PL143)."""
+    return f"__cluster_dims__({', '.join(map(str, (list(c.cluster) + [1, 1])[:3]))}) " if c.cluster else ""
 
 
 def _entries_body(c: Contract, env: dict[str, int]) -> tuple[list[str], list[str]]:

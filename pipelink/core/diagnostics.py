@@ -306,6 +306,14 @@ CODES = _codes(
          "[\"<const parameter>\"] on the written parameter. Two written parameters never share a tensor"),
     Code("PL201", "bad may_alias declaration", L,
          "a written pointer parameter's may_alias names const pointer parameters of the same entry, of its dtype"),
+    Code("PL202", "clustered tiles not whole clusters", L,
+         "pad the tile grid of a component that declares a cluster to whole clusters, e.g. "
+         "`ceil_div(ceil_div(M, BM), 2) * 2` for a cluster of 2, and handle the tiles past the data (loads filled "
+         "past the edges, as the TMA's out-of-bounds fill does; stores predicated), as CUTLASS does: the CTAs of a "
+         "cluster then walk the same number of tiles"),
+    Code("PL203", "walk that cannot keep a cluster's CTAs in step", L,
+         "a component that declares a cluster needs every CTA of it to walk its tasks in step: a grid-stride tile "
+         "walk, or a persistent schedule with static dispatch, and no wait on its own tasks"),
     # the runtime: raised by a loaded kernel (pipelink.load, Kernel.launch), as PipelinkRunError subclasses
     Code("PL195", "kernel argument does not fit its parameter", U,
          "pass what the kernel's manifest (K.json, `pipelink inspect K.cubin`) declares for the parameter: its "

@@ -74,9 +74,17 @@ def manifest(r: Resolved, a: Allocation, arch: str, cubin: bytes, kernel_info: K
         grid_policy="stream_k" if r.stream_k is not None else "balanced" if r.roles is not None else None,
         stream_k=stream_k, dependent_launch=r.dependent_launch, distributed=r.distributed is not None,
         tasks=tasks, ring_slots=ring_slots, dispatch=r.dispatch if persistent else None, workspace=workspace, resources=resources,
-        profile_tasks=r.profile_tasks, cluster=r.cluster,
+        profile_tasks=r.profile_tasks, cluster=r.cluster, cluster_tiles=_cluster_tiles(r),
         roles=tuple(RoleRecord(g.name, (g.begin, g.end), g.instances, tuple(g.members), g.registers,
                                g.registers_how.startswith("setmaxnreg")) for g in group_rows(r, a)))
+
+
+def _cluster_tiles(r: Resolved) -> dict[str, str]:
+    """Each component (call) that declares the cluster -> the tile count it walks, over the kernel's integer
+    parameters: the launcher refuses a launch that makes it other than whole clusters (clusters.py)."""
+    from .clusters import cluster_tiles
+    return {name: " * ".join(f"({substitute(e, r.geometry)})" for e in grid) or "1"
+            for name, grid in cluster_tiles(r).items()}
 
 
 def _param_spec(p, geometry: dict[str, int]) -> ParamSpec:

@@ -8,6 +8,7 @@ full/empty mbarrier rings between producer and consumer (warp-specialized).
 """
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from ..authoring.header import constant_symbols, entry_prototype, marker_symbol, symbol_prefix
@@ -935,7 +936,15 @@ def first_task(r: Resolved, k: int) -> str:
 # so a call starts on the CTAs after the one that ran the previous call's last task. Why: in a decode step most
 # calls have fewer tasks than CTAs, and with every call starting at CTA 0 the same few CTAs run the last task of
 # every call; dealt on, the CTAs idle in a call's last round run the next call's first tasks, and their loads
-# before the waits (entry.prefetch) overlap that round.
+# before the waits (entry.prefetch) overlap that round. In a clustered kernel the position moves on in whole
+# clusters (deal_step): a call then starts on a cluster's first CTA, so the CTAs of a cluster take consecutive
+# tasks, and with a task count of whole clusters (clusters.py, PL202) they make the same trips.
+def deal_step(r: Resolved) -> int:
+    """The CTAs the deal's position moves on in: a cluster's (1 without one). Were a call to start inside a
+    cluster, its CTAs would take tasks of two rounds and walk different numbers of them."""
+    return math.prod(r.cluster) if r.cluster else 1
+
+
 def _deal_start(r: Resolved, indent: str) -> list[str]:
     return [] if r.deal == "restart" else [f"{indent}unsigned pl_deal = 0u;  // the CTA that runs the next call's first task"]
 
@@ -946,7 +955,13 @@ def _deal_first(r: Resolved, k: int, indent: str) -> list[str]:
 
 
 def _deal_next(r: Resolved, k: int, indent: str) -> list[str]:
-    return [] if r.deal == "restart" else [f"{indent}pl_deal = (pl_deal + (unsigned)c{k}_tasks) % gridDim.x;"]
+    if r.deal == "restart":
+        return []
+    n = deal_step(r)
+    if n == 1:
+        return [f"{indent}pl_deal = (pl_deal + (unsigned)c{k}_tasks) % gridDim.x;"]
+    return [f"{indent}pl_deal = (pl_deal + ((unsigned)c{k}_tasks + {n - 1}u) / {n}u * {n}u) % gridDim.x;"
+            f"  // on to a whole cluster of {n} CTAs (the grid is whole clusters)"]
 
 
 def _call_key(r: Resolved, k: int) -> str:

@@ -1,8 +1,8 @@
 """The link: a list of named passes over one context. Each pass adds to the context and to the
 diagnostics; the driver stops at the first pass boundary with errors and returns what it has.
 
-    read -> check [-> probe] -> resolve -> allocate [-> map] -> generate -> compile -> link [-> control]
-         -> verify -> emit
+    read -> check [-> probe] -> resolve -> clusters -> allocate [-> map] -> generate -> compile -> link
+         [-> control] -> verify -> emit
 
 `run_passes` is the one driver: `link`, `pipelink check` (each component alone, as a set, or as a
 pipeline short of compiling), the parity bench and the tests run the passes through it, with a stop
@@ -132,6 +132,14 @@ def pass_probe(ctx: LinkContext) -> None:
 def pass_resolve(ctx: LinkContext) -> None:
     from .resolve import resolve
     ctx.resolved = resolve(ctx.components, ctx.options.pipeline, ctx.sink)
+
+
+def pass_clusters(ctx: LinkContext) -> None:
+    """A component that declares a thread-block cluster walks its tiles in step with its cluster's other CTAs:
+    a walk that keeps step (PL203) over a tile count of whole clusters (PL202, on sampled shapes; the launcher
+    checks each launch's). clusters.py says why."""
+    from .clusters import check_cluster_walks
+    check_cluster_walks(ctx.resolved, ctx.options.pipeline, ctx.sink)
 
 
 def pass_allocate(ctx: LinkContext) -> None:
@@ -338,7 +346,7 @@ def pass_loops(ctx: LinkContext) -> None:
 
 
 PASSES = [("read", pass_read), ("check", pass_check), ("conform", pass_conform), ("probe", pass_probe),
-          ("resolve", pass_resolve),
+          ("resolve", pass_resolve), ("clusters", pass_clusters),
           ("allocate", pass_allocate), ("map", pass_map), ("generate", pass_generate), ("compile", pass_compile),
           ("link", pass_link), ("control", pass_control), ("verify", pass_verify), ("emit", pass_emit),
           ("loops", pass_loops)]

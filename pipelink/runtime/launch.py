@@ -160,6 +160,25 @@ def _grid_dims(grid) -> tuple[int, int, int]:
     return dims + (1,) * (3 - len(dims))
 
 
+def cluster_tiles_problem(kernel: str, cluster: int, cluster_tiles: dict, shapes: dict) -> str | None:
+    """Why a launch of these shapes would hang a clustered kernel, or None: a component that declares a cluster of
+    `cluster` CTAs walks a tile count that is not a multiple of it (`cluster_tiles`: component -> count, from the
+    manifest), so the CTAs of its last cluster walk different numbers of tiles, and one that meets its cluster
+    at every tile waits forever for a CTA that has left (linker/clusters.py says why whole clusters suffice)."""
+    for name, text in cluster_tiles.items():
+        try:
+            count = _expr.parse(text).evaluate(shapes)
+        except _expr.ExprError:
+            continue  # a name the shapes do not give, or a division by zero: the tile counts report it
+        if count > 0 and count % cluster:
+            shown = ", ".join(f"{k}={v}" for k, v in sorted(shapes.items()))
+            return (f"component '{name}' of kernel '{kernel}' declares a cluster of {cluster} CTAs, and its tile "
+                    f"count {text} is {count} for {shown}: not whole clusters, so the CTAs of its last cluster "
+                    f"would walk different numbers of tiles and wait for each other forever; its contract's grid "
+                    f"must be padded to a multiple of {cluster} for every shape it is launched with")
+    return None
+
+
 # --- the kernel ----------------------------------------------------------------------------
 
 def check_device(device) -> None:
@@ -767,9 +786,10 @@ class Kernel:
             if not self.split_reduction:
                 plan = (grid or self._whole_clusters(balanced_grid(tiles, resident)), 0, 1)
             else:
-                plan = stream_k_plan(tiles, blocks, resident, grid, rows)
-                if grid is None and plan[0] % self.cluster_ctas:  # planned again for whole clusters
-                    plan = stream_k_plan(tiles, blocks, resident, self._whole_clusters(plan[0]), rows)
+                n = self.cluster_ctas
+                plan = stream_k_plan(tiles, blocks, resident, grid, rows, n)
+                if grid is None and plan[0] % n:  # planned again for whole clusters
+                    plan = stream_k_plan(tiles, blocks, resident, self._whole_clusters(plan[0]), rows, n)
             self._memo[key] = plan
         return self._memo[key]
 
@@ -843,6 +863,8 @@ class Kernel:
         for name, value in self.manifest.specialized.items():
             if env.get(name) != value:
                 raise ArgumentError(f"kernel '{self.name}' was linked for {name} = {value}; got {env.get(name)}")
+        if self.manifest.cluster_tiles:
+            self._check_cluster_tiles(env)
         chosen_grid = grid is None  # the launcher's grid goes with its split plan
         if grid is None:
             unknown = sorted(set().union(*(t.names for t in self.tiles)) - env.keys())
@@ -881,6 +903,15 @@ class Kernel:
             it = iter(packed)
             packed = [slots[p.implicit] if p.implicit else next(it) for p in self.params]
         return PreparedLaunch(self, packed, dims, workspace, values)
+
+    def _check_cluster_tiles(self, env: dict) -> None:
+        """Each component that declares the cluster walks whole clusters of tiles at these shapes (before the driver
+        sees the launch: it would hang)."""
+        key = ("cluster tiles", *sorted(env.items()))
+        if key not in self._memo:  # every launch asks: evaluate once per shape
+            self._memo[key] = cluster_tiles_problem(self.name, self.cluster_ctas, self.manifest.cluster_tiles, env)
+        if self._memo[key]:
+            raise ArgumentError(self._memo[key])
 
     # --- event tensors (persistent kernels) ------------------------------------------------
 

@@ -299,6 +299,8 @@ class Manifest:
     profile_tasks: int = 0                     # persistent: records of the task-profile ring (0: none)
     distributed: bool = False                  # every rank runs it on NVSHMEM (contracts use RANK, WORLD, rank)
     cluster: tuple[int, int, int] | None = None  # the kernel's __cluster_dims__: a grid is whole clusters
+    # component (call) declaring the cluster -> the tile count it walks, which each launch must make whole clusters
+    cluster_tiles: dict = field(default_factory=dict)
     roles: tuple[RoleRecord, ...] = ()         # role-structured: each group of warps and its registers
     tile_exprs: tuple[_expr.Expr, ...] = field(default=(), compare=False, repr=False)  # `tiles`, parsed once
 
@@ -361,6 +363,8 @@ class Manifest:
             doc["cluster"] = list(self.cluster)
         if self.roles:
             doc["roles"] = [g.to_json() for g in self.roles]
+        if self.cluster_tiles:
+            doc["cluster_tiles"] = dict(self.cluster_tiles)
         return doc
 
     @classmethod
@@ -382,7 +386,7 @@ class Manifest:
 _TOP_FIELDS = {"manifest", "pipelink", "kernel", "target", "schedule", "block", "dynamic_smem", "params", "tiles",
                "tile_order", "distribution", "geometry", "components", "wires", "cubin_sha256", "specialized",
                "grid_policy", "stream_k", "dependent_launch", "tasks", "ring_slots", "dispatch", "workspace", "resources",
-               "profile_tasks", "distributed", "cluster", "roles"}
+               "profile_tasks", "distributed", "cluster", "roles", "cluster_tiles"}
 _SCHEDULES = ("sequential", "warp_specialized", "persistent")
 _DISPATCHES = ("static", "dynamic")
 
@@ -442,7 +446,18 @@ class _Reader:
             dispatch=self.optional("dispatch", str, f"one of {', '.join(_DISPATCHES)}", _DISPATCHES),
             workspace=self.workspace(), resources=self.resources(), profile_tasks=self.profile_tasks(),
             distributed=bool(self.optional("distributed", bool, "a boolean")), cluster=self.cluster(),
-            roles=self.roles())
+            roles=self.roles(), cluster_tiles=self.cluster_tiles())
+
+    def cluster_tiles(self) -> dict:
+        tiles = self.str_map("cluster_tiles")
+        if tiles and self.cluster() is None:
+            raise self.error("'cluster_tiles' names the tile counts of a clustered kernel, and it has no 'cluster'")
+        for name, text in tiles.items():
+            try:
+                _expr.parse(text)
+            except _expr.ExprError as exc:
+                raise self.error(f"'cluster_tiles' of '{name}': {exc}") from None
+        return tiles
 
     def roles(self) -> tuple[RoleRecord, ...]:
         out = []

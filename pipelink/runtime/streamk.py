@@ -57,16 +57,23 @@ def split_k_pieces(tiles: int, blocks: int, ctas: int) -> int:
 
 
 def stream_k_plan(tiles: int, blocks: int, resident: int, grid: int | None = None,
-                  rows: int = 1) -> tuple[int, int, int]:
+                  rows: int = 1, cluster: int = 1) -> tuple[int, int, int]:
     """(grid, stream-K tiles, split-K pieces) for `tiles` tiles of `blocks` reduction blocks each,
     in `rows` rows (the product of the tile grid's extents but the last), with at most `resident`
     CTAs on the device at once; `grid` fixes the CTA count (the caller's choice).
 
     Split pieces wait for each other across CTAs, so a split needs every CTA resident: a grid
-    beyond `resident` walks whole tiles only."""
+    beyond `resident` walks whole tiles only.
+
+    A kernel in clusters of `cluster` CTAs is never split stream-K: each CTA's share of the split tiles' blocks
+    starts where the CTA before it stopped, so the CTAs of one cluster would walk different units (tiles and
+    block ranges), and a mainloop that meets its cluster at every block (a multicast load) would wait forever.
+    Split-K keeps them in step where the tile count is whole clusters (linker/clusters.py, PL202): the units
+    of a cluster's CTAs are consecutive, so of one piece index, and their ring positions agree; whole tiles
+    are a grid-stride walk."""
     if tiles <= 0:
         return max(1, grid or 1), 0, 1
-    if rows > 1:  # tiles sharing panels: never stream-K (see the module's measurements)
+    if rows > 1 or cluster > 1:  # tiles sharing panels, or a cluster's CTAs in step: never stream-K
         ctas = grid or resident
         split = split_k_pieces(tiles, blocks, ctas) if ctas <= resident else 1
         if split > 1:

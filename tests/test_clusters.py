@@ -1,0 +1,420 @@
+"""A component that declares a thread-block cluster walks its tiles in step with its cluster's other CTAs: a tile
+count of whole clusters (PL202, on sampled shapes; the launcher checks each launch's), a walk that keeps step
+(PL203: not blocked tiles, not dynamic dispatch, no wait on its own tasks), `deal: continue` moving on in whole
+clusters. CPU only: contracts read bare, the link's passes short of compiling (one compiles the glue with
+NVRTC, one builds and links a component that syncs its cluster). The launcher's refusal is in
+tests/test_launch.py, stream-K's in tests/test_stream_k.py, the kernels on a GPU in tests/test_gpu.py."""
+from __future__ import annotations
+
+import functools
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from contract_factory import shipped_component
+from hopper_factory import component, epilogue, mainloop
+from pipelink.cli import main
+from pipelink.core.expr import parse
+from pipelink.core.pipeline import PipelineSpec
+from pipelink.linker.clusters import not_whole_clusters, step_breaker, tile_count
+from pipelink.linker.glue import deal_step
+from pipelink.linker.passes import PASSES, LinkOptions, run_passes
+from test_calls import MLP_LAYERS, components as decode_components, run as run_calls
+
+REPO = Path(__file__).resolve().parent.parent
+PADDED = "ceil_div(ceil_div(M, TILE_M), 2) * 2"
+
+
+def clustered(n=2, padded=False, distribution=None):
+    """An edit of a contract: it declares a cluster of n CTAs (its grid padded to whole clusters, its distribution)."""
+    def edit(c):
+        c["cluster"] = {"dims": [n]}
+        seq = c["geometry"]["tile_sequence"]
+        if padded:
+            seq["grid"][0] = f"ceil_div(ceil_div(M, TILE_M), {n}) * {n}"
+        if distribution:
+            seq["distribution"] = distribution
+    return edit
+
+
+def walk(padded=False, distribution=None, n=2):
+    """An edit of a contract that walks the kernel's tiles beside a clustered one (the same sequence)."""
+    def edit(c):
+        seq = c["geometry"]["tile_sequence"]
+        if padded:
+            seq["grid"][0] = f"ceil_div(ceil_div(M, TILE_M), {n}) * {n}"
+        if distribution:
+            seq["distribution"] = distribution
+    return edit
+
+
+def rowsum(load=None, rowsum_=None):
+    return [shipped_component("tile_load", load), shipped_component("tile_transform"),
+            shipped_component("block_rowsum", rowsum_)]
+
+
+def passes(comps, until="generate", **spec):
+    return run_passes(options=LinkOptions(arch=spec.pop("arch", "sm_90"), pipeline=PipelineSpec(name="k", **spec),
+                                          cache=False), components=comps, until=until)
+
+
+def errors(ctx):
+    return [(d.code, Path(d.location.file or "").name, d.location.pointer, d.location.option)
+            for d in ctx.sink.items if d.severity == "error"]
+
+
+def write(tmp_path, name, edit=None) -> Path:
+    raw = json.loads((REPO / "contracts" / f"{name}.json").read_text())
+    if edit:
+        edit(raw)
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps(raw))
+    return path
+
+
+def cli(capsys, *argv):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    return code, out, err
+
+
+# A component that meets its cluster's other CTA at every tile: a cluster barrier, then each CTA hands its task
+# to the other through distributed shared memory and waits until the other's has arrived (what a multicast
+# load's arrivals or an exchange of partial sums do), then stores the task it received. A CTA whose peer walks
+# fewer tiles waits for it forever. Tiles past T take part in the exchange and store nothing.
+CLUSTER_SWAP_SRC = r"""
+#include "cluster_swap.pipelink.h"
+using namespace pl::cluster_swap;
+
+extern "C" __device__ void cluster_swap(pl::Tile tile, int* __restrict__ out, int T) {
+  unsigned rank, box = (unsigned)__cvta_generic_to_shared(smem_box<unsigned>());
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+  // the CTA's first tile: nothing handed over yet (the other CTA hands over only after the barrier below)
+  if (!tile.continues && thread_rank() == 0) asm volatile("st.shared::cta.u32 [%0], %1;" :: "r"(box), "r"(0u) : "memory");
+  // every CTA of the cluster is at this tile: the other has read what this one handed it at the last one
+  asm volatile("barrier.cluster.arrive.release;" ::: "memory");
+  asm volatile("barrier.cluster.wait.acquire;" ::: "memory");
+  if (thread_rank() == 0) {
+    unsigned theirs, got = 0;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(theirs) : "r"(box), "r"(rank ^ 1u));
+    asm volatile("st.release.cluster.shared::cluster.u32 [%0], %1;" :: "r"(theirs), "r"((unsigned)tile.linear + 1u)
+                 : "memory");
+    while (got == 0) {  // the other CTA's task, handed over at this tile
+      asm volatile("ld.acquire.cluster.shared::cta.u32 %0, [%1];" : "=r"(got) : "r"(box) : "memory");
+      if (got == 0) __nanosleep(64);
+    }
+    asm volatile("st.shared::cta.u32 [%0], %1;" :: "r"(box), "r"(0u) : "memory");  // for the next tile's
+    if (tile.linear < T) out[tile.linear] = (int)got - 1;  // a tile past the data stores nothing
+  }
+}
+"""
+
+CLUSTER_SWAP = {
+    "pipelink_contract": 1, "name": "cluster_swap", "version": "1.0.0", "owner": "tests",
+    "entry": {"symbol": "cluster_swap", "params": [{"name": "out", "dtype": "i32", "pointer": True},
+                                                   {"name": "T", "dtype": "i32"}]},
+    "targets": {"archs": ["sm_90", "sm_90a"],
+                "compile_flags": {"ftz": False, "prec_div": True, "prec_sqrt": True, "fmad": True}},
+    "threads": {"warps": 4}, "registers": {"max_per_thread": 128},
+    "smem": {"buffers": [{"name": "box", "bytes": 16, "align": 16}]},
+    "cluster": {"dims": [2]},
+    "geometry": {"tile_sequence": {"grid": ["ceil_div(T, 2) * 2"], "order": "row_major",
+                                   "distribution": "grid_stride"}},
+}
+
+# A call of another component before the clustered one, of any task count: with `deal: continue` the clustered
+# call starts where it ended, on a whole cluster.
+TICK_SRC = r"""
+#include "tick.pipelink.h"
+using namespace pl::tick;
+
+extern "C" __device__ void tick(pl::Tile tile, int* __restrict__ marks, int U) {
+  if (thread_rank() == 0) marks[tile.linear] += 1;
+}
+"""
+
+TICK = {
+    "pipelink_contract": 1, "name": "tick", "version": "1.0.0", "owner": "tests",
+    "entry": {"symbol": "tick", "params": [{"name": "marks", "dtype": "i32", "pointer": True},
+                                           {"name": "U", "dtype": "i32"}]},
+    "targets": CLUSTER_SWAP["targets"], "threads": {"warps": 4}, "registers": {"max_per_thread": 128},
+    "geometry": {"tile_sequence": {"grid": ["U"], "order": "row_major", "distribution": "grid_stride"}},
+}
+
+
+# --- the rule: a clustered walk's tile count is whole clusters (PL202) ------------------------------------------
+
+def test_a_grid_that_is_not_whole_clusters_is_refused_by_check(capsys, tmp_path):
+    """`pipelink check --pipeline` runs the link's decisions: the rowsum pipeline with tile_load declaring a
+    cluster of 2 over its unpadded grid (one tile at M = N = 1: the cluster's other CTA finds none) is PL202 at
+    the grid, the cluster beside it; exit 1."""
+    contracts = [write(tmp_path, "tile_load", clustered()), write(tmp_path, "tile_transform"),
+                 write(tmp_path, "block_rowsum")]
+    code, _, err = cli(capsys, "check", *contracts, "--pipeline", REPO / "pipelines" / "rowsum.json")
+    assert code == 1 and "error[PL202]" in err, err
+    assert "'tile_load' declares a cluster of 2 CTAs" in err and "is 1 at M=1, N=1, not a multiple of 2" in err
+    assert f"--> {contracts[0]}, at /geometry/tile_sequence/grid" in err
+    assert f">>> also {contracts[0]}, at /cluster" in err
+    assert "ceil_div(ceil_div(M, TILE_M), 2) * 2" in err  # the hint pads the first extent
+    code, out, _ = cli(capsys, "check", *contracts, "--pipeline", REPO / "pipelines" / "rowsum.json",
+                       "--format", "json")
+    (d,) = [d for d in json.loads(out)["diagnostics"] if d["severity"] == "error"]
+    assert code == 1 and d["code"] == "PL202" and d["location"]["pointer"] == "/geometry/tile_sequence/grid"
+    assert d["location"]["file"] == str(contracts[0]) and d["related"][0]["pointer"] == "/cluster"
+
+
+def test_a_padded_grid_is_accepted_and_the_manifest_carries_its_count(capsys, tmp_path):
+    contracts = [write(tmp_path, "tile_load", clustered(padded=True)), write(tmp_path, "tile_transform"),
+                 write(tmp_path, "block_rowsum", walk(padded=True))]
+    code, out, err = cli(capsys, "check", *contracts, "--pipeline", REPO / "pipelines" / "rowsum.json")
+    assert code == 0, err
+    ctx = passes(rowsum(clustered(padded=True), walk(padded=True)))
+    assert not ctx.sink.items, [d.render() for d in ctx.sink.items]
+    assert "__cluster_dims__(2, 1, 1)" in ctx.glue
+    from pipelink.linker.emit import manifest
+    m = manifest(ctx.resolved, ctx.allocation, "sm_90", b"")
+    assert m.cluster == (2, 1, 1)
+    assert m.cluster_tiles == {"tile_load": "(ceil_div(ceil_div(M, 32), 2) * 2) * (ceil_div(N, 128))"}
+    assert m.to_json()["cluster_tiles"] == m.cluster_tiles and type(m).from_json(m.to_json()) == m
+    # a kernel without a cluster, or with a cluster of one CTA, has nothing to check
+    plain = passes(rowsum())
+    assert "cluster_tiles" not in manifest(plain.resolved, plain.allocation, "sm_90", b"").to_json()
+    one = passes(rowsum(clustered(n=1)))
+    assert not one.sink.items and not manifest(one.resolved, one.allocation, "sm_90", b"").cluster_tiles
+
+
+def test_the_check_is_a_pass_of_its_own():
+    names = [name for name, _ in PASSES]
+    assert names.index("resolve") < names.index("clusters") < names.index("allocate")
+    ctx = passes(rowsum(clustered()), until="clusters")
+    assert [name for name, _ in ctx.timings][-1] == "clusters" and ctx.allocation is None
+    assert [e[0] for e in errors(ctx)] == ["PL202"]
+    assert [e[0] for e in errors(passes(rowsum(clustered()), until="resolve"))] == []  # resolve alone: not yet
+
+
+def test_a_clustered_component_of_four_ctas_and_other_schedules():
+    """Whole clusters of the cluster's size; the warp-specialized and role-structured schedules walk the kernel's
+    tiles grid-stride like the sequential one, so the rule is the same there."""
+    ctx = passes(rowsum(lambda c: (clustered(n=4)(c), walk(padded=True)(c)), walk(padded=True)))
+    assert [e[0] for e in errors(ctx)] == ["PL202"]  # padded to 2, not to 4
+    assert "not a multiple of 4" in ctx.sink.errors[0].message
+    assert not passes(rowsum(clustered(n=4, padded=True), walk(padded=True, n=4))).sink.items
+    ring = [shipped_component("ring_load", clustered()), shipped_component("ring_dot")]
+    assert [e[:3] for e in errors(passes(ring))] == [("PL202", "ring_load.json", "/geometry/tile_sequence/grid")]
+    # a role-structured mainloop (its consumer in two instances walks a grid-stride sequence too)
+    ml = component(mainloop(lambda c: c.update(cluster={"dims": [2]})))
+    ctx = run_passes(options=LinkOptions(arch="sm_90a", pipeline=PipelineSpec(name="k"), cache=False),
+                     components=[ml, component(epilogue())], until="generate")
+    assert [e[:3] for e in errors(ctx)] == [("PL202", "ml.json", "/geometry/tile_sequence/grid")]
+
+    def pad(c):
+        c["cluster"] = {"dims": [2]}
+        c["geometry"]["tile_sequence"]["grid"][0] = PADDED
+    ctx = run_passes(options=LinkOptions(arch="sm_90a", pipeline=PipelineSpec(name="k"), cache=False),
+                     components=[component(mainloop(pad)), component(epilogue())], until="generate")
+    assert not errors(ctx) and "__cluster_dims__(2, 1, 1)" in ctx.glue
+
+
+def test_whole_clusters_decided_on_sampled_shapes():
+    grid = (parse("ceil_div(M, TILE_M)"), parse("ceil_div(N, TILE_N)"))
+    assert not_whole_clusters(grid, 2, {"TILE_M": 32, "TILE_N": 128}) == ({"M": 1, "N": 1}, 1)
+    padded = (parse("ceil_div(ceil_div(M, TILE_M), 2) * 2"), parse("ceil_div(N, TILE_N)"))
+    assert not_whole_clusters(padded, 2, {"TILE_M": 32, "TILE_N": 128}) is None
+    assert not_whole_clusters(padded, 4, {"TILE_M": 32, "TILE_N": 128}) is not None
+    # a count the link fixes is checked exactly: a specialized value, the geometry
+    assert not_whole_clusters((parse("ceil_div(M, TILE_M)"),), 2, {"TILE_M": 32, "M": 64}) is None
+    assert not_whole_clusters((parse("ceil_div(M, TILE_M)"),), 2, {"TILE_M": 32, "M": 65}) == ({}, 3)
+    # a distributed grid is sampled on the worlds of the event analysis, every rank of each
+    assert not_whole_clusters((parse("WORLD"),), 2, {}) == ({"WORLD": 1}, 1)
+    assert not_whole_clusters((parse("2 * WORLD + RANK - RANK"),), 2, {}) is None
+    assert tile_count((parse("M"), parse("N // K")), {"M": 3, "N": 8, "K": 0}) is None  # a zero divisor: not a count
+    assert tile_count((parse("M"), parse("N")), {"M": 3, "N": -1}) is None
+    assert tile_count((), {}) == 1
+
+
+# --- walks that cannot keep step (PL203) -------------------------------------------------------------------
+
+def test_blocked_tiles_are_refused():
+    """A CTA's chunk of ceil(T / G) consecutive tiles can end inside a cluster (6 tiles on 4 CTAs: 2, 2, 2, 0):
+    PL203 at the kernel's distribution, even where the count is whole clusters."""
+    ctx = passes(rowsum(clustered(padded=True, distribution="blocked"), walk(padded=True, distribution="blocked")))
+    assert errors(ctx) == [("PL203", "tile_load.json", "/geometry/tile_sequence/distribution", None)]
+    assert ctx.sink.errors[0].related[0].pointer == "/cluster" and "grid_stride" in ctx.sink.errors[0].hint
+    assert step_breaker(ctx.resolved) == "blocked"
+    # blocked tiles of a kernel that declares no cluster are as before
+    assert not passes(rowsum(walk(distribution="blocked"), walk(distribution="blocked"))).sink.errors
+    # a role-structured kernel's role groups each walk the kernel's tiles the same way
+    ml = component(mainloop(clustered(padded=True, distribution="blocked")))
+    ctx = run_passes(options=LinkOptions(arch="sm_90a", pipeline=PipelineSpec(name="k"), cache=False),
+                     components=[ml, component(epilogue())], until="clusters")
+    assert errors(ctx) == [("PL203", "ml.json", "/geometry/tile_sequence/distribution", None)]
+
+
+def mlp(edit=None, **spec_edits):
+    """The Llama decode MLP calls (tests/test_calls.py), gate_up's component declaring a cluster of 2 and its grid
+    padded to whole clusters."""
+    def clustered_swiglu(name, raw):
+        if name == "gemv_swiglu":
+            raw["cluster"] = {"dims": [2]}
+            raw["geometry"]["tile_sequence"]["grid"] = ["ceil_div(ceil_div(I, SWIGLU_COLS), 2) * 2"]
+        if edit:
+            edit(name, raw)
+    return run_calls(MLP_LAYERS, decode_components(edit=clustered_swiglu), **spec_edits)
+
+
+def test_dynamic_dispatch_is_refused():
+    ctx = mlp(dispatch="dynamic", until="resolve")
+    assert not ctx.sink.errors and step_breaker(ctx.resolved) == "dynamic"
+    ctx = mlp(dispatch="dynamic", until="clusters")
+    assert errors(ctx) == [("PL203", "p.json", "/dispatch", None)]  # the pipeline's field
+    assert ctx.sink.errors[0].related[0].pointer == "/cluster" and '"dispatch": "static"' in ctx.sink.errors[0].hint
+    assert not mlp(until="clusters").sink.errors  # static dispatch keeps step
+
+
+def test_a_clustered_chain_is_refused():
+    """block_scan waits on its own tasks (task i on task i - 1): with a cluster, task i - 1 may run on the same
+    cluster in the same round, at the cluster's barrier waiting for task i."""
+    def scan(padded):
+        def edit(c):
+            c["cluster"] = {"dims": [2]}
+            if padded:
+                c["geometry"]["tile_sequence"]["grid"] = ["ceil_div(ceil_div(N, TILE), 2) * 2"]
+        return edit
+    ctx = passes([shipped_component("block_scan", scan(True))], schedule="persistent", until="clusters")
+    assert errors(ctx) == [("PL203", "block_scan.json", "/events/waits/0", None)], [d.render() for d in ctx.sink.items]
+    assert "'carried'" in ctx.sink.errors[0].message
+    # unpadded too: both problems at once
+    ctx = passes([shipped_component("block_scan", scan(False))], schedule="persistent", until="clusters")
+    assert sorted(e[0] for e in errors(ctx)) == ["PL202", "PL203"]
+    assert not passes([shipped_component("block_scan")], schedule="persistent", until="clusters").sink.errors
+
+
+# --- persistent calls ----------------------------------------------------------------------------------
+
+def test_calls_that_do_not_declare_the_cluster_are_unconstrained():
+    """Only gate_up's component declares the cluster: its grid must be whole clusters, the norms' (B tasks) and
+    the other GEMVs' need not be; the manifest asks the launcher to check gate_up's count alone."""
+    ctx = mlp(until="generate")
+    assert not ctx.sink.errors, [d.render() for d in ctx.sink.items]
+    from pipelink.linker.emit import manifest
+    m = manifest(ctx.resolved, ctx.allocation, "sm_90", b"")
+    assert m.cluster == (2, 1, 1) and m.cluster_tiles == {"gate_up": "(ceil_div(ceil_div(I, 8), 2) * 2)"}
+
+    def unpadded(name, raw):
+        if name == "gemv_swiglu":
+            raw["geometry"]["tile_sequence"]["grid"] = ["ceil_div(I, SWIGLU_COLS)"]
+    ctx = mlp(unpadded, until="clusters")
+    assert [e[:3] for e in errors(ctx)] == [("PL202", "gemv_swiglu.json", "/geometry/tile_sequence/grid")]
+    d = ctx.sink.errors[0]
+    assert "'gate_up' declares a cluster of 2 CTAs" in d.message and "I=1" in d.message
+    assert [r.pointer for r in d.related] == ["/cluster", "/calls/1"]  # the call in the pipeline
+
+
+def test_deal_continue_moves_on_in_whole_clusters():
+    """deal "continue" starts each call on the CTA after the previous call's last task; in a clustered kernel on
+    the next whole cluster, so the CTAs of a cluster take consecutive tasks of one round (a call of 3 tasks on
+    clusters of 2 would start the next at CTA 3, the second CTA of a cluster). NVRTC compiles the glue."""
+    ctx = mlp(deal="continue", until="compile")
+    assert not ctx.sink.errors, [d.render() for d in ctx.sink.items]
+    glue, n = ctx.glue, len(ctx.resolved.events.order)
+    assert deal_step(ctx.resolved) == 2 and ctx.glue_ltoir
+    for k in range(n):
+        first = glue.index(f"const int pl_first_{k} = (int)((blockIdx.x + gridDim.x - pl_deal) % gridDim.x);")
+        moved = glue.index(f"pl_deal = (pl_deal + ((unsigned)c{k}_tasks + 1u) / 2u * 2u) % gridDim.x;")
+        assert first < moved
+    assert "pl_deal = (pl_deal + (unsigned)c" not in glue
+    # without a cluster the deal moves on task by task, as before
+    plain = run_calls(MLP_LAYERS, until="generate", deal="continue")
+    assert deal_step(plain.resolved) == 1 and "pl_deal = (pl_deal + (unsigned)c0_tasks) % gridDim.x;" in plain.glue
+    assert "/ 2u * 2u" not in plain.glue
+
+
+def c_to_python(text: str) -> str:
+    """The glue's unsigned C arithmetic on small non-negative values as Python: casts and suffixes dropped, `/`
+    as `//`."""
+    text = re.sub(r"\((unsigned|int)\)", "", text)
+    return re.sub(r"\b(\d+)u\b", r"\1", text).replace("/", "//")
+
+
+@functools.cache
+def glue_deal(n: int):
+    """What the glue of a kernel in clusters of n CTAs (gate_up's component declaring them) says, for call 0, of
+    a CTA's first task and of where the deal moves on: Python functions of (blockIdx.x, gridDim.x, pl_deal) and
+    of (pl_deal, the call's tasks, gridDim.x), read from the generated text."""
+    def clustered_swiglu(name, raw):
+        if name == "gemv_swiglu" and n > 1:
+            raw["cluster"] = {"dims": [n]}
+            raw["geometry"]["tile_sequence"]["grid"] = [f"ceil_div(ceil_div(I, SWIGLU_COLS), {n}) * {n}"]
+    ctx = run_calls(MLP_LAYERS, decode_components(edit=clustered_swiglu), deal="continue")
+    assert not ctx.sink.errors, [d.render() for d in ctx.sink.items]
+    first = re.search(r"const int pl_first_0 = (.*);", ctx.glue).group(1)
+    moved = re.search(r"pl_deal = (.*) % gridDim.x;", ctx.glue).group(1)
+    first_of = eval(f"lambda blockIdx_x, gridDim_x, pl_deal: {c_to_python(first).replace('.', '_')}")
+    move = eval(f"lambda pl_deal, c0_tasks, gridDim_x: ({c_to_python(moved)}) % gridDim_x")
+    return first_of, move
+
+
+def dealt(counts, grid, n):
+    """Each call's tasks on each CTA, as the glue of a kernel in clusters of n CTAs deals them with deal
+    "continue" (n = 1: a kernel without a cluster, as every kernel was dealt before)."""
+    first_of, move = glue_deal(n)
+    deal, out = 0, []
+    for count in counts:
+        out.append([list(range(first_of(b, grid, deal), count, grid)) for b in range(grid)])
+        deal = move(deal, count, grid)
+    return out
+
+
+def in_step(per_cta, grid, n) -> bool:
+    """Every cluster's CTAs make the same trips, the k-th of them on tasks t with t % n the CTA's rank in the
+    cluster (blockIdx.x % n) and t - rank the same: one round of neighbouring tasks."""
+    for b0 in range(0, grid, n):
+        ctas = per_cta[b0:b0 + n]
+        if len({len(t) for t in ctas}) != 1:
+            return False
+        if any([t[k] for t in ctas] != list(range(ctas[0][k], ctas[0][k] + n)) or ctas[0][k] % n
+               for k in range(len(ctas[0]))):
+            return False
+    return True
+
+
+@pytest.mark.parametrize("calls", [[(3, False), (6, True)], [(1, False), (2, True), (7, False), (4, True)],
+                                   [(6, True), (6, True)], [(5, False), (5, False), (8, True)]])
+@pytest.mark.parametrize("grid,n", [(4, 2), (8, 4), (6, 2), (8, 2)])
+def test_the_dealt_walk_keeps_every_clustered_call_in_step(calls, grid, n):
+    """The glue's static walk with deal "continue", run in Python from the glue's own arithmetic: the calls of a
+    component that declares the cluster have whole clusters of tasks (PL202), the others any count. Dealt on in
+    whole clusters every clustered call is in step; restarting at CTA 0 too; dealt on task by task, as a kernel
+    without a cluster is (and every kernel was), not always."""
+    counts = [-(-c // n) * n if clustered_ else c for c, clustered_ in calls]
+    for per_cta, (_, clustered_) in zip(dealt(counts, grid, n), calls):
+        assert not clustered_ or in_step(per_cta, grid, n), (counts, grid, n, per_cta)
+    restart = [[list(range(b, c, grid)) for b in range(grid)] for c in counts]
+    assert all(in_step(per_cta, grid, n) for per_cta, (_, cl) in zip(restart, calls) if cl)
+    if (calls, grid, n) == ([(3, False), (6, True)], 4, 2):  # 6 tasks from CTA 3: CTA 0 walks 1 and 5, CTA 1 walks 2
+        assert dealt(counts, grid, 1)[1][:2] == [[1, 5], [2]] and not in_step(dealt(counts, grid, 1)[1], grid, n)
+
+
+# --- the component's own code: built as the kernel compiles it ----------------------------------------------
+
+def test_the_probe_compiles_a_clustered_component_in_clusters(tmp_path):
+    """`pipelink build` probes the object alone in a kernel of its own; without the contract's __cluster_dims__ the
+    compiler lowers barrier.cluster.wait with a block barrier after it (BAR.SYNC 0), which read as a __syncthreads
+    the contract does not declare (PL143): a component that syncs its cluster could not be built."""
+    import pipelink
+    from pipelink.authoring.conformance import probe_plan
+    from pipelink.core.diagnostics import DiagnosticSink
+    from pipelink.core.loader import load_contract_bytes
+    from pipelink.core.model import Source
+    contract = load_contract_bytes(json.dumps(CLUSTER_SWAP).encode(), Source("cluster_swap.json"), DiagnosticSink())
+    assert "__launch_bounds__(128, 1) __cluster_dims__(2, 1, 1) " in probe_plan(contract).source
+    plain = load_contract_bytes(json.dumps(TICK).encode(), Source("tick.json"), DiagnosticSink())
+    assert "__cluster_dims__" not in probe_plan(plain).source
+    (tmp_path / "cluster_swap.cu").write_text(CLUSTER_SWAP_SRC)
+    obj = pipelink.build(tmp_path / "cluster_swap.cu", json.dumps(CLUSTER_SWAP).encode(), tmp_path / "cluster_swap.o")
+    linked = pipelink.link([obj], pipeline={"pipeline": 1, "name": "swap_seq"})
+    assert linked.ok and linked.manifest.cluster_tiles == {"cluster_swap": "(ceil_div(T, 2) * 2)"}
+    assert linked.manifest.resources.named_barriers in (None, 1)  # the glue's __syncthreads only
