@@ -7,12 +7,13 @@ when the allocator shares every byte and warp it may) against the device limits.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from .diagnostics import DiagnosticSink
 from .expr import ExprError
 from .model import DTYPE_BYTES, Contract
-from .targets import TARGETS, ltoir_archs_for
+from .targets import TARGETS, Target, ltoir_archs_for
 
 
 def common_targets(contracts: list[Contract]) -> list[str]:
@@ -25,7 +26,8 @@ def common_targets(contracts: list[Contract]) -> list[str]:
 
 
 def choose_target(contracts: list[Contract], requested: str | None, sink: DiagnosticSink) -> str | None:
-    """The link target: the requested one, else the first common target (base archs before 'a')."""
+    """The link target: the requested one, else the first common target (base archs before 'a') that has what
+    every component declares (setmaxnreg, clusters, tensor maps: `features`), else the first common target."""
     common = common_targets(contracts)
     if requested:
         if requested not in TARGETS:
@@ -40,7 +42,61 @@ def choose_target(contracts: list[Contract], requested: str | None, sink: Diagno
     if not common:
         _no_common_target(contracts, sink)
         return None
-    return common[0]
+    return next((a for a in common if not any(lacking(c, TARGETS[a]) for c in contracts)), common[0])
+
+
+@dataclass(frozen=True)
+class Feature:
+    """Something a contract declares that only some targets have."""
+    code: str
+    pointer: str
+    what: str                       # "role 'consumer' of 'gemm' uses setmaxnreg"
+    has: Callable[[Target], bool]
+    where: str                      # the targets that have it, in words
+
+
+def _sm90(t: Target) -> bool:
+    return t.capability >= 90
+
+
+def features(c: Contract) -> list[Feature]:
+    """What `c` declares that only some targets have: a role's setmaxnreg (the glue's instruction assembles for
+    sm_90a and sm_100a only); a cluster (the glue's `__cluster_dims__`) and a tensor-map parameter (the driver has
+    tensor maps for compute capability 9.0 and later only): sm_90 and later."""
+    out = [Feature("PL025", f"{r.pointer_path}/setmaxnreg", f"role '{r.name}' of '{c.name}' uses setmaxnreg",
+                   lambda t: t.setmaxnreg, "sm_90a and sm_100a have it")
+           for r in c.threads.roles if r.setmaxnreg is not None]
+    if c.cluster is not None:
+        out.append(Feature("PL204", "/cluster", f"'{c.name}' assumes a thread-block cluster of {list(c.cluster)}",
+                           _sm90, "sm_90 and later have clusters"))
+    out += [Feature("PL204", f"{p.pointer_path}/tensor_map", f"parameter '{p.name}' of '{c.name}' is a tensor map",
+                    _sm90, "sm_90 and later have the TMA") for p in c.entry.params if p.tensor_map is not None]
+    return out
+
+
+def lacking(c: Contract, target: Target) -> list[Feature]:
+    """What `c` declares that `target` does not have."""
+    return [f for f in features(c) if not f.has(target)]
+
+
+def check_features(contracts: list[Contract], arch: str, sink: DiagnosticSink) -> None:
+    """What each component declares must be the target's (the one checked, linked or built for), whatever other
+    targets its contract lists: a role with setmaxnreg in an sm_90 link is glue the toolchain refuses, however many
+    sm_90a targets the contract also lists. Said at the field, with a target the contract lists that has it."""
+    target = TARGETS[arch]
+    for c in contracts:
+        missing = lacking(c, target)
+        if not missing:
+            continue
+        fit = [a for a in c.targets.archs if a in TARGETS and not lacking(c, TARGETS[a])]
+        alt = next((a for a in fit if a == arch + "a"), fit[0] if fit else None)  # the arch-specific sibling first
+        for f in missing:
+            if alt is None:
+                hint = f"list a target that has it ({f.where}) in targets.archs, and check and link for it"
+            else:
+                hint = f"check, link and build with --arch {alt} (the contract lists it)" + (
+                    f", or drop {arch} from the contract's targets.archs" if arch in c.targets.archs else "")
+            sink.error(f.code, f"{f.what}, which {arch} does not have ({f.where})", c.at(f.pointer), hint=hint)
 
 
 def _no_common_target(contracts: list[Contract], sink: DiagnosticSink) -> None:
@@ -295,5 +351,6 @@ def check_set(contracts: list[Contract], sink: DiagnosticSink, arch: str | None 
     env = check_geometry(contracts, sink)
     target = choose_target(contracts, arch, sink)
     if target:
+        check_features(contracts, target, sink)
         check_resources(contracts, target, env, sink)
     return target

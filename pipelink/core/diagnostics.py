@@ -76,7 +76,9 @@ CODES = _codes(
     Code("PL023", "warps do not add up", L, "threads.warps must equal the sum of the roles' warps"),
     Code("PL024", "warpgroup alignment", L,
          "a warpgroup-aligned role (or one using setmaxnreg) needs a multiple of 4 warps"),
-    Code("PL025", "invalid setmaxnreg", L, "setmaxnreg takes 24..256 in steps of 8 and needs the sm_90a target"),
+    Code("PL025", "invalid setmaxnreg", L,
+         "setmaxnreg takes 24..256 in steps of 8 and needs a target that has it (sm_90a, sm_100a): one the contract "
+         "lists, and the one checked, linked or built for (--arch sm_90a)"),
     Code("PL026", "barrier id out of range", L, "named barrier ids are 1..15 (0 is __syncthreads)"),
     Code("PL027", "bad barrier thread count", L, "a named barrier's thread count is a positive multiple of 32, "
          "at most the component's threads"),
@@ -314,6 +316,8 @@ CODES = _codes(
     Code("PL203", "walk that cannot keep a cluster's CTAs in step", L,
          "a component that declares a cluster needs every CTA of it to walk its tasks in step: a grid-stride tile "
          "walk, or a persistent schedule with static dispatch, and no wait on its own tasks"),
+    Code("PL204", "target without a feature the contract declares", L,
+         "a cluster or a tensor-map parameter needs sm_90 or later: check, link and build for such a target (--arch)"),
     # the runtime: raised by a loaded kernel (pipelink.load, Kernel.launch), as PipelinkRunError subclasses
     Code("PL195", "kernel argument does not fit its parameter", U,
          "pass what the kernel's manifest (K.json, `pipelink inspect K.cubin`) declares for the parameter: its "

@@ -28,6 +28,11 @@ class Target:
         return self.arch.rstrip("af")
 
     @property
+    def capability(self) -> int:
+        """sm_90a -> 90: thread-block clusters and tensor maps (the TMA) need 90 or more."""
+        return int(self.base[3:])
+
+    @property
     def free_barrier_ids(self) -> range:
         return range(1, self.named_barriers)
 
