@@ -59,8 +59,9 @@ def test_an_arch_without_griddepcontrol_is_pl165():
     spec = dataclasses.replace(load_pipeline(PIPELINES["rowsum"].path, sink), dependent_launch=True)
     r = resolve(comps, spec, sink)
     assert allocate(r, "sm_80", sink) is None and [d.code for d in sink.items] == ["PL165"]
-    sink = DiagnosticSink()
-    assert allocate(r, "sm_90", sink) is not None and not sink.items
+    for arch in ("sm_90", "sm_100", "sm_120a"):  # sm_100 and sm_120 had been read as 10 and 12: PL165
+        sink = DiagnosticSink()
+        assert allocate(r, arch, sink) is not None and not sink.items, arch
 
 
 def test_the_cli_flag(shipped_objects, tmp_path, capsys):

@@ -62,7 +62,9 @@ def _sm90(t: Target) -> bool:
 def features(c: Contract) -> list[Feature]:
     """What `c` declares that only some targets have: a role's setmaxnreg (the glue's instruction assembles for
     sm_90a and sm_100a only); a cluster (the glue's `__cluster_dims__`) and a tensor-map parameter (the driver has
-    tensor maps for compute capability 9.0 and later only): sm_90 and later."""
+    tensor maps for compute capability 9.0 and later only): sm_90 and later; the mbarriers the glue sets up for a
+    component (its declared mbarriers, the turns of a role's instances, the loader ring of a load entry): sm_90 and
+    later."""
     out = [Feature("PL025", f"{r.pointer_path}/setmaxnreg", f"role '{r.name}' of '{c.name}' uses setmaxnreg",
                    lambda t: t.setmaxnreg, "sm_90a and sm_100a have it")
            for r in c.threads.roles if r.setmaxnreg is not None]
@@ -71,7 +73,19 @@ def features(c: Contract) -> list[Feature]:
                            _sm90, "sm_90 and later have clusters"))
     out += [Feature("PL204", f"{p.pointer_path}/tensor_map", f"parameter '{p.name}' of '{c.name}' is a tensor map",
                     _sm90, "sm_90 and later have the TMA") for p in c.entry.params if p.tensor_map is not None]
+    # The glue sets up every mbarrier with fence.mbarrier_init and waits on it with mbarrier.try_wait: sm_90 on.
+    out += [Feature("PL205", m.pointer_path, f"the glue sets up mbarrier '{m.name}' of '{c.name}' with "
+                    "fence.mbarrier_init", _sm90, MBARRIER_GLUE) for m in c.barriers.mbarriers]
+    out += [Feature("PL205", f"{r.pointer_path}/instances", f"the {r.instances} instances of role '{r.name}' of "
+                    f"'{c.name}' take turns through mbarriers", _sm90, MBARRIER_GLUE)
+            for r in c.threads.roles if r.instances > 1]
+    if c.entry.load:
+        out.append(Feature("PL205", "/entry/load", f"the load entry of '{c.name}' fills the loader ring through "
+                           "mbarriers and cp.async.bulk", _sm90, MBARRIER_GLUE))
     return out
+
+
+MBARRIER_GLUE = "sm_90 and later have fence.mbarrier_init, mbarrier.try_wait and cp.async.bulk"
 
 
 def lacking(c: Contract, target: Target) -> list[Feature]:

@@ -318,6 +318,10 @@ CODES = _codes(
          "walk, or a persistent schedule with static dispatch, and no wait on its own tasks"),
     Code("PL204", "target without a feature the contract declares", L,
          "a cluster or a tensor-map parameter needs sm_90 or later: check, link and build for such a target (--arch)"),
+    Code("PL205", "mbarriers for a target before sm_90", L,
+         "the glue sets up mbarriers (a warp-specialized ring, a component's declared mbarriers, a role's instances, "
+         "the loader ring) with fence.mbarrier_init and waits with mbarrier.try_wait, both sm_90 and later: check, "
+         "link and build for such a target (--arch)"),
     # the runtime: raised by a loaded kernel (pipelink.load, Kernel.launch), as PipelinkRunError subclasses
     Code("PL195", "kernel argument does not fit its parameter", U,
          "pass what the kernel's manifest (K.json, `pipelink inspect K.cubin`) declares for the parameter: its "

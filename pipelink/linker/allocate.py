@@ -127,9 +127,11 @@ def _alias_calls(alloc: Allocation, first_of: dict[str, str]) -> None:
 
 def _allocate(r: Resolved, arch: str, sink: DiagnosticSink, held_words: int = 0) -> Allocation | None:
     target = TARGETS[arch]
-    if r.dependent_launch and int(arch[3:5]) < 90:
+    if r.dependent_launch and target.capability < 90:
         sink.error("PL165", f"the pipeline asks for programmatic dependent launch, which {arch} does not have",
                    hint="griddepcontrol is sm_90's: link for sm_90 or later, or drop dependent_launch")
+        return None
+    if not _ring_mbarriers_fit(r, arch, sink):
         return None
     steps = _steps(r)
     copies = {c.name: (r.roles.copies(c.contract) if r.roles is not None else 1) for c in r.components}
@@ -171,6 +173,22 @@ def _allocate(r: Resolved, arch: str, sink: DiagnosticSink, held_words: int = 0)
     else:
         _registers(r, alloc, target, sink)
     return None if sink.has_errors else alloc
+
+
+def _ring_mbarriers_fit(r: Resolved, arch: str, sink: DiagnosticSink) -> bool:
+    """A warp-specialized wire is a ring of full and empty mbarriers, which the glue sets up with
+    fence.mbarrier_init and waits on with mbarrier.try_wait: sm_90 and later (ptxas refuses both below). The
+    mbarriers a contract declares itself (its own, a role's instances, a load entry) are refused by check (PL205)."""
+    if TARGETS[arch].capability >= 90 or r.schedule != "warp_specialized" or not r.wires:
+        return True
+    for w in r.wires:
+        prod, cons = r.component(w.producer).contract, r.component(w.consumer).contract
+        sink.error("PL205", f"wire {w} is a ring of mbarriers in the warp-specialized schedule; the glue sets them up "
+                   f"with fence.mbarrier_init and waits with mbarrier.try_wait, which {arch} does not have (sm_90 "
+                   "and later have them)", prod.at(w.out_port.pointer_path), related=(cons.at(w.in_port.pointer_path),),
+                   hint="link for sm_90 or later (--arch, a target every contract lists), or use a schedule "
+                        "without rings (sequential)")
+    return False
 
 
 def _steps(r: Resolved) -> dict[str, int]:

@@ -1,0 +1,140 @@
+"""The glue sets up its mbarriers with fence.mbarrier_init and waits on them with mbarrier.try_wait, both sm_90 and
+later (ptxas refuses them for sm_80, sm_86, sm_89). A link that would need them for such a target is refused before
+anything is compiled (PL205), at what asks for them: a warp-specialized wire (a ring of mbarriers), a component's
+declared mbarriers, a role's instances (their turns), a load entry (the loader ring). A wire of the sequential
+schedule needs none, and links for sm_80."""
+import dataclasses
+import json
+
+import pytest
+
+from contract_factory import shipped_component
+from hopper_factory import component, mainloop
+from pipelink.cli import main
+from pipelink.core.checks import check_set
+from pipelink.core.diagnostics import DiagnosticSink
+from pipelink.core.pipeline import load_pipeline
+from pipelink.harness.shipped import shipped_pipelines
+from pipelink.linker.passes import LinkOptions, run_passes
+
+PIPELINES = {p.name: p for p in shipped_pipelines()}
+REPO = PIPELINES["ring_gemv"].path.parent.parent
+
+
+def also_sm80(c):
+    c["targets"]["archs"] = ["sm_80", "sm_90"]
+
+
+def errors(sink):
+    return [(d.code, d.location.file, d.location.pointer) for d in sink.items if d.severity == "error"]
+
+
+def check(components, arch=None):
+    sink = DiagnosticSink()
+    return check_set([c.contract for c in components], sink, arch), sink
+
+
+def small(name, **changes):
+    return component({"pipelink_contract": 1, "name": name, "version": "1.0.0", "entry": {"symbol": f"{name}_entry"},
+                      "targets": {"archs": ["sm_80", "sm_90"]}, "threads": {"warps": 4}, **changes})
+
+
+# --- what a contract declares: check (and so link and build) ----------------------------------------
+
+def test_declared_mbarriers_need_sm90():
+    c = small("mb", barriers={"mbarriers": [{"name": "full", "arrivals": 1, "count": 2}]})
+    target, sink = check([c])
+    assert (target, sink.items) == ("sm_90", [])  # unless told, the first target that has them
+    _, sink = check([c], "sm_80")
+    assert errors(sink) == [("PL205", "mb.json", "/barriers/mbarriers/0")]
+    assert sink.items[0].message == ("the glue sets up mbarrier 'full' of 'mb' with fence.mbarrier_init, which sm_80 "
+                                     "does not have (sm_90 and later have fence.mbarrier_init, mbarrier.try_wait and "
+                                     "cp.async.bulk)")
+    assert "--arch sm_90" in sink.items[0].effective_hint
+    assert not check([c], "sm_90")[1].items
+
+
+def test_the_instances_of_a_role_need_sm90():
+    def pingpong(c):
+        c["targets"]["archs"] = ["sm_86", "sm_90"]
+        c["params"] = c["params"][1:]  # no tensor map (PL204)
+        c["entries"] = [{"name": "mma", "symbol": "ml_mma", "role": "consumer", "params": ["acc", "K"]}]
+        c["smem"] = {}
+        c["threads"] = {"warps": 12, "roles": [{"name": "producer", "warps": 4},
+                                               {"name": "consumer", "warps": 4, "instances": 2}]}
+    ml = component(mainloop(pingpong))
+    assert check([ml])[0] == "sm_90"
+    _, sink = check([ml], "sm_86")
+    assert errors(sink) == [("PL205", "ml.json", "/threads/roles/1/instances")]
+    assert "the 2 instances of role 'consumer' of 'ml' take turns through mbarriers" in sink.items[0].message
+
+
+def test_a_load_entry_needs_sm90():
+    c = small("ld", entry={"symbol": "ld_entry", "load": "ld_load"}, loader={"slot_bytes": 1024, "slots": 1},
+              targets={"archs": ["sm_89", "sm_90"]})
+    _, sink = check([c], "sm_89")
+    assert errors(sink) == [("PL205", "ld.json", "/entry/load")]
+    assert "the load entry of 'ld' fills the loader ring" in sink.items[0].message
+
+
+# --- what the pipeline makes of the wires: the link ------------------------------------------------
+
+def link_ctx(arch, schedule=None, edit=also_sm80):
+    comps = [shipped_component(n, edit) for n in PIPELINES["ring_gemv"].components]
+    spec = load_pipeline(PIPELINES["ring_gemv"].path, DiagnosticSink())
+    if schedule:
+        spec = dataclasses.replace(spec, schedule=schedule)
+    return run_passes(options=LinkOptions(arch=arch, pipeline=spec, cache=False), components=comps, until="generate")
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_86", "sm_89"])
+def test_a_warp_specialized_ring_is_refused_below_sm90_before_the_glue(arch):
+    ctx = link_ctx(arch, edit=lambda c: c["targets"].update(archs=[arch, "sm_90"]))
+    assert errors(ctx.sink) == [("PL205", "ring_load.json", "/ports/1")] and ctx.glue is None
+    d = ctx.sink.items[0]
+    assert d.message.startswith("wire ring_load.tiles -> ring_dot.tiles is a ring of mbarriers in the "
+                                "warp-specialized schedule")
+    assert f"which {arch} does not have" in d.message
+    assert [(x.file, x.pointer) for x in d.related] == [("ring_dot.json", "/ports/0")]
+    assert "link for sm_90 or later" in d.effective_hint
+
+
+def test_the_ring_links_for_sm90_and_a_sequential_wire_for_sm80():
+    ctx = link_ctx("sm_90")
+    assert not ctx.sink.errors and "fence.mbarrier_init" not in ctx.glue and "mbarrier_init(" in ctx.glue
+    ctx = link_ctx("sm_80", "sequential")
+    assert not ctx.sink.errors, [d.render() for d in ctx.sink.items]
+    assert "mbarrier_init" not in ctx.glue
+
+
+# --- through the toolchain: it had failed in ptxas (PL074) ----------------------------------------
+
+@pytest.fixture(scope="module")
+def objects80(tmp_path_factory):
+    """ring_load and ring_dot built for sm_80 from their sources, their contracts listing sm_80 too."""
+    d = tmp_path_factory.mktemp("ring80")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PIPELINK_CACHE", "0")
+        for name in ("ring_load", "ring_dot"):
+            raw = json.loads((REPO / "contracts" / f"{name}.json").read_text())
+            raw["targets"]["archs"] = ["sm_80", "sm_90"]
+            (d / f"{name}.json").write_text(json.dumps(raw))
+            assert main(["build", str(REPO / "components" / name / f"{name}.cu"), "--contract", str(d / f"{name}.json"),
+                         "--arch", "sm_80", "-o", str(d / f"{name}.o")]) == 0
+    return d
+
+
+def test_link_of_the_ring_for_sm80_is_refused_without_a_toolchain_error(capsys, objects80, tmp_path, monkeypatch):
+    monkeypatch.setenv("PIPELINK_CACHE", "0")
+    capsys.readouterr()
+    argv = ["link", str(objects80 / "ring_load.o"), str(objects80 / "ring_dot.o"), "--pipeline",
+            str(PIPELINES["ring_gemv"].path), "--arch", "sm_80"]
+    assert main(argv + ["-o", str(tmp_path / "k.cubin")]) == 1
+    err = capsys.readouterr().err
+    assert "error[PL205]: wire ring_load.tiles -> ring_dot.tiles" in err
+    assert f"--> {objects80 / 'ring_load.o'}[.pipelink.contract], at /ports/1, component 'ring_load'" in err
+    assert "PL074" not in err and "ptxas" not in err
+    assert not (tmp_path / "k.cubin").exists()
+    # the sequential schedule's wire has no mbarriers: it links for sm_80
+    assert main(argv + ["--schedule", "sequential", "-o", str(tmp_path / "seq.cubin")]) == 0, capsys.readouterr().err
+    assert (tmp_path / "seq.cubin").exists()
