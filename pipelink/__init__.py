@@ -45,7 +45,7 @@ def __getattr__(name):
     if name == "PipelineSpec":
         from .core.pipeline import PipelineSpec
         return PipelineSpec
-    if name in ("PipelinkError", "PipelinkRunError", "PipelinkWarning"):
+    if name in ("PipelinkError", "PipelinkRunError", "PipelinkWarning", "PipelinkNote"):
         from .core import diagnostics as _diagnostics
         return getattr(_diagnostics, name)
     if name in ("CheckResult", "KernelImage"):

@@ -215,7 +215,8 @@ def build(source: str | os.PathLike, contract, output: str | os.PathLike, *, arc
     """`pipelink build`: compile `source` (a path) against `contract` (a path, bytes or a (name, bytes) pair)
     into `output`, with the contract embedded; returns the output's path. Writes nothing on failure and raises
     PipelinkError with the diagnostics. What `pipelink check` would warn of in the object is issued as a
-    `pipelink.PipelinkWarning` (Python's warnings module; `werror=True`: refused as an error, nothing written).
+    `pipelink.PipelinkWarning` (Python's warnings module; `werror=True`: refused as an error, nothing written), a
+    note (such as PL199) as a `pipelink.PipelinkNote` (the same way; `werror` leaves it be).
     `timeout_s`: a compile running longer is stopped (default: BuildOptions')."""
     from .authoring.builder import BuildOptions, build_component
     from .core.loader import load_contract_bytes
@@ -255,10 +256,11 @@ def build(source: str | os.PathLike, contract, output: str | os.PathLike, *, arc
                         check_object=check_objects)
     _raise_on_errors(sink)
     import warnings
-    from .core.diagnostics import PipelinkWarning
+    from .core.diagnostics import PipelinkNote, PipelinkWarning
+    said = {"warning": PipelinkWarning, "note": PipelinkNote}
     for d in sink.items:  # the CLI prints them; a caller of the API would otherwise never see them
-        if d.severity == "warning":
-            warnings.warn(PipelinkWarning(d), stacklevel=3)
+        if d.severity in said:
+            warnings.warn(said[d.severity](d), stacklevel=3)
     return Path(output)
 
 

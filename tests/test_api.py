@@ -393,3 +393,21 @@ def test_loading_a_kernel_on_a_device_that_is_no_ordinal_is_pl001_before_the_dri
     with pytest.raises(TypeError) as err:
         Kernel.load(b"", {}, device)
     assert err.value.diagnostics[0].code == "PL001"
+
+
+def test_build_issues_its_notes_through_warnings_as_it_does_its_warnings(tmp_path):
+    """seg_silu's contract lists sm_90 and sm_90a; built for sm_90 only, the build says (PL199, a note) that an sm_90a
+    link takes its sm_90 IR. The command prints it; the API had dropped it. It comes as a pipelink.PipelinkNote, not
+    a PipelinkWarning (werror=True leaves it be), again on a cached build."""
+    import warnings
+    contract = REPO / "contracts" / "seg_silu.json"
+    source = REPO / "components" / "seg_silu" / "seg_silu.cu"
+    for out, werror in (("a.o", False), ("b.o", True)):  # b.o: the build cache's copy of a.o's
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert pipelink.build(source, contract, tmp_path / out, archs=["sm_90"], werror=werror) == tmp_path / out
+        notes = [w.message for w in caught if isinstance(w.message, pipelink.PipelinkNote)]
+        assert [(m.diagnostic.code, m.diagnostic.severity) for m in notes] == [("PL199", "note")], out
+        assert "note[PL199]" in str(notes[0]) and "at /targets/archs/1" in str(notes[0])
+        assert not any(isinstance(w.message, pipelink.PipelinkWarning) for w in caught)
+        assert (tmp_path / out).is_file()

@@ -518,6 +518,16 @@ class PipelinkWarning(UserWarning):
         self.diagnostic = diagnostic
 
 
+class PipelinkNote(UserWarning):
+    """A note diagnostic of a call that returns no result to carry it (`pipelink.build`): what the call did where that
+    may not be what was meant, issued through Python's warnings module as warnings are; `diagnostic` is the
+    Diagnostic. Not a PipelinkWarning: `werror=True` (and a filter that makes PipelinkWarning an error) leaves it be."""
+
+    def __init__(self, diagnostic: Diagnostic):
+        super().__init__(diagnostic.render())
+        self.diagnostic = diagnostic
+
+
 class PipelinkRunError(PipelinkError):
     """A loaded kernel's failure at run time: one diagnostic of the class's code and no location (the message names
     the kernel, its parameter or call). `message` is the text alone, for callers who wrap it in one of their own."""
