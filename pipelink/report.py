@@ -14,7 +14,9 @@ def _tensor_map(t) -> dict:
 def _param(p) -> dict:
     return {"name": p.name, "dtype": p.dtype, "pointer": p.pointer, "const": p.const, "decl": p.c_decl(),
             "shape": None if p.shape is None else [str(e) for e in p.shape],
-            "tensor_map": None if p.tensor_map is None else _tensor_map(p.tensor_map)}
+            "tensor_map": None if p.tensor_map is None else _tensor_map(p.tensor_map),
+            # a written pointer: the const ones a call may bind to its tensor; a const one: the written ones naming it
+            "may_alias": list(p.may_alias), "aliased_by": list(p.aliased_by)}
 
 
 def _entry_point(c: Contract, e) -> dict:
@@ -137,6 +139,10 @@ def contract_text(c: Contract, indent: str = "  ") -> list[str]:
             t = p["tensor_map"]
             lines.append(f"{indent}tensormap {p['name']}: {p['dtype']}[{', '.join(t['shape'])}], box "
                          f"[{', '.join(t['box'])}], swizzle {t['swizzle']}, oob fill {t['oob_fill']}")
+    for p in s["params"]:
+        if p["may_alias"]:  # why the pair is declared without __restrict__
+            lines.append(f"{indent}may_alias {p['name']} may share a tensor with {', '.join(p['may_alias'])} (an "
+                         "in-place update): declared without __restrict__")
     lines += [f"{indent}targets   {', '.join(c.targets.archs)}  "
               + " ".join(f"{k}={'1' if v else '0'}" for k, v in s["compile_flags"].items()),
               f"{indent}threads   {_warps(c.threads.warps, c.threads.warps_expr)} warps: "

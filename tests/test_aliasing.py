@@ -243,3 +243,30 @@ def test_every_shipped_call_binds_tensors_the_contracts_allow():
             for contract_path in by_name[call.get("component", call["name"])]:
                 params = params_of(json.loads(contract_path.read_text()))
                 assert not undeclared_sharing(params, call.get("bind", {})), (path, call["name"], contract_path)
+
+
+# --- inspect shows the declaration --------------------------------------------------------------
+
+def test_inspect_shows_may_alias_in_text_and_json(tmp_path, capsys):
+    """The written parameter's may_alias had shown only as a missing __restrict__: the text says it, the JSON has it
+    on each parameter (a const one: aliased_by), in the entry and the entries form alike."""
+    from pipelink.cli import main
+    entries = dict(contract([]), params=copy.deepcopy(IN_PLACE),
+                   threads={"warps": 4, "roles": [{"name": "r", "warps": 4}]}, entries=[{"name": "work", "symbol": "scale_work", "role": "r", "params": ["x", "y", "N"]}])
+    del entries["entry"]
+    for raw, name in ((contract(IN_PLACE), "a.json"), (entries, "b.json")):
+        (tmp_path / name).write_text(json.dumps(raw))
+        assert main(["inspect", str(tmp_path / name)]) == 0
+        out = capsys.readouterr().out
+        assert "  may_alias y may share a tensor with x (an in-place update): declared without __restrict__" in out
+        assert main(["inspect", "--format", "json", str(tmp_path / name)]) == 0
+        params = json.loads(capsys.readouterr().out)["inputs"][0]["contract"]["params"]
+        assert [(p["name"], p["decl"], p["may_alias"], p["aliased_by"]) for p in params] == [
+            ("x", "const float* x", [], ["y"]), ("y", "float* y", ["x"], []), ("N", "int N", [], [])]
+    (tmp_path / "c.json").write_text(json.dumps(contract(APART)))
+    assert main(["inspect", str(tmp_path / "c.json")]) == 0
+    assert "  may_alias " not in capsys.readouterr().out
+    assert main(["inspect", "--format", "json", str(tmp_path / "c.json")]) == 0
+    params = json.loads(capsys.readouterr().out)["inputs"][0]["contract"]["params"]
+    assert [(p["decl"], p["may_alias"]) for p in params] == [("const float* __restrict__ x", []),
+                                                             ("float* __restrict__ y", []), ("int N", [])]

@@ -1006,7 +1006,7 @@ def test_inspect_json_carries_the_facts_of_the_entries_form(capsys, tmp_path):
     assert c["params"][0] == {"name": "a", "dtype": "bf16", "pointer": False, "const": False,
                               "decl": "const pl::TensorMap* a", "shape": None,
                               "tensor_map": {"shape": ["M", "K"], "box": ["TILE_M", "TILE_K"], "swizzle": "128B",
-                                             "oob_fill": "nan"}}
+                                             "oob_fill": "nan"}, "may_alias": [], "aliased_by": []}
     assert [(r["name"], r["warps"], r["instances"], r["setmaxnreg"]) for r in c["roles"]] == [
         ("producer", 4, 1, 40), ("consumer", 4, 2, 232)]
     assert c["register_pool"] == {"roles": [{"name": "producer", "warps": 4, "setmaxnreg": 40},
