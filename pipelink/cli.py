@@ -188,7 +188,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="persistent schedule: record every task (component, SM, when it starts, when its waits "
                           "are met, when it is done) in a ring of N records; Kernel.task_profile() reads them")
     lnk.add_argument("--name", help="the kernel's name (default: the pipeline's, or pipelink_fused)")
-    lnk.add_argument("--arch", type=_arch, help="the link target (default: the first target every component supports)")
+    lnk.add_argument("--arch", type=_arch, help="the link target (default: the first target every component supports "
+                     "that has what the components and the pipeline ask for, e.g. sm_90 for mbarrier rings)")
     lnk.add_argument("--map", metavar="FILE", type=_path, help="write the link map (- for stdout)")
     lnk.add_argument("--loops", action="store_true",
                      help="also link each component alone and compare its streaming loops with the same loops in "

@@ -2,7 +2,8 @@
 later (ptxas refuses them for sm_80, sm_86, sm_89). A link that would need them for such a target is refused before
 anything is compiled (PL205), at what asks for them: a warp-specialized wire (a ring of mbarriers), a component's
 declared mbarriers, a role's instances (their turns), a load entry (the loader ring). A wire of the sequential
-schedule needs none, and links for sm_80."""
+schedule needs none, and links for sm_80. Unless told a target, the link takes the first one that has what the
+pipeline asks for too (its rings, dependent launch), where the components share one."""
 import dataclasses
 import json
 
@@ -138,3 +139,95 @@ def test_link_of_the_ring_for_sm80_is_refused_without_a_toolchain_error(capsys, 
     # the sequential schedule's wire has no mbarriers: it links for sm_80
     assert main(argv + ["--schedule", "sequential", "-o", str(tmp_path / "seq.cubin")]) == 0, capsys.readouterr().err
     assert (tmp_path / "seq.cubin").exists()
+
+
+# --- unless told a target, the link takes one that has what the pipeline asks for too ------------
+
+def test_the_default_target_is_one_with_the_pipelines_rings():
+    """Contracts listing sm_80 and sm_90: the warp-specialized ring needs sm_90, so the link takes sm_90 (it had
+    taken sm_80, and refused the wire: PL205); told sm_80, it still refuses the wire there."""
+    ctx = link_ctx(None)
+    assert (ctx.target, errors(ctx.sink)) == ("sm_90", []) and "mbarrier_init(" in ctx.glue
+    assert errors(link_ctx("sm_80").sink) == [("PL205", "ring_load.json", "/ports/1")]
+
+
+def test_a_sequential_wire_keeps_the_first_target():
+    ctx = link_ctx(None, "sequential")
+    assert (ctx.target, errors(ctx.sink)) == ("sm_80", [])
+
+
+def test_dependent_launch_takes_sm90_unless_told():
+    comps = [shipped_component(n, also_sm80) for n in PIPELINES["ring_gemv"].components]
+    spec = dataclasses.replace(load_pipeline(PIPELINES["ring_gemv"].path, DiagnosticSink()), schedule="sequential",
+                               dependent_launch=True, given={"/dependent_launch": "--dependent-launch"})
+
+    def link(arch):
+        return run_passes(options=LinkOptions(arch=arch, pipeline=spec, cache=False), components=comps,
+                          until="generate")
+    ctx = link(None)
+    assert (ctx.target, errors(ctx.sink)) == ("sm_90", []) and "griddepcontrol.wait" in ctx.glue
+    assert [d.code for d in link("sm_80").sink.errors] == ["PL165"]
+
+
+def test_where_no_common_target_has_it_the_first_is_taken_and_the_wire_refused():
+    ctx = link_ctx(None, edit=lambda c: c["targets"].update(archs=["sm_80", "sm_86"]))
+    assert ctx.target == "sm_80" and errors(ctx.sink) == [("PL205", "ring_load.json", "/ports/1")]
+
+
+def test_what_the_components_declare_still_comes_first():
+    """The pipeline's needs narrow the contracts' choice, never widen it: setmaxnreg keeps sm_90a."""
+    from pipelink.core.checks import Need, default_target
+    ml = component(mainloop(lambda c: c["targets"].update(archs=["sm_90", "sm_90a"])))
+    rings = Need("a ring of mbarriers", lambda t: t.capability >= 90)
+    assert default_target([ml.contract], [rings]) == "sm_90a"
+    plain = small("plain")
+    assert default_target([plain.contract]) == "sm_80"
+    assert default_target([plain.contract], [rings]) == "sm_90"
+    assert default_target([plain.contract], [Need("nothing has it", lambda t: False)]) == "sm_80"
+    assert default_target([plain.contract, small("other", targets={"archs": ["sm_100"]}).contract]) is None
+
+
+def test_check_with_a_schedule_takes_the_pipelines_target(tmp_path, capsys):
+    files = []
+    for name in PIPELINES["ring_gemv"].components:
+        raw = json.loads((REPO / "contracts" / f"{name}.json").read_text())
+        also_sm80(raw)
+        (tmp_path / f"{name}.json").write_text(json.dumps(raw))
+        files.append(str(tmp_path / f"{name}.json"))
+    capsys.readouterr()
+    for extra, target in ((["--pipeline", str(PIPELINES["ring_gemv"].path)], "sm_90"),
+                          (["--schedule", "warp_specialized"], "sm_90"), (["--schedule", "sequential"], "sm_80")):
+        assert main(["check", *files, *extra, "--format", "json"]) == 0, capsys.readouterr()
+        assert json.loads(capsys.readouterr().out)["target"] == target, extra
+
+
+@pytest.fixture(scope="module")
+def objects_both(tmp_path_factory):
+    """ring_load and ring_dot built for every target their contracts list: sm_80 and sm_90."""
+    d = tmp_path_factory.mktemp("ring80_90")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PIPELINK_CACHE", "0")
+        for name in ("ring_load", "ring_dot"):
+            raw = json.loads((REPO / "contracts" / f"{name}.json").read_text())
+            also_sm80(raw)
+            (d / f"{name}.json").write_text(json.dumps(raw))
+            assert main(["build", str(REPO / "components" / name / f"{name}.cu"), "--contract", str(d / f"{name}.json"),
+                         "-o", str(d / f"{name}.o")]) == 0
+    return d
+
+
+def test_link_without_arch_takes_sm90_for_the_ring(capsys, objects_both, tmp_path, monkeypatch):
+    monkeypatch.setenv("PIPELINK_CACHE", "0")
+    argv = ["link", str(objects_both / "ring_load.o"), str(objects_both / "ring_dot.o"), "--pipeline",
+            str(PIPELINES["ring_gemv"].path), "--format", "json"]
+
+    def target(*extra, name):
+        capsys.readouterr()
+        assert main([*argv, *extra, "-o", str(tmp_path / f"{name}.cubin")]) == 0, capsys.readouterr().err
+        assert (tmp_path / f"{name}.cubin").exists()
+        return json.loads(capsys.readouterr().out)["manifest"]["target"]
+    assert target(name="ring") == "sm_90"
+    assert target("--schedule", "sequential", name="seq") == "sm_80"
+    # told a target, the link takes it: refused at the wire, as before
+    assert main([*argv, "--arch", "sm_80", "-o", str(tmp_path / "no.cubin")]) == 1
+    assert "PL205" in capsys.readouterr().out and not (tmp_path / "no.cubin").exists()

@@ -7,7 +7,7 @@ when the allocator shares every byte and warp it may) against the device limits.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from .diagnostics import DiagnosticSink
@@ -25,9 +25,10 @@ def common_targets(contracts: list[Contract]) -> list[str]:
     return out
 
 
-def choose_target(contracts: list[Contract], requested: str | None, sink: DiagnosticSink) -> str | None:
-    """The link target: the requested one, else the first common target (base archs before 'a') that has what
-    every component declares (setmaxnreg, clusters, tensor maps: `features`), else the first common target."""
+def choose_target(contracts: list[Contract], requested: str | None, sink: DiagnosticSink,
+                  needs: Sequence[Need] = ()) -> str | None:
+    """The link target: the requested one (never another: what it lacks is refused at the field), else
+    `default_target`'s choice."""
     common = common_targets(contracts)
     if requested:
         if requested not in TARGETS:
@@ -42,7 +43,26 @@ def choose_target(contracts: list[Contract], requested: str | None, sink: Diagno
     if not common:
         _no_common_target(contracts, sink)
         return None
-    return next((a for a in common if not any(lacking(c, TARGETS[a]) for c in contracts)), common[0])
+    return default_target(contracts, needs)
+
+
+@dataclass(frozen=True)
+class Need:
+    """Something the link asks of its target beyond what the contracts declare: the pipeline's (a warp-specialized
+    schedule's rings of mbarriers) or an option's (dependent launch). The allocator refuses it at its own field."""
+    what: str
+    has: Callable[[Target], bool]
+
+
+def default_target(contracts: list[Contract], needs: Sequence[Need] = ()) -> str | None:
+    """The target unless told one: the first common target (TARGETS order, base archs before 'a') that has what
+    every component declares (`features`) and what the link asks for besides (`needs`: the pipeline's, the
+    options'); else the first that has what the components declare; else the first common target (what it lacks
+    is then refused at the field). None where the components share no target."""
+    common = common_targets(contracts)
+    declared = [a for a in common if not any(lacking(c, TARGETS[a]) for c in contracts)]
+    return next((a for a in declared if all(n.has(TARGETS[a]) for n in needs)),
+                declared[0] if declared else common[0] if common else None)
 
 
 @dataclass(frozen=True)
@@ -355,15 +375,19 @@ def check_barriers(contracts: list[Contract], free_ids: int, sink: DiagnosticSin
                    f"{needed - len(owner)} to assign); only {free_ids} are free", contracts[0].at("/barriers"))
 
 
-def check_set(contracts: list[Contract], sink: DiagnosticSink, arch: str | None = None) -> str | None:
-    """Every set check; returns the chosen target arch (None if there is none)."""
+def check_set(contracts: list[Contract], sink: DiagnosticSink, arch: str | None = None,
+              needs: Callable[[], Sequence[Need]] | None = None) -> str | None:
+    """Every set check; returns the chosen target arch (None if there is none). `needs`: what the link asks of
+    its target beyond the contracts (the pipeline's, the options'), asked for only where no target is given and the
+    checks before the target's choice found nothing wrong."""
     if not contracts:
         return None
     check_names(contracts, sink)
     check_cluster(contracts, sink)
     check_flags(contracts, sink)
     env = check_geometry(contracts, sink)
-    target = choose_target(contracts, arch, sink)
+    asked = needs() if needs is not None and not arch and not sink.has_errors else ()
+    target = choose_target(contracts, arch, sink, asked)
     if target:
         check_features(contracts, target, sink)
         check_resources(contracts, target, env, sink)

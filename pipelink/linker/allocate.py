@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from ..core.checks import CAP_HINT, POOL_HINT, cap_over_role, misaligned_roles, register_pool
+from ..core.checks import CAP_HINT, POOL_HINT, Need, cap_over_role, misaligned_roles, register_pool
 from ..core.diagnostics import DiagnosticSink
 from ..core.model import DTYPE_BYTES
 from ..core.targets import TARGETS, residency
@@ -127,7 +127,7 @@ def _alias_calls(alloc: Allocation, first_of: dict[str, str]) -> None:
 
 def _allocate(r: Resolved, arch: str, sink: DiagnosticSink, held_words: int = 0) -> Allocation | None:
     target = TARGETS[arch]
-    if r.dependent_launch and target.capability < 90:
+    if DEPENDENT_LAUNCH in target_needs(r) and not DEPENDENT_LAUNCH.has(target):
         sink.error("PL165", f"the pipeline asks for programmatic dependent launch, which {arch} does not have",
                    hint="griddepcontrol is sm_90's: link for sm_90 or later, or drop dependent_launch")
         return None
@@ -175,11 +175,29 @@ def _allocate(r: Resolved, arch: str, sink: DiagnosticSink, held_words: int = 0)
     return None if sink.has_errors else alloc
 
 
+def _sm90(t) -> bool:
+    return t.capability >= 90
+
+
+DEPENDENT_LAUNCH = Need("programmatic dependent launch (griddepcontrol)", _sm90)
+RINGS = Need("the warp-specialized schedule's rings of mbarriers (fence.mbarrier_init, mbarrier.try_wait)", _sm90)
+
+
+def target_needs(r: Resolved) -> list[Need]:
+    """What the resolved pipeline (its schedule, its settings, the link's options) asks of the target beyond what its
+    contracts declare, each refused here for a target without it: dependent launch (PL165) and a warp-specialized
+    schedule's wires (PL205), sm_90 and later. The loader ring comes with a load entry, which its contract declares
+    (checks.features). The target unless told one has these too where a target the components share has them
+    (checks.default_target)."""
+    asked = ((DEPENDENT_LAUNCH, r.dependent_launch), (RINGS, r.schedule == "warp_specialized" and bool(r.wires)))
+    return [need for need, on in asked if on]
+
+
 def _ring_mbarriers_fit(r: Resolved, arch: str, sink: DiagnosticSink) -> bool:
     """A warp-specialized wire is a ring of full and empty mbarriers, which the glue sets up with
     fence.mbarrier_init and waits on with mbarrier.try_wait: sm_90 and later (ptxas refuses both below). The
     mbarriers a contract declares itself (its own, a role's instances, a load entry) are refused by check (PL205)."""
-    if TARGETS[arch].capability >= 90 or r.schedule != "warp_specialized" or not r.wires:
+    if RINGS not in target_needs(r) or RINGS.has(TARGETS[arch]):
         return True
     for w in r.wires:
         prod, cons = r.component(w.producer).contract, r.component(w.consumer).contract

@@ -38,7 +38,7 @@ if TYPE_CHECKING:  # the passes import their modules when they run: a cache hit 
 class LinkOptions:
     """What to link and how. Frozen, and the link cache keys on every field but the ones marked NOT_IN_KEY."""
 
-    arch: str | None = None              # None: the first target every component supports
+    arch: str | None = None              # None: checks.default_target (the components' and the pipeline's needs)
     pipeline: PipelineSpec = field(default_factory=PipelineSpec)
     monolithic: bool = False             # also generate the one-unit control source
     optimize: bool = True
@@ -82,6 +82,8 @@ class LinkContext:
     timings: list[tuple[str, float]] = field(default_factory=list)
     cache_hit: bool = False              # no pass ran: resolved, allocation, ... stay None
     extra: tuple[str, ...] = ()          # the optional passes this run includes
+    until: str | None = None             # the last pass this run runs (None: all)
+    resolved_early: tuple | None = None  # (Resolved or None, its diagnostics): resolved for the target's choice
 
 
 def pass_read(ctx: LinkContext) -> None:
@@ -92,11 +94,32 @@ def pass_read(ctx: LinkContext) -> None:
 def pass_check(ctx: LinkContext) -> None:
     from ..core.checks import check_set
     from .collect import verify_object
-    ctx.target = check_set([c.contract for c in ctx.components], ctx.sink, ctx.options.arch)
+    needs = _pipeline_needs(ctx) if _runs(ctx, "resolve") else None  # a set checked alone has no pipeline
+    ctx.target = check_set([c.contract for c in ctx.components], ctx.sink, ctx.options.arch, needs)
     if ctx.target and not ctx.sink.has_errors:
         for comp in ctx.components:
             if comp.obj is not None:  # a bare contract is checked without its code
                 verify_object(comp, ctx.target, ctx.sink)
+
+
+def _runs(ctx: LinkContext, name: str) -> bool:
+    """Whether this run gets as far as pass `name`."""
+    names = [n for n, _ in PASSES]
+    return ctx.until is None or names.index(ctx.until) >= names.index(name)
+
+
+def _pipeline_needs(ctx: LinkContext):
+    """What the pipeline (its schedule, its settings, the link's options) asks of the target, for the choice of
+    one where none is given (checks.default_target): the pipeline resolved ahead of its pass, which resolve allows
+    (it does not depend on the target), and kept for that pass."""
+    def needs():
+        from .allocate import target_needs
+        from .resolve import resolve
+        found = DiagnosticSink()
+        resolved = resolve(ctx.components, ctx.options.pipeline, found)
+        ctx.resolved_early = (resolved, found)
+        return target_needs(resolved) if resolved is not None else []
+    return needs
 
 
 def pass_conform(ctx: LinkContext) -> None:
@@ -130,6 +153,10 @@ def pass_probe(ctx: LinkContext) -> None:
 
 
 def pass_resolve(ctx: LinkContext) -> None:
+    if ctx.resolved_early is not None:  # resolved for the choice of the target (pass_check): the same result
+        ctx.resolved, found = ctx.resolved_early
+        ctx.sink.extend(found.items)
+        return
     from .resolve import resolve
     ctx.resolved = resolve(ctx.components, ctx.options.pipeline, ctx.sink)
 
@@ -363,7 +390,7 @@ def run_passes(inputs: list[str | NamedBytes] = (), options: LinkOptions | None 
     if unknown:
         raise ValueError(f"no pass named {', '.join(map(repr, unknown))}; the passes: {', '.join(names)}")
     extra = tuple(dict.fromkeys([*extra, *([until] if until in OPTIONAL else [])]))
-    ctx = LinkContext(list(inputs), options or LinkOptions(), extra=extra)
+    ctx = LinkContext(list(inputs), options or LinkOptions(), extra=extra, until=until)
     spec = checked_spec(ctx.options.pipeline, ctx.sink)
     if spec is None:
         return ctx
