@@ -1,8 +1,9 @@
 """A component that declares a thread-block cluster walks its tiles in step with its cluster's other CTAs: a tile
 count of whole clusters (PL202, on sampled shapes; the launcher checks each launch's), a walk that keeps step
 (PL203: not blocked tiles, not dynamic dispatch, no wait on its own tasks), `deal: continue` moving on in whole
-clusters. CPU only: contracts read bare, the link's passes short of compiling (one compiles the glue with
-NVRTC, one builds and links a component that syncs its cluster). The launcher's refusal is in
+clusters; code that executes the cluster barrier only where every thread of the block runs it (PL206: the probe
+reads it from the SASS). CPU only: contracts read bare, the link's passes short of compiling (one compiles the glue
+with NVRTC; components that sync their cluster are built and probed with the pinned toolchain). The launcher's refusal is in
 tests/test_launch.py, stream-K's in tests/test_stream_k.py, the kernels on a GPU in tests/test_gpu.py."""
 from __future__ import annotations
 
@@ -55,9 +56,9 @@ def rowsum(load=None, rowsum_=None):
             shipped_component("block_rowsum", rowsum_)]
 
 
-def passes(comps, until="generate", **spec):
+def passes(comps, until="generate", extra=(), **spec):
     return run_passes(options=LinkOptions(arch=spec.pop("arch", "sm_90"), pipeline=PipelineSpec(name="k", **spec),
-                                          cache=False), components=comps, until=until)
+                                          cache=False), components=comps, until=until, extra=extra)
 
 
 def errors(ctx):
@@ -418,3 +419,205 @@ def test_the_probe_compiles_a_clustered_component_in_clusters(tmp_path):
     linked = pipelink.link([obj], pipeline={"pipeline": 1, "name": "swap_seq"})
     assert linked.ok and linked.manifest.cluster_tiles == {"cluster_swap": "(ceil_div(T, 2) * 2)"}
     assert linked.manifest.resources.named_barriers in (None, 1)  # the glue's __syncthreads only
+
+
+# --- the cluster barrier meets every thread of the block (PL206) ---------------------------------------------
+
+# cluster_swap's cluster barrier written with cooperative groups, and a component that declares the cluster and
+# meets it through distributed shared memory alone (a store to its peer's shared memory, then its own flag),
+# without the cluster barrier.
+CG_SYNC_SRC = r"""
+#include "cg_sync.pipelink.h"
+#include <cooperative_groups.h>
+using namespace pl::cg_sync;
+
+extern "C" __device__ void cg_sync(pl::Tile tile, int* __restrict__ out, int T) {
+  cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+  cluster.sync();
+  if (thread_rank() == 0 && tile.linear < T) out[tile.linear] = (int)cluster.block_rank();
+}
+"""
+
+CLUSTER_PUT_SRC = r"""
+#include "cluster_put.pipelink.h"
+using namespace pl::cluster_put;
+
+extern "C" __device__ void cluster_put(pl::Tile tile, int* __restrict__ out, int T) {
+  unsigned rank, theirs, box = (unsigned)__cvta_generic_to_shared(smem_box<unsigned>());
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+  if (thread_rank() == 0) {
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(theirs) : "r"(box), "r"(rank ^ 1u));
+    asm volatile("st.release.cluster.shared::cluster.u32 [%0], %1;" :: "r"(theirs), "r"((unsigned)tile.linear + 1u)
+                 : "memory");
+    if (tile.linear < T) out[tile.linear] = (int)rank;
+  }
+}
+"""
+
+
+def _contract(name, warps=4, cluster=True, smem=True):
+    c = json.loads(json.dumps(CLUSTER_SWAP))
+    c.update(name=name, threads={"warps": warps})
+    c["entry"]["symbol"] = name
+    if not cluster:
+        c.pop("cluster")
+    if not smem:
+        c.pop("smem")
+    return c
+
+
+@pytest.fixture(scope="module")
+def cluster_objects(tmp_path_factory):
+    """Objects built with the pinned toolchain (no GPU): name -> path."""
+    import pipelink
+    tmp = tmp_path_factory.mktemp("clusterbar")
+    wide_src = TICK_SRC.replace("tick", "wide_tick")
+    wide = dict(json.loads(json.dumps(TICK)), name="wide_tick", threads={"warps": 8})
+    wide["entry"]["symbol"] = "wide_tick"
+    # a component that walks cluster_swap's tiles (a warp-specialized kernel's components walk the same)
+    peer_src = TICK_SRC.replace("tick", "peer").replace("int U", "int T")
+    peer = dict(json.loads(json.dumps(TICK)), name="peer", geometry=CLUSTER_SWAP["geometry"])
+    peer["entry"] = {"symbol": "peer", "params": [{"name": "marks", "dtype": "i32", "pointer": True},
+                                                  {"name": "T", "dtype": "i32"}]}
+    out = {}
+    for name, src, contract in (("cluster_swap", CLUSTER_SWAP_SRC, CLUSTER_SWAP), ("tick", TICK_SRC, TICK),
+                                ("wide_tick", wide_src, wide), ("peer", peer_src, peer),
+                                ("cg_sync", CG_SYNC_SRC, _contract("cg_sync", smem=False)),
+                                ("cluster_put", CLUSTER_PUT_SRC, _contract("cluster_put"))):
+        (tmp / f"{name}.cu").write_text(src)
+        out[name] = pipelink.build(tmp / f"{name}.cu", json.dumps(contract).encode(), tmp / f"{name}.o")
+    return out
+
+
+def read(objects, *names):
+    from pipelink.core.diagnostics import DiagnosticSink
+    from pipelink.linker.collect import read_components
+    sink = DiagnosticSink()
+    comps = read_components([str(objects[n]) for n in names], sink)
+    assert not sink.errors, [d.render() for d in sink.items]
+    return comps
+
+
+def where(location):
+    return Path(location.file or "").name, location.pointer
+
+
+def calls(*names, **spec):
+    return dict(dict(dispatch="static", calls=[{"name": n, "component": n} for n in names]), **spec)
+
+
+def test_the_probe_reads_the_cluster_barrier_from_the_sass(cluster_objects):
+    """barrier.cluster.arrive / wait and cooperative groups' cluster sync are UCGABAR_ARV and UCGABAR_WAIT in the
+    SASS; the error barrier before a cluster-scope release (CGAERRBAR) is not the barrier. The build's record says
+    it, and the link reads it from there."""
+    from pipelink.authoring.conformance import recorded_usage, sass_cluster_barrier
+    assert sass_cluster_barrier("        /*0100*/                   UCGABAR_ARV ;\n")
+    assert sass_cluster_barrier("        /*0110*/                   UCGABAR_WAIT ;\n")
+    assert not sass_cluster_barrier("        /*00f0*/                   CGAERRBAR ;\n        BAR.SYNC 0x0 ;\n")
+    comps = read(cluster_objects, "cluster_swap", "cg_sync", "cluster_put", "tick", "peer")
+    found = {c.name: recorded_usage(c.contract, c.obj, "sm_90")[0].cluster_barrier for c in comps}
+    assert found == {"cluster_swap": True, "cg_sync": True, "cluster_put": False, "tick": False, "peer": False}
+    assert all(json.loads(c.obj.embedded_usage)["usage"] == 2 for c in comps)
+
+
+def test_a_cluster_barrier_on_a_block_of_its_warps_alone_links(cluster_objects):
+    """Alone (sequential), and in a persistent kernel beside another component of as many warps: every thread of
+    the block runs the component's code, so every one arrives."""
+    for name in ("cluster_swap", "cg_sync"):
+        ctx = passes(read(cluster_objects, name), until="clusters")
+        assert not ctx.sink.errors, [d.render() for d in ctx.sink.items]
+        assert ctx.usage[name].cluster_barrier
+    ctx = passes(read(cluster_objects, "tick", "cluster_swap"), until="allocate", **calls("tick", "cluster_swap"))
+    assert not ctx.sink.errors, [d.render() for d in ctx.sink.items]
+    assert ctx.allocation.block_warps == 4
+
+
+def test_a_cluster_barrier_beside_a_wider_component_is_refused(cluster_objects, capsys, tmp_path):
+    """wide_tick (8 warps) makes the block 8 warps; cluster_swap's entry runs on the first 4, the others wait at
+    the block barrier after it and never arrive at the cluster's: PL206 at cluster_swap's threads, the object and
+    what widens the block beside it. `pipelink check --pipeline` says the same."""
+    for name in ("cluster_swap", "cg_sync"):
+        ctx = passes(read(cluster_objects, "wide_tick", name), until="clusters", **calls("wide_tick", name))
+        assert errors(ctx) == [("PL206", f"{name}.o[.pipelink.contract]", "/threads", None)], \
+            [d.render() for d in ctx.sink.items]
+        d = ctx.sink.errors[0]
+        assert f"'{name}' executes the cluster barrier" in d.message
+        assert "4 warps past its 4 (the block has 8 compute warps for 'wide_tick')" in d.message
+        assert [where(x) for x in d.related] == [(f"{name}.o", None), ("<PipelineSpec>", "/calls/1"),
+                                                 ("wide_tick.o[.pipelink.contract]", "/threads/warps")]
+        assert "mbarriers in shared or distributed shared memory" in d.effective_hint
+        assert "own arrival count (128 threads a CTA)" in d.effective_hint
+    pipeline = tmp_path / "p.json"  # check's probe finds the same, without the build's record
+    pipeline.write_text(json.dumps({"pipeline": 1, "name": "k", **calls("wide_tick", "cluster_swap")}))
+    code, _, err = cli(capsys, "check", cluster_objects["wide_tick"], cluster_objects["cluster_swap"], "--pipeline",
+                       pipeline)
+    assert code == 1 and "error[PL206]: 'cluster_swap' executes the cluster barrier" in err, err
+    ctx = passes(read(cluster_objects, "wide_tick", "cluster_swap"), until="clusters", extra=("probe",),
+                 **calls("wide_tick", "cluster_swap"))
+    assert [e[0] for e in errors(ctx)] == ["PL206"] and ctx.usage["cluster_swap"].cluster_barrier
+
+
+def test_a_cluster_barrier_in_a_warp_specialized_kernel_is_refused(cluster_objects):
+    """Each component runs on its own warps at once: peer's never run cluster_swap's code."""
+    ctx = passes(read(cluster_objects, "cluster_swap", "peer"), until="clusters", schedule="warp_specialized")
+    assert errors(ctx) == [("PL206", "cluster_swap.o[.pipelink.contract]", "/threads", None)], \
+        [d.render() for d in ctx.sink.items]
+    d = ctx.sink.errors[0]
+    assert "the warps of 'peer' (4 warps), which run their own tile loop at the same time" in d.message
+    assert [where(x) for x in d.related] == [("cluster_swap.o", None), ("peer.o[.pipelink.contract]", "/threads"),
+                                             ("", "/schedule")]  # the pipeline's field
+
+
+def test_a_clustered_component_without_the_cluster_barrier_links_anywhere(cluster_objects):
+    """cluster_put declares the cluster and meets its peer through distributed shared memory only: beside a wider
+    component, or in a warp-specialized kernel, nothing waits for warps that never arrive."""
+    ctx = passes(read(cluster_objects, "wide_tick", "cluster_put"), until="clusters", **calls("wide_tick", "cluster_put"))
+    assert not ctx.sink.errors, [d.render() for d in ctx.sink.items]
+    assert not ctx.usage["cluster_put"].cluster_barrier
+    ctx = passes(read(cluster_objects, "cluster_put", "peer"), until="clusters", schedule="warp_specialized")
+    assert not ctx.sink.errors, [d.render() for d in ctx.sink.items]
+
+
+def test_a_cluster_barrier_beside_a_loader_warp_is_refused(cluster_objects):
+    """A load entry puts a loader warp after the compute warps; it walks the tasks ahead on its own."""
+    from hopper_factory import component as bare
+    loader = bare({"pipelink_contract": 1, "name": "ld", "version": "1.0.0",
+                   "entry": {"symbol": "ld_entry", "load": "ld_load",
+                             "params": [{"name": "marks", "dtype": "i32", "pointer": True}, {"name": "T", "dtype": "i32"}]},
+                   "targets": {"archs": ["sm_90"]}, "threads": {"warps": 4},
+                   "loader": {"slot_bytes": 1024, "slots": 1},
+                   "geometry": {"tile_sequence": {"grid": ["T"], "order": "row_major", "distribution": "grid_stride"}}})
+    comps = [loader] + read(cluster_objects, "cluster_swap")
+    ctx = passes(comps, until="clusters", **calls("ld", "cluster_swap"))
+    assert errors(ctx) == [("PL206", "cluster_swap.o[.pipelink.contract]", "/threads", None)], \
+        [d.render() for d in ctx.sink.items]
+    d = ctx.sink.errors[0]
+    assert "the loader warp, which walks the CTA's tasks ahead on its own (load entries of 'ld')" in d.message
+    assert ("ld.json", "/entry/load") in [where(x) for x in d.related]
+
+
+def test_a_cluster_barrier_in_a_role_structured_kernel():
+    """The mainloop's roles are every role group (the epilogue joins its consumer's): its cluster barrier meets
+    every warp. The epilogue's runs on the consumer group only, and the producer's warps never arrive."""
+    from pipelink.authoring.conformance import Usage
+    from pipelink.core.diagnostics import DiagnosticSink
+    from pipelink.linker.clusters import check_cluster_barriers
+
+    def pad(c):
+        c["cluster"] = {"dims": [2]}
+        c["geometry"]["tile_sequence"]["grid"][0] = PADDED
+    spec = PipelineSpec(name="k")
+    ctx = run_passes(options=LinkOptions(arch="sm_90a", pipeline=spec, cache=False),
+                     components=[component(mainloop(pad)), component(epilogue())], until="clusters")
+    assert not ctx.sink.errors
+
+    def refused(name):
+        sink = DiagnosticSink()
+        usage = Usage(16, 0, 0, frozenset(), False, (), cluster_barrier=True)
+        check_cluster_barriers(ctx.resolved, {name: usage}, spec, sink)
+        return sink.errors
+    assert refused("ml") == []
+    (d,) = refused("epi")
+    assert d.code == "PL206" and where(d.location) == ("epi.json", "/threads")
+    assert "the warps of role group ml.producer (4 warps)" in d.message
+    assert [where(x) for x in d.related] == [("ml.json", "/threads/roles/0")]

@@ -16,6 +16,12 @@ static shared memory, calls), and its SASS (the pinned nvdisasm) which barrier i
   - barrier 0 (`__syncthreads`) without threads.uses_syncthreads  error   PL143
   - local memory (stack, spills)                                 warning PL144
   - calls LTO did not inline                                     warning PL145
+
+It also records what only the link can judge: whether the code executes the cluster-wide barrier
+(`barrier.cluster.arrive` / `wait`, `cooperative_groups::this_cluster().sync()`: UCGABAR_ARV and
+UCGABAR_WAIT in the SASS), which waits for every thread of the cluster that has not exited. Alone, in
+a block of its own warps, that is the component's own threads; the link refuses it where the fused block
+has threads that do not run the component's code (PL206, linker/clusters.py).
 """
 from __future__ import annotations
 
@@ -44,6 +50,7 @@ class Usage:
     barrier_ids: frozenset[int]     # immediate ids of BAR.SYNC / BAR.ARV / BAR.RED
     computed_barrier_ids: bool      # a barrier instruction whose id is a register
     callees: tuple[str, ...]        # functions still called after LTO
+    cluster_barrier: bool = False   # executes barrier.cluster (UCGABAR_ARV / UCGABAR_WAIT)
 
 
 @dataclass(frozen=True)
@@ -206,6 +213,17 @@ def sass_barriers(sass: str) -> tuple[frozenset[int], bool]:
     return frozenset(ids), computed
 
 
+# barrier.cluster.arrive (.release, .relaxed, .aligned or not) and barrier.cluster.wait, which
+# cooperative_groups' cluster sync and barrier_arrive / barrier_wait use too: sm_90 and sm_100 print them as
+# `UCGABAR_ARV` and `UCGABAR_WAIT` (not CGAERRBAR, the error barrier a cluster-scope fence has before it).
+_CLUSTER_BARRIER = re.compile(r"\bU?CGABAR_(?:ARV|WAIT)\w*")
+
+
+def sass_cluster_barrier(sass: str) -> bool:
+    """Whether SASS text executes the cluster-wide barrier (arrive or wait)."""
+    return _CLUSTER_BARRIER.search(sass) is not None
+
+
 _LABEL = re.compile(r"^(\.L_x_\d+):", re.M)
 _BRANCH = re.compile(r"BRA `\((\.L_x_\d+)\)")
 # What makes a loop stream: cp.async, tensor-core MMA (mma.sync, wgmma), 16- or 8-byte global loads.
@@ -298,7 +316,7 @@ def usage_of(cubin: bytes, sass: str) -> Usage:
     callees = tuple(n.removeprefix(f"${PROBE_KERNEL}$") for n in info.subroutines
                     if not n.startswith(MATH_SUBROUTINE)) if info.calls else ()
     return Usage(info.registers, info.frame_bytes + info.max_stack_bytes, info.static_smem_bytes, ids, computed,
-                 callees)
+                 callees, sass_cluster_barrier(sass))
 
 
 @dataclass(frozen=True)
@@ -403,7 +421,7 @@ def compare(c: Contract, obj_path: str, usage: Usage, assigned: dict[str, int], 
 # the link holds every object against its contract as `check` would, without linking it alone again. A record names
 # the contract it was made for and the device code it read: a copy that does not match is not used.
 
-RECORD_VERSION = 1
+RECORD_VERSION = 2  # 2: cluster_barrier (a record of 1 lacks it: the link probes such an object)
 
 
 def _fatbin_digest(obj) -> str:
@@ -415,14 +433,14 @@ def _usage_doc(usage: Usage, assigned: dict[str, int]) -> dict:
     """What a probe found, as JSON: the build's record (by target) and the link's probe cache hold this form."""
     return {"registers": usage.registers, "local_bytes": usage.local_bytes, "static_smem_bytes": usage.static_smem_bytes,
             "barrier_ids": sorted(usage.barrier_ids), "computed_barrier_ids": usage.computed_barrier_ids,
-            "callees": list(usage.callees), "assigned": assigned}
+            "callees": list(usage.callees), "cluster_barrier": usage.cluster_barrier, "assigned": assigned}
 
 
 def _usage_from_doc(u: dict) -> tuple[Usage, dict[str, int]]:
     """_usage_doc's value read back; KeyError, TypeError, ValueError or AttributeError for one that is not."""
     usage = Usage(int(u["registers"]), int(u["local_bytes"]), int(u["static_smem_bytes"]),
                   frozenset(int(i) for i in u["barrier_ids"]), bool(u["computed_barrier_ids"]),
-                  tuple(str(n) for n in u["callees"]))
+                  tuple(str(n) for n in u["callees"]), bool(u["cluster_barrier"]))
     return usage, {str(k): int(v) for k, v in u["assigned"].items()}
 
 

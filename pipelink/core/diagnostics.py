@@ -322,6 +322,11 @@ CODES = _codes(
          "the glue sets up mbarriers (a warp-specialized ring, a component's declared mbarriers, a role's instances, "
          "the loader ring) with fence.mbarrier_init and waits with mbarrier.try_wait, both sm_90 and later: check, "
          "link and build for such a target (--arch)"),
+    Code("PL206", "cluster barrier with threads that do not run the component", L,
+         "barrier.cluster waits for every thread of the cluster that has not exited: meet the cluster's other CTAs "
+         "through mbarriers in shared or distributed shared memory with the component's own arrival count, or link "
+         "the component where every warp of the block runs its code (no loader warp, no wider or concurrent "
+         "component, no other role group)"),
     # the runtime: raised by a loaded kernel (pipelink.load, Kernel.launch), as PipelinkRunError subclasses
     Code("PL195", "kernel argument does not fit its parameter", U,
          "pass what the kernel's manifest (K.json, `pipelink inspect K.cubin`) declares for the parameter: its "

@@ -21,14 +21,31 @@ trips. So:
   split reduction is split into equal pieces or not at all, never stream-K's uneven shares (runtime/streamk.py).
 
 Components that do not declare the cluster do not meet their cluster: in a persistent kernel their calls walk as
-before. Pure: the resolved link in, diagnostics out.
+before.
+
+The cluster barrier (`barrier.cluster.arrive` / `wait`, cooperative_groups' `this_cluster().sync()`) waits for every
+thread of every CTA of the cluster that has not exited, whoever declares what. Alone, in a block of its own warps,
+a component's barrier meets its own threads; fused, it meets every thread of the block. So code that executes it
+(what the conformance probe reads from its SASS: UCGABAR_ARV / UCGABAR_WAIT) is refused where the fused block has
+threads that do not run the component's code at the same points (`cluster_barrier_strangers`, PL206):
+
+- sequential and persistent schedules: a loader warp (it walks the tasks ahead, on its own), or a block wider than
+  the component (a wider component sets it; the warps past the component's skip its entry and wait at the glue's
+  block barrier);
+- warp-specialized: any other component (its warps run their own loop at the same time);
+- role-structured: any role group without one of the component's roles (its warps run their own entries). The
+  probe reads the component's code as a whole, so a cluster barrier in any of its entries counts, the per-CTA
+  `*` entries' too.
+
+Warps that exit (the role-structured glue's alignment gaps) do not count. Pure: the resolved link (and what each
+object's code uses) in, diagnostics out.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 
-from ..core.diagnostics import DiagnosticSink
+from ..core.diagnostics import DiagnosticSink, Location
 from ..core.expr import Expr, ExprError
 from ..core.loader import DISTRIBUTED_NAMES as DISTRIBUTED
 from ..core.pipeline import PipelineSpec
@@ -189,6 +206,87 @@ def check_cluster_walks(r: Resolved, spec: PipelineSpec, sink: DiagnosticSink) -
                           "fill), stores predicated, as CUTLASS does")
 
 
+@dataclass(frozen=True)
+class Strangers:
+    """Threads of the fused block that do not run a component's code at the points it runs the cluster barrier."""
+
+    what: str                        # what they are, in words
+    related: tuple[Location, ...]    # what puts them in the block
+
+
+def cluster_barrier_strangers(r: Resolved, name: str) -> Strangers | None:
+    """The threads of the fused block that never arrive at the cluster barrier of component (call) `name` where it
+    arrives; None where every thread of the block runs its code (a block of its warps alone)."""
+    c = r.component(name)
+    if r.roles is not None:
+        others = [g for g in r.roles.groups if all(m.component != name for m in g.members)]
+        if not others:
+            return None
+        related = []
+        for g in others:
+            owner = r.component(g.members[0].component).contract
+            role = next((x for x in owner.threads.roles if x.name == g.members[0].role), None)
+            related.append(owner.at(role.pointer_path if role is not None else "/threads"))
+        groups = ", ".join(f"{g.name} ({g.warps * g.instances} warp{'s' if g.warps * g.instances != 1 else ''})"
+                           for g in others)
+        return Strangers(f"the warps of role group{'s' if len(others) > 1 else ''} {groups}, which run their own "
+                         "entries and none of this component's", tuple(related))
+    if r.schedule == "warp_specialized":
+        others = [o for o in r.components if o.name != name]
+        if not others:
+            return None
+        names = ", ".join(f"'{o.name}' ({o.contract.threads.warps} warps)" for o in others)
+        return Strangers(f"the warps of {names}, which run their own tile loop at the same time (warp-specialized)",
+                         tuple(o.contract.at("/threads") for o in others))
+    found, related = [], []
+    if r.loader is not None:
+        loading = [r.component(n) for n in r.loader.components]
+        found.append("the loader warp, which walks the CTA's tasks ahead on its own (load entries of "
+                     + ", ".join(f"'{o.name}'" for o in loading) + ")")
+        related += [o.contract.at("/entry/load") for o in loading[:1]]
+    warps = c.contract.threads.warps
+    widest = max(r.components, key=lambda o: o.contract.threads.warps)
+    if widest.contract.threads.warps > warps:
+        extra = widest.contract.threads.warps - warps
+        found.append(f"{extra} warp{'s' if extra > 1 else ''} past its {warps} (the block has "
+                     f"{widest.contract.threads.warps} compute warps for '{widest.name}'), which skip its entry and "
+                     "wait at the block barrier after it")
+        related.append(widest.contract.at("/threads/warps"))
+    if not found:
+        return None
+    return Strangers(" and ".join(found), tuple(related))
+
+
+def check_cluster_barriers(r: Resolved, usage: dict, spec: PipelineSpec, sink: DiagnosticSink) -> None:
+    """PL206 for each component whose code executes the cluster barrier (`usage`: code name -> conformance Usage)
+    where threads of the fused block do not run its code (`cluster_barrier_strangers`)."""
+    seen = set()
+    for c in r.components:
+        code = c.code
+        found = usage.get(code.name)
+        if found is None or not found.cluster_barrier or code.name in seen:
+            continue
+        seen.add(code.name)  # calls of one component run its one code on the same warps: said once
+        strangers = cluster_barrier_strangers(r, c.name)
+        if strangers is None:
+            continue
+        related = [Location(file=c.obj.path)] if c.obj is not None else []
+        if r.calls is not None and r.calls.where.get(c.name) is not None:
+            related.append(r.calls.where[c.name])
+        related += strangers.related
+        if r.schedule == "warp_specialized" and spec.schedule and spec.sets("schedule"):
+            related.append(spec.at("/schedule"))
+        threads = c.contract.threads.count
+        sink.error("PL206", f"'{c.name}' executes the cluster barrier (barrier.cluster: UCGABAR_ARV / UCGABAR_WAIT in "
+                   "its code), which waits for every thread of the cluster that has not exited; threads of this "
+                   "kernel's block that do not run its code never arrive there, and its CTAs wait forever: "
+                   f"{strangers.what}",
+                   c.contract.at("/threads"), related=tuple(related),
+                   hint=f"meet the cluster's other CTAs through mbarriers in shared or distributed shared memory with "
+                        f"the component's own arrival count ({threads} threads a CTA), not barrier.cluster; or link "
+                        f"it where the block is its {c.contract.threads.warps} warps alone")
+
+
 def cluster_tiles(r: Resolved) -> dict[str, tuple[Expr, ...]]:
     """What the launcher checks at each launch (the manifest's cluster_tiles): each component that declares the
     cluster -> the grid whose tile count must be whole clusters."""
@@ -196,4 +294,5 @@ def cluster_tiles(r: Resolved) -> dict[str, tuple[Expr, ...]]:
 
 
 __all__ = ["ClusterWalk", "cluster_ctas", "declaring", "synced_walks", "tile_count", "not_whole_clusters",
-           "step_breaker", "own_waits", "check_cluster_walks", "cluster_tiles"]
+           "step_breaker", "own_waits", "check_cluster_walks", "Strangers", "cluster_barrier_strangers",
+           "check_cluster_barriers", "cluster_tiles"]

@@ -84,6 +84,9 @@ class LinkContext:
     extra: tuple[str, ...] = ()          # the optional passes this run includes
     until: str | None = None             # the last pass this run runs (None: all)
     resolved_early: tuple | None = None  # (Resolved or None, its diagnostics): resolved for the target's choice
+    # what each object's code uses (conform's record or probe, or check's probe), by the component's code name:
+    # the clusters pass holds its cluster barrier against the fused block's warps (PL206)
+    usage: dict = field(default_factory=dict)
 
 
 def pass_read(ctx: LinkContext) -> None:
@@ -138,6 +141,7 @@ def pass_conform(ctx: LinkContext) -> None:
         seen.add(code.name)
         recorded = usage_for_link(code, comp.obj, ctx.target)
         if recorded is not None:
+            ctx.usage[code.name] = recorded[0]
             found = DiagnosticSink()
             compare(code, comp.obj.path, *recorded, found)
             ctx.sink.extend(found.errors)
@@ -149,7 +153,9 @@ def pass_probe(ctx: LinkContext) -> None:
     from .conformance import check_conformance
     for comp in ctx.components:
         if comp.obj is not None:
-            check_conformance(comp, ctx.target, ctx.sink)
+            result = check_conformance(comp, ctx.target, ctx.sink)
+            if result is not None:
+                ctx.usage[comp.code.name] = result.usage
 
 
 def pass_resolve(ctx: LinkContext) -> None:
@@ -164,9 +170,11 @@ def pass_resolve(ctx: LinkContext) -> None:
 def pass_clusters(ctx: LinkContext) -> None:
     """A component that declares a thread-block cluster walks its tiles in step with its cluster's other CTAs:
     a walk that keeps step (PL203) over a tile count of whole clusters (PL202, on sampled shapes; the launcher
-    checks each launch's). clusters.py says why."""
-    from .clusters import check_cluster_walks
+    checks each launch's). Code that executes the cluster barrier (what conform or probe read from its SASS) runs
+    where every warp of the fused block runs it (PL206). clusters.py says why."""
+    from .clusters import check_cluster_barriers, check_cluster_walks
     check_cluster_walks(ctx.resolved, ctx.options.pipeline, ctx.sink)
+    check_cluster_barriers(ctx.resolved, ctx.usage, ctx.options.pipeline, ctx.sink)
 
 
 def pass_allocate(ctx: LinkContext) -> None:
