@@ -517,7 +517,7 @@ def test_the_probe_reads_the_cluster_barrier_from_the_sass(cluster_objects):
     comps = read(cluster_objects, "cluster_swap", "cg_sync", "cluster_put", "tick", "peer")
     found = {c.name: recorded_usage(c.contract, c.obj, "sm_90")[0].cluster_barrier for c in comps}
     assert found == {"cluster_swap": True, "cg_sync": True, "cluster_put": False, "tick": False, "peer": False}
-    assert all(json.loads(c.obj.embedded_usage)["usage"] == 2 for c in comps)
+    assert all(json.loads(c.obj.embedded_usage)["usage"] == 3 for c in comps)
 
 
 def test_a_cluster_barrier_on_a_block_of_its_warps_alone_links(cluster_objects):
@@ -621,3 +621,84 @@ def test_a_cluster_barrier_in_a_role_structured_kernel():
     assert d.code == "PL206" and where(d.location) == ("epi.json", "/threads")
     assert "the warps of role group ml.producer (4 warps)" in d.message
     assert [where(x) for x in d.related] == [("ml.json", "/threads/roles/0")]
+
+
+# A role-structured mainloop (hopper_factory's, clustered) that syncs its cluster once, in its per-CTA init entry run
+# by every thread of the block before the roles split (CUTLASS's cluster sync after its mbarriers' init), or in its
+# consumer role's entry; beside an epilogue with a role group of its own (no fragment joins it to the consumer's).
+CLUSTER_SYNC = 'asm volatile("barrier.cluster.arrive.release.aligned;\\n\\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");'
+ROLE_ML_SRC = r"""
+#include "ml.pipelink.h"
+using namespace pl::ml;
+
+extern "C" __device__ void ml_init(const pl::TensorMap* a) {
+  if (threadIdx.x == 0) smem_bars()[0] = 0;
+  asm volatile("" :: "l"(a) : "memory");
+  INIT_SYNC
+}
+extern "C" __device__ void ml_load(pl::Tile tile, const pl::TensorMap* a, int K) { smem_tiles()[tile.coord[0]] = K; }
+extern "C" __device__ void ml_mma(pl::Tile tile, float* __restrict__ acc, int K) {
+  MMA_SYNC
+  for (int i = 0; i < port_acc_elements; ++i) acc[i] = (float)(K + i + (int)tile.linear);
+}
+"""
+
+
+def _own_group(c):
+    """The epilogue without the fragment: its role is a group of its own, beside the mainloop's."""
+    c["ports"] = []
+    c["entries"][0]["params"] = ["out", "M", "N"]
+
+
+@pytest.fixture(scope="module")
+def role_objects(tmp_path_factory):
+    """The mainloop built with the pinned toolchain, its cluster barrier in `init` or in `mma`: where -> path."""
+    import pipelink
+
+    def pad(c):
+        c["cluster"] = {"dims": [2]}
+        c["geometry"]["tile_sequence"]["grid"][0] = PADDED
+    out = {}
+    for where_, init, mma in (("init", CLUSTER_SYNC, ""), ("mma", "", CLUSTER_SYNC)):
+        tmp = tmp_path_factory.mktemp(f"role_{where_}")
+        (tmp / "ml.cu").write_text(ROLE_ML_SRC.replace("INIT_SYNC", init).replace("MMA_SYNC", mma))
+        out[where_] = pipelink.build(tmp / "ml.cu", json.dumps(mainloop(pad)).encode(), tmp / "ml.o")
+    return out
+
+
+def test_the_probe_tells_which_entry_runs_the_cluster_barrier(role_objects):
+    """The entries are inlined into one probe kernel; a second probe calls each in a kernel of its own, and the
+    build's record says which entries (contract order: init, load, mma) run the barrier."""
+    from pipelink.authoring.conformance import entry_kernel, probe_plan, recorded_usage
+    found = {}
+    for where_, path in role_objects.items():
+        (ml,) = read({where_: path}, where_)
+        usage, _ = recorded_usage(ml.contract, ml.obj, "sm_90a")
+        assert usage.cluster_barrier and json.loads(ml.obj.embedded_usage)["usage"] == 3
+        found[where_] = usage.cluster_barrier_entries
+        source = probe_plan(ml.contract, per_entry=True).source
+        assert all(f" {entry_kernel(i)}(" in source for i in range(3)) and "__pipelink_probe(" not in source
+    assert found == {"init": (0,), "mma": (2,)}
+
+
+def test_a_cluster_barrier_in_the_per_cta_entry_of_every_thread_links_beside_other_roles(role_objects):
+    """Every thread of the block runs the init entries before the roles split: the epilogue's warps arrive too."""
+    comps = read(role_objects, "init") + [component(epilogue(_own_group))]
+    ctx = passes(comps, until="clusters", arch="sm_90a")
+    assert not ctx.sink.errors, [d.render() for d in ctx.sink.items]
+    assert [g.name for g in ctx.resolved.roles.groups] == ["ml.producer", "ml.consumer", "epi.epilogue"]
+    assert ctx.usage["ml"].cluster_barrier_entries == (0,)
+
+
+def test_a_cluster_barrier_in_a_role_entry_is_refused_at_that_entry(role_objects):
+    """The consumer's entry runs on its warps; the epilogue's group never runs the mainloop's code."""
+    comps = read(role_objects, "mma") + [component(epilogue(_own_group))]
+    ctx = passes(comps, until="clusters", arch="sm_90a")
+    assert errors(ctx) == [("PL206", "ml.o[.pipelink.contract]", "/entries/2", None)], \
+        [d.render() for d in ctx.sink.items]
+    d = ctx.sink.errors[0]
+    assert "'ml' executes the cluster barrier in its entry 'mma'" in d.message and "role 'consumer'" in d.message
+    assert "the warps of role group epi.epilogue (8 warps)" in d.message
+    assert 'a per-CTA entry of role "*"' in d.effective_hint
+    ctx = passes(read(role_objects, "mma"), until="clusters", arch="sm_90a")  # alone: its own roles are every group
+    assert not ctx.sink.errors, [d.render() for d in ctx.sink.items]

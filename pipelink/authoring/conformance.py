@@ -21,7 +21,10 @@ It also records what only the link can judge: whether the code executes the clus
 (`barrier.cluster.arrive` / `wait`, `cooperative_groups::this_cluster().sync()`: UCGABAR_ARV and
 UCGABAR_WAIT in the SASS), which waits for every thread of the cluster that has not exited. Alone, in
 a block of its own warps, that is the component's own threads; the link refuses it where the fused block
-has threads that do not run the component's code (PL206, linker/clusters.py).
+has threads that do not run the component's code (PL206, linker/clusters.py). In the `entries` form it
+records which entries execute it: LTO inlines them all into the probe kernel, so a component whose probe
+shows the barrier is linked once more with one probe kernel for each entry, read section by section
+(`entry_barriers`): a barrier in the per-CTA entry every thread runs is not one in a role's.
 """
 from __future__ import annotations
 
@@ -51,6 +54,9 @@ class Usage:
     computed_barrier_ids: bool      # a barrier instruction whose id is a register
     callees: tuple[str, ...]        # functions still called after LTO
     cluster_barrier: bool = False   # executes barrier.cluster (UCGABAR_ARV / UCGABAR_WAIT)
+    # The `entries` form: the indexes (in contract order) of the entries whose code executes it, each entry probed
+    # in a kernel of its own (`entry_barriers`); None where not told apart (a single entry, or every entry counts).
+    cluster_barrier_entries: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -70,8 +76,10 @@ def probe_value(rng: ParamRange) -> int | None:
     return value if rng.admits(value) else None
 
 
-def probe_plan(c: Contract) -> Probe:
-    """The probe's source: the constants, the marker's address (a stale build shows) and one call."""
+def probe_plan(c: Contract, per_entry: bool = False) -> Probe:
+    """The probe's source: the constants, the marker's address (a stale build shows) and one call. `per_entry` (the
+    `entries` form): one kernel for each entry instead (`entry_kernel`), each calling that entry alone, so that
+    what an entry's code executes is read from its kernel's SASS apart from the others'."""
     p = symbol_prefix(c)
     env = dict(c.geometry.provides)
     values: dict[str, int] = {f"{p}warp_begin": 0}
@@ -126,7 +134,12 @@ def probe_plan(c: Contract) -> Probe:
     values[f"{p}profile_mark"] = 0  # alone: no task profile
     types = constant_symbols(c)
     assert set(types) == set(values), set(types) ^ set(values)
-    if c.entries:
+    kernels = []
+    if c.entries and per_entry:
+        for i in range(len(c.entries)):
+            params, body = _entries_body(c, env, only=i)
+            kernels.append((entry_kernel(i), params, body))
+    elif c.entries:
         params, body = _entries_body(c, env)
     else:
         params = (["pl::Tile tile"] if c.entry.invocation == "per_tile" else []) + [q.c_decl() for q in c.entry.params]
@@ -137,6 +150,8 @@ def probe_plan(c: Contract) -> Probe:
             body = [f"  unsigned pl_carry[{c.entry.carry}];",
                     f"  {c.entry.prefetch}({', '.join(call)});",
                     f"  {c.entry.symbol}({', '.join(call)});"]
+    if not kernels:
+        kernels.append((PROBE_KERNEL, params, body))
     src = [f"// pipelink conformance probe: component '{c.name}' alone, its entry called once.",
            "#include <pipelink/component.h>",
            *dtype_includes([q.dtype for q in c.entry.params] + [q.dtype for q in c.ports]),
@@ -145,13 +160,19 @@ def probe_plan(c: Contract) -> Probe:
              for sym, ctype in types.items()),
            "}",
            f'extern "C" __device__ const unsigned {marker_symbol(c)};',
-           entry_prototype(c) + ";",
-           f'extern "C" __global__ void __launch_bounds__({c.threads.count}, 1) {_cluster_dims(c)}'
-           f'{PROBE_KERNEL}({", ".join(["const void** pl_out"] + params)}) {{',
-           f"  pl_out[0] = (const void*)&{marker_symbol(c)};  // kept: the cubin shows whether it is defined",
-           *body,
-           "}", ""]
-    return Probe("\n".join(src), ids)
+           entry_prototype(c) + ";"]
+    for kernel, params, body in kernels:
+        src += [f'extern "C" __global__ void __launch_bounds__({c.threads.count}, 1) {_cluster_dims(c)}'
+                f'{kernel}({", ".join(["const void** pl_out"] + params)}) {{',
+                f"  pl_out[0] = (const void*)&{marker_symbol(c)};  // kept: the cubin shows whether it is defined",
+                *body,
+                "}"]
+    return Probe("\n".join(src + [""]), ids)
+
+
+def entry_kernel(index: int) -> str:
+    """The kernel of the per-entry probe that calls entry `index` (contract order) alone."""
+    return f"{PROBE_KERNEL}_entry{index}"
 
 
 def _cluster_dims(c: Contract) -> str:
@@ -161,18 +182,23 @@ def _cluster_dims(c: Contract) -> str:
     return f"__cluster_dims__({', '.join(map(str, (list(c.cluster) + [1, 1])[:3]))}) " if c.cluster else ""
 
 
-def _entries_body(c: Contract, env: dict[str, int]) -> tuple[list[str], list[str]]:
+def _entries_body(c: Contract, env: dict[str, int], only: int | None = None) -> tuple[list[str], list[str]]:
     """The `entries` form: tensor maps as kernel parameters, then every entry on its role's warps,
-    each role with its own register count (setmaxnreg) as a link gives it, fragments in registers."""
+    each role with its own register count (setmaxnreg) as a link gives it, fragments in registers. `only`: entry
+    `only` (contract order) alone, on its role's warps (every thread for a per-CTA `*` entry)."""
+    picked = [e for i, e in enumerate(c.entries) if only is None or i == only]
     params = ["pl::Tile tile"] + [
         f"const __grid_constant__ pl::TensorMap {q.name}" if q.tensor_map is not None else q.c_decl()
         for q in c.entry.params]
     maps = {q.name for q in c.entry.params if q.tensor_map is not None}
     entry_regs = min(255, 65536 // max(c.threads.count, 1) // 8 * 8)
-    body = [f"  {e.symbol}({', '.join(_probe_args(c, e, maps))});" for e in c.entries if e.role == "*"]
+    body = [f"  {e.symbol}({', '.join(_probe_args(c, e, maps))});" for e in picked if e.role == "*"]
     body.append("  const unsigned warp = threadIdx.x / 32;")
     begin = 0
     for role in c.threads.roles:
+        if only is not None and not any(e.role == role.name for e in picked):
+            begin += role.warps
+            continue
         body.append(f"  if (warp >= {begin}u && warp < {begin + role.warps}u) {{  // role {role.name}")
         if role.setmaxnreg is not None and role.setmaxnreg != entry_regs:
             verb = "inc" if role.setmaxnreg > entry_regs else "dec"
@@ -186,7 +212,7 @@ def _entries_body(c: Contract, env: dict[str, int]) -> tuple[list[str], list[str
                     except ExprError:
                         elems *= 1
                 body.append(f"    {DTYPE_C[q.dtype]} {q.name}[{max(elems // (32 * role.warps), 1)}];")
-        body += [f"    {e.symbol}({', '.join(_probe_args(c, e, maps))});" for e in c.entries if e.role == role.name]
+        body += [f"    {e.symbol}({', '.join(_probe_args(c, e, maps))});" for e in picked if e.role == role.name]
         body.append("    return;")
         body.append("  }")
         begin += role.warps
@@ -222,6 +248,17 @@ _CLUSTER_BARRIER = re.compile(r"\bU?CGABAR_(?:ARV|WAIT)\w*")
 def sass_cluster_barrier(sass: str) -> bool:
     """Whether SASS text executes the cluster-wide barrier (arrive or wait)."""
     return _CLUSTER_BARRIER.search(sass) is not None
+
+
+_TEXT_SECTION = re.compile(r"^\s*\.section\s+\.text\.([^\s,]+)", re.M)
+
+
+def sass_sections(sass: str) -> dict[str, str]:
+    """SASS text by code section: kernel name -> the SASS of `.text.<kernel>` (a kernel's section holds the
+    functions LTO kept out of line for it too)."""
+    heads = list(_TEXT_SECTION.finditer(sass))
+    return {m.group(1): sass[m.end():heads[k + 1].start() if k + 1 < len(heads) else len(sass)]
+            for k, m in enumerate(heads)}
 
 
 _LABEL = re.compile(r"^(\.L_x_\d+):", re.M)
@@ -363,9 +400,37 @@ def _probe(comp, arch: str) -> ProbeResult:
         return ProbeResult(None, plan, f"undefined reference to '{marker_symbol(c)}'")
     try:
         sass = toolchain.disassemble(out.cubin)
-        return ProbeResult(usage_of(out.cubin, sass), plan, loops=tuple(streaming_loops(sass)))
+        usage = usage_of(out.cubin, sass)
     except (CubinError, KeyError) as exc:
         return ProbeResult(None, plan, f"cannot read the probe cubin: {exc}")
+    if c.entries and usage.cluster_barrier:
+        import dataclasses
+        usage = dataclasses.replace(usage, cluster_barrier_entries=entry_barriers(comp, arch, options))
+    return ProbeResult(usage, plan, loops=tuple(streaming_loops(sass)))
+
+
+def entry_barriers(comp, arch: str, options: list[str]) -> tuple[int, ...] | None:
+    """The `entries` form: which entries (indexes, contract order) execute the cluster barrier. LTO inlines every
+    entry into the probe kernel, where the SASS no longer says whose code an instruction is; so the component is
+    linked once more into a probe with one kernel for each entry (`probe_plan(per_entry=True)`), and each kernel's
+    section is read on its own. None where that probe does not link or read, or does not say whose the barrier is
+    (the link then counts every entry)."""
+    c = comp.contract
+    plan = probe_plan(c, per_entry=True)
+    try:
+        ltoir = toolchain.nvrtc_to_ltoir(plan.source, f"{c.name}_entries_probe.cu", options)
+        out = toolchain.link_probe([comp.obj.link_input(),
+                                    toolchain.LinkInput("ltoir", ltoir, f"{c.name}_entries_probe")],
+                                   [f"-arch={arch}", "-lto", "-O3"])
+        sections = sass_sections(toolchain.disassemble(out.cubin))
+    except toolchain.ToolchainError:
+        return None
+    kernels = {entry_kernel(i) for i in range(len(c.entries))}
+    if not kernels <= sections.keys() or any(sass_cluster_barrier(text) for name, text in sections.items()
+                                             if name not in kernels):
+        return None  # an entry's kernel missing, or the barrier in a section of no one entry: not told apart
+    found = tuple(i for i in range(len(c.entries)) if sass_cluster_barrier(sections[entry_kernel(i)]))
+    return found or None  # the whole probe has it: an entry must
 
 
 def stray_barrier_ids(c: Contract, usage: Usage, assigned: dict[str, int]) -> list[int]:
@@ -421,7 +486,7 @@ def compare(c: Contract, obj_path: str, usage: Usage, assigned: dict[str, int], 
 # the link holds every object against its contract as `check` would, without linking it alone again. A record names
 # the contract it was made for and the device code it read: a copy that does not match is not used.
 
-RECORD_VERSION = 2  # 2: cluster_barrier (a record of 1 lacks it: the link probes such an object)
+RECORD_VERSION = 3  # 2: cluster_barrier (a record of 1 lacks it: the link probes such an object); 3: which entries
 
 
 def _fatbin_digest(obj) -> str:
@@ -433,14 +498,17 @@ def _usage_doc(usage: Usage, assigned: dict[str, int]) -> dict:
     """What a probe found, as JSON: the build's record (by target) and the link's probe cache hold this form."""
     return {"registers": usage.registers, "local_bytes": usage.local_bytes, "static_smem_bytes": usage.static_smem_bytes,
             "barrier_ids": sorted(usage.barrier_ids), "computed_barrier_ids": usage.computed_barrier_ids,
-            "callees": list(usage.callees), "cluster_barrier": usage.cluster_barrier, "assigned": assigned}
+            "callees": list(usage.callees), "cluster_barrier": usage.cluster_barrier,
+            "cluster_barrier_entries": None if usage.cluster_barrier_entries is None
+            else list(usage.cluster_barrier_entries), "assigned": assigned}
 
 
 def _usage_from_doc(u: dict) -> tuple[Usage, dict[str, int]]:
     """_usage_doc's value read back; KeyError, TypeError, ValueError or AttributeError for one that is not."""
     usage = Usage(int(u["registers"]), int(u["local_bytes"]), int(u["static_smem_bytes"]),
                   frozenset(int(i) for i in u["barrier_ids"]), bool(u["computed_barrier_ids"]),
-                  tuple(str(n) for n in u["callees"]), bool(u["cluster_barrier"]))
+                  tuple(str(n) for n in u["callees"]), bool(u["cluster_barrier"]),
+                  None if u["cluster_barrier_entries"] is None else tuple(int(i) for i in u["cluster_barrier_entries"]))
     return usage, {str(k): int(v) for k, v in u["assigned"].items()}
 
 

@@ -33,9 +33,11 @@ threads that do not run the component's code at the same points (`cluster_barrie
   the component (a wider component sets it; the warps past the component's skip its entry and wait at the glue's
   block barrier);
 - warp-specialized: any other component (its warps run their own loop at the same time);
-- role-structured: any role group without one of the component's roles (its warps run their own entries). The
-  probe reads the component's code as a whole, so a cluster barrier in any of its entries counts, the per-CTA
-  `*` entries' too.
+- role-structured: any role group without one of the component's roles (its warps run their own entries), where
+  the barrier is in one of the component's role entries. The probe tells the entries apart (each in a probe
+  kernel of its own: `Usage.cluster_barrier_entries`); a barrier in a per-CTA `*` entry is run by every thread of
+  the block before the roles split (CUTLASS's cluster sync after its mbarriers' init) and meets them all. Where
+  the entries are not told apart (that probe did not link), every entry counts.
 
 Warps that exit (the role-structured glue's alignment gaps) do not count. Pure: the resolved link (and what each
 object's code uses) in, diagnostics out.
@@ -48,6 +50,7 @@ from dataclasses import dataclass
 from ..core.diagnostics import DiagnosticSink, Location
 from ..core.expr import Expr, ExprError
 from ..core.loader import DISTRIBUTED_NAMES as DISTRIBUTED
+from ..core.model import ALL_THREADS
 from ..core.pipeline import PipelineSpec
 from .resolve import Resolved
 
@@ -267,6 +270,9 @@ def check_cluster_barriers(r: Resolved, usage: dict, spec: PipelineSpec, sink: D
         if found is None or not found.cluster_barrier or code.name in seen:
             continue
         seen.add(code.name)  # calls of one component run its one code on the same warps: said once
+        entries = barrier_entries(c.contract, found) if r.roles is not None else None
+        if entries == []:
+            continue  # per-CTA entries only: every thread of the block runs them before the roles split
         strangers = cluster_barrier_strangers(r, c.name)
         if strangers is None:
             continue
@@ -277,14 +283,33 @@ def check_cluster_barriers(r: Resolved, usage: dict, spec: PipelineSpec, sink: D
         if r.schedule == "warp_specialized" and spec.schedule and spec.sets("schedule"):
             related.append(spec.at("/schedule"))
         threads = c.contract.threads.count
-        sink.error("PL206", f"'{c.name}' executes the cluster barrier (barrier.cluster: UCGABAR_ARV / UCGABAR_WAIT in "
-                   "its code), which waits for every thread of the cluster that has not exited; threads of this "
-                   "kernel's block that do not run its code never arrive there, and its CTAs wait forever: "
-                   f"{strangers.what}",
-                   c.contract.at("/threads"), related=tuple(related),
-                   hint=f"meet the cluster's other CTAs through mbarriers in shared or distributed shared memory with "
-                        f"the component's own arrival count ({threads} threads a CTA), not barrier.cluster; or link "
-                        f"it where the block is its {c.contract.threads.warps} warps alone")
+        hint = (f"meet the cluster's other CTAs through mbarriers in shared or distributed shared memory with the "
+                f"component's own arrival count ({threads} threads a CTA), not barrier.cluster; or link it where the "
+                f"block is its {c.contract.threads.warps} warps alone")
+        if not entries:
+            sink.error("PL206", f"'{c.name}' executes the cluster barrier (barrier.cluster: UCGABAR_ARV / UCGABAR_WAIT "
+                       "in its code), which waits for every thread of the cluster that has not exited; threads of "
+                       "this kernel's block that do not run its code never arrive there, and its CTAs wait forever: "
+                       f"{strangers.what}",
+                       c.contract.at("/threads"), related=tuple(related), hint=hint)
+            continue
+        for e in entries:
+            sink.error("PL206", f"'{c.name}' executes the cluster barrier in its entry '{e.name}' (barrier.cluster: "
+                       f"UCGABAR_ARV / UCGABAR_WAIT in its code), run by role '{e.role}', and the cluster barrier waits "
+                       "for every thread of the cluster that has not exited; threads of this kernel's block that do "
+                       f"not run the component's roles never arrive there, and its CTAs wait forever: {strangers.what}",
+                       c.contract.at(e.pointer_path), related=tuple(related),
+                       hint="sync the cluster in a per-CTA entry of role \"*\", which every thread of the block runs "
+                            "before the roles split (after the mbarriers' init), or " + hint)
+
+
+def barrier_entries(contract, usage) -> list | None:
+    """The role entries (not the per-CTA `*` ones) whose code executes the cluster barrier, in contract order; None
+    where the probe did not tell the entries apart (or the contract has none): the component's code as a whole."""
+    found = usage.cluster_barrier_entries
+    if not contract.entries or found is None or any(not 0 <= i < len(contract.entries) for i in found):
+        return None
+    return [contract.entries[i] for i in sorted(set(found)) if contract.entries[i].role != ALL_THREADS]
 
 
 def cluster_tiles(r: Resolved) -> dict[str, tuple[Expr, ...]]:
@@ -295,4 +320,4 @@ def cluster_tiles(r: Resolved) -> dict[str, tuple[Expr, ...]]:
 
 __all__ = ["ClusterWalk", "cluster_ctas", "declaring", "synced_walks", "tile_count", "not_whole_clusters",
            "step_breaker", "own_waits", "check_cluster_walks", "Strangers", "cluster_barrier_strangers",
-           "check_cluster_barriers", "cluster_tiles"]
+           "barrier_entries", "check_cluster_barriers", "cluster_tiles"]
