@@ -28,18 +28,6 @@ REPO = Path(__file__).resolve().parent.parent
 PADDED = "ceil_div(ceil_div(M, TILE_M), 2) * 2"
 
 
-def clustered(n=2, padded=False, distribution=None):
-    """An edit of a contract: it declares a cluster of n CTAs (its grid padded to whole clusters, its distribution)."""
-    def edit(c):
-        c["cluster"] = {"dims": [n]}
-        seq = c["geometry"]["tile_sequence"]
-        if padded:
-            seq["grid"][0] = f"ceil_div(ceil_div(M, TILE_M), {n}) * {n}"
-        if distribution:
-            seq["distribution"] = distribution
-    return edit
-
-
 def walk(padded=False, distribution=None, n=2):
     """An edit of a contract that walks the kernel's tiles beside a clustered one (the same sequence)."""
     def edit(c):
@@ -48,6 +36,16 @@ def walk(padded=False, distribution=None, n=2):
             seq["grid"][0] = f"ceil_div(ceil_div(M, TILE_M), {n}) * {n}"
         if distribution:
             seq["distribution"] = distribution
+    return edit
+
+
+def clustered(n=2, padded=False, distribution=None):
+    """An edit of a contract: it declares a cluster of n CTAs (its grid padded to whole clusters, its distribution)."""
+    walked = walk(padded, distribution, n)
+
+    def edit(c):
+        c["cluster"] = {"dims": [n]}
+        walked(c)
     return edit
 
 

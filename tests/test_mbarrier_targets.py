@@ -113,15 +113,21 @@ def test_the_ring_links_for_sm90_and_a_sequential_wire_for_sm80():
 @pytest.fixture(scope="module")
 def objects80(tmp_path_factory):
     """ring_load and ring_dot built for sm_80 from their sources, their contracts listing sm_80 too."""
-    d = tmp_path_factory.mktemp("ring80")
+    def edit(raw):
+        raw["targets"]["archs"] = ["sm_80", "sm_90"]
+    return _rings(tmp_path_factory.mktemp("ring80"), edit, ["--arch", "sm_80"])
+
+
+def _rings(d, edit, build_args):
+    """ring_load and ring_dot built into d from their sources, their contracts edited by `edit`."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PIPELINK_CACHE", "0")
         for name in ("ring_load", "ring_dot"):
             raw = json.loads((REPO / "contracts" / f"{name}.json").read_text())
-            raw["targets"]["archs"] = ["sm_80", "sm_90"]
+            edit(raw)
             (d / f"{name}.json").write_text(json.dumps(raw))
             assert main(["build", str(REPO / "components" / name / f"{name}.cu"), "--contract", str(d / f"{name}.json"),
-                         "--arch", "sm_80", "-o", str(d / f"{name}.o")]) == 0
+                         *build_args, "-o", str(d / f"{name}.o")]) == 0
     return d
 
 
@@ -204,16 +210,7 @@ def test_check_with_a_schedule_takes_the_pipelines_target(tmp_path, capsys):
 @pytest.fixture(scope="module")
 def objects_both(tmp_path_factory):
     """ring_load and ring_dot built for every target their contracts list: sm_80 and sm_90."""
-    d = tmp_path_factory.mktemp("ring80_90")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("PIPELINK_CACHE", "0")
-        for name in ("ring_load", "ring_dot"):
-            raw = json.loads((REPO / "contracts" / f"{name}.json").read_text())
-            also_sm80(raw)
-            (d / f"{name}.json").write_text(json.dumps(raw))
-            assert main(["build", str(REPO / "components" / name / f"{name}.cu"), "--contract", str(d / f"{name}.json"),
-                         "-o", str(d / f"{name}.o")]) == 0
-    return d
+    return _rings(tmp_path_factory.mktemp("ring80_90"), also_sm80, [])
 
 
 def test_link_without_arch_takes_sm90_for_the_ring(capsys, objects_both, tmp_path, monkeypatch):
