@@ -37,6 +37,8 @@ def constant_symbols(c: Contract) -> dict[str, str]:
     syms.update({f"{p}mbar__{b.name}": "unsigned" for b in c.barriers.mbarriers})
     syms.update({f"{p}geom__{g}": "int" for g in c.geometry.consumes})
     syms[f"{p}profile_mark"] = "unsigned"  # where the task's profile record is (pl::profile_mark), 0: none
+    if any(w.in_entry for w in c.events.waits):  # where the running task's in-entry wait contexts are, 0: none
+        syms[f"{p}waits_at"] = "unsigned"
     if c.entries:  # role-structured: instances of roles, copies of the component's own resources
         syms.update({f"{p}role_instances__{r.name}": "unsigned" for r in c.threads.roles})
         syms[f"{p}copies"] = "unsigned"
@@ -230,6 +232,17 @@ def generate_header(c: Contract) -> str:
                    f"{{ return reinterpret_cast<unsigned long long*>(pl::dynamic_smem() + {p}mbar__{b.name}{copy})"
                    " + i; }")
 
+    in_entry = [w for w in c.events.waits if w.in_entry]
+    if in_entry:
+        out += ["", "// In-entry waits (events.waits[].in_entry): the glue does not wait for these before the entry; the",
+                "// entry waits for element i (0 .. <name>_elements() - 1, along its map's axis) right before it reads",
+                "// what the element guards. wait_<name>(i) returns false only in a debug build whose wait ran out (return",
+                "// then); met_<name>(i) says whether it is met now. <name>_elements() is 0 where the link waits for none",
+                "// (the producers ran in an earlier launch): everything is ready."]
+    for w_index, w in enumerate(in_entry):
+        out += [f"__device__ __forceinline__ long long {w.name}_elements() {{ return pl::in_entry::elements({p}waits_at, {w_index}); }}",
+                f"__device__ __forceinline__ bool wait_{w.name}(long long i) {{ return pl::in_entry::wait({p}waits_at, {w_index}, i); }}",
+                f"__device__ __forceinline__ bool met_{w.name}(long long i) {{ return pl::in_entry::met({p}waits_at, {w_index}, i); }}"]
     out += ["", "// Task-profile marks: in a link with a task profile, stamps point i (0 .. pl::kProfileMarks - 1: 5) of",
             "// the running task into its record (`pipelink link --profile-tasks`); elsewhere it folds away. Call it",
             "// from the component's first thread (thread_rank() 0).",

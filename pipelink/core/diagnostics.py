@@ -327,6 +327,11 @@ CODES = _codes(
          "through mbarriers in shared or distributed shared memory with the component's own arrival count, or link "
          "the component where every warp of the block runs its code (no loader warp, no wider or concurrent "
          "component, no other role group)"),
+    Code("PL207", "in-entry wait the entry cannot make", L,
+         "an in-entry wait (`in_entry`) names its elements along one axis (`i->:`, `i->i, :`, `i->range(i, i + 4)`), "
+         "counts to a number known before the task runs, belongs to a single-entry component that runs one task a "
+         "block, and waits on another component's notifications; otherwise let the glue wait before the entry "
+         "(drop in_entry)"),
     # the runtime: raised by a loaded kernel (pipelink.load, Kernel.launch), as PipelinkRunError subclasses
     Code("PL195", "kernel argument does not fit its parameter", U,
          "pass what the kernel's manifest (K.json, `pipelink inspect K.cubin`) declares for the parameter: its "

@@ -811,6 +811,21 @@ class _SemanticCheck:
                 ok = False
         return ok
 
+    def _in_entry_wait(self, ev: dict, imap, count_term, ptr: str) -> None:
+        """A wait the entry makes itself (`in_entry`) names its elements along one axis, each by its position
+        (pl::in_entry: `wait_<name>(i)`), and knows their count before it runs: a single-entry component."""
+        axes = [term for term in imap.terms if term.kind != "index"]
+        if len(axes) > 1 or any(term.kind == "gather" or (term.kind == "range" and "[" in term.text) for term in axes):
+            self.error("PL207", f"in-entry wait '{ev['name']}' names its elements through {ev['map']!r}: the entry "
+                       "counts them along one axis, a ':' or a range with affine bounds", f"{ptr}/map")
+        if count_term is not None:
+            self.error("PL207", f"in-entry wait '{ev['name']}' reads its count from a device tensor", f"{ptr}/count")
+        if "entries" in self.raw:
+            self.error("PL207", f"in-entry wait '{ev['name']}' in a component with several entries", f"{ptr}/in_entry")
+        if self.raw.get("threads", {}).get("concurrent", False):
+            self.error("PL207", f"in-entry wait '{ev['name']}' in a component whose tasks run several to a block",
+                       f"{ptr}/in_entry")
+
     def events(self, raw: dict, geometry: Geometry, entry: Entry) -> Events:
         grid = self.raw.get("geometry", {}).get("tile_sequence", {}).get("grid")
         rank = len(grid) if grid else None  # from the JSON: a bad extent must not cascade
@@ -865,5 +880,8 @@ class _SemanticCheck:
                         term = self._count_term(count, imap, int_pointers, params, f"{ptr}/count")
                     elif count != "auto":
                         c = self.size_expr(count, f"{ptr}/count", allowed, "wait count")
-                    waits.append(EventWait(ev["name"], ev["map"], c, ptr, term))
+                    in_entry = ev.get("in_entry", False)
+                    if in_entry:
+                        self._in_entry_wait(ev, imap, term, ptr)
+                    waits.append(EventWait(ev["name"], ev["map"], c, ptr, term, in_entry))
         return Events(tuple(notifies), tuple(waits))

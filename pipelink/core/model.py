@@ -317,6 +317,7 @@ class EventWait:
     count: Expr | None  # None: "auto" (derived from the producers) or read from a tensor
     pointer_path: str
     count_term: object = None  # indexmap.Term of kind "gather": a count read from a device tensor
+    in_entry: bool = False  # the entry waits for each element itself, where it reads what it guards
 
 
 @dataclass(frozen=True)

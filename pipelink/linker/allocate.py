@@ -267,7 +267,8 @@ def _smem_items(r: Resolved, steps: dict[str, int], copies: dict[str, int], held
     if r.schedule == "persistent":  # the glue's own words: the wait verdict, the claimed task, the held sizes
         # and, with a task profile, the running task's record (profile_record_offset)
         items.append(SmemItem("buffer pl_glue.flags", "buffer", "pl_glue",
-                              GLUE_FLAG_BYTES + 8 * held_words + (8 if r.profile_tasks else 0), 16, Lifetime(None)))
+                              GLUE_FLAG_BYTES + 8 * held_words + (8 if r.profile_tasks else 0)
+                              + in_entry_context_bytes(r), 16, Lifetime(None)))
     if r.loader is not None:  # the loader warp's ring: slots, then full and empty mbarriers per slot and an abort word
         items.append(SmemItem("buffer pl_glue.ring", "buffer", "pl_glue", r.loader.slots * r.loader.slot_bytes,
                               ARENA_ALIGN, Lifetime(None)))
@@ -493,6 +494,29 @@ def profile_record_offset(r: Resolved, a: Allocation) -> int | None:
     if not r.profile_tasks or r.schedule != "persistent":
         return None
     return a.buffer_offset[("pl_glue", "flags")] + GLUE_FLAG_BYTES + 8 * held_words(r)
+
+
+def in_entry_waits(r: Resolved) -> int:
+    """The most in-entry waits (a contract's `events.waits[].in_entry`) any component of a persistent link has:
+    the running task's contexts (pipelink/component.h's pl::in_entry), one set a CTA (a CTA runs one task at a
+    time: PL207 refuses them in components whose tasks run several to a block)."""
+    if r.schedule != "persistent":
+        return 0
+    return max((sum(w.in_entry for w in c.code.events.waits) for c in r.components), default=0)
+
+
+def in_entry_context_bytes(r: Resolved) -> int:
+    from .event_glue import IN_ENTRY_CONTEXT_BYTES
+    return IN_ENTRY_CONTEXT_BYTES * in_entry_waits(r)
+
+
+def in_entry_context_offset(r: Resolved, a: Allocation) -> int | None:
+    """The arena offset of the running task's in-entry wait contexts: after the glue's flags, held sizes and
+    profile word (16-byte aligned: the buffer is, and so is every part before them)."""
+    if not in_entry_waits(r):
+        return None
+    return (a.buffer_offset[("pl_glue", "flags")] + GLUE_FLAG_BYTES + 8 * held_words(r)
+            + (8 if r.profile_tasks else 0))
 
 
 # A component asking for this many registers a thread or more (a wgmma mainloop's accumulators) makes the

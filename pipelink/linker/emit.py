@@ -380,7 +380,8 @@ def event_edges(r: Resolved) -> list[EventEdge]:
     for t in r.events.tensors.values() if r.schedule == "persistent" else ():
         edges += [EventEdge(t.name, n.component, "notify", n.map.text, None) for n in t.notifiers]
         edges += [EventEdge(t.name, w.component, "wait", w.map.text,
-                            _wait_count(t, w, r.geometry) + (" (once per CTA)" if task_invariant(w) else ""))
+                            _wait_count(t, w, r.geometry) + (" (once per CTA)" if task_invariant(w) else "")
+                            + (" in its entry, element by element" if w.in_entry else ""))
                   for w in t.waiters]
     return edges
 

@@ -15,6 +15,7 @@ per CTA: counters only grow within a launch, so a later task of the same CTA ski
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass
 
 from ..core.expr import parse, python_ast
@@ -202,6 +203,8 @@ def wait_block(r, waits, tensor_index: dict, comp_index: int, threads: int, boun
     slot, met = 0, []
     layered_flags = has_layers(r) and not flags_per_call(r)
     for n, (tensor, side) in enumerate(waits):
+        if side.in_entry:  # the entry waits for these itself (in_entry_contexts)
+            continue
         if n and reads_device(side):
             out.append(f"{indent}  pl_ok = {every('pl_ok')};  // the waits above guard what this one reads")
         j = tensor_index[tensor.name]
@@ -318,3 +321,67 @@ def bound_c(r, comp, text: str, letters) -> str:
         assert not loops
         return f"(long long)({read})"
     return "(long long)(" + affine_c(text, letters, r) + ")"
+
+
+# One in-entry wait's context in shared memory (pipelink/component.h's pl::in_entry::Context): what the entry's
+# `wait_<name>(i)` needs to find element i of the running task's map and its count.
+IN_ENTRY_CONTEXT_BYTES = 72
+
+
+def in_entry_contexts(r, comp, waits, tensor_index: dict, comp_index: int, at: int, bound: str, indent: str,
+                      bases: dict | None = None, met_if: dict | None = None) -> list[str]:
+    """Thread 0 writes the running task's context of each in-entry wait of call `comp` (the code's in-entry waits
+    in contract order, at `at` in the arena, one IN_ENTRY_CONTEXT_BYTES record each): element i of the task's map
+    is counter `first + i * stride`, `n` of them, each waited for until it reaches `count`. A wait of the code
+    that this link dropped (standalone: its producers ran in an earlier launch) gets n = 0: met at once. The
+    caller's barrier comes before the entry reads it."""
+    own = [w for w in comp.code.events.waits if w.in_entry]
+    if not own:
+        return []
+    sides = {side.pointer: (tensor, side) for tensor, side in waits if side.in_entry}
+    out = [f"{indent}if (threadIdx.x == 0) {{  // the task's in-entry waits (pl::in_entry)"]
+    for w_index, w in enumerate(own):
+        ctx = f"pl_ctx{w_index}"
+        out.append(f"{indent}  pl::in_entry::Context* const {ctx} = reinterpret_cast<pl::in_entry::Context*>("
+                   f"pl::dynamic_smem() + {at + w_index * IN_ENTRY_CONTEXT_BYTES}u);")
+        found = sides.get(w.pointer_path)
+        if found is None:
+            out.append(f"{indent}  {ctx}->n = 0ll;  // '{w.name}': not waited for in this link")
+            continue
+        tensor, side = found
+        j = tensor_index[tensor.name]
+        space = element_space(r, j, side)
+        first, stride, n = _one_axis(r, space)
+        count = f"(unsigned)({count_c(r, tensor, side)})"
+        if (met_if or {}).get(tensor.name):
+            count = f"({met_if[tensor.name]} ? 0u : {count})"
+        out += [f"{indent}  {{  // '{tensor.name}' {side.map.text}",
+                f"{indent}    const long long pl_first = {first};",
+                f"{indent}    {ctx}->first = {event_base(tensor_index, bases, tensor.name)} + pl_first;",
+                f"{indent}    {ctx}->stride = {stride};",
+                f"{indent}    {ctx}->n = {n};",
+                f"{indent}    {ctx}->count = {count};",
+                f"{indent}    {ctx}->at = pl_first;",
+                f"{indent}    {ctx}->report = {'pl_report' if bound != '0ull' else 'nullptr'};",
+                f"{indent}    {ctx}->bound = {bound};",
+                f"{indent}    {ctx}->task = (unsigned long long)t;",
+                f"{indent}    {ctx}->epoch = pl_epoch;",
+                f"{indent}    {ctx}->who = {comp_index}u << 16 | {j}u;",
+                f"{indent}    {ctx}->backoff_ns = {r.wait_backoff_ns}u;",
+                f"{indent}  }}"]
+    out.append(f"{indent}}}")
+    return out
+
+
+def _one_axis(r, space: ElementSpace) -> tuple[str, str, str]:
+    """C of element 0's linear index, the step between two consecutive elements, and their number, for a space
+    of at most one loop (what an in-entry wait may name, PL207): the index is affine in the loop variable."""
+    if space.guards or len(space.loops) > 1:
+        raise AssertionError("an in-entry wait names its elements along one axis (PL207)")
+    if not space.loops:
+        return f"(long long)({space.index})", "0ll", "1ll"
+    loop = space.loops[0]
+    at = lambda v: re.sub(rf"\b{loop.var}\b", f"(long long)({v})", space.index)  # noqa: E731  (the loop variable, substituted)
+    first = at(loop.lo)
+    step = f"(long long)(({at(loop.lo + ' + 1')}) - ({first}))"
+    return first, step, f"max((long long)({loop.hi}) - (long long)({loop.lo}), 0ll)"

@@ -47,6 +47,7 @@ class Side:
     position: int = 0          # index in the contract's list: waits run in this order
     tensor_shapes: tuple = ()  # (name, extents) of the device tensors the component's maps may read
     rank: Expr | None = None   # notifies only: the rank whose copy of the element a task notifies
+    in_entry: bool = False     # waits only: the entry waits for each element itself (pl::in_entry), not the glue
 
     def reads(self) -> tuple[str, ...]:
         """Device tensors the map (and a device-read count) index."""
@@ -106,7 +107,8 @@ def plan_events(comps, geometry: dict[str, int], sink: DiagnosticSink) -> EventP
             t.notifiers.append(side)
         for k, w in enumerate(c.events.waits):
             tensors.setdefault(w.name, EventTensor(w.name, (), [], [])).waiters.append(
-                Side(c.name, parse_map(w.map), grid, w.count, w.pointer_path, w.count_term, k, shaped))
+                Side(c.name, parse_map(w.map), grid, w.count, w.pointer_path, w.count_term, k, shaped,
+                     in_entry=w.in_entry))
     by_name = {comp.name: comp for comp in comps}
     for t in tensors.values():
         for w in t.waiters:
@@ -118,6 +120,9 @@ def plan_events(comps, geometry: dict[str, int], sink: DiagnosticSink) -> EventP
             elif w.map.rank != len(t.shape):
                 sink.error("PL082", f"'{w.component}' waits on '{t.name}' with rank {w.map.rank}; the event has rank "
                            f"{len(t.shape)}", where)
+            if w.in_entry and any(n.component == w.component for n in t.notifiers):
+                sink.error("PL207", f"'{w.component}' waits in its entry on '{t.name}', which it notifies itself", where,
+                           hint="let the glue wait for a chain (drop in_entry): it orders the component's own tasks")
             if w.count is None and w.count_term is None and any(_derived_count(n) is None for n in t.notifiers):
                 sink.error("PL083", f"the count '{w.component}' waits for on '{t.name}' cannot be derived from "
                            f"{', '.join(repr(n.map.text) for n in t.notifiers)}: give it in the contract", where)
@@ -818,7 +823,7 @@ def task_invariant(side) -> bool:
     """Whether every task of a wait side waits on the same element for the same count: the glue then
     waits once per CTA, and the link map says so."""
     dims = set(side.map.task_dims)
-    if side.count_term is not None or any(t.kind != "index" for t in side.map.terms):
+    if side.in_entry or side.count_term is not None or any(t.kind != "index" for t in side.map.terms):
         return False
     if any(parse(t.text).names & dims for t in side.map.terms):
         return False

@@ -18,7 +18,8 @@ from ..runtime.manifest import IMPLICIT_PARAMS, STREAM_K_PARAMS, WORKSPACE
 from ..runtime.profile import (LAUNCH_SYMBOL as PROFILE_LAUNCH, LOADER_FLAG as PROFILE_LOADER_FLAG,
                                NEXT_SYMBOL as PROFILE_NEXT, RING_SYMBOL as PROFILE_RING)
 from . import event_glue
-from .allocate import (ARENA_ALIGN, GLUE_FLAG_BYTES, Allocation, held_words, holds_sizes, profile_record_offset,
+from .allocate import (ARENA_ALIGN, GLUE_FLAG_BYTES, Allocation, held_words, holds_sizes, in_entry_context_offset,
+                       profile_record_offset,
                        task_groups)
 from .calls import layered_events
 from .resolve import Resolved, Wire
@@ -50,6 +51,9 @@ def constant_values(r: Resolved, a: Allocation) -> dict[str, int]:
             values[f"{p}geom__{g}"] = r.geometry[g]
         record = profile_record_offset(r, a)  # concurrent tasks share one block: their marks have no one record
         values[f"{p}profile_mark"] = 0 if record is None or c.threads.concurrent else record + 1
+        if f"{p}waits_at" in constant_symbols(comp.code):
+            contexts = in_entry_context_offset(r, a)
+            values[f"{p}waits_at"] = 0 if contexts is None else contexts + 1
         if c.entries:
             for role in c.threads.roles:
                 values[f"{p}role_instances__{role.name}"] = r.roles.group_of(c.name, role.name).instances
@@ -1025,10 +1029,16 @@ def _task_body(r: Resolved, a: Allocation, k: int, name: str, indent: str, skip:
     bases = _event_bases(r, name, tensor_index)
     out += _previous_layer_waits(r, a, name, tensor_index, comp_index, indent)
     waits = plan.waits_of(name)
-    if waits:
-        bound = f"{DEBUG_SPIN_BOUND}ull" if r.debug_events else "0ull"
+    bound = f"{DEBUG_SPIN_BOUND}ull" if r.debug_events else "0ull"
+    contexts = in_entry_context_offset(r, a)
+    if contexts is not None:
+        out += event_glue.in_entry_contexts(r, comp, waits, tensor_index, comp_index, contexts, bound, indent, bases,
+                                            met_if=_no_layer_ran(r, name))
+    if any(not side.in_entry for _, side in waits):
         out += event_glue.wait_block(r, waits, tensor_index, comp_index, compute_threads(r, a), bound, indent, bases,
                                      met_if=_no_layer_ran(r, name))
+    elif contexts is not None and any(w.in_entry for w in comp.code.events.waits):
+        out.append(f"{indent}__syncthreads();  // the in-entry wait contexts are written before the entry reads them")
     out += _run_task(r, name, tensor_index, _call(comp, indent + guard, stacked, bind), "__syncthreads();",
                      compute_threads(r, a), indent, bases, skip=skip)
     if counter:

@@ -2,6 +2,7 @@
 // Plain CUDA C++ with no standard-library includes, so NVRTC compiles it too.
 #pragma once
 #include <pipelink/profile_record.h>
+#include <pipelink/events.h>  // counters and their waits: an in-entry wait (pl::in_entry below)
 
 // The component ABI: what the glue hands every entry (pl::Tile below) and what this header's helpers expect of
 // the glue. Each object built against a contract's generated header defines pl_<component>__abi__<N> for the
@@ -206,4 +207,63 @@ __device__ __forceinline__ void leave() {
 }
 
 }  // namespace ring
+}  // namespace pl
+
+// In-entry waits (a contract's `events.waits[].in_entry`): the glue does not wait for these before the entry; the
+// entry waits for each element itself, right before it reads what that element guards, so a task can start on
+// the part of its input that is ready while the rest is still being written (a down projection reading the
+// columns of h that gate/up has finished). Before each task the glue's first thread writes one Context per such
+// wait into shared memory at the component's `waits_at` (its header's constant, the arena offset + 1; 0 where
+// the component has none), and the block meets before the entry. Element i (0 .. n - 1, in the order of the
+// map's one axis) is the counter `first + i * stride`, met when it reaches `count`.
+namespace pl {
+namespace in_entry {
+
+struct Context {
+  unsigned long long* first;   // element 0's counter
+  long long stride;            // counters between two consecutive elements
+  long long n;                 // elements; 0: not waited for in this link (met)
+  long long at;                // element 0's index in the event tensor (a debug report)
+  events::Timeout* report;     // a debug build's report, else null
+  unsigned long long bound;    // a debug build's spins before it reports
+  unsigned long long task;     // the task (a debug report)
+  unsigned count;              // what each element must reach
+  unsigned epoch;              // the launch (a debug report)
+  unsigned who;                // component << 16 | event (a debug report)
+  unsigned backoff_ns;         // sleep between two reads (the pipeline's wait_backoff_ns)
+};
+static_assert(sizeof(Context) == 72, "linker/event_glue.py's IN_ENTRY_CONTEXT_BYTES");
+
+__device__ __forceinline__ const Context& context(unsigned at, int w) {
+  return *reinterpret_cast<const Context*>(dynamic_smem() + (at - 1u) + (unsigned)w * (unsigned)sizeof(Context));
+}
+
+// Elements the running task's wait `w` names (0 where the link waits for none of them: the producers ran
+// before the launch).
+__device__ __forceinline__ long long elements(unsigned at, int w) { return at == 0u ? 0ll : context(at, w).n; }
+
+// Whether element i has reached its count now (an acquire: what it guards may be read after it returns true).
+__device__ __forceinline__ bool met(unsigned at, int w, long long i) {
+  if (at == 0u) return true;
+  const Context& c = context(at, w);
+  return c.n == 0ll || events::load_acquire(c.first + i * c.stride) >= c.count;
+}
+
+// Wait until element i has reached its count. False only in a debug build whose wait ran past its bound (the
+// kernel is being stopped: the entry returns without reading what the element guards).
+__device__ __forceinline__ bool wait(unsigned at, int w, long long i) {
+  if (at == 0u) return true;
+  const Context& c = context(at, w);
+  if (c.n == 0ll) return true;
+  if (c.report != nullptr)
+    return events::wait_for(c.first + i * c.stride, c.count, c.epoch, c.bound, c.report, c.who >> 16, c.who & 0xFFFFu,
+                            (unsigned long long)(c.at + i * c.stride), c.task);
+  const unsigned long long* const p = c.first + i * c.stride;
+  const unsigned count = c.count, backoff = c.backoff_ns;
+  while (events::load_acquire(p) < count)
+    if (backoff != 0u) __nanosleep(backoff);
+  return true;
+}
+
+}  // namespace in_entry
 }  // namespace pl
