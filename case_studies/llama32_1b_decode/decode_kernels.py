@@ -30,6 +30,7 @@ MEGA_PIPELINES = {"split": HERE / "pipelines" / "decode_step.json",
                   "last": HERE / "pipelines" / "decode_step_last.json",
                   "lr": HERE / "pipelines" / "decode_step_lr.json",
                   "lr_last": HERE / "pipelines" / "decode_step_lr_last.json",
+                  "lrp": HERE / "pipelines" / "decode_step_lrp.json",
                   "pf": HERE / "pipelines" / "decode_step_pf.json"}
 # Steps linked from one of those pipelines with other link options: variant -> (pipeline variant, fields).
 # X_per_task: every task adds to its call's whole-call events (the glue before they were counted per CTA).
@@ -83,6 +84,8 @@ MEGA_OPTIONS.update({f"lr_ef_if{n}": ("lr", {"loader_l2": "evict_first", "loader
 # lr_ef_sN: the hint with a ring of N slots; with slots of 16 KB (run.py --values, the _RING_K values halved) 9 of
 # them keep the arena under 196 KB, so 60 KB of L1 stay (5 slots of 32 KB leave 28 KB).
 MEGA_OPTIONS.update({f"lr_ef_s{n}": ("lr", {"loader_slots": n, "loader_l2": "evict_first"}) for n in (8, 9, 10)})
+# lrp_ef: the loader step whose down projection waits for gate/up's pieces of h in its entry, with the hint.
+MEGA_OPTIONS["lrp_ef"] = ("lrp", {"loader_l2": "evict_first"})
 # lr_l2normal: the loader step's copies without the hint, whatever decode_step_lr.json sets.
 MEGA_OPTIONS["lr_l2normal"] = ("lr", {"loader_l2": "normal"})
 # lr_last_*: the loader step with the splits merged by the last one (attn_last), dealt on, 128 splits, load_ahead N.

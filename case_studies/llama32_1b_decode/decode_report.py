@@ -35,6 +35,7 @@ LABELS = {
     "pipelink_ring_od": "pipelink megakernel, split-KV, output and down projections' W through a ring (decode_step_ring_od.json)",
     "pipelink_last": "pipelink megakernel, split-KV merged by the last split (decode_step_last.json)",
     "pipelink_lr": "pipelink megakernel, split-KV, GEMVs' W through the loader warp's ring (decode_step_lr.json)",
+    "pipelink_lrp": "pipelink megakernel, loader ring, the down projection waiting for gate/up's pieces of h in its entry (decode_step_lrp.json)",
     "pipelink_lr_last": "pipelink megakernel, loader ring, split-KV merged by the last split (decode_step_lr_last.json)",
     "pipelink_lr_per_task": "pipelink megakernel, loader ring, every task adds to its call's events (counts_per_cta false)",
     "pipelink_split_per_task": "pipelink megakernel, split-KV, every task adds to its call's events (decode_step.json, counts_per_cta false)",

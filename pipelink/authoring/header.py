@@ -237,12 +237,15 @@ def generate_header(c: Contract) -> str:
         out += ["", "// In-entry waits (events.waits[].in_entry): the glue does not wait for these before the entry; the",
                 "// entry waits for element i (0 .. <name>_elements() - 1, along its map's axis) right before it reads",
                 "// what the element guards. wait_<name>(i) returns false only in a debug build whose wait ran out (return",
-                "// then); met_<name>(i) says whether it is met now. <name>_elements() is 0 where the link waits for none",
-                "// (the producers ran in an earlier launch): everything is ready."]
+                "// then); met_<name>(i) says whether it is met now; first_unmet_<name>(i0, i1, step) the first of i0, i0 +",
+                "// step, ... (< i1) that is not, in one round trip (pipelink/component.h). <name>_elements() is 0 where the",
+                "// link waits for none (the producers ran in an earlier launch): everything is ready."]
     for w_index, w in enumerate(in_entry):
         out += [f"__device__ __forceinline__ long long {w.name}_elements() {{ return pl::in_entry::elements({p}waits_at, {w_index}); }}",
                 f"__device__ __forceinline__ bool wait_{w.name}(long long i) {{ return pl::in_entry::wait({p}waits_at, {w_index}, i); }}",
-                f"__device__ __forceinline__ bool met_{w.name}(long long i) {{ return pl::in_entry::met({p}waits_at, {w_index}, i); }}"]
+                f"__device__ __forceinline__ bool met_{w.name}(long long i) {{ return pl::in_entry::met({p}waits_at, {w_index}, i); }}",
+                f"__device__ __forceinline__ long long first_unmet_{w.name}(long long i0, long long i1, long long step) "
+                f"{{ return pl::in_entry::first_unmet({p}waits_at, {w_index}, i0, i1, step); }}"]
     out += ["", "// Task-profile marks: in a link with a task profile, stamps point i (0 .. pl::kProfileMarks - 1: 5) of",
             "// the running task into its record (`pipelink link --profile-tasks`); elsewhere it folds away. Call it",
             "// from the component's first thread (thread_rank() 0).",

@@ -414,14 +414,65 @@ __device__ __forceinline__ void norm_w_ahead(const pl::Tile& tile, const bf16* _
     pl::ring::ahead_l2(norm_w, bytes);
 }
 
+// x arriving in pieces: where a task's x is written by the tasks of another call of the launch and the task waits
+// for them in its entry (the contract's in-entry wait), it stages x's columns as they are ready instead of all of
+// x before its first slot, so its first slots run (and free the ring for the loader) while the last pieces of x
+// are still being written. XWhole: x is ready when the task starts (the glue waited), the default.
+struct XWhole {
+  static constexpr bool kPieces = false;
+  __device__ __forceinline__ static long long elements() { return 0; }
+};
+// The component's in-entry wait, through `Src`'s static functions (its header's, in pieces: no state, so nothing
+// of it stays live in registers across the walk): elements(), first_unmet(i0, i1, step), wait(i); cols(), the
+// columns of every row of x that element e covers from e * cols(); met(), two ints of shared memory no other code of
+// the task uses while it stages.
+template <class Src>
+struct XPieces : Src {
+  static constexpr bool kPieces = true;
+};
+
+// Stage x's vectors from `from` on (all B rows, resident layout) up to at least `need`, and as far past it as its
+// pieces are ready now: one round trip finds how far (every thread asks for its elements, the block takes the
+// least not met), a wait for the rest of `need` only where that falls short, then one round of copies. Returns
+// the vectors staged (kvecs: all). `round` picks the word the block's least answer meets in (two alternate, so
+// a thread still reading one round's cannot see the next round's). False in `ok`: a debug build's wait ran out.
+template <int THREADS, int CHUNK_VECS, class Stage, class Pieces, class Sync>
+__device__ __forceinline__ int stage_pieces(const Stage& stage, uint4* __restrict__ xs, int B, int kvecs, int from,
+                                            int need, Pieces pieces, int round, Sync sync) {
+  const int t = threadIdx.x % THREADS;
+  const int n = (int)pieces.elements(), cols = pieces.cols();  // a counter an element: fewer than 2^31
+  const int e_from = from * 8 / cols;
+  const int e_need = min(n, (need * 8 + cols - 1) / cols);
+  int* const word = pieces.met() + (round & 1);
+  if (t == 0) *word = n;
+  sync();
+  atomicMin(word, (int)pieces.first_unmet(e_from + t, n, THREADS));
+  sync();
+  int ready = *word;
+  if (ready < e_need) {  // the piece this slot reads is not written yet: wait for it (and those before it). A
+    for (int e = ready + t; e < e_need; e += THREADS) pieces.wait(e);  // debug build's wait that ran out returns:
+    ready = e_need;                                                    // the kernel is stopping, x is not read
+    sync();  // every thread copies columns another one waited for
+  }
+  const int to = ready >= n ? kvecs : min(kvecs, (int)((long long)ready * cols / 8));
+  stage_rows<THREADS>(
+      stage, xs, 0, B, from, to - from,
+      [=](int b, int v) {
+        const int va = from + v, c = va / CHUNK_VECS;
+        return c * B * CHUNK_VECS + xs_slot(b, va - c * CHUNK_VECS, CHUNK_VECS);
+      },
+      [] {}, sync);
+  return to;
+}
+
 // rows_from's walk with W from the loader ring: per slot, wait for it, each warp multiplies its 32-wide blocks
 // of the slot (SLOT_K / 32 / WARPS of them) against x, and releases it. x, the sums and the epilogue as in
 // rows_from.
 template <int WARPS, int ROWS, int KCHUNK, int BATCH, int SLOT_K, class Stage, class RowOf, class Store,
-          class Flush, class Sync>
+          class Flush, class Sync, class Pieces = XWhole>
 __device__ __forceinline__ void rows_ring(const pl::Tile& tile, const Stage& stage, int B, int K,
                                           uint4* __restrict__ xs, float* __restrict__ sums, int continues,
-                                          RowOf row_of, Store store, Flush flush, Sync sync) {
+                                          RowOf row_of, Store store, Flush flush, Sync sync, Pieces pieces = {}) {
   static_assert(ROWS % 8 == 0, "gemv: a task is a whole number of 8-row halves of an mma tile");
   static_assert(KCHUNK % SLOT_K == 0 && SLOT_K % (32 * WARPS) == 0,
                 "gemv: a K chunk is whole slots, and a slot whole 32-wide blocks for every warp");
@@ -443,8 +494,19 @@ __device__ __forceinline__ void rows_ring(const pl::Tile& tile, const Stage& sta
 #pragma unroll
     for (int h = 0; h < 2; ++h) row_ok[mt][h] = mt * 16 + h * 8 < ROWS && row_of(mt * 16 + h * 8 + g) >= 0;
 
-  if (resident && !continues) {  // the call's first task on this CTA: all of x, once (the loader is already
-    stage_resident<THREADS, CHUNK_VECS>(stage, xs, B, kvecs, sync);  // streaming this task's W into the ring)
+  // x in pieces (an in-entry wait): staged slot by slot as far as it is ready, not before the first slot. Only
+  // where all of x stays resident (else all of it is waited for first, below); a task that continues the call
+  // found all of x staged by the one before (which read every slot).
+  const bool in_pieces = Pieces::kPieces && pieces.elements() > 0;
+  int staged = continues ? kvecs : 0, round = 0;  // in pieces: x's vectors staged so far
+  if constexpr (Pieces::kPieces) {
+    if (in_pieces && !resident) {  // x staged chunk by chunk as the walk goes: all of its pieces first
+      for (long long e = t; e < pieces.elements(); e += THREADS) pieces.wait(e);
+      sync();
+    }
+  }
+  if (resident && !continues && !in_pieces) {  // the call's first task on this CTA: all of x, once (the loader is
+    stage_resident<THREADS, CHUNK_VECS>(stage, xs, B, kvecs, sync);  // already streaming this task's W)
     if (t == 0) pl_component::profile_mark(1);  // x staged (the marks as rows_from's below)
   }
 
@@ -462,6 +524,13 @@ __device__ __forceinline__ void rows_ring(const pl::Tile& tile, const Stage& sta
       if (!resident) stage_chunk<THREADS, CHUNK_VECS>(stage, xs, bg, nb, v0, cv, sync);
       const uint4* const xc = resident ? xs + c * B * CHUNK_VECS : xs;
       for (int sv = 0; sv < cv; sv += SLOT_VECS, ++s) {
+        if constexpr (Pieces::kPieces) {
+          if (in_pieces && resident && staged < min(kvecs, v0 + sv + SLOT_VECS)) {
+            staged = stage_pieces<THREADS, CHUNK_VECS>(stage, xs, B, kvecs, staged, min(kvecs, v0 + sv + SLOT_VECS),
+                                                       pieces, round++, sync);
+            if (t == 0 && s == 0) pl_component::profile_mark(1);  // the first pieces of x staged
+          }
+        }
         pl::ring::wait(tile, s);
         const unsigned char* const slot = pl::ring::slot(tile, s);
 #pragma unroll
@@ -510,14 +579,16 @@ __device__ __forceinline__ void rows_ring(const pl::Tile& tile, const Stage& sta
 // 0's copies of x in, 1 x staged (normed: the row scales summed, x scaled); in every task 2 warp 0's first pass
 // of W in (its mmas done), 3 warp 0's walk over W done, 4 the sums stored.
 template <int WARPS, int ROWS, int KCHUNK, int BATCH, class WSrc, class Stage, class RowOf, class Store, class Flush,
-          class Sync>
+          class Sync, class Pieces = XWhole>
 __device__ __forceinline__ void rows_from(const WSrc& wsrc, const Stage& stage, int B, int K,
                                           uint4* __restrict__ xs, float* __restrict__ sums, int continues,
-                                          RowOf row_of, Store store, Flush flush, Sync sync) {
+                                          RowOf row_of, Store store, Flush flush, Sync sync, Pieces pieces = {}) {
   if constexpr (WSrc::kLoaderRing) {
     rows_ring<WARPS, ROWS, KCHUNK, BATCH, WSrc::kSlotK>(wsrc.tile, stage, B, K, xs, sums, continues, row_of, store,
-                                                        flush, sync);
+                                                        flush, sync, pieces);
     return;
+  } else {
+    static_assert(!Pieces::kPieces, "gemv: x in pieces is read from the loader ring's walk only");
   }
   static_assert(ROWS % 8 == 0, "gemv: a task is a whole number of 8-row halves of an mma tile");
   static_assert(KCHUNK % (32 * WARPS) == 0, "gemv: a K chunk deals whole 32-wide blocks to every warp");
@@ -669,11 +740,12 @@ __device__ __forceinline__ void rows_from(const WSrc& wsrc, const Stage& stage, 
 // `wsrc` (rows: from global memory). r and y may be one tensor (a residual added in place: the residual
 // components' contracts say `may_alias`), so neither is __restrict__: the thread that stores an element of y has
 // loaded that element of r just before, and no thread of the call reads an element another one writes.
-template <int WARPS, int ROWS, int KCHUNK, int BATCH, bool kResidual, class WSrc, class Stage, class Sync>
+template <int WARPS, int ROWS, int KCHUNK, int BATCH, bool kResidual, class WSrc, class Stage, class Sync,
+          class Pieces = XWhole>
 __device__ __forceinline__ void rows_src(int n0, const WSrc& wsrc, const Stage& stage,
                                          const bf16* r, bf16* y, int B, int N, int K,
                                          uint4* __restrict__ xs, float* __restrict__ sums, int continues,
-                                         Sync sync) {
+                                         Sync sync, Pieces pieces = {}) {
   rows_from<WARPS, ROWS, KCHUNK, BATCH>(
       wsrc, stage, B, K, xs, sums, continues, [=](int i) { return n0 + i < N ? n0 + i : -1; },
       [=](int i, int bg, int b, float s) {
@@ -684,7 +756,7 @@ __device__ __forceinline__ void rows_src(int n0, const WSrc& wsrc, const Stage& 
           y[at] = __float2bfloat16_rn(s);
         }
       },
-      [](int, int) {}, sync);
+      [](int, int) {}, sync, pieces);
 }
 
 template <int WARPS, int ROWS, int KCHUNK, int BATCH, bool kResidual, class Stage, class Sync>

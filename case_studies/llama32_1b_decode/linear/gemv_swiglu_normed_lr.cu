@@ -7,6 +7,7 @@
 using namespace pl::gemv_swiglu_normed_lr;
 constexpr int TASK_ROWS = 2 * SWIGLU_COLS;  // a task's gate rows, then as many up rows
 using Ring = gemv_body::WLoaderRing<TASK_ROWS, SWIGLU_RING_K>;
+static_assert(H_PIECE == SWIGLU_COLS, "contract gemv_swiglu_normed_lr: h_piece notifies a task's columns of h, H_PIECE of them");
 static_assert(smem_xs_bytes >= GEMV_BATCH * GEMV_KCHUNK * 2, "contract gemv_swiglu_normed_lr: smem.buffers.xs is too small");
 static_assert(smem_sums_bytes >= gemv_body::sums_floats<WARPS, TASK_ROWS> * 4, "contract gemv_swiglu_normed_lr: smem.buffers.sums is too small");
 static_assert(smem_res_bytes >= GEMV_BATCH * TASK_ROWS * 4, "contract gemv_swiglu_normed_lr: smem.buffers.res is too small");

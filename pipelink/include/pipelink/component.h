@@ -249,6 +249,31 @@ __device__ __forceinline__ bool met(unsigned at, int w, long long i) {
   return c.n == 0ll || events::load_acquire(c.first + i * c.stride) >= c.count;
 }
 
+// The first of elements i0, i0 + step, ... (below i1) that has not reached its count now, or i1 when they all have;
+// elements past the first kMax are taken as not reached (i0 + kMax * step). One relaxed read each, all in flight
+// at once, then an acquire fence: what the elements before the returned one guard may be read after it returns.
+// A block finds how far its input is ready in one round trip: thread r asks for i0 + r, step the block's threads,
+// and the block takes the least answer.
+template <int kMax = 4>
+__device__ __forceinline__ long long first_unmet(unsigned at, int w, long long i0, long long i1, long long step) {
+  if (at == 0u) return i1;
+  const Context& c = context(at, w);
+  if (c.n == 0ll) return i1;
+  unsigned seen[kMax];  // a counter's low word: counts are 32-bit (Context::count)
+#pragma unroll
+  for (int k = 0; k < kMax; ++k) {
+    const long long i = i0 + k * step;
+    seen[k] = ~0u;
+    if (i < i1) asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(seen[k]) : "l"(c.first + i * c.stride) : "memory");
+  }
+  long long first = i0 + kMax * step < i1 ? i0 + kMax * step : i1;
+#pragma unroll
+  for (int k = kMax - 1; k >= 0; --k)
+    if (i0 + k * step < i1 && seen[k] < c.count) first = i0 + k * step;
+  asm volatile("fence.acq_rel.gpu;" ::: "memory");
+  return first;
+}
+
 // Wait until element i has reached its count. False only in a debug build whose wait ran past its bound (the
 // kernel is being stopped: the entry returns without reading what the element guards).
 __device__ __forceinline__ bool wait(unsigned at, int w, long long i) {
