@@ -69,3 +69,37 @@ def test_link_map_names_whose_buffers_take_the_l1_when_shared_memory_does_not_li
     assert "the arena's size is set by big: 71680 of its 71680 B" in text
     # 38 KB blocks leave 156 KB of L1: nothing to name
     assert "the arena's size is set by" not in rows(38 * 1024)
+
+
+def test_registers_are_held_four_warps_at_a_time():
+    """An SM places warps on its four schedulers' quarters of the register file: a block of 9 warps at 176
+    registers a thread (5632 a warp, 3 warps on a quarter: 16896 of 16384) does not launch, though 9 x 5632 fits
+    in 65536 (the driver allows 256 threads of such a kernel); at 168 it does. So the kernel's budget stops at 168
+    where a component asks for 176 (the Llama decode step with its in-entry-waiting down projection, 288
+    threads: linked at 170, refused at launch)."""
+    from pipelink.linker.allocate import kernel_register_budget
+    h = TARGETS["sm_90"]
+    assert residency(h, 288, 173568, 176)[1]["registers"] == 0
+    assert residency(h, 288, 173568, 168) == (1, {"shared memory": 1, "registers": 1, "warps": 7, "blocks": 32})
+    assert residency(h, 256, 173568, 176)[1]["registers"] == 1
+    assert kernel_register_budget(h, 288, 173568, [128, 168, 176]) == 168
+    assert kernel_register_budget(h, 256, 173568, [128, 168, 176]) == 176
+
+
+def test_a_cap_whose_block_the_register_file_cannot_hold_is_refused(tmp_path, capsys):
+    import json
+
+    from pipelink.cli import main
+    from test_in_entry_waits import FILL
+    raw = json.loads(json.dumps(FILL))
+    raw["threads"]["warps"], raw["registers"]["max_per_thread"] = 9, 176
+    raw["barriers"]["named"][0]["threads"] = 288
+    (tmp_path / "fill.json").write_text(json.dumps(raw))
+    (tmp_path / "p.json").write_text(json.dumps({"pipeline": 1, "name": "k", "schedule": "persistent"}))
+    code = main(["check", str(tmp_path / "fill.json"), "--pipeline", str(tmp_path / "p.json")])
+    err = capsys.readouterr().err
+    assert code == 1 and "error[PL046]" in err and "hold 8 warps of it" in err and "fewer than the block's 9" in err, err
+    assert "at /registers/max_per_thread" in err
+    raw["registers"]["max_per_thread"] = 168
+    (tmp_path / "fill.json").write_text(json.dumps(raw))
+    assert main(["check", str(tmp_path / "fill.json"), "--pipeline", str(tmp_path / "p.json")]) == 0

@@ -78,6 +78,11 @@ def ltoir_archs_for(link_arch: str) -> tuple[str, ...]:
 SMEM_RESERVED_PER_BLOCK = 1024
 REG_ALLOC_UNIT = 256
 MAX_BLOCKS_PER_SM = 32
+# An SM's register file is four schedulers' quarters, and its warps are placed four at a time, one on each: the
+# warps its registers hold are a multiple of 4. A block of 9 warps at 176 registers a thread (5632 a warp) needs
+# 3 warps' registers on one quarter (16896 of 16384): the driver refuses the block (at most 256 threads), though
+# 9 x 5632 fits in 65536. At 168 (5376 a warp) 12 warps fit, the 9 with them.
+WARP_ALLOC_GRANULARITY = 4
 
 
 def residency(t: Target, threads: int, smem_bytes: int, registers: int) -> tuple[int, dict[str, int]]:
@@ -86,8 +91,9 @@ def residency(t: Target, threads: int, smem_bytes: int, registers: int) -> tuple
     'blocks': n}); the first is the least of them."""
     warps = -(-threads // 32)
     per_warp = -(-max(registers, 1) * 32 // REG_ALLOC_UNIT) * REG_ALLOC_UNIT
+    reg_warps = t.regs_per_sm // per_warp // WARP_ALLOC_GRANULARITY * WARP_ALLOC_GRANULARITY
     limits = {"shared memory": t.smem_per_sm // (smem_bytes + SMEM_RESERVED_PER_BLOCK),
-              "registers": t.regs_per_sm // (per_warp * warps),
+              "registers": reg_warps // warps,
               "warps": t.max_warps_per_sm // warps,
               "blocks": MAX_BLOCKS_PER_SM}
     return min(limits.values()), limits

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from ..core.checks import CAP_HINT, POOL_HINT, Need, cap_over_role, misaligned_roles, register_pool
 from ..core.diagnostics import DiagnosticSink
 from ..core.model import DTYPE_BYTES
-from ..core.targets import TARGETS, residency
+from ..core.targets import REG_ALLOC_UNIT, TARGETS, WARP_ALLOC_GRANULARITY, residency
 from . import event_glue
 from .resolve import Resolved
 
@@ -420,9 +420,12 @@ def _registers(r: Resolved, alloc: Allocation, target, sink: DiagnosticSink) -> 
     if not budgets:
         return
     tight, owner = min(budgets, key=lambda b: b[0])
-    if tight * alloc.block_threads > target.regs_per_sm:
-        sink.error("PL046", f"{tight} registers x {alloc.block_threads} threads exceeds the {target.regs_per_sm} "
-                   "registers of an SM", owner.contract.at("/registers/max_per_thread"))
+    if residency(target, alloc.block_threads, 0, tight)[1]["registers"] < 1:
+        held = target.regs_per_sm // (-(-tight * 32 // REG_ALLOC_UNIT) * REG_ALLOC_UNIT)
+        sink.error("PL046", f"{tight} registers x {alloc.block_threads} threads: an SM's {target.regs_per_sm} "
+                   f"registers hold {held // WARP_ALLOC_GRANULARITY * WARP_ALLOC_GRANULARITY} warps of it (placed "
+                   f"{WARP_ALLOC_GRANULARITY} at a time on its schedulers), fewer than the block's "
+                   f"{-(-alloc.block_threads // 32)}", owner.contract.at("/registers/max_per_thread"))
         alloc.registers = tight
         return
     alloc.registers = kernel_register_budget(target, alloc.block_threads, alloc.smem_bytes,
