@@ -112,6 +112,7 @@ def generate_header(c: Contract) -> str:
         f"// Contract hash {c.hash}. Do not edit; regenerate with `pipelink header` when the contract changes.",
         "#pragma once",
         "#include <pipelink/component.h>",
+        *(["#include <pipelink/in_entry.h>  // its in-entry waits"] if any(w.in_entry for w in c.events.waits) else []),
         *dtype_includes([q.dtype for q in c.ports] + [q.dtype for q in c.entry.params]),
         *(["#include <pipelink/fragment.h>"] if any(q.space == "reg" for q in c.ports) else []),
         "",

@@ -501,7 +501,7 @@ def profile_record_offset(r: Resolved, a: Allocation) -> int | None:
 
 def in_entry_waits(r: Resolved) -> int:
     """The most in-entry waits (a contract's `events.waits[].in_entry`) any component of a persistent link has:
-    the running task's contexts (pipelink/component.h's pl::in_entry), one set a CTA (a CTA runs one task at a
+    the running task's contexts (pipelink/in_entry.h), one set a CTA (a CTA runs one task at a
     time: PL207 refuses them in components whose tasks run several to a block)."""
     if r.schedule != "persistent":
         return 0

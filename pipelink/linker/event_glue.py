@@ -323,7 +323,7 @@ def bound_c(r, comp, text: str, letters) -> str:
     return "(long long)(" + affine_c(text, letters, r) + ")"
 
 
-# One in-entry wait's context in shared memory (pipelink/component.h's pl::in_entry::Context): what the entry's
+# One in-entry wait's context in shared memory (pipelink/in_entry.h's pl::in_entry::Context): what the entry's
 # `wait_<name>(i)` needs to find element i of the running task's map and its count.
 IN_ENTRY_CONTEXT_BYTES = 72
 

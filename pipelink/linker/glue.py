@@ -82,6 +82,9 @@ def generate_glue(r: Resolved, a: Allocation) -> str:
              if r.wait_backoff_ns != 64 else []),
            "#include <pipelink/glue.h>",
            *(["#include <pipelink/events.h>"] if r.schedule == "persistent" else []),
+           *(["#include <pipelink/in_entry.h>  // the contexts of the components' in-entry waits"]
+             if r.schedule == "persistent" and any(w.in_entry for c in r.components for w in c.code.events.waits)
+             else []),
            *(["#include <pipelink/remote.h>  // a distributed link: every rank runs this kernel"]
              if r.distributed else []),
            *dtype_includes([p.dtype for c in r.components for p in c.contract.entry.params]
