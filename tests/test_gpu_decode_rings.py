@@ -219,3 +219,47 @@ def test_a_profiled_loader_records_each_task_it_loads_on_the_tasks_sm(kernels, t
         assert lead.tasks == len(tasks) and lead.blocked_us > 0.0 and 0.0 <= lead.late <= 1.0
     finally:
         kernel.unload()
+
+
+MLP_PIECES = {"pipeline": 1, "name": "mlp_pieces", "deal": "continue", "calls": [
+    {"name": "gate_up", "component": "gemv_swiglu_normed_lr", "bind": {"w": "w_gu", "K": "H"}},
+    {"name": "down", "component": "gemv_residual_lr_pieces",
+     "bind": {"w": "w_down", "x": "h", "r": "x", "y": "y", "N": "H", "K": "I"}}]}
+
+
+@pytest.mark.parametrize("B", [1, 2, 3, 8])
+@pytest.mark.parametrize("H,I", [(2048, 8192), (1000, 2056), (40, 1000)], ids=str)
+def test_the_down_projection_reading_hs_pieces_as_they_come(kernels, tmp_path, B, H, I):
+    """gate/up -> down (gemv_residual_lr_pieces) linked as one kernel: down waits in its entry for gate/up's pieces
+    of h (8 columns a gate/up task, the event h_piece), staging them before each slot of W as far as they are
+    ready. On 8 CTAs and on the whole GPU (down's tasks start while other CTAs still run gate/up), bit for bit
+    the plain gemv_swiglu_normed then gemv_residual: the same products in the same order. B 1 and 2 keep all of
+    h resident and stage it in pieces; 3 and 8 wait for every piece first."""
+    import pipelink
+    import torch
+    objects = decode_parts.build_all(tmp_path, tuple(p for p in decode_parts.LOADER_PARTS
+                                                     if p.name in ("gemv_swiglu_normed_lr", "gemv_residual_lr_pieces")))
+    linked = pipelink.link([str(objects["gemv_swiglu_normed_lr"]), str(objects["gemv_residual_lr_pieces"])],
+                           pipeline=MLP_PIECES)
+    assert linked.ok, [d.render() for d in linked.diagnostics]
+    assert "down waits n->: for 1 in its entry" in linked.link_map
+    k = linked.kernel()
+    seed = int.from_bytes(os.urandom(4), "little")
+    g = _gen(seed)
+    w_gu = (torch.randn(2 * I, H, generator=g, device="cuda") / H ** 0.5).to(torch.bfloat16)
+    w_down = (torch.randn(H, I, generator=g, device="cuda") / I ** 0.5).to(torch.bfloat16)
+    x = (3 * torch.randn(B, H, generator=g, device="cuda")).to(torch.bfloat16)
+    norm_w = (1 + 0.1 * torch.randn(H, generator=g, device="cuda")).to(torch.bfloat16)
+    h_want, y_want = _nan(B, I), _nan(B, H)
+    kernels["gemv_swiglu_normed"].launch(w=w_gu, x=x, norm_w=norm_w, eps=EPS, h=h_want, B=B, I=I, K=H)
+    kernels["gemv_residual"].launch(w=w_down, x=h_want, r=x, y=y_want, B=B, N=H, K=I)
+    try:
+        for launch in range(3):
+            h, y = _nan(B, I), _nan(B, H)
+            k.launch(w_gu=packing.pack(w_gu, "gemv_swiglu_normed_lr", I), w_down=packing.pack(w_down, "gemv_residual_lr", H),
+                     x=x, norm_w=norm_w, eps=EPS, h=h, y=y, B=B, I=I, H=H, grid=8 if launch == 0 else None)
+            torch.cuda.synchronize()
+            _same(h, h_want, f"h B={B} H={H} I={I} seed={seed} launch {launch}")
+            _same(y, y_want, f"y B={B} H={H} I={I} seed={seed} launch {launch}")
+    finally:
+        k.unload()
