@@ -431,6 +431,24 @@ struct XPieces : Src {
   static constexpr bool kPieces = true;
 };
 
+// Wait until elements lo .. hi - 1 are all met, each thread its own (lo + t, lo + t + THREADS, ...): four reads in
+// flight at once a round (first_unmet), not one round trip an element. After many rounds, each element's own wait:
+// a debug build's bounded one, which reports a wait that never ends instead of spinning here for ever.
+template <int THREADS, class Pieces>
+__device__ __forceinline__ void wait_pieces(const Pieces& pieces, int lo, int hi) {
+  const int t = threadIdx.x % THREADS;
+  for (int base = lo; base < hi; base += 4 * THREADS) {
+    const int end = min(hi, base + 4 * THREADS);
+    for (int round = 0; pieces.first_unmet(base + t, end, THREADS) < end; ++round) {
+      if (round == 256) {
+        for (int e = base + t; e < end; e += THREADS) pieces.wait(e);
+        break;
+      }
+      __nanosleep(64);
+    }
+  }
+}
+
 // Stage x's vectors from `from` on (all B rows, resident layout) up to at least `need`, and as far past it as its
 // pieces are ready now: one round trip finds how far (every thread asks for its elements, the block takes the
 // least not met), a wait for the rest of `need` only where that falls short, then one round of copies. Returns
@@ -449,9 +467,9 @@ __device__ __forceinline__ int stage_pieces(const Stage& stage, uint4* __restric
   atomicMin(word, (int)pieces.first_unmet(e_from + t, n, THREADS));
   sync();
   int ready = *word;
-  if (ready < e_need) {  // the piece this slot reads is not written yet: wait for it (and those before it). A
-    for (int e = ready + t; e < e_need; e += THREADS) pieces.wait(e);  // debug build's wait that ran out returns:
-    ready = e_need;                                                    // the kernel is stopping, x is not read
+  if (ready < e_need) {  // the piece this slot reads is not written yet: wait for it (and those before it)
+    wait_pieces<THREADS>(pieces, ready, e_need);
+    ready = e_need;
     sync();  // every thread copies columns another one waited for
   }
   const int to = ready >= n ? kvecs : min(kvecs, (int)((long long)ready * cols / 8));
@@ -501,7 +519,7 @@ __device__ __forceinline__ void rows_ring(const pl::Tile& tile, const Stage& sta
   int staged = continues ? kvecs : 0, round = 0;  // in pieces: x's vectors staged so far
   if constexpr (Pieces::kPieces) {
     if (in_pieces && !resident) {  // x staged chunk by chunk as the walk goes: all of its pieces first
-      for (long long e = t; e < pieces.elements(); e += THREADS) pieces.wait(e);
+      wait_pieces<THREADS>(pieces, 0, (int)pieces.elements());
       sync();
     }
   }
