@@ -221,3 +221,31 @@ def test_a_consumer_reads_each_piece_after_its_producer_wrote_it(objects, tmp_pa
         total = N * (N + 1) // 2
         assert sums == [(m + 1) * total for m in range(M)], (path, N, M, delay, grid, sums[:8])
         assert head == list(range(1, min(N, 4) + 1)), head
+
+
+def test_an_in_entry_wait_guards_nothing_the_glue_reads(capsys, tmp_path):
+    """A later wait's map reads `idx`, which the producer writes in the launch: an in-entry wait on the producer,
+    listed before it, does not order that read (the glue reads it before the entry runs): PL086. As a glue wait it
+    does."""
+    fill = contract(FILL, lambda c: c["entry"]["params"].insert(1, {"name": "idx", "dtype": "i32", "pointer": True,
+                                                                      "shape": ["M"]}))
+    fill["entry"]["params"].append({"name": "M", "dtype": "i32"})
+
+    def reader(in_entry):
+        def edit(c):
+            c["entry"]["params"].insert(2, {"name": "idx", "dtype": "i32", "pointer": True, "const": True,
+                                            "shape": ["M"]})
+            c["events"]["waits"][0]["in_entry"] = in_entry
+            c["events"]["waits"].append({"name": "piece2", "map": "m->idx[m]", "count": 1})
+        return contract(SUM, edit)
+    other = {"pipelink_contract": 1, "name": "piece_two", "version": "1.0.0", "owner": "tests",
+             "entry": {"symbol": "piece_two", "params": [{"name": "N", "dtype": "i32"}]},
+             "targets": {"archs": ["sm_90"]}, "threads": {"warps": 4}, "registers": {"max_per_thread": 128},
+             "geometry": {"tile_sequence": {"grid": ["N"], "order": "row_major", "distribution": "grid_stride"}},
+             "events": {"notifies": [{"name": "piece2", "map": "t->t"}]}}
+    pipeline = written(tmp_path, {"pipeline": 1, "name": "k"})
+    paths = [written(tmp_path, fill), written(tmp_path, other)]
+    code, _, err = cli(capsys, "check", *paths, written(tmp_path, reader(True)), "--pipeline", pipeline)
+    assert code == 1 and "error[PL086]" in err and "reading 'idx'" in err, err
+    code, _, err = cli(capsys, "check", *paths, written(tmp_path, reader(False)), "--pipeline", pipeline)
+    assert code == 0, err

@@ -176,7 +176,8 @@ def _check_read_order(comps, tensors, sink) -> None:
         notifies = [(t, n) for t in tensors.values() for n in t.notifiers if n.component == comp.name]
         for i, (t, side) in enumerate(waits + notifies):
             guards = waits[:i] if i < len(waits) else waits
-            notifiers = {n.component for g, _ in guards for n in g.notifiers}
+            # an in-entry wait guards what the entry reads after it, not what the glue reads (a map or count)
+            notifiers = {n.component for g, w in guards if not w.in_entry for n in g.notifiers}
             for tensor in side.reads():
                 for writer in sorted(writers.get(tensor, set()) - {comp.name}):
                     if not any(n == writer or n in after[writer] for n in notifiers):
