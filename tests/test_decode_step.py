@@ -202,6 +202,11 @@ def test_the_pieces_step_is_the_loader_step_with_down_waiting_in_its_entry(linke
     assert "gate_up notifies t->t; down waits n->: for 1 in its entry, element by element" in link_map
     assert "pl_after_gate_up" not in link_map  # nobody waits for all of gate/up any more
     assert "h_piece" not in linked["lr"].link_map  # an event nobody waits for is dropped
+    # each down task's context names its own layer's pieces, and the compute warps (not the loader) meet after it
+    glue = linked["lrp"].glue
+    (first,) = [line for line in glue.splitlines() if "pl_ctx0->first = " in line]
+    assert "(long long)pl_layer * e" in first, first
+    assert "pl::glue::compute_sync<256>();  // the in-entry wait contexts are written before the entry reads them" in glue
 
 
 def test_the_ring_od_step_swaps_only_the_output_and_down_projections():
