@@ -91,7 +91,7 @@ def contract_summary(c: Contract) -> dict:
                          "reduction": None if ts.reduction is None else {"blocks": str(ts.reduction.blocks),
                                                                          "port": ts.reduction.port}}},
         "events": {"notifies": [{"name": e.name, "map": e.map} for e in c.events.notifies],
-                   "waits": [{"name": e.name, "map": e.map} for e in c.events.waits]},
+                   "waits": [{"name": e.name, "map": e.map, "in_entry": e.in_entry} for e in c.events.waits]},
         "form": "entries" if c.entries else "entry",
         "params": [_param(p) for p in c.entry.params],
         "entries": [_entry_point(c, e) for e in c.entries],
@@ -185,7 +185,7 @@ def contract_text(c: Contract, indent: str = "  ") -> list[str]:
     for e in c.events.notifies:
         lines.append(f"{indent}notifies  {e.name} {e.map}")
     for e in c.events.waits:
-        lines.append(f"{indent}waits     {e.name} {e.map}")
+        lines.append(f"{indent}waits     {e.name} {e.map}" + (" (in the entry, element by element)" if e.in_entry else ""))
     return lines
 
 

@@ -249,3 +249,11 @@ def test_an_in_entry_wait_guards_nothing_the_glue_reads(capsys, tmp_path):
     assert code == 1 and "error[PL086]" in err and "reading 'idx'" in err, err
     code, _, err = cli(capsys, "check", *paths, written(tmp_path, reader(False)), "--pipeline", pipeline)
     assert code == 0, err
+
+
+def test_inspect_says_which_waits_the_entry_makes(capsys, objects):
+    code, out, _ = cli(capsys, "inspect", objects["piece_sum"])
+    assert code == 0 and "waits     piece m->: (in the entry, element by element)" in out, out
+    code, out, _ = cli(capsys, "inspect", objects["piece_sum"], "--format", "json")
+    (c,) = [i["contract"] for i in json.loads(out)["inputs"]]
+    assert c["events"]["waits"] == [{"name": "piece", "map": "m->:", "in_entry": True}], c["events"]
