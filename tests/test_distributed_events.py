@@ -390,3 +390,13 @@ def test_a_distributed_kernels_extents_see_nvshmems_rank_and_world(objects, monk
     monkeypatch.setattr(nvshmem, "_state", nvshmem._State(rank=1, world=4, device=0))
     assert kernel.shape_env(values) == {"TM": 6, "TN": 40, "RANK": 1, "WORLD": 4}
     assert kernel.total_tiles(**kernel.shape_env(values)) == 6 * 40 + 2 * 40  # the partials, then rank 1's rows
+
+
+def test_a_wait_in_the_entry_on_another_ranks_notifications_is_refused():
+    """An in-entry wait reads its counters at GPU scope (pl::in_entry); other ranks add to these at system scope:
+    PL207 at the wait, which the glue makes instead (without in_entry)."""
+    in_entry = copy.deepcopy(REDUCE)
+    in_entry["events"]["waits"][0]["in_entry"] = True
+    ctx = link(reduce=in_entry)
+    d = next(d for d in ctx.sink.errors if d.code == "PL207")
+    assert "which other ranks notify" in d.message and d.location.pointer == "/events/waits/0"

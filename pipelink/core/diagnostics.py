@@ -330,8 +330,8 @@ CODES = _codes(
     Code("PL207", "in-entry wait the entry cannot make", L,
          "an in-entry wait (`in_entry`) names its elements along one axis (`i->:`, `i->i, :`, `i->range(i, i + 4)`), "
          "counts to a number known before the task runs, belongs to a single-entry component that runs one task a "
-         "block, and waits on another component's notifications; otherwise let the glue wait before the entry "
-         "(drop in_entry)"),
+         "block, and waits on another component's notifications on this rank; otherwise let the glue wait before "
+         "the entry (drop in_entry)"),
     # the runtime: raised by a loaded kernel (pipelink.load, Kernel.launch), as PipelinkRunError subclasses
     Code("PL195", "kernel argument does not fit its parameter", U,
          "pass what the kernel's manifest (K.json, `pipelink inspect K.cubin`) declares for the parameter: its "

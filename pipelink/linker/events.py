@@ -120,6 +120,10 @@ def plan_events(comps, geometry: dict[str, int], sink: DiagnosticSink) -> EventP
             elif w.map.rank != len(t.shape):
                 sink.error("PL082", f"'{w.component}' waits on '{t.name}' with rank {w.map.rank}; the event has rank "
                            f"{len(t.shape)}", where)
+            if w.in_entry and t.cross_rank:
+                sink.error("PL207", f"'{w.component}' waits in its entry on '{t.name}', which other ranks notify", where,
+                           hint="let the glue wait for an event other ranks add to (drop in_entry): it reads the "
+                                "counter at system scope")
             if w.in_entry and any(n.component == w.component for n in t.notifiers):
                 sink.error("PL207", f"'{w.component}' waits in its entry on '{t.name}', which it notifies itself", where,
                            hint="let the glue wait for a chain (drop in_entry): it orders the component's own tasks")
