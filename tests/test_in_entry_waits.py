@@ -257,3 +257,21 @@ def test_inspect_says_which_waits_the_entry_makes(capsys, objects):
     code, out, _ = cli(capsys, "inspect", objects["piece_sum"], "--format", "json")
     (c,) = [i["contract"] for i in json.loads(out)["inputs"]]
     assert c["events"]["waits"] == [{"name": "piece", "map": "m->:", "in_entry": True}], c["events"]
+
+
+def test_a_call_that_renames_the_event_waits_on_its_own(objects):
+    """Calls rename events: two producers and two consumers of one component each, each consumer's in-entry wait on
+    its own producer's event (the context names that event's counters), and a consumer call whose event no call
+    notifies is refused (PL081), not met at once."""
+    calls = [{"name": "fill_a", "component": "piece_fill", "bind": {"v": "va"}, "events": {"piece": "piece_a"}},
+             {"name": "fill_b", "component": "piece_fill", "bind": {"v": "vb"}, "events": {"piece": "piece_b"}},
+             {"name": "sum_a", "component": "piece_sum", "bind": {"v": "va", "out": "oa"}, "events": {"piece": "piece_a"}},
+             {"name": "sum_b", "component": "piece_sum", "bind": {"v": "vb", "out": "ob"}, "events": {"piece": "piece_b"}}]
+    res = pipelink.link([objects["piece_fill"], objects["piece_sum"]],
+                        pipeline={"pipeline": 1, "name": "two", "calls": calls})
+    assert res.ok, [d.render() for d in res.diagnostics]
+    assert "'piece_a' m->:" in res.glue and "'piece_b' m->:" in res.glue
+    assert "sum_a waits m->: for 1 in its entry" in res.link_map and "sum_b waits m->: for 1 in its entry" in res.link_map
+    res = pipelink.link([objects["piece_fill"], objects["piece_sum"]],
+                        pipeline={"pipeline": 1, "name": "two", "calls": calls[:1] + [dict(calls[2], events={"piece": "nobody"})]})
+    assert not res.ok and "PL081" in {d.code for d in res.diagnostics}
