@@ -275,3 +275,26 @@ def test_a_call_that_renames_the_event_waits_on_its_own(objects):
     res = pipelink.link([objects["piece_fill"], objects["piece_sum"]],
                         pipeline={"pipeline": 1, "name": "two", "calls": calls[:1] + [dict(calls[2], events={"piece": "nobody"})]})
     assert not res.ok and "PL081" in {d.code for d in res.diagnostics}
+
+
+@pytest.mark.parametrize("loops,index,first,step,n", [
+    ((), "(long long)(tile.coord[0])", "(long long)((long long)(tile.coord[0]))", "0ll", "1ll"),
+    ((("a0", "0", "e0_extent_0"),), "a0", "(long long)(0)", "((long long)(0 + 1)) - ((long long)(0))",
+     "max((long long)(e0_extent_0) - (long long)(0), 0ll)"),
+    ((("a0", "0", "e1_extent_0"),), "(a0) * e1_extent_1 + (long long)(tile.coord[0])",
+     "((long long)(0)) * e1_extent_1 + (long long)(tile.coord[0])", None, None),
+])
+def test_an_axis_is_the_first_element_a_step_and_a_count(loops, index, first, step, n):
+    """event_glue._one_axis: element i of a one-axis space is counter first + i * step (the index is affine in the
+    loop variable), n of them; a space of no loop is the one element. Evaluated on sample values where given."""
+    from pipelink.linker.event_glue import ElementSpace, Loop, _one_axis
+    space = ElementSpace(tuple(Loop(*lp) for lp in loops), (), index)
+    f, s, count = _one_axis(None, space)
+    assert f == first
+    if step is not None:
+        assert s == f"(long long)({step})" if loops else s == step
+        assert count == n
+    else:  # a column of a 2-D event: the step is the row length
+        env = {"e1_extent_1": 7, "tile": None}
+        value = lambda text, c0=3: eval(text.replace("(long long)", "").replace("tile.coord[0]", str(c0)), {}, env)  # noqa: E731
+        assert value(f) == 3 and value(s) == 7
