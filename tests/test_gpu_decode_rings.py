@@ -234,7 +234,7 @@ def test_the_down_projection_reading_hs_pieces_as_they_come(kernels, tmp_path, B
     of h (8 columns a gate/up task, the event h_piece), staging them before each slot of W as far as they are
     ready. On 8 CTAs and on the whole GPU (down's tasks start while other CTAs still run gate/up), bit for bit
     the plain gemv_swiglu_normed then gemv_residual: the same products in the same order. B 1 and 2 keep all of
-    h resident and stage it in pieces; 3 and 8 wait for every piece first."""
+    h resident and stage it in pieces; 3 and 8 stage h a 2048-column chunk at a time, each after its pieces."""
     import pipelink
     import torch
     objects = decode_parts.build_all(tmp_path, tuple(p for p in decode_parts.LOADER_PARTS

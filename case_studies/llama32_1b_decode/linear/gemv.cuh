@@ -512,17 +512,11 @@ __device__ __forceinline__ void rows_ring(const pl::Tile& tile, const Stage& sta
 #pragma unroll
     for (int h = 0; h < 2; ++h) row_ok[mt][h] = mt * 16 + h * 8 < ROWS && row_of(mt * 16 + h * 8 + g) >= 0;
 
-  // x in pieces (an in-entry wait): staged slot by slot as far as it is ready, not before the first slot. Only
-  // where all of x stays resident (else all of it is waited for first, below); a task that continues the call
-  // found all of x staged by the one before (which read every slot).
+  // x in pieces (an in-entry wait): where all of x stays resident, staged slot by slot as far as it is ready, not
+  // before the first slot (a task that continues the call found all of x staged by the one before, which read
+  // every slot); else each chunk's pieces are waited for before the chunk is staged.
   const bool in_pieces = Pieces::kPieces && pieces.elements() > 0;
   int staged = continues ? kvecs : 0, round = 0;  // in pieces: x's vectors staged so far
-  if constexpr (Pieces::kPieces) {
-    if (in_pieces && !resident) {  // x staged chunk by chunk as the walk goes: all of its pieces first
-      wait_pieces<THREADS>(pieces, 0, (int)pieces.elements());
-      sync();
-    }
-  }
   if (resident && !continues && !in_pieces) {  // the call's first task on this CTA: all of x, once (the loader is
     stage_resident<THREADS, CHUNK_VECS>(stage, xs, B, kvecs, sync);  // already streaming this task's W)
     if (t == 0) pl_component::profile_mark(1);  // x staged (the marks as rows_from's below)
@@ -539,6 +533,14 @@ __device__ __forceinline__ void rows_ring(const pl::Tile& tile, const Stage& sta
       for (int e = 0; e < 4; ++e) acc[mt][0][e] = acc[mt][1][e] = 0.0f;
     for (int v0 = 0, c = 0; v0 < kvecs; v0 += CHUNK_VECS, ++c) {
       const int cv = min(CHUNK_VECS, kvecs - v0);
+      if constexpr (Pieces::kPieces) {
+        if (in_pieces && !resident && bg == 0 && !continues) {  // x staged a chunk at a time: the chunk's pieces
+          const int cols = pieces.cols(), n = (int)pieces.elements();  // first (later batch groups, and a task
+                                                                       // that continues the call, find them met)
+          wait_pieces<THREADS>(pieces, v0 * 8 / cols, min(n, ((v0 + cv) * 8 + cols - 1) / cols));
+          sync();  // every thread copies columns another one waited for
+        }
+      }
       if (!resident) stage_chunk<THREADS, CHUNK_VECS>(stage, xs, bg, nb, v0, cv, sync);
       const uint4* const xc = resident ? xs + c * B * CHUNK_VECS : xs;
       for (int sv = 0; sv < cv; sv += SLOT_VECS, ++s) {
