@@ -86,6 +86,10 @@ MEGA_OPTIONS.update({f"lr_ef_if{n}": ("lr", {"loader_l2": "evict_first", "loader
 MEGA_OPTIONS.update({f"lr_ef_s{n}": ("lr", {"loader_slots": n, "loader_l2": "evict_first"}) for n in (8, 9, 10)})
 # lrp_ef: the loader step whose down projection waits for gate/up's pieces of h in its entry, with the hint.
 MEGA_OPTIONS["lrp_ef"] = ("lrp", {"loader_l2": "evict_first"})
+# X_acqrel: a task's notifying threads fence with a release (fence.acq_rel.gpu) instead of __threadfence() (the
+# pipeline's notify_fence): the fence is on every hand-off's path, after the producer's last task.
+MEGA_OPTIONS.update({f"{v}_acqrel": (base, {**fields, "notify_fence": "acq_rel"})
+                     for v, (base, fields) in (("lr_ef", MEGA_OPTIONS["lr_ef"]), ("lrp_ef", MEGA_OPTIONS["lrp_ef"]))})
 # lr_l2normal: the loader step's copies without the hint, whatever decode_step_lr.json sets.
 MEGA_OPTIONS["lr_l2normal"] = ("lr", {"loader_l2": "normal"})
 # lr_last_*: the loader step with the splits merged by the last one (attn_last), dealt on, 128 splits, load_ahead N.

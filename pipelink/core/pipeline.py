@@ -71,6 +71,7 @@ class PipelineSpec:
     loader_l2: str = "normal"           # static: the L2 policy of the ring's copies ("evict_first": read once)
     deal: str = "restart"               # static: each call's first task on CTA 0, or after the previous call's last
     wait_backoff_ns: int = 64           # persistent: a waiting thread's sleep between two reads of a counter
+    notify_fence: str = "sc"            # persistent: the fence before a task's notifications ("acq_rel": release)
     debug_events: bool = False          # a wait that spins too long stops the kernel and is reported
     dependent_launch: bool = False      # programmatic dependent launch: overlap with the kernel before
     profile_tasks: int = 0              # persistent: a ring of this many task records (timestamps), 0: none
@@ -267,6 +268,7 @@ def read_pipeline(raw, file: str, sink: DiagnosticSink) -> PipelineSpec | None:
                         loader_l2=raw.get("loader_l2", default.loader_l2),
                         deal=raw.get("deal", default.deal),
                         wait_backoff_ns=raw.get("wait_backoff_ns", default.wait_backoff_ns),
+                        notify_fence=raw.get("notify_fence", default.notify_fence),
                         debug_events=raw.get("debug_events", default.debug_events),
                         dependent_launch=raw.get("dependent_launch", default.dependent_launch),
                         profile_tasks=raw.get("profile_tasks", default.profile_tasks),

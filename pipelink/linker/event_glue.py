@@ -254,6 +254,9 @@ def notify_block(r, notifies, tensor_index: dict, threads: int, indent: str, bas
     who = " || ".join(f"({notifier_condition(space, threads, sl, tid)})" for _, _, space, sl in spaces)
     if any(side.rank is not None for _, side, _, _ in spaces):  # another rank reads them: system scope
         out = [f"{indent}if ({who}) __threadfence_system();  // the task's writes are visible to every rank first"]
+    elif r.notify_fence == "acq_rel":  # a release: what the waiters' acquire reads pair with
+        out = [f'{indent}if ({who}) asm volatile("fence.acq_rel.gpu;" ::: "memory");  // the task\'s writes are '
+               "visible to every CTA before any count moves (a release)"]
     else:
         out = [f"{indent}if ({who}) __threadfence();  // the task's writes are visible to every CTA before any count moves"]
     for tensor, side, space, sl in spaces:

@@ -87,6 +87,7 @@ class Resolved:
     deal: str = "restart"              # static persistent: where each call's tasks start (glue.first_task)
     wait_backoff_ns: int = 64          # events.h's PL_WAIT_BACKOFF_NS: a waiter's sleep between reads
     geometry_set: frozenset = frozenset()  # geometry names whose value the pipeline (its file or --geometry) gave
+    notify_fence: str = "sc"           # the fence before a task's notifications (event_glue.notify_block)
 
     def inner_grid(self, name: str) -> tuple:
         return (self.nested or {}).get(name, ())
@@ -299,7 +300,7 @@ def resolve(components: list[Component], spec: PipelineSpec, sink: DiagnosticSin
                     tuple(list(cluster) + [1] * (3 - len(cluster))) if cluster else None, stream_k, nested,
                     spec.dependent_launch, calls, spec.profile_tasks,
                     distributed_use(comps, events.tensors if events else {}), counts_per_cta, loader,
-                    spec.deal, spec.wait_backoff_ns, frozenset(spec.geometry) & geometry.keys())
+                    spec.deal, spec.wait_backoff_ns, frozenset(spec.geometry) & geometry.keys(), spec.notify_fence)
 
 
 def _kernel_name(comps: list[Component], spec: PipelineSpec, sink: DiagnosticSink) -> None:
@@ -501,6 +502,9 @@ def _settings_without_effect(spec: PipelineSpec, events, sink: DiagnosticSink) -
             if spec.changes(name):
                 sink.warning("PL193", f"{name} {what}; no task of this link waits on one: it has no effect",
                              spec.at(f"/{name}"), hint=f"drop {name}, or link components whose contracts wait on events")
+    if spec.changes("notify_fence") and not (events is not None and any(t.notifiers for t in events.tensors.values())):
+        sink.warning("PL193", "notify_fence is the fence before a task's notifications; no task of this link notifies "
+                     "an event: it has no effect", spec.at("/notify_fence"), hint="drop notify_fence")
     from .event_glue import whole_call
     if spec.changes("counts_per_cta") and not (events is not None and any(
             whole_call(n) for t in events.tensors.values() for n in t.notifiers)):
