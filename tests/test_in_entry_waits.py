@@ -206,13 +206,15 @@ print(json.dumps(out))
 @pytest.mark.gpu
 def test_a_consumer_reads_each_piece_after_its_producer_wrote_it(objects, tmp_path):
     """Producers sleep before they write; the consumer's tasks start at once on the other CTAs and wait in their
-    entry for each piece. Every sum is exact (a piece read before its write would add the poison, -7)."""
+    entry for each piece. Every sum is exact (a piece read before its write would add the poison, -7). Static and
+    dynamic dispatch, and the producers' notifications after a release fence (notify_fence acq_rel)."""
     dirs = []
-    for dispatch in ("static", "dynamic"):
+    for dispatch, fence in (("static", "sc"), ("dynamic", "sc"), ("static", "acq_rel")):  # notify_fence too
         res = pipelink.link([objects["piece_fill"], objects["piece_sum"]],
-                            pipeline={"pipeline": 1, "name": f"fill_sum_{dispatch}", "dispatch": dispatch})
+                            pipeline={"pipeline": 1, "name": f"fill_sum_{dispatch}_{fence}", "dispatch": dispatch,
+                                      "notify_fence": fence})
         assert res.ok, [d.render() for d in res.diagnostics]
-        dirs.append(str(res.save(tmp_path / dispatch).parent))
+        dirs.append(str(res.save(tmp_path / f"{dispatch}_{fence}").parent))
     (tmp_path / "run.py").write_text(RUN)
     proc = subprocess.run([sys.executable, str(tmp_path / "run.py"), *dirs], capture_output=True, text=True,
                           timeout=300, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
