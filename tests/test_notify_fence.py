@@ -1,22 +1,8 @@
 """The fence before a task's notifications (the pipeline's `notify_fence`): `sc`, __threadfence(), by default;
 `acq_rel`, a release fence, what the waiters' acquire reads pair with. The glue each writes, and the setting on a
 link that notifies nothing (PL193). CPU only: the components of tests/test_in_entry_waits.py, built and linked."""
-import json
-
-import pytest
-
 import pipelink
-from test_in_entry_waits import FILL, FILL_SRC, SUM, SUM_SRC
-
-
-@pytest.fixture(scope="module")
-def objects(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("fence")
-    out = {}
-    for raw, src in ((FILL, FILL_SRC), (SUM, SUM_SRC)):
-        (tmp / f"{raw['name']}.cu").write_text(src)
-        out[raw["name"]] = pipelink.build(tmp / f"{raw['name']}.cu", json.dumps(raw).encode(), tmp / f"{raw['name']}.o")
-    return out
+from test_in_entry_waits import objects  # noqa: F401  (the fixture: piece_fill and piece_sum built)
 
 
 def notify_lines(glue: str) -> list[str]:

@@ -132,7 +132,7 @@ def probe_plan(c: Contract, per_entry: bool = False) -> Probe:
         values.update({f"{p}smem_stride__{b.name}": 0 for b in c.buffers})
         values.update({f"{p}mbar_stride__{m.name}": 0 for m in c.barriers.mbarriers})
     values[f"{p}profile_mark"] = 0  # alone: no task profile
-    if any(w.in_entry for w in c.events.waits):
+    if c.in_entry_waits:
         values[f"{p}waits_at"] = 0  # alone: no producer ran, its in-entry waits are met
     types = constant_symbols(c)
     assert set(types) == set(values), set(types) ^ set(values)

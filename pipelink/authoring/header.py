@@ -37,7 +37,7 @@ def constant_symbols(c: Contract) -> dict[str, str]:
     syms.update({f"{p}mbar__{b.name}": "unsigned" for b in c.barriers.mbarriers})
     syms.update({f"{p}geom__{g}": "int" for g in c.geometry.consumes})
     syms[f"{p}profile_mark"] = "unsigned"  # where the task's profile record is (pl::profile_mark), 0: none
-    if any(w.in_entry for w in c.events.waits):  # where the running task's in-entry wait contexts are, 0: none
+    if c.in_entry_waits:  # where the running task's in-entry wait contexts are, 0: none
         syms[f"{p}waits_at"] = "unsigned"
     if c.entries:  # role-structured: instances of roles, copies of the component's own resources
         syms.update({f"{p}role_instances__{r.name}": "unsigned" for r in c.threads.roles})
@@ -112,7 +112,7 @@ def generate_header(c: Contract) -> str:
         f"// Contract hash {c.hash}. Do not edit; regenerate with `pipelink header` when the contract changes.",
         "#pragma once",
         "#include <pipelink/component.h>",
-        *(["#include <pipelink/in_entry.h>  // its in-entry waits"] if any(w.in_entry for w in c.events.waits) else []),
+        *(["#include <pipelink/in_entry.h>  // its in-entry waits"] if c.in_entry_waits else []),
         *dtype_includes([q.dtype for q in c.ports] + [q.dtype for q in c.entry.params]),
         *(["#include <pipelink/fragment.h>"] if any(q.space == "reg" for q in c.ports) else []),
         "",
@@ -233,13 +233,13 @@ def generate_header(c: Contract) -> str:
                    f"{{ return reinterpret_cast<unsigned long long*>(pl::dynamic_smem() + {p}mbar__{b.name}{copy})"
                    " + i; }")
 
-    in_entry = [w for w in c.events.waits if w.in_entry]
+    in_entry = c.in_entry_waits
     if in_entry:
         out += ["", "// In-entry waits (events.waits[].in_entry): the glue does not wait for these before the entry; the",
                 "// entry waits for element i (0 .. <name>_elements() - 1, along its map's axis) right before it reads",
                 "// what the element guards. wait_<name>(i) returns false only in a debug build whose wait ran out (return",
                 "// then); met_<name>(i) says whether it is met now; first_unmet_<name>(i0, i1, step) the first of i0, i0 +",
-                "// step, ... (< i1) that is not, in one round trip (pipelink/component.h). <name>_elements() is 0 where the",
+                "// step, ... (< i1) that is not, in one round trip (pipelink/in_entry.h). <name>_elements() is 0 where the",
                 "// link waits for none (the producers ran in an earlier launch): everything is ready."]
     for w_index, w in enumerate(in_entry):
         out += [f"__device__ __forceinline__ long long {w.name}_elements() {{ return pl::in_entry::elements({p}waits_at, {w_index}); }}",

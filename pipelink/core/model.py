@@ -379,6 +379,11 @@ class Contract:
     def at(self, pointer: str) -> Location:
         return self.source.at(pointer, self.name)
 
+    @property
+    def in_entry_waits(self) -> tuple[EventWait, ...]:
+        """The waits the entry makes itself (`in_entry`), in contract order: the header's wait_<name> index them."""
+        return tuple(w for w in self.events.waits if w.in_entry)
+
     def shape_params(self) -> dict[str, Param]:
         return {p.name: p for p in self.entry.params if p.is_shape}
 

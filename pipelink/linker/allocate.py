@@ -491,12 +491,17 @@ def _round_up(x: int, a: int) -> int:
 GLUE_FLAG_BYTES = 16  # pl_glue.flags: the wait verdict and the claimed task; the held sizes follow
 
 
+def _after_held_sizes(r: Resolved, a: Allocation) -> int:
+    """The arena offset past the glue's flags and held sizes: the profile word, then the in-entry wait contexts."""
+    return a.buffer_offset[("pl_glue", "flags")] + GLUE_FLAG_BYTES + 8 * held_words(r)
+
+
 def profile_record_offset(r: Resolved, a: Allocation) -> int | None:
     """The arena offset of the word holding the running task's profile record (the components' profile marks,
     pipelink/component.h): after the glue's flags and held sizes, in a persistent link with a task profile."""
     if not r.profile_tasks or r.schedule != "persistent":
         return None
-    return a.buffer_offset[("pl_glue", "flags")] + GLUE_FLAG_BYTES + 8 * held_words(r)
+    return _after_held_sizes(r, a)
 
 
 def in_entry_waits(r: Resolved) -> int:
@@ -505,7 +510,7 @@ def in_entry_waits(r: Resolved) -> int:
     time: PL207 refuses them in components whose tasks run several to a block)."""
     if r.schedule != "persistent":
         return 0
-    return max((sum(w.in_entry for w in c.code.events.waits) for c in r.components), default=0)
+    return max((len(c.code.in_entry_waits) for c in r.components), default=0)
 
 
 def in_entry_context_bytes(r: Resolved) -> int:
@@ -515,11 +520,10 @@ def in_entry_context_bytes(r: Resolved) -> int:
 
 def in_entry_context_offset(r: Resolved, a: Allocation) -> int | None:
     """The arena offset of the running task's in-entry wait contexts: after the glue's flags, held sizes and
-    profile word (16-byte aligned: the buffer is, and so is every part before them)."""
+    profile word (8-byte aligned, as the contexts' words need)."""
     if not in_entry_waits(r):
         return None
-    return (a.buffer_offset[("pl_glue", "flags")] + GLUE_FLAG_BYTES + 8 * held_words(r)
-            + (8 if r.profile_tasks else 0))
+    return _after_held_sizes(r, a) + (8 if r.profile_tasks else 0)
 
 
 # A component asking for this many registers a thread or more (a wgmma mainloop's accumulators) makes the

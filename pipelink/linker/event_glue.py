@@ -338,7 +338,7 @@ def in_entry_contexts(r, comp, waits, tensor_index: dict, comp_index: int, at: i
     is counter `first + i * stride`, `n` of them, each waited for until it reaches `count`. A wait of the code
     that this link dropped (standalone: its producers ran in an earlier launch) gets n = 0: met at once. The
     caller's barrier comes before the entry reads it."""
-    own = [w for w in comp.code.events.waits if w.in_entry]
+    own = comp.code.in_entry_waits
     if not own:
         return []
     sides = {side.pointer: (tensor, side) for tensor, side in waits if side.in_entry}

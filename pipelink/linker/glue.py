@@ -83,7 +83,7 @@ def generate_glue(r: Resolved, a: Allocation) -> str:
            "#include <pipelink/glue.h>",
            *(["#include <pipelink/events.h>"] if r.schedule == "persistent" else []),
            *(["#include <pipelink/in_entry.h>  // the contexts of the components' in-entry waits"]
-             if r.schedule == "persistent" and any(w.in_entry for c in r.components for w in c.code.events.waits)
+             if r.schedule == "persistent" and any(c.code.in_entry_waits for c in r.components)
              else []),
            *(["#include <pipelink/remote.h>  // a distributed link: every rank runs this kernel"]
              if r.distributed else []),
@@ -1040,7 +1040,7 @@ def _task_body(r: Resolved, a: Allocation, k: int, name: str, indent: str, skip:
     if any(not side.in_entry for _, side in waits):
         out += event_glue.wait_block(r, waits, tensor_index, comp_index, compute_threads(r, a), bound, indent, bases,
                                      met_if=_no_layer_ran(r, name))
-    elif contexts is not None and any(w.in_entry for w in comp.code.events.waits):
+    elif contexts is not None and comp.code.in_entry_waits:
         out.append(f"{indent}__syncthreads();  // the in-entry wait contexts are written before the entry reads them")
     out += _run_task(r, name, tensor_index, _call(comp, indent + guard, stacked, bind), "__syncthreads();",
                      compute_threads(r, a), indent, bases, skip=skip)
