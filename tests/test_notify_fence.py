@@ -2,7 +2,9 @@
 `acq_rel`, a release fence, what the waiters' acquire reads pair with. The glue each writes, and the setting on a
 link that notifies nothing (PL193). CPU only: the components of tests/test_in_entry_waits.py, built and linked."""
 import pipelink
-from test_in_entry_waits import objects  # noqa: F401  (the fixture: piece_fill and piece_sum built)
+import test_in_entry_waits
+
+objects = test_in_entry_waits.objects  # the fixture: piece_fill and piece_sum built
 
 
 def notify_lines(glue: str) -> list[str]:
