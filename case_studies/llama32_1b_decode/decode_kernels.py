@@ -90,6 +90,12 @@ MEGA_OPTIONS["lrp_ef"] = ("lrp", {"loader_l2": "evict_first"})
 # pipeline's notify_fence): the fence is on every hand-off's path, after the producer's last task.
 MEGA_OPTIONS.update({f"{v}_acqrel": (base, {**fields, "notify_fence": "acq_rel"})
                      for v, (base, fields) in (("lr_ef", MEGA_OPTIONS["lr_ef"]), ("lrp_ef", MEGA_OPTIONS["lrp_ef"]))})
+# X_nw: the normed GEMVs' load entries ask L2 for norm_w with a call's first task on the CTA (LR_L2_ASKS 11),
+# without load_ahead: in the loader step's profile the normed calls' first tasks spend 1.2 us between x's copies in
+# and x normed (the output projection 0.1), which a miss to HBM for norm_w under W's stream would explain.
+MEGA_OPTIONS.update({f"{v}_nw": (base, {**fields, "geometry": {"SPLIT_TASKS": 128, "LR_L2_ASKS": 11}})
+                     for v, (base, fields) in (("lr_ef", MEGA_OPTIONS["lr_ef"]), ("lrp_ef", MEGA_OPTIONS["lrp_ef"]),
+                                               ("lrp_ef_acqrel", MEGA_OPTIONS["lrp_ef_acqrel"]))})
 # lr_l2normal: the loader step's copies without the hint, whatever decode_step_lr.json sets.
 MEGA_OPTIONS["lr_l2normal"] = ("lr", {"loader_l2": "normal"})
 # lr_last_*: the loader step with the splits merged by the last one (attn_last), dealt on, 128 splits, load_ahead N.

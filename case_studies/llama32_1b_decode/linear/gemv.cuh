@@ -361,7 +361,8 @@ __device__ __forceinline__ int packed_k(int K) { return (K + 31) / 32 * 32; }
 // measurement switch: the two were never timed apart.
 // Bit 2: each request as line prefetches (prefetch.global.L2::evict_last, one 128-byte line a lane at a time)
 // instead of one bulk request through the SM's copy engine, which the ring's copies queue behind.
-constexpr int kAsksAhead = 1, kAsksOwn = 2, kAsksLines = 4;
+// Bit 3: norm_w asked of L2 (norm_w_ahead) with or without load_ahead.
+constexpr int kAsksAhead = 1, kAsksOwn = 2, kAsksLines = 4, kAsksNormW = 8;
 
 template <int ROWS, int SLOT_K, int BATCH>
 __device__ __forceinline__ void load_slots(const pl::Tile& tile, const bf16* __restrict__ w_packed, long long task,
@@ -403,13 +404,14 @@ __device__ __forceinline__ void load_slots(const pl::Tile& tile, const bf16* __r
   }
 }
 
-// With load_ahead, the load entry of a normed GEMV asks L2 for norm_w as it loads the call's first task on the
-// CTA: a constant of the layer that the task reads right after x is staged, else a miss to HBM there, ahead of
-// the norm. (The 16-byte multiple at a 16-byte aligned address only: what a bulk request takes.)
+// With load_ahead (or LR_L2_ASKS's bit 3), the load entry of a normed GEMV asks L2 for norm_w as it loads the
+// call's first task on the CTA: a constant of the layer that the task reads right after x is staged, else a miss
+// to HBM there (while W's stream fills HBM's queues), ahead of the norm. (The 16-byte multiple at a 16-byte aligned address only: what a bulk request takes.)
 __device__ __forceinline__ void norm_w_ahead(const pl::Tile& tile, const bf16* __restrict__ norm_w, int K,
                                              int asks = kAsksAhead | kAsksOwn) {
   const unsigned bytes = (unsigned)K * 2u / 16u * 16u;
-  if (pl_ring__ahead > 0u && (asks & kAsksOwn) && !tile.ahead && !tile.continues && threadIdx.x % 32 == 0 && bytes > 0u &&
+  const bool ask = (pl_ring__ahead > 0u && (asks & kAsksOwn)) || (asks & kAsksNormW);
+  if (ask && !tile.ahead && !tile.continues && threadIdx.x % 32 == 0 && bytes > 0u &&
       (reinterpret_cast<unsigned long long>(norm_w) & 15ull) == 0ull)
     pl::ring::ahead_l2(norm_w, bytes);
 }
