@@ -35,7 +35,8 @@ def test_glue_stamps_every_task_only_when_asked(dispatch):
     for k, i in enumerate(begins):  # its stamps in order, the third after the task's barrier
         # the launch's tag from the module's own count (a workspace the launcher replaced starts its count
         # again), then the component's index in the manifest's list
-        assert f"pl_profile_launch_id, {k}u, t) : nullptr;" in lines[i]
+        # and thread 0's slot claim in the glue's shared memory (claimer 0, zeroed before any task)
+        assert f"pl_profile_launch_id, {k}u, t, reinterpret_cast<unsigned long long*>(pl::dynamic_smem() + " in lines[i]
         nxt = begins[k + 1] if k + 1 < len(begins) else len(lines)
         body = lines[i:nxt]
         at = {w: next(j for j, ln in enumerate(body) if f"pl::profile::stamp(pl_record, {w});" in ln) for w in (2, 3, 4)}
@@ -44,6 +45,9 @@ def test_glue_stamps_every_task_only_when_asked(dispatch):
     read = next(j for j, ln in enumerate(lines) if "const unsigned long long pl_profile_launch_id =" in ln)
     moved = [j for j, ln in enumerate(lines) if "atomicExch(&pl_profile_launch, pl_profile_launch_id + 1ull);" in ln]
     assert read < begins[0] and len(moved) == 1 and moved[0] > begins[-1]  # the last CTA out moves it on
+    cleared = [j for j, ln in enumerate(lines) if "[threadIdx.x] = 0ull;" in ln and "pl::dynamic_smem()" in ln]
+    barrier = next(j for j, ln in enumerate(lines) if j > cleared[0] and ln.strip() == "__syncthreads();")
+    assert len(cleared) == 1 and cleared[0] < barrier < begins[0]  # the claims start empty, before any record
 
 
 @pytest.mark.parametrize("dispatch", ["static", "dynamic"])
@@ -61,6 +65,11 @@ def test_components_find_the_running_tasks_record_for_their_marks_only_in_a_prof
     at = profile_record_offset(ctx.resolved, ctx.allocation)
     flags = ctx.allocation.buffer_offset[("pl_glue", "flags")]
     assert at == flags + GLUE_FLAG_BYTES + 8 * held_words(ctx.resolved)  # after the flags and held sizes
+    from pipelink.linker.allocate import PROFILE_CLAIMERS, profile_claim_offset
+    assert [profile_claim_offset(ctx.resolved, ctx.allocation, c) for c in (0, PROFILE_CLAIMERS - 1)] == \
+        [at + 8, at + 8 + 16 * (PROFILE_CLAIMERS - 1)]  # the claims after the record word, inside the glue's buffer
+    (glue_words,) = [p for p in ctx.allocation.smem if p.item.key == "buffer pl_glue.flags"]
+    assert glue_words.end >= at + 8 + 16 * PROFILE_CLAIMERS
     values = constant_values(ctx.resolved, ctx.allocation)
     assert all(values[f"{symbol_prefix(c)}profile_mark"] == at + 1 for c in comps)
     lines = ctx.glue.splitlines()
@@ -217,6 +226,24 @@ def test_decode_refuses_a_ring_the_launch_overran():
     assert len(profile.decode(_ring(recs[:3], 4, comps), 3, 4, comps)) == 3
 
 
+def test_decode_skips_the_claimed_slots_a_launch_left_unused():
+    """Recording threads claim slots a chunk at a time (pl::profile::begin), so a launch's slots interleave
+    threads' chunks and end in slots nothing wrote (zeros) or that still hold an older launch's record: decode
+    keeps the latest launch's records, in the order they started."""
+    comps = ["a", "b"]
+    zero = (0, "a", 0, 0, (0, 0, 0, 0))
+    recs = [  # launch 4's chunk of 3 slots for SM 1, launch 5's chunks of 3 for SM 0 and SM 1
+        (4, "a", 1, 0, (100, 110, 120, 130)), zero, zero,
+        (5, "b", 0, 2, (900, 950, 990, 999)), (5, "a", 0, 0, (500, 510, 520, 530)), zero,
+        (5, "a", 1, 1, (600, 610, 620, 630)), (4, "b", 1, 1, (140, 150, 160, 170)), zero]
+    data = bytearray(_ring(recs, 16, comps))
+    for n, rec in enumerate(recs):  # the zero rows: all-zero slots, as never written
+        if rec is zero:
+            struct.pack_into("<5Q", data, n * profile.WORDS * 8, 0, 0, 0, 0, 0)
+    got = profile.decode(bytes(data), len(recs), 16, comps)
+    assert [(r.launch, r.component, r.task, r.sm) for r in got] == [(5, "a", 0, 0), (5, "a", 1, 1), (5, "b", 2, 0)]
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("name,dispatch", [("splitk_gemv", "static"), ("splitk_gemv", "dynamic"),
                                            ("tile_chain", "dynamic")])
@@ -310,7 +337,8 @@ def test_the_loaders_records_are_told_apart_and_set_against_the_tasks():
     for n, (byte, sm, task, *stamps) in enumerate(rows):
         struct.pack_into("<5Q", data, n * profile.WORDS * 8, (3 << 48) | (byte << 40) | (sm << 32) | task, *stamps)
     recs = profile.decode(bytes(data), len(rows), 16, comps)
-    assert [r.loader for r in recs] == [False] * 4 + [True] * 4 + [False]
+    assert sum(r.loader for r in recs) == 4 and len(recs) == 9
+    assert [r.start for r in recs] == sorted(r.start for r in recs)  # in the order they started
     assert {r.component for r in recs} == {"embed", "gemv"}
     span, sms, per = profile.summarize(recs)
     assert [(c.component, c.tasks) for c in per] == [("embed", 1), ("gemv", 4)] and span == pytest.approx(12.1)

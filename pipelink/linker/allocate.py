@@ -267,7 +267,7 @@ def _smem_items(r: Resolved, steps: dict[str, int], copies: dict[str, int], held
     if r.schedule == "persistent":  # the glue's own words: the wait verdict, the claimed task, the held sizes
         # and, with a task profile, the running task's record (profile_record_offset)
         items.append(SmemItem("buffer pl_glue.flags", "buffer", "pl_glue",
-                              GLUE_FLAG_BYTES + 8 * held_words + (8 if r.profile_tasks else 0)
+                              GLUE_FLAG_BYTES + 8 * held_words + profile_glue_bytes(r)
                               + in_entry_context_bytes(r), 16, Lifetime(None)))
     if r.loader is not None:  # the loader warp's ring: slots, then full and empty mbarriers per slot and an abort word
         items.append(SmemItem("buffer pl_glue.ring", "buffer", "pl_glue", r.loader.slots * r.loader.slot_bytes,
@@ -496,6 +496,23 @@ def _after_held_sizes(r: Resolved, a: Allocation) -> int:
     return a.buffer_offset[("pl_glue", "flags")] + GLUE_FLAG_BYTES + 8 * held_words(r)
 
 
+# With a task profile, the glue's words: the running task's record (for the components' marks), then the slot
+# claims of the threads that record (pl::profile::begin: two words each): thread 0, or each group of a component
+# whose tasks run several to a block (at most 15, PROFILE_CLAIMERS - 1), and the loader warp (the last).
+PROFILE_CLAIMERS = 16
+
+
+def profile_glue_bytes(r: Resolved) -> int:
+    """The glue's shared-memory bytes for a task profile: the record word, then PROFILE_CLAIMERS claims."""
+    return 8 + 16 * PROFILE_CLAIMERS if r.profile_tasks and r.schedule == "persistent" else 0
+
+
+def profile_claim_offset(r: Resolved, a: Allocation, claimer: int) -> int:
+    """The arena offset of recording thread `claimer`'s slot claim (two words; see PROFILE_CLAIMERS)."""
+    assert 0 <= claimer < PROFILE_CLAIMERS
+    return profile_record_offset(r, a) + 8 + 16 * claimer
+
+
 def profile_record_offset(r: Resolved, a: Allocation) -> int | None:
     """The arena offset of the word holding the running task's profile record (the components' profile marks,
     pipelink/component.h): after the glue's flags and held sizes, in a persistent link with a task profile."""
@@ -520,10 +537,10 @@ def in_entry_context_bytes(r: Resolved) -> int:
 
 def in_entry_context_offset(r: Resolved, a: Allocation) -> int | None:
     """The arena offset of the running task's in-entry wait contexts: after the glue's flags, held sizes and
-    profile word (8-byte aligned, as the contexts' words need)."""
+    profile words (8-byte aligned, as the contexts' words need)."""
     if not in_entry_waits(r):
         return None
-    return _after_held_sizes(r, a) + (8 if r.profile_tasks else 0)
+    return _after_held_sizes(r, a) + profile_glue_bytes(r)
 
 
 # A component asking for this many registers a thread or more (a wgmma mainloop's accumulators) makes the

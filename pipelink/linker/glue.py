@@ -18,8 +18,8 @@ from ..runtime.manifest import IMPLICIT_PARAMS, STREAM_K_PARAMS, WORKSPACE
 from ..runtime.profile import (LAUNCH_SYMBOL as PROFILE_LAUNCH, LOADER_FLAG as PROFILE_LOADER_FLAG,
                                NEXT_SYMBOL as PROFILE_NEXT, RING_SYMBOL as PROFILE_RING)
 from . import event_glue
-from .allocate import (ARENA_ALIGN, GLUE_FLAG_BYTES, Allocation, held_words, holds_sizes, in_entry_context_offset,
-                       profile_record_offset,
+from .allocate import (ARENA_ALIGN, GLUE_FLAG_BYTES, PROFILE_CLAIMERS, Allocation, held_words, holds_sizes,
+                       in_entry_context_offset, profile_claim_offset, profile_record_offset,
                        task_groups)
 from .calls import layered_events
 from .resolve import Resolved, Wire
@@ -624,6 +624,9 @@ def _persistent(r: Resolved, a: Allocation) -> list[str]:
     init = _init_component_mbarriers(r, a, "  ")
     if r.loader is not None:
         init += _ring_init(r, a, "  ")
+    if r.profile_tasks:  # the recording threads' slot claims start empty (pl::profile::begin)
+        init += [f"  if (threadIdx.x < {2 * PROFILE_CLAIMERS}u) reinterpret_cast<unsigned long long*>(pl::dynamic_smem() + "
+                 f"{profile_claim_offset(r, a, 0)}u)[threadIdx.x] = 0ull;"]
     if init:  # the components' own mbarriers (a prefetch's completion), ready before any task
         out += init + ["  __syncthreads();"]
     segments = _segments(r)
@@ -817,8 +820,8 @@ def _loader_record(r: Resolved, a: Allocation, name: str, k: int, indent: str) -
     if not r.profile_tasks:
         return []
     comp_index = [c.name for c in r.components].index(name)  # below the flag: resolve refuses more (PL191)
-    return [_profile_record(r, comp_index | PROFILE_LOADER_FLAG, f"threadIdx.x == {compute_threads(r, a)}u",
-                            _profile_task(r, k), indent, "pl_lrecord")]
+    return [_profile_record(r, a, comp_index | PROFILE_LOADER_FLAG, f"threadIdx.x == {compute_threads(r, a)}u",
+                            _profile_task(r, k), indent, "pl_lrecord", PROFILE_CLAIMERS - 1)]
 
 
 def _loader_stamps(r: Resolved, indent: str, words: tuple, what: str) -> list[str]:
@@ -1019,7 +1022,7 @@ def _task_body(r: Resolved, a: Allocation, k: int, name: str, indent: str, skip:
     if loads:  # the task drains the slots the loader filled for it
         out.append(f"{indent}tile.ring = pl_ring_pos;")
     if r.profile_tasks:  # thread 0 records the task (its slot, then a stamp at each step)
-        out.append(_profile_record(r, comp_index, "threadIdx.x == 0", _profile_task(r, k), indent))
+        out.append(_profile_record(r, a, comp_index, "threadIdx.x == 0", _profile_task(r, k), indent))
         # where the components' profile marks find it (pl::profile_mark: the component's first thread, this one)
         out.append(f"{indent}if (threadIdx.x == 0) *reinterpret_cast<unsigned long long**>(pl::dynamic_smem() + "
                    f"{profile_record_offset(r, a)}u) = pl_record;")
@@ -1070,7 +1073,7 @@ def _group_task_body(r: Resolved, a: Allocation, k: int, name: str, groups: int,
            f"{indent}if (pl_group < {groups}u && t < c{k}_tasks) {{  // a warp past the groups, or past the last task, idles"]
     out += _decode(r, k, name, inner)
     if r.profile_tasks:  # the group's first thread records the task
-        out.append(_profile_record(r, comp_index, "pl_gtid == 0", "t", inner))
+        out.append(_profile_record(r, a, comp_index, "pl_gtid == 0", "t", inner, claimer="pl_group"))
     if comp.code.entry.carry:  # the group's task's words, loaded before its waits
         out += _carry_decl(comp, inner) + [_call(comp, inner, symbol=comp.code.entry.prefetch)]
     waits = plan.waits_of(name)
@@ -1092,10 +1095,15 @@ def _profile_task(r: Resolved, k: int) -> str:
     return f"(long long)pl_layer * (long long)c{k}_tasks + t" if event_glue.has_layers(r) else "t"
 
 
-def _profile_record(r: Resolved, comp_index: int, first: str, task: str, indent: str, var: str = "pl_record") -> str:
-    """The task's profile record: a slot of the ring for the thread `first` says, null for the others."""
+def _profile_record(r: Resolved, a: Allocation, comp_index: int, first: str, task: str, indent: str,
+                    var: str = "pl_record", claimer: int | str = 0) -> str:
+    """The task's profile record: a slot of the ring for the thread `first` says, null for the others; `claimer`
+    (a number, or a C expression below PROFILE_CLAIMERS - 1) picks the thread's slot claim."""
+    claim = (f"reinterpret_cast<unsigned long long*>(pl::dynamic_smem() + {profile_claim_offset(r, a, 0)}u + 16u * "
+             f"({claimer}))" if isinstance(claimer, str) else
+             f"reinterpret_cast<unsigned long long*>(pl::dynamic_smem() + {profile_claim_offset(r, a, claimer)}u)")
     return (f"{indent}unsigned long long* const {var} = {first} ? pl::profile::begin({PROFILE_RING}, "
-            f"&{PROFILE_NEXT}, {r.profile_tasks}ull, pl_profile_launch_id, {comp_index}u, {task}) : nullptr;")
+            f"&{PROFILE_NEXT}, {r.profile_tasks}ull, pl_profile_launch_id, {comp_index}u, {task}, {claim}) : nullptr;")
 
 
 def _run_task(r: Resolved, name: str, tensor_index: dict, call: str, barrier: str, threads: int, indent: str,

@@ -1,5 +1,5 @@
 """The task profile of a persistent kernel linked with `profile_tasks`: one record per task, written by the
-glue into a ring in device memory (`pl_profile_ring`, next slot `pl_profile_next`, launches counted in
+glue into a ring in device memory (`pl_profile_ring`, slots claimed so far `pl_profile_next`, launches counted in
 `pl_profile_launch`; include/pipelink/events.h pl::profile), read back and summarized here.
 
 A record says which component's task ran on which SM, and four global-timer stamps (ns): the task starts
@@ -53,9 +53,11 @@ class TaskRecord:
 
 
 def decode(ring: bytes, next_slot: int, capacity: int, components: list[str]) -> list[TaskRecord]:
-    """The records of the latest launch in the ring, in the order they were written. `next_slot`: how many
-    records were ever written (the ring keeps the last `capacity`). Raises ValueError if the latest launch
-    wrote more records than the ring holds (its first ones are gone)."""
+    """The records of the latest launch in the ring, in the order they started. `next_slot`: how many slots were
+    ever claimed (the ring keeps the last `capacity`). A recording thread claims slots a chunk at a time
+    (pl::profile::begin), so some claimed slots hold nothing of the launch: zeros (never written) or an older
+    launch's record, both skipped; the latest launch is that of the record that started last. Raises ValueError if
+    the latest launch wrote more records than the ring holds (its first ones are gone)."""
     if len(ring) < capacity * WORDS * 8:
         raise ValueError(f"the ring holds {len(ring)} bytes, {capacity} records need {capacity * WORDS * 8}")
     written = min(next_slot, capacity)
@@ -64,6 +66,8 @@ def decode(ring: bytes, next_slot: int, capacity: int, components: list[str]) ->
     for n in range(first, next_slot):
         slot = n % capacity
         w = struct.unpack_from(f"<{WORDS}Q", ring, slot * WORDS * 8)
+        if w[0] == 0 and w[1] == 0:  # a claimed slot nothing wrote
+            continue
         byte = (w[0] >> 40) & 0xFF
         comp = byte & ~LOADER_FLAG
         records.append(TaskRecord(launch=w[0] >> 48, component=components[comp] if comp < len(components) else
@@ -72,12 +76,12 @@ def decode(ring: bytes, next_slot: int, capacity: int, components: list[str]) ->
                                   loader=bool(byte & LOADER_FLAG)))
     if not records:
         return []
-    latest = records[-1].launch
+    latest = max(records, key=lambda r: r.start).launch
     mine = [r for r in records if r.launch == latest]
     if next_slot > capacity and records[0].launch == latest:
         raise ValueError(f"the last launch wrote more than the ring's {capacity} records: link with a larger "
                          "profile_tasks")
-    return mine
+    return sorted(mine, key=lambda r: r.start)  # stable: records of one start keep their slots' order
 
 
 def tasks_only(records: list[TaskRecord]) -> list[TaskRecord]:
