@@ -103,3 +103,18 @@ def test_gemvs_multiply_on_the_tensor_cores(kernels, name):
     assert ops["HMMA"] >= 2, (name, dict(ops))
     if name in ("gemv_bf16", "gemv_residual"):  # no epilogue math: any fma would be the product itself
         assert ops["FFMA"] == 0, (name, dict(ops))
+
+
+def test_the_normed_load_entries_ask_l2_for_norm_w_only_when_told(tmp_path):
+    """gemv_swiglu_normed_lr's load entry asks L2 for norm_w (one bulk prefetch, `UBLKPF.L2`) with a call's first
+    task on a CTA where the kernel's LR_L2_ASKS has bit 3 (11), with or without load_ahead; with its default (3)
+    and no load_ahead the request folds away."""
+    from pipelink import toolchain
+    (part,) = [p for p in decode_parts.LOADER_PARTS if p.name == "gemv_swiglu_normed_lr"]
+    obj = decode_parts.build_all(tmp_path, (part,))[part.name]
+    prefetches = {}
+    for asks in (3, 11):
+        linked = decode_parts.link_alone(obj, {"geometry": {"LR_L2_ASKS": asks}})
+        assert linked.ok, [d.render() for d in linked.diagnostics]
+        prefetches[asks] = len(re.findall(r"\bUBLKPF\.L2\b", toolchain.disassemble(linked.cubin)))
+    assert prefetches == {3: 0, 11: 1}, prefetches
