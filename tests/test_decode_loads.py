@@ -105,16 +105,19 @@ def test_gemvs_multiply_on_the_tensor_cores(kernels, name):
         assert ops["FFMA"] == 0, (name, dict(ops))
 
 
-def test_the_normed_load_entries_ask_l2_for_norm_w_only_when_told(tmp_path):
-    """gemv_swiglu_normed_lr's load entry asks L2 for norm_w (one bulk prefetch, `UBLKPF.L2`) with a call's first
-    task on a CTA where the kernel's LR_L2_ASKS has bit 3 (11), with or without load_ahead; with its default (3)
-    and no load_ahead the request folds away."""
+def test_the_normed_load_entries_ask_l2_for_their_constants_only_when_told(tmp_path):
+    """The normed GEMVs' load entries ask L2 for norm_w (one bulk prefetch, `UBLKPF.L2`), and q/k/v's for pos and
+    inv_freq too (line prefetches, `CCTL.E.PF2`), with a call's first task on a CTA where the kernel's LR_L2_ASKS
+    has bit 3 (11), with or without load_ahead; with its default (3) and no load_ahead the requests fold away."""
     from pipelink import toolchain
-    (part,) = [p for p in decode_parts.LOADER_PARTS if p.name == "gemv_swiglu_normed_lr"]
-    obj = decode_parts.build_all(tmp_path, (part,))[part.name]
-    prefetches = {}
-    for asks in (3, 11):
-        linked = decode_parts.link_alone(obj, {"geometry": {"LR_L2_ASKS": asks}})
-        assert linked.ok, [d.render() for d in linked.diagnostics]
-        prefetches[asks] = len(re.findall(r"\bUBLKPF\.L2\b", toolchain.disassemble(linked.cubin)))
-    assert prefetches == {3: 0, 11: 1}, prefetches
+    names = ("gemv_swiglu_normed_lr", "qkv_rope_normed_lr")
+    objects = decode_parts.build_all(tmp_path, tuple(p for p in decode_parts.LOADER_PARTS if p.name in names))
+    got = {}
+    for name in names:
+        for asks in (3, 11):
+            linked = decode_parts.link_alone(objects[name], {"geometry": {"LR_L2_ASKS": asks}})
+            assert linked.ok, [d.render() for d in linked.diagnostics]
+            sass = toolchain.disassemble(linked.cubin)
+            got[name, asks] = (len(re.findall(r"\bUBLKPF\.L2\b", sass)), bool(re.search(r"\bCCTL\.E\.PF2\b", sass)))
+    assert got == {("gemv_swiglu_normed_lr", 3): (0, False), ("gemv_swiglu_normed_lr", 11): (1, False),
+                   ("qkv_rope_normed_lr", 3): (0, False), ("qkv_rope_normed_lr", 11): (1, True)}, got

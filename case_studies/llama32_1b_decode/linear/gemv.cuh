@@ -361,7 +361,7 @@ __device__ __forceinline__ int packed_k(int K) { return (K + 31) / 32 * 32; }
 // measurement switch: the two were never timed apart.
 // Bit 2: each request as line prefetches (prefetch.global.L2::evict_last, one 128-byte line a lane at a time)
 // instead of one bulk request through the SM's copy engine, which the ring's copies queue behind.
-// Bit 3: norm_w asked of L2 (norm_w_ahead) with or without load_ahead.
+// Bit 3: norm_w asked of L2 (norm_w_ahead) with or without load_ahead, and q/k/v's pos and inv_freq (constant_ahead).
 constexpr int kAsksAhead = 1, kAsksOwn = 2, kAsksLines = 4, kAsksNormW = 8;
 
 template <int ROWS, int SLOT_K, int BATCH>
@@ -414,6 +414,17 @@ __device__ __forceinline__ void norm_w_ahead(const pl::Tile& tile, const bf16* _
   if (ask && !tile.ahead && !tile.continues && threadIdx.x % 32 == 0 && bytes > 0u &&
       (reinterpret_cast<unsigned long long>(norm_w) & 15ull) == 0ull)
     pl::ring::ahead_l2(norm_w, bytes);
+}
+
+// With LR_L2_ASKS's bit 3, a load entry asks L2 for a small constant its call's first task on the CTA reads (q/k/v's
+// pos and inv_freq, in its epilogue) as the loader reaches the task: one line prefetch a lane, any size and
+// alignment (a bulk request needs 16-byte multiples), so the read is an L2 hit, not a miss to HBM behind W's stream.
+__device__ __forceinline__ void constant_ahead(const pl::Tile& tile, const void* p, unsigned bytes, int asks) {
+  if (!(asks & kAsksNormW) || tile.ahead || tile.continues || p == nullptr) return;
+  const char* const base = reinterpret_cast<const char*>(reinterpret_cast<unsigned long long>(p) & ~127ull);
+  const unsigned lines = (unsigned)((reinterpret_cast<const char*>(p) + bytes - base + 127) / 128);
+  for (unsigned i = threadIdx.x % 32; i < lines; i += 32)
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(base + 128ull * i) : "memory");
 }
 
 // x arriving in pieces: where a task's x is written by the tasks of another call of the launch and the task waits

@@ -15,10 +15,12 @@ static_assert(QKV_ROWS * QKV_RING_K * 2 == Ring::kSlotBytes, "contract qkv_rope_
 extern "C" __device__ void qkv_rope_normed_lr_load(pl::Tile tile, const __nv_bfloat16* __restrict__ w,
                                                    const __nv_bfloat16* __restrict__,
                                                    const __nv_bfloat16* __restrict__ norm_w, float,
-                                                   const int* __restrict__, const float* __restrict__,
+                                                   const int* __restrict__ pos, const float* __restrict__ inv_freq,
                                                    __nv_bfloat16* __restrict__, __nv_bfloat16* __restrict__,
                                                    __nv_bfloat16* __restrict__, int B, int K, int) {
   gemv_body::norm_w_ahead(tile, norm_w, K, LR_L2_ASKS());
+  gemv_body::constant_ahead(tile, pos, (unsigned)B * 4u, LR_L2_ASKS());  // the epilogue's RoPE reads both
+  gemv_body::constant_ahead(tile, inv_freq, 32u * 4u, LR_L2_ASKS());
   // tasks in the grid's row-major order (contract: [48, 64 // QKV_ROWS])
   gemv_body::load_slots<QKV_ROWS, QKV_RING_K, GEMV_BATCH>(tile, w, tile.coord[0] * (64 / QKV_ROWS) + tile.coord[1],
                                                       B, K, LR_L2_ASKS());
