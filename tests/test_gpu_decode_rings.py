@@ -190,7 +190,7 @@ def test_a_profiled_loader_records_each_task_it_loads_on_the_tasks_sm(kernels, t
     import torch
     from pipelink.runtime import profile
     objects = decode_parts.build_all(tmp_path, tuple(p for p in decode_parts.LOADER_PARTS if p.name == "lm_head_lr"))
-    linked = decode_parts.link_alone(objects["lm_head_lr"], {"load_ahead": 2, "profile_tasks": 1 << 14})
+    linked = decode_parts.link_alone(objects["lm_head_lr"], {"load_ahead": 2, "profile_tasks": 1 << 15})
     assert linked.ok, [d.render() for d in linked.diagnostics]
     kernel = linked.kernel()
     try:

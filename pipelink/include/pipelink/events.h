@@ -85,11 +85,12 @@ __device__ __forceinline__ unsigned sm_id() {
 // the slot's address stays live across the component's code).
 constexpr int kWords = kProfileFirstMark + kProfileMarks;
 
-// A recording thread takes the ring's slots kClaim at a time: one atomic round trip to L2 for kClaim records, not
-// one before every task (a task's start waited for it, about half a microsecond a task under a weight stream).
-// `claim` is the thread's two words of shared memory (the glue's: zero when the launch starts): the chunk's next
-// slot and its end. Slots of a chunk the launch leaves unused keep what they held: an older launch's record, or
-// zeros (runtime/profile.py skips both).
+// A recording thread takes the ring's slots up to kClaim at a time: one atomic round trip to L2 for a chunk of
+// records, not one before every task (a task's start waited for it). `claim` is the thread's two words of shared
+// memory (the glue's: zero when the launch starts): the chunk's next slot and its end. Slots of a chunk the launch
+// leaves unused keep what they held: an older launch's record, or zeros (runtime/profile.py skips both). A chunk
+// is at most capacity / (32 * CTAs) slots, so what a launch's recording threads (at most 16 a CTA) leave unused
+// stays under half the ring; a ring that small claims one slot at a time, as before.
 constexpr unsigned long long kClaim = 16;
 
 __device__ __forceinline__ unsigned long long* begin(unsigned long long* ring, unsigned long long* next,
@@ -98,8 +99,10 @@ __device__ __forceinline__ unsigned long long* begin(unsigned long long* ring, u
                                                      unsigned long long* claim) {
   const unsigned long long start = now();
   if (claim[0] == claim[1]) {
-    claim[0] = atomicAdd(next, kClaim);
-    claim[1] = claim[0] + kClaim;
+    const unsigned long long per_cta = capacity / (32ull * gridDim.x);
+    const unsigned long long chunk = per_cta < 1ull ? 1ull : (per_cta > kClaim ? kClaim : per_cta);
+    claim[0] = atomicAdd(next, chunk);
+    claim[1] = claim[0] + chunk;
   }
   const unsigned long long slot = claim[0]++ % capacity;
   unsigned long long* r = ring + slot * kWords;
