@@ -253,7 +253,7 @@ def test_a_task_profile_has_the_loaders_records_too():
         part = loader[loader.index(f"// {call}\n"):]
         begin = re.search(r"pl_lrecord = threadIdx\.x == 256u \? pl::profile::begin\(pl_profile_ring, &pl_profile_next, "
                           r"4096ull, pl_profile_launch_id, (\d+)u, \(long long\)pl_layer \* \(long long\)c\d+_tasks \+ t, "
-                          r"reinterpret_cast<unsigned long long\*>\(pl::dynamic_smem\(\) \+ \d+u\)\)", part)
+                          r"reinterpret_cast<unsigned long long\*>\(pl::dynamic_smem\(\) \+ \d+u \+ 16u \* \(15\)\)\)", part)
         assert begin and int(begin.group(1)) == names.index(call) | LOADER_FLAG, (call, part[:600])
         stamps = [m.start() for m in re.finditer(r"pl::profile::stamp\(pl_lrecord, [234]\)", part)]
         ring = part.index("tile.ring = pl_ring_pos;")

@@ -1100,8 +1100,7 @@ def _profile_record(r: Resolved, a: Allocation, comp_index: int, first: str, tas
     """The task's profile record: a slot of the ring for the thread `first` says, null for the others; `claimer`
     (a number, or a C expression below PROFILE_CLAIMERS - 1) picks the thread's slot claim."""
     claim = (f"reinterpret_cast<unsigned long long*>(pl::dynamic_smem() + {profile_claim_offset(r, a, 0)}u + 16u * "
-             f"({claimer}))" if isinstance(claimer, str) else
-             f"reinterpret_cast<unsigned long long*>(pl::dynamic_smem() + {profile_claim_offset(r, a, claimer)}u)")
+             f"({claimer}))")
     return (f"{indent}unsigned long long* const {var} = {first} ? pl::profile::begin({PROFILE_RING}, "
             f"&{PROFILE_NEXT}, {r.profile_tasks}ull, pl_profile_launch_id, {comp_index}u, {task}, {claim}) : nullptr;")
 

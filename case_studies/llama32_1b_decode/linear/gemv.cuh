@@ -362,7 +362,7 @@ __device__ __forceinline__ int packed_k(int K) { return (K + 31) / 32 * 32; }
 // Bit 2: each request as line prefetches (prefetch.global.L2::evict_last, one 128-byte line a lane at a time)
 // instead of one bulk request through the SM's copy engine, which the ring's copies queue behind.
 // Bit 3: norm_w asked of L2 (norm_w_ahead) with or without load_ahead, and q/k/v's pos and inv_freq (constant_ahead).
-constexpr int kAsksAhead = 1, kAsksOwn = 2, kAsksLines = 4, kAsksNormW = 8;
+constexpr int kAsksAhead = 1, kAsksOwn = 2, kAsksLines = 4, kAsksConstants = 8;
 
 template <int ROWS, int SLOT_K, int BATCH>
 __device__ __forceinline__ void load_slots(const pl::Tile& tile, const bf16* __restrict__ w_packed, long long task,
@@ -406,11 +406,12 @@ __device__ __forceinline__ void load_slots(const pl::Tile& tile, const bf16* __r
 
 // With load_ahead (or LR_L2_ASKS's bit 3), the load entry of a normed GEMV asks L2 for norm_w as it loads the
 // call's first task on the CTA: a constant of the layer that the task reads right after x is staged, else a miss
-// to HBM there (while W's stream fills HBM's queues), ahead of the norm. (The 16-byte multiple at a 16-byte aligned address only: what a bulk request takes.)
+// to HBM there (while W's stream fills HBM's queues), ahead of the norm. (The 16-byte multiple at a 16-byte
+// aligned address only: what a bulk request takes.)
 __device__ __forceinline__ void norm_w_ahead(const pl::Tile& tile, const bf16* __restrict__ norm_w, int K,
                                              int asks = kAsksAhead | kAsksOwn) {
   const unsigned bytes = (unsigned)K * 2u / 16u * 16u;
-  const bool ask = (pl_ring__ahead > 0u && (asks & kAsksOwn)) || (asks & kAsksNormW);
+  const bool ask = (pl_ring__ahead > 0u && (asks & kAsksOwn)) || (asks & kAsksConstants);
   if (ask && !tile.ahead && !tile.continues && threadIdx.x % 32 == 0 && bytes > 0u &&
       (reinterpret_cast<unsigned long long>(norm_w) & 15ull) == 0ull)
     pl::ring::ahead_l2(norm_w, bytes);
@@ -420,7 +421,7 @@ __device__ __forceinline__ void norm_w_ahead(const pl::Tile& tile, const bf16* _
 // pos and inv_freq, in its epilogue) as the loader reaches the task: one line prefetch a lane, any size and
 // alignment (a bulk request needs 16-byte multiples), so the read is an L2 hit, not a miss to HBM behind W's stream.
 __device__ __forceinline__ void constant_ahead(const pl::Tile& tile, const void* p, unsigned bytes, int asks) {
-  if (!(asks & kAsksNormW) || tile.ahead || tile.continues || p == nullptr) return;
+  if (!(asks & kAsksConstants) || tile.ahead || tile.continues || p == nullptr) return;
   const char* const base = reinterpret_cast<const char*>(reinterpret_cast<unsigned long long>(p) & ~127ull);
   const unsigned lines = (unsigned)((reinterpret_cast<const char*>(p) + bytes - base + 127) / 128);
   for (unsigned i = threadIdx.x % 32; i < lines; i += 32)
