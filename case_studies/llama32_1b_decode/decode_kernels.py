@@ -96,6 +96,11 @@ MEGA_OPTIONS.update({f"{v}_acqrel": (base, {**fields, "notify_fence": "acq_rel"}
 MEGA_OPTIONS.update({f"{v}_nw": (base, {**fields, "geometry": {"SPLIT_TASKS": 128, "LR_L2_ASKS": 11}})
                      for v, (base, fields) in (("lr_ef", MEGA_OPTIONS["lr_ef"]), ("lrp_ef", MEGA_OPTIONS["lrp_ef"]),
                                                ("lrp_ef_acqrel", MEGA_OPTIONS["lrp_ef_acqrel"]))})
+# X_nf: X_nw with norm_w folded into the normed GEMVs' packed W (NORM_W_AT 2): their stage scales x by the row's
+# rsqrt only, so no load of norm_w stands between x's copies and the walk (the rounding differs from rmsnorm's:
+# bf16(x * scale) against W * norm_w rounded once, not x * scale * norm_w rounded once).
+MEGA_OPTIONS.update({f"{v}_nf": (base, {**fields, "geometry": {**fields["geometry"], "NORM_W_AT": 2}})
+                     for v, (base, fields) in (("lr_ef", MEGA_OPTIONS["lr_ef_nw"]), ("lrp_ef", MEGA_OPTIONS["lrp_ef_nw"]))})
 # lr_l2normal: the loader step's copies without the hint, whatever decode_step_lr.json sets.
 MEGA_OPTIONS["lr_l2normal"] = ("lr", {"loader_l2": "normal"})
 # lr_last_*: the loader step with the splits merged by the last one (attn_last), dealt on, 128 splits, load_ahead N.
