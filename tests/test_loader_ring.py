@@ -174,6 +174,44 @@ def test_load_ahead_without_a_component_that_loads_ahead_warns():
     assert ctx.resolved.loader.ahead == 0 and "tile.ahead" not in ctx.glue
 
 
+def test_load_ahead_when_call_behind_asks_only_while_the_ring_holds_an_earlier_calls_slots():
+    """load_ahead_when call_behind: the loader notes its ring position at the call's first task on the CTA, and asks
+    ahead only while the slot it waits for was last filled before that (the compute warps are still in an earlier
+    call); the rest of the walk is the ring_full one's."""
+    from pipelink.linker.emit import link_map
+    ctx = run(dict(MLP_LAYERS, load_ahead=3, load_ahead_when="call_behind"), components(edit=with_loader_ahead),
+              until="compile")
+    assert not ctx.sink.items, [d.render() for d in ctx.sink.items]
+    assert ctx.resolved.loader.ahead_behind
+    loader = ctx.glue[ctx.glue.index("// the loader warp"):ctx.glue.index("int pl_ring_pos = 0;  // the next task's")]
+    swiglu = loader[loader.index("const int pl_call_pos_"):loader.index("// down")]
+    k = re.search(r"const int pl_call_pos_(\d+) = pl_ring_pos;", swiglu).group(1)
+    assert re.search(rf"int pl_asked_{k} = -1;.*\n.*const int pl_call_pos_{k} = pl_ring_pos;.*\n.*for \(int t = .*"
+                     r"// gate_up\n", loader)
+    assert f"pl_asked_{k} + (int)gridDim.x < c{k}_tasks && pl_ring_pos - 4 < pl_call_pos_{k} && " \
+           "!pl::ring::free_now(pl_ring_pos))" in swiglu
+    assert "L2 asked for up to 3 tasks on while the ring is full of an earlier call's slots (load_ahead_when " \
+           "call_behind) (load_ahead) for gate_up" in link_map(ctx.resolved, ctx.allocation, "sm_90")
+    # ring_full, written or not, is the walk of test_load_ahead_asks_l2_for_the_ctas_later_tasks_of_the_call
+    full = run(dict(MLP_LAYERS, load_ahead=3, load_ahead_when="ring_full"), components(edit=with_loader_ahead),
+               until="generate")
+    assert "pl_call_pos" not in full.glue and not full.resolved.loader.ahead_behind
+    assert full.glue == run(dict(MLP_LAYERS, load_ahead=3), components(edit=with_loader_ahead), until="generate").glue
+
+
+def test_load_ahead_when_without_load_ahead_warns():
+    ctx = run(dict(MLP_LAYERS, load_ahead_when="call_behind"), components(edit=with_loader_ahead), until="generate")
+    assert [d.code for d in ctx.sink.items] == ["PL193"] and ctx.sink.items[0].severity == "warning"
+    assert "/load_ahead_when" in ctx.sink.items[0].render() and "pl_call_pos" not in ctx.glue
+
+
+@pytest.mark.parametrize("value", ["always", 1, None])
+def test_load_ahead_when_is_checked_by_the_schema(value):
+    sink = DiagnosticSink()
+    assert load_pipeline_dict(dict(MLP_LAYERS, load_ahead_when=value), sink, "p.json") is None
+    assert [d.code for d in sink.errors] == ["PL133"] and "/load_ahead_when" in sink.errors[0].render()
+
+
 @pytest.mark.parametrize("value", [-1, 17, 1.5, "2"])
 def test_load_ahead_is_checked_by_the_schema(value):
     sink = DiagnosticSink()

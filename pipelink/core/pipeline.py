@@ -67,6 +67,7 @@ class PipelineSpec:
                                         # (None: wherever the schedule allows it; False: one add per task)
     loader_slots: int = 4               # static: the loader ring's slots (components with a load entry)
     load_ahead: int = 0                 # static: tasks ahead the loader asks L2 for (loader.ahead components)
+    load_ahead_when: str = "ring_full"  # static: ring full, or only while the ring holds an earlier call's slots
     loader_in_flight: int = 0           # static: the ring's slots the loader has in flight at most (0: all)
     loader_l2: str = "normal"           # static: the L2 policy of the ring's copies ("evict_first": read once)
     deal: str = "restart"               # static: each call's first task on CTA 0, or after the previous call's last
@@ -264,6 +265,7 @@ def read_pipeline(raw, file: str, sink: DiagnosticSink) -> PipelineSpec | None:
                         counts_per_cta=raw.get("counts_per_cta", default.counts_per_cta),
                         loader_slots=raw.get("loader_slots", default.loader_slots),
                         load_ahead=raw.get("load_ahead", default.load_ahead),
+                        load_ahead_when=raw.get("load_ahead_when", default.load_ahead_when),
                         loader_in_flight=raw.get("loader_in_flight", default.loader_in_flight),
                         loader_l2=raw.get("loader_l2", default.loader_l2),
                         deal=raw.get("deal", default.deal),

@@ -227,8 +227,9 @@ def link_map(r: Resolved, a: Allocation, arch: str, kernel_info: KernelInfo | No
                        + (f"; at most {r.loader.copies_in_flight} slots' copies in flight (loader_in_flight)"
                           if r.loader.copies_in_flight < r.loader.slots else "")
                        + ("; copies hint L2 evict_first (loader_l2)" if r.loader.evict_first else "")
-                       + (f"; L2 asked for up to {r.loader.ahead} tasks on while the ring is full (load_ahead) for {', '.join(ahead)}"
-                          if ahead else ""))
+                       + (f"; L2 asked for up to {r.loader.ahead} tasks on while the ring is full"
+                          + (" of an earlier call's slots (load_ahead_when call_behind)" if r.loader.ahead_behind else "")
+                          + f" (load_ahead) for {', '.join(ahead)}" if ahead else ""))
         calls = r.calls
         for name in r.events.order:
             seq = r.component(name).contract.geometry.tile_sequence

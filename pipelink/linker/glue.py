@@ -792,6 +792,8 @@ def _loader_walk(r: Resolved, a: Allocation, segments, indent: str) -> list[str]
             out += _deal_first(r, k, body)
             if r.loader.ahead and comp.contract.loader.ahead:
                 out.append(f"{body}int pl_asked_{k} = -1;  // the CTA's last task of the call asked of L2 ahead")
+                if r.loader.ahead_behind:
+                    out.append(f"{body}const int pl_call_pos_{k} = pl_ring_pos;  // the call's first slot on the CTA")
             out.append(f"{body}for (int t = {first_task(r, k)}; t < c{k}_tasks; t += gridDim.x) {{  // {name}")
             out += _loader_record(r, a, name, k, body + "  ")
             if r.loader.ahead and comp.contract.loader.ahead:
@@ -837,12 +839,18 @@ def _load_ahead(r: Resolved, k: int, name: str, stacked, bind, indent: str) -> l
     while attention and the hand-offs hold the compute warps, and the refill comes from L2; a ring copy is never
     queued behind more than one task's requests, and no request goes out while the ring has room (asked before
     every fill, the requests of every CTA's first tasks went out ahead of the copies the call waits on, and the
-    step was 14-25% slower). Only within a call: the layer's pointers and the call's task count are this call's."""
+    step was 14-25% slower). Only within a call: the layer's pointers and the call's task count are this call's.
+    With load_ahead_when call_behind, only while the slot awaited still holds an earlier call's data (its last
+    fill, `slots` positions back, came before this call's first): the compute warps are behind by a call (a
+    hand-off, attention), the memory otherwise idle; not while they stream this call, where the requests lengthen
+    the latency of the ring's own copies (asked whenever the ring was full, 12-23% slower)."""
     d, inner, comp = r.loader.ahead, indent + "  ", r.component(name)
-    head = [f"{indent}{{  // ask L2 ahead while the ring is full (load_ahead {d})",
+    behind = f" && pl_ring_pos - {r.loader.slots} < pl_call_pos_{k}" if r.loader.ahead_behind else ""
+    head = [f"{indent}{{  // ask L2 ahead while the ring is full"
+            f"{' of an earlier call' if behind else ''} (load_ahead {d})",
             f"{inner}if (pl_asked_{k} < t) pl_asked_{k} = t;",
             f"{inner}while (pl_asked_{k} + (int)gridDim.x <= t + {d} * (int)gridDim.x && "
-            f"pl_asked_{k} + (int)gridDim.x < c{k}_tasks && !pl::ring::free_now(pl_ring_pos)) {{",
+            f"pl_asked_{k} + (int)gridDim.x < c{k}_tasks{behind} && !pl::ring::free_now(pl_ring_pos)) {{",
             f"{inner}  pl_asked_{k} += (int)gridDim.x;",
             f"{inner}  const int t = pl_asked_{k};"]
     return head + _decode(r, k, name, inner + "  ", "0") + [

@@ -109,6 +109,7 @@ class LoaderPlan:
     in_flight: int = 0           # slots the loader has on their way at most (the pipeline's loader_in_flight)
     evict_first: bool = False    # the ring's copies hint L2 to evict their lines first (the pipeline's loader_l2)
     slots_at: Location | None = None  # where the pipeline sized the ring (its loader_slots), for diagnostics
+    ahead_behind: bool = False   # asks ahead only while the ring holds an earlier call's slots (load_ahead_when)
 
     @property
     def copies_in_flight(self) -> int:
@@ -128,6 +129,9 @@ def plan_loader(comps: list, spec: PipelineSpec, schedule: str, role_structured:
     dispatch can place: the loader must know the CTA's next tasks before they are claimed (PL186)."""
     loading = [c for c in comps if c.contract.entry.load]
     ahead = [c for c in loading if c.contract.loader.ahead]
+    if spec.changes("load_ahead_when") and not spec.load_ahead:
+        sink.warning("PL193", f"load_ahead_when says when the loader asks L2 ahead, and load_ahead is 0: it has no effect",
+                     spec.at("/load_ahead_when"), hint="drop load_ahead_when, or set load_ahead")
     if spec.load_ahead and not ahead:
         sink.warning("PL189", f"load_ahead is {spec.load_ahead}, but no component of this link has a load entry that "
                      "asks L2 ahead (loader.ahead): the loader asks for nothing ahead",
@@ -161,7 +165,8 @@ def plan_loader(comps: list, spec: PipelineSpec, schedule: str, role_structured:
             return None
     return LoaderPlan(spec.loader_slots, max(c.contract.loader.slot_bytes for c in loading),
                       tuple(c.name for c in loading), spec.load_ahead if ahead else 0, spec.loader_in_flight,
-                      spec.loader_l2 == "evict_first", spec.at("/loader_slots"))
+                      spec.loader_l2 == "evict_first", spec.at("/loader_slots"),
+                      ahead_behind=bool(ahead) and spec.load_ahead_when == "call_behind")
 
 
 SAMPLE_SHAPES = (1, 2, 3, 17, 64, 100, 129, 1000, 4096, 5003)
