@@ -130,7 +130,7 @@ def plan_loader(comps: list, spec: PipelineSpec, schedule: str, role_structured:
     loading = [c for c in comps if c.contract.entry.load]
     ahead = [c for c in loading if c.contract.loader.ahead]
     if spec.changes("load_ahead_when") and not spec.load_ahead:
-        sink.warning("PL193", f"load_ahead_when says when the loader asks L2 ahead, and load_ahead is 0: it has no effect",
+        sink.warning("PL193", "load_ahead_when says when the loader asks L2 ahead, and load_ahead is 0: it has no effect",
                      spec.at("/load_ahead_when"), hint="drop load_ahead_when, or set load_ahead")
     if spec.load_ahead and not ahead:
         sink.warning("PL189", f"load_ahead is {spec.load_ahead}, but no component of this link has a load entry that "
