@@ -102,17 +102,3 @@ def test_the_model_packs_every_weight_an_lr_gemv_reads():
         for e in full[src]:
             m *= e
         assert n == m, name  # the model's sizes need no padding
-
-
-def test_the_folded_norms_are_the_ones_each_normed_call_binds():
-    """decode_model.NORM_FOLDED (which norm weight a packed W takes in when its kernel has NORM_W_AT 2) names, for
-    every call of the loader steps whose component consumes NORM_W_AT, the tensor the call binds to norm_w."""
-    folding = {}
-    for path in sorted((CASE / "pipelines").glob("decode_step_lr*.json")):
-        for call in json.loads(path.read_text())["calls"]:
-            contract = CASE / "linear" / f"{call.get('component', call['name'])}.json"
-            consumes = json.loads(contract.read_text())["geometry"].get("consumes", {}) if contract.exists() else {}
-            if "NORM_W_AT" in consumes:
-                folding[call["bind"]["w"]] = call["bind"]["norm_w"]
-    assert folding == decode_model.NORM_FOLDED
-    assert set(folding) <= set(decode_model.PACKED_WEIGHTS)

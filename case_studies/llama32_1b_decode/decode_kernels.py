@@ -96,20 +96,13 @@ MEGA_OPTIONS.update({f"{v}_acqrel": (base, {**fields, "notify_fence": "acq_rel"}
 MEGA_OPTIONS.update({f"{v}_nw": (base, {**fields, "geometry": {"SPLIT_TASKS": 128, "LR_L2_ASKS": 11}})
                      for v, (base, fields) in (("lr_ef", MEGA_OPTIONS["lr_ef"]), ("lrp_ef", MEGA_OPTIONS["lrp_ef"]),
                                                ("lrp_ef_acqrel", MEGA_OPTIONS["lrp_ef_acqrel"]))})
-# X_nf: X_nw with norm_w folded into the normed GEMVs' packed W (NORM_W_AT 2): their stage scales x by the row's
-# rsqrt only, so no load of norm_w stands between x's copies and the walk (the rounding differs from rmsnorm's:
-# bf16(x * scale) against W * norm_w rounded once, not x * scale * norm_w rounded once).
-MEGA_OPTIONS.update({f"{v}_nf": (base, {**fields, "geometry": {**fields["geometry"], "NORM_W_AT": 2}})
-                     for v, (base, fields) in (("lr_ef", MEGA_OPTIONS["lr_ef_nw"]), ("lrp_ef", MEGA_OPTIONS["lrp_ef_nw"]))})
-# X_gapN: load_ahead N asked only while the ring holds an earlier call's slots (load_ahead_when call_behind): W of
-# the CTA's next tasks asked of L2 while attention and the hand-offs hold the compute warps, not while they stream
-# the loader's call (asked whenever the ring was full, 12-23% slower); the entries' own requests left out
-# (LR_L2_ASKS 1, 9 with the first tasks' constants).
-_GAP = {"load_ahead_when": "call_behind", "loader_l2": "evict_first"}
-MEGA_OPTIONS.update({f"lr_ef_gap{n}": ("lr", {**_GAP, "load_ahead": n, "geometry": {"SPLIT_TASKS": 128, "LR_L2_ASKS": 1}})
+# lr_ef_gapN: load_ahead N asked only while the ring holds an earlier call's slots (load_ahead_when call_behind): W
+# of the CTA's next tasks asked of L2 while attention and the hand-offs hold the compute warps, not while they
+# stream the loader's call (asked whenever the ring was full, 12-23% slower); the entries' own requests left out
+# (LR_L2_ASKS 1).
+MEGA_OPTIONS.update({f"lr_ef_gap{n}": ("lr", {"load_ahead_when": "call_behind", "loader_l2": "evict_first",
+                                              "load_ahead": n, "geometry": {"SPLIT_TASKS": 128, "LR_L2_ASKS": 1}})
                      for n in (2, 4)})
-MEGA_OPTIONS.update({f"lrp_ef_nf_gap{n}": ("lrp", {**_GAP, "load_ahead": n, "geometry": {
-    "SPLIT_TASKS": 128, "LR_L2_ASKS": 9, "NORM_W_AT": 2}}) for n in (2, 4)})
 # lr_l2normal: the loader step's copies without the hint, whatever decode_step_lr.json sets.
 MEGA_OPTIONS["lr_l2normal"] = ("lr", {"loader_l2": "normal"})
 # lr_last_*: the loader step with the splits merged by the last one (attn_last), dealt on, 128 splits, load_ahead N.

@@ -77,8 +77,6 @@ def weight_shapes(H: int = HIDDEN, I: int = INTERMEDIATE, V: int = VOCAB, NL: in
 
 # W packed for the loader-ring GEMVs (linear/packing.py), made from the row-major weights when a kernel takes them:
 # name -> (the row-major weight, the component that reads it, which size is its output: "H", "I", "V" or None).
-# NORM_FOLDED: the RMSNorm weight a normed component folds into its W where its kernel has NORM_W_AT 2.
-NORM_FOLDED = {"w_qkv_packed": "attn_norm_w", "w_gu_packed": "mlp_norm_w"}
 PACKED_WEIGHTS = {
     "w_qkv_packed": ("w_qkv", "qkv_rope_normed_lr", None),
     "w_o_packed": ("w_o", "gemv_residual_lr", "H"),
@@ -243,7 +241,7 @@ class DecodeModel:
     NL: int = LAYERS
     eps: float = EPS
     theta: float = ROPE_THETA
-    packed_w: dict = field(default_factory=dict)  # (name, rows per task, norm folded in) -> packed W (`packed`)
+    packed_w: dict = field(default_factory=dict)  # (name, rows per task) -> packed W (`packed`)
 
     def __getitem__(self, name):
         return self.tensors[name]
@@ -277,12 +275,10 @@ class DecodeModel:
             if name not in PACKED_WEIGHTS:
                 continue
             src, component, size = PACKED_WEIGHTS[name]
-            folded = NORM_FOLDED.get(name) if geometry.get("NORM_W_AT") == 2 else None
-            key = (name, packing.rows_per_task(component, geometry), folded)
+            key = (name, packing.rows_per_task(component, geometry))
             if key not in self.packed_w:
                 n = {"H": self.H, "I": self.I, "V": self.V, None: 0}[size]
-                self.packed_w[key] = packing.pack(self.tensors[src], component, n, geometry,
-                                                  self.tensors[folded] if folded else None)
+                self.packed_w[key] = packing.pack(self.tensors[src], component, n, geometry)
             out[name] = self.packed_w[key]
         return out
 

@@ -90,19 +90,14 @@ __device__ __forceinline__ uint4 pack8(const float (&f)[8]) {
   return v;
 }
 
-// Where a normed loader-ring GEMV applies norm_w (its contract's NORM_W_AT): by the stage, or folded into W.
-constexpr int kNormWStaged = 1, kNormWInW = 2;
-
 // Staging xn = bf16(x * rsqrt(mean(x^2) + eps) * norm_w) instead of x, the same arithmetic in the same
 // order as norm/rmsnorm.cu with its 8 warps (thread t sums the squares of vectors t, t + 256, ... with fmaf,
 // then the warp's xor shuffles, then the 8 warp sums in warp order; (x * scale) * w rounded once), so xn
 // is bit-identical to rmsnorm's. The nb row scales of a group go to shared memory (scratch: WARPS * BATCH +
 // BATCH floats): begin(bg, nb) reads the rows through L2 (written in this launch) while a chunk's copies fly,
 // begin_staged reads them from the copies once all of x is staged; apply turns a copied vector into xn in
-// place (norm_w read-only). With kInW the stage is bf16(x * scale): W's columns carry norm_w (the loader-ring
-// GEMVs' NORM_W_AT kNormWInW, linear/packing.py folds it in), so no load of norm_w stands between x's copies and
-// the walk.
-template <int WARPS, int BATCH, class Sync, bool kInW = false>
+// place (norm_w read-only).
+template <int WARPS, int BATCH, class Sync>
 struct StageNormed {
   static constexpr bool kTransforms = true;
   const bf16* x;
@@ -198,22 +193,14 @@ struct StageNormed {
   }
 
   __device__ __forceinline__ const bf16* row(int b) const { return x + (long long)b * K; }
-  // kInW: W has norm_w folded into its columns (kNormWInW), the stage scales x by its row's scale only.
-  __device__ __forceinline__ uint4 constant(int v) const {
-    return kInW ? make_uint4(0u, 0u, 0u, 0u) : __ldg(reinterpret_cast<const uint4*>(norm_w) + v);
-  }
+  __device__ __forceinline__ uint4 constant(int v) const { return __ldg(reinterpret_cast<const uint4*>(norm_w) + v); }
   __device__ __forceinline__ uint4 apply(int b, int, const uint4& raw, const uint4& w) const {
     const float scale = scratch[WARPS * BATCH + (b % BATCH)];
     float f[8], g[8];
     unpack8(raw, f);
-    if constexpr (kInW) {
+    unpack8(w, g);
 #pragma unroll
-      for (int i = 0; i < 8; ++i) f[i] = f[i] * scale;
-    } else {
-      unpack8(w, g);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) f[i] = f[i] * scale * g[i];
-    }
+    for (int i = 0; i < 8; ++i) f[i] = f[i] * scale * g[i];
     return pack8(f);
   }
 };

@@ -18,7 +18,7 @@ extern "C" __device__ void gemv_swiglu_normed_lr_load(pl::Tile tile, const __nv_
                                                       const __nv_bfloat16* __restrict__,
                                                       const __nv_bfloat16* __restrict__ norm_w, float,
                                                       __nv_bfloat16* __restrict__, int B, int I, int K) {
-  if (NORM_W_AT() != gemv_body::kNormWInW) gemv_body::norm_w_ahead(tile, norm_w, K, LR_L2_ASKS());
+  gemv_body::norm_w_ahead(tile, norm_w, K, LR_L2_ASKS());
   gemv_body::load_slots<TASK_ROWS, SWIGLU_RING_K, GEMV_BATCH>(tile, w, tile.coord[0], B, K, LR_L2_ASKS());
 }
 
@@ -27,13 +27,8 @@ extern "C" __device__ void gemv_swiglu_normed_lr(pl::Tile tile, const __nv_bfloa
                                                  const __nv_bfloat16* __restrict__ norm_w, float eps,
                                                  __nv_bfloat16* __restrict__ h, int B, int I, int K) {
   const auto sync = [] { sync_stage(); };
-  const auto task = [&](const auto& stage) {
-    swiglu_body::task_from<WARPS, TASK_ROWS, GEMV_KCHUNK, GEMV_BATCH, SWIGLU_COLS>(
-        tile.coord[0] * SWIGLU_COLS, Ring{tile}, stage, h, B, I, K, smem_xs<uint4>(), smem_res<float>(),
-        smem_sums<float>(), tile.continues, sync);
-  };
-  if (NORM_W_AT() == gemv_body::kNormWInW)  // W's columns carry norm_w (a link-time value: one branch is left)
-    task(gemv_body::StageNormed<WARPS, GEMV_BATCH, decltype(sync), true>{x, norm_w, eps, K, smem_norm<float>(), sync});
-  else
-    task(gemv_body::StageNormed<WARPS, GEMV_BATCH, decltype(sync)>{x, norm_w, eps, K, smem_norm<float>(), sync});
+  const gemv_body::StageNormed<WARPS, GEMV_BATCH, decltype(sync)> stage{x, norm_w, eps, K, smem_norm<float>(), sync};
+  swiglu_body::task_from<WARPS, TASK_ROWS, GEMV_KCHUNK, GEMV_BATCH, SWIGLU_COLS>(
+      tile.coord[0] * SWIGLU_COLS, Ring{tile}, stage, h, B, I, K, smem_xs<uint4>(), smem_res<float>(),
+      smem_sums<float>(), tile.continues, sync);
 }

@@ -78,14 +78,10 @@ def source(rows: list[list[int]], K: int, index: int) -> tuple[int, int] | None:
     return None if row < 0 or col >= K else (row, col)
 
 
-def pack(w, component: str, n: int, provides: dict | None = None, norm_w=None):
+def pack(w, component: str, n: int, provides: dict | None = None):
     """W ([..., rows, K] torch tensor, leading dims such as layers kept) packed for `component`:
-    [..., tasks, rows per task, padded K], contiguous, on w's device. norm_w ([..., K], the RMSNorm weight the
-    component's stage would apply to x): folded into W's columns first, bf16(W * norm_w) (the normed components
-    linked with NORM_W_AT 2 take W so and read no norm_w)."""
+    [..., tasks, rows per task, padded K], contiguous, on w's device."""
     import torch
-    if norm_w is not None:
-        w = (w.float() * norm_w.float().unsqueeze(-2)).to(w.dtype)
     rows = task_rows(component, n, provides)
     T, R, K = len(rows), len(rows[0]), w.shape[-1]
     kp = padded_k(K)

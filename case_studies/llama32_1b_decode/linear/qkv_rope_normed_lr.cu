@@ -18,7 +18,7 @@ extern "C" __device__ void qkv_rope_normed_lr_load(pl::Tile tile, const __nv_bfl
                                                    const int* __restrict__ pos, const float* __restrict__ inv_freq,
                                                    __nv_bfloat16* __restrict__, __nv_bfloat16* __restrict__,
                                                    __nv_bfloat16* __restrict__, int B, int K, int) {
-  if (NORM_W_AT() != gemv_body::kNormWInW) gemv_body::norm_w_ahead(tile, norm_w, K, LR_L2_ASKS());
+  gemv_body::norm_w_ahead(tile, norm_w, K, LR_L2_ASKS());
   gemv_body::constant_ahead(tile, pos, (unsigned)B * 4u, LR_L2_ASKS());  // the epilogue's RoPE reads both
   gemv_body::constant_ahead(tile, inv_freq, 32u * 4u, LR_L2_ASKS());
   // tasks in the grid's row-major order (contract: [48, 64 // QKV_ROWS])
@@ -33,14 +33,9 @@ extern "C" __device__ void qkv_rope_normed_lr(pl::Tile tile, const __nv_bfloat16
                                               __nv_bfloat16* __restrict__ q, __nv_bfloat16* __restrict__ k_cache,
                                               __nv_bfloat16* __restrict__ v_cache, int B, int K, int Lmax) {
   const auto sync = [] { sync_stage(); };
-  const auto task = [&](const auto& stage) {
-    qkv_body::task_from<WARPS, QKV_ROWS, GEMV_KCHUNK, GEMV_BATCH>(tile.coord[0], tile.coord[1], Ring{tile}, stage, pos,
-                                                                   inv_freq, q, k_cache, v_cache, B, K, Lmax,
-                                                                   smem_xs<uint4>(), smem_res<float>(),
-                                                                   smem_sums<float>(), tile.continues, sync);
-  };
-  if (NORM_W_AT() == gemv_body::kNormWInW)  // W's columns carry norm_w (a link-time value: one branch is left)
-    task(gemv_body::StageNormed<WARPS, GEMV_BATCH, decltype(sync), true>{x, norm_w, eps, K, smem_norm<float>(), sync});
-  else
-    task(gemv_body::StageNormed<WARPS, GEMV_BATCH, decltype(sync)>{x, norm_w, eps, K, smem_norm<float>(), sync});
+  const gemv_body::StageNormed<WARPS, GEMV_BATCH, decltype(sync)> stage{x, norm_w, eps, K, smem_norm<float>(), sync};
+  qkv_body::task_from<WARPS, QKV_ROWS, GEMV_KCHUNK, GEMV_BATCH>(tile.coord[0], tile.coord[1], Ring{tile}, stage, pos,
+                                                                 inv_freq, q, k_cache, v_cache, B, K, Lmax,
+                                                                 smem_xs<uint4>(), smem_res<float>(), smem_sums<float>(),
+                                                                 tile.continues, sync);
 }
