@@ -498,8 +498,8 @@ def _after_held_sizes(r: Resolved, a: Allocation) -> int:
 
 # With a task profile, the glue's words: the running task's record (for the components' marks), then the slot
 # claims of the threads that record (pl::profile::begin: two words each): thread 0, or each group of a component
-# whose tasks run several to a block (at most 15, PROFILE_CLAIMERS - 1), and the loader warp (the last).
-PROFILE_CLAIMERS = 16
+# whose tasks run several to a block (at most MAX_TASK_GROUPS), and the loader warp (the last).
+PROFILE_CLAIMERS = MAX_TASK_GROUPS + 1
 
 
 def profile_glue_bytes(r: Resolved) -> int:
