@@ -70,7 +70,8 @@ MEGA_OPTIONS.update({f"lr_deal_st128_if{n}": ("lr", {"deal": "continue", "geomet
 MEGA_OPTIONS.update({f"lr_deal_st128_ahead4_if{n}": ("lr", {"deal": "continue", "geometry": {"SPLIT_TASKS": 128},
                                                             "load_ahead": 4, "loader_in_flight": n}) for n in (1, 2)})
 # X_ef: the ring's copies hint L2 to evict their lines first (the pipeline's loader_l2): W is read once a step, and
-# L2 keeps the activations and the KV cache.
+# L2 keeps the activations and the KV cache. The lr pipelines set it themselves since 2026-12-06 (lr_l2normal is
+# the step without it); the _ef names stay so the earlier results name the kernel they measured.
 MEGA_OPTIONS.update({f"{v}_ef": (v, {"loader_l2": "evict_first"}) for v in ("lr", "lr_last")})
 MEGA_OPTIONS["lr_ahead2_ef"] = ("lr", {"load_ahead": 2, "loader_l2": "evict_first"})
 # lr_s5_ef: a fifth slot with the hint (5 slots paid at B = 8 and cost at B = 1 without it).
