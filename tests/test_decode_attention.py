@@ -66,7 +66,7 @@ def test_attn_last_links_alone_and_merges_without_an_event(objects):
     m = linked.manifest
     _no_spills(m)
     assert [p.name for p in m.user_params] == ["q", "k", "v", "pos", "part", "arrived", "o", "B", "L", "Lmax"]
-    assert m.geometry == {"SPLIT_TASKS": 256, "SPLIT_MIN_L": 64, "ATTN_UNROLL": 2, "ATTN_STAGES": 2, "ATTN_RING_ROUNDS": 8, "ATTN_WALK": 2, "PART_RECORD": 264}
+    assert m.geometry == {"SPLIT_TASKS": 256, "SPLIT_MIN_L": 128, "ATTN_UNROLL": 2, "ATTN_STAGES": 2, "ATTN_RING_ROUNDS": 8, "ATTN_WALK": 2, "PART_RECORD": 264}
     assert "buffer attn_last.last" in linked.link_map
     # the same cut of the context as attn_split's (its grid and workspace), its own count per (b, h)
     split = json.loads((CASE / "attention" / "attn_split.json").read_text())
@@ -87,15 +87,15 @@ def test_split_then_merge_links_into_one_persistent_kernel(objects):
     assert [p.name for p in m.user_params] == ["q", "k", "v", "pos", "part", "B", "L", "Lmax", "o"]
     part = next(p for p in m.params if p.name == "part")
     assert part.pointer and not part.const  # written by attn_split in the launch
-    assert m.geometry == {"SPLIT_TASKS": 256, "SPLIT_MIN_L": 64, "ATTN_UNROLL": 2, "ATTN_STAGES": 2, "ATTN_RING_ROUNDS": 8, "ATTN_WALK": 2, "PART_RECORD": 264}
+    assert m.geometry == {"SPLIT_TASKS": 256, "SPLIT_MIN_L": 128, "ATTN_UNROLL": 2, "ATTN_STAGES": 2, "ATTN_RING_ROUNDS": 8, "ATTN_WALK": 2, "PART_RECORD": 264}
     (event,) = m.workspace.events
     assert event.name == "splits" and event.shape == ("B", "8")
     assert [s.split()[0] for s in event.notified_by] == ["attn_split"]
     assert [s.split()[0] for s in event.waited_by] == ["attn_merge"]
     # the merge waits for every split: the count is the split grid's extent, min(by length, by tasks)
-    assert ("attn_split notifies bhs->bh; attn_merge waits bh->bh for ((((L + 64 - 1) / 64)) < "
-            "(((256 + (B * 8) - 1) / (B * 8))) ? (((L + 64 - 1) / 64)) : (((256 + (B * 8) - 1) / (B * 8))))") in linked.link_map
-    assert "attn_split: grid [B, 8, min(ceil_div(L, 64), ceil_div(256, B * 8))]" in linked.link_map
+    assert ("attn_split notifies bhs->bh; attn_merge waits bh->bh for ((((L + 128 - 1) / 128)) < "
+            "(((256 + (B * 8) - 1) / (B * 8))) ? (((L + 128 - 1) / 128)) : (((256 + (B * 8) - 1) / (B * 8))))") in linked.link_map
+    assert "attn_split: grid [B, 8, min(ceil_div(L, 128), ceil_div(256, B * 8))]" in linked.link_map
     assert "attn_merge: grid [B, 8]" in linked.link_map
     _no_spills(m)
     assert "buffer attn_split.red" in linked.link_map and "attn_split.merge" in linked.link_map
@@ -109,14 +109,15 @@ def test_attn_split_alone_links_with_nobody_waiting(objects):
 
 
 def test_the_workspace_shape_helper():
-    # S = min(ceil_div(L, 64), ceil_div(256, 8 B)) splits: by length at short contexts, by tasks at long ones
+    # S = min(ceil_div(L, 128), ceil_div(256, 8 B)) splits: by length at short contexts, by tasks at long ones
     assert decode_parts.attn_workspace_shape(1, 1) == (8, 1, 264)
-    assert decode_parts.attn_workspace_shape(1, 64) == (8, 1, 264)
-    assert decode_parts.attn_workspace_shape(1, 65) == (8, 2, 264)
-    assert decode_parts.attn_workspace_shape(1, 1024) == (8, 16, 264)
-    assert decode_parts.attn_workspace_shape(1, 2048) == (8, 32, 264)
+    assert decode_parts.attn_workspace_shape(1, 128) == (8, 1, 264)
+    assert decode_parts.attn_workspace_shape(1, 129) == (8, 2, 264)
+    assert decode_parts.attn_workspace_shape(1, 1024) == (8, 8, 264)
+    assert decode_parts.attn_workspace_shape(1, 2048) == (8, 16, 264)
+    assert decode_parts.attn_workspace_shape(1, 4096) == (8, 32, 264)
     assert decode_parts.attn_workspace_shape(1, 16384) == (8, 32, 264)
-    assert decode_parts.attn_workspace_shape(3, 256) == (24, 4, 264)
+    assert decode_parts.attn_workspace_shape(3, 256) == (24, 2, 264)
     assert decode_parts.attn_workspace_shape(3, 4097) == (24, 11, 264)
     assert decode_parts.attn_workspace_shape(8, 4097) == (64, 4, 264)
 

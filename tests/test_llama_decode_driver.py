@@ -355,12 +355,12 @@ def test_a_value_set_builds_the_component_with_its_values(tmp_path):
     import decode_parts as parts
     from pipelink.core.diagnostics import DiagnosticSink
     from pipelink.formats.inputs import read_input
-    vs = parts.parse_value_set("m:attn_split.SPLIT_MIN_L=128")
+    vs = parts.parse_value_set("m:attn_split.SPLIT_MIN_L=256")
     objects = parts.build_value_set(tmp_path, vs, {"attn_merge": Path("/unchanged.o")})
     assert objects["attn_merge"] == Path("/unchanged.o") and objects["attn_split"].parent == tmp_path
     (obj,) = read_input(objects["attn_split"], DiagnosticSink())
-    assert json.loads(obj.embedded_contract)["geometry"]["provides"]["SPLIT_MIN_L"] == 128
-    assert json.loads((CASE / "attention" / "attn_split.json").read_text())["geometry"]["provides"]["SPLIT_MIN_L"] != 128
+    assert json.loads(obj.embedded_contract)["geometry"]["provides"]["SPLIT_MIN_L"] == 256
+    assert json.loads((CASE / "attention" / "attn_split.json").read_text())["geometry"]["provides"]["SPLIT_MIN_L"] != 256
 
 
 def test_run_refuses_an_unknown_variant(capsys):
