@@ -209,6 +209,33 @@ def test_the_pieces_step_is_the_loader_step_with_down_waiting_in_its_entry(linke
     assert "pl::glue::compute_sync<256>();  // the in-entry wait contexts are written before the entry reads them" in glue
 
 
+def test_the_merged_step_is_the_loader_step_with_the_merge_in_the_output_projection(linked):
+    """decode_step_lrm.json: decode_step_lr.json without the attn_merge call, its output projection the component
+    that merges attention's split states itself (gemv_residual_lr_merged: `part` for x) after every split task;
+    every other call and field the same. The link's map: o_proj waits for all of attn_split, nobody for `splits`."""
+    import json
+    lr = json.loads((CASE / "pipelines" / "decode_step_lr.json").read_text())
+    lrm = json.loads((CASE / "pipelines" / "decode_step_lrm.json").read_text())
+    want = []
+    for c in lr["calls"]:
+        if c["name"] == "o_proj":
+            bind = {k: v for k, v in c["bind"].items() if k != "x"}
+            want.append(dict(c, component="gemv_residual_lr_merged", bind=dict(bind, part="attn_part"),
+                             after=["attn_split"]))
+        elif c["name"] != "attn_merge":
+            want.append(c)
+    assert lrm["calls"] == want
+    assert {k: v for k, v in lrm.items() if k not in ("calls", "name", "description")} == \
+        {k: v for k, v in lr.items() if k not in ("calls", "name", "description")}
+    link_map = linked["lrm"].link_map
+    assert "attn_merge" not in link_map and "pl_after_attn_split" in link_map
+    assert "splits[B, 8]" in linked["lr"].link_map and "splits[" not in link_map  # nobody waits: dropped
+    # o_proj counts every split task of its layer, and reads their records with their count: it consumes the
+    # kernel's SPLIT_TASKS and attn_split's SPLIT_MIN_L
+    assert "attn_split notifies ijk->:; o_proj waits i->0 for ((B * 8) * ((((L + 128 - 1) / 128))" in link_map
+    assert "SPLIT_MIN_L = 128  (provided by attn_split; consumed by o_proj" in link_map
+
+
 def test_the_ring_od_step_swaps_only_the_output_and_down_projections():
     import json
     plain = json.loads((CASE / "pipelines" / "decode_step.json").read_text())

@@ -532,6 +532,22 @@ __device__ __forceinline__ Ahead attend_split_ahead(const bf16* __restrict__ k, 
                                                   Lmax, skip, red);
 }
 
+// One split's state folded into a running merge: (m, l) take the split's (ms, ls), and the returned weights scale
+// the running acc and the split's (fold_acc). The one form of the merge's arithmetic, for merge_records and
+// merge_vector alike, so that the two give o bit for bit.
+struct Fold {
+  float c, w;  // the running state's weight, the split's
+};
+__device__ __forceinline__ Fold fold(float& m, float& l, float ms, float ls) {
+  const float mn = fmaxf(m, ms);
+  const float c = exp2f(m - mn);  // 0 for the first split
+  const float w = exp2f(ms - mn);
+  l = fmaf(l, c, ls * w);
+  m = mn;
+  return {c, w};
+}
+__device__ __forceinline__ float fold_acc(float acc, Fold f, float as) { return fmaf(acc, f.c, as * f.w); }
+
 // The second half of flash-decoding for (b, h): thread t = 64 * g + d merges the `splits` records of query
 // head 4h + g in split order and writes o = acc / l, rounded once to bf16. The records were written in this
 // launch by other CTAs: loads through L2 (__ldcg), never the read-only cache.
@@ -557,15 +573,52 @@ __device__ __forceinline__ void merge_records(const float* __restrict__ part, bf
 #pragma unroll
     for (int i = 0; i < IN_FLIGHT; ++i) {
       if (s0 + i >= splits) break;  // every split covers at least one position: its m is finite
-      const float mn = fmaxf(m, ms[i]);
-      const float c = exp2f(m - mn);  // 0 for the first split
-      const float w = exp2f(ms[i] - mn);
-      l = fmaf(l, c, ls[i] * w);
-      acc = fmaf(acc, c, as[i] * w);
-      m = mn;
+      acc = fold_acc(acc, fold(m, l, ms[i], ls[i]), as[i]);
     }
   }
   o[((long long)b * Q_HEADS + h * GROUP) * HEAD_DIM + t] = __float2bfloat16_rn(acc / l);
+}
+
+// merge_records for 8 consecutive elements of o: o[b, qh, d0 .. d0 + 7] (query head qh, d0 a multiple of 8) from
+// the `splits` records of (b, qh / GROUP), in split order with merge_records' arithmetic (fold), each divided by
+// l and rounded once to bf16 as merge_records rounds it, so the same bits; for a consumer that merges the states
+// itself instead of reading o. IN_FLIGHT splits' loads (two 16-byte vectors of acc, m, l) go out before any is
+// folded in. The records were written in this launch: loads through L2.
+template <int IN_FLIGHT>
+__device__ __forceinline__ uint4 merge_vector(const float* __restrict__ part, int b, int qh, int d0, int splits) {
+  const int h = qh / GROUP, g = qh % GROUP;
+  const float* rec = part + ((long long)b * KV_HEADS + h) * splits * RECORD;
+  float m = -CUDART_INF_F, l = 0.0f, acc[8];
+#pragma unroll
+  for (int e = 0; e < 8; ++e) acc[e] = 0.0f;
+  for (int s0 = 0; s0 < splits; s0 += IN_FLIGHT, rec += IN_FLIGHT * RECORD) {
+    float ms[IN_FLIGHT], ls[IN_FLIGHT];
+    float4 as[IN_FLIGHT][2];
+#pragma unroll
+    for (int i = 0; i < IN_FLIGHT; ++i) {
+      const bool in = s0 + i < splits;
+      const float* r = rec + i * RECORD;
+      ms[i] = in ? __ldcg(r + GROUP * HEAD_DIM + g) : -CUDART_INF_F;
+      ls[i] = in ? __ldcg(r + GROUP * HEAD_DIM + GROUP + g) : 0.0f;
+      const float4* a = reinterpret_cast<const float4*>(r + g * HEAD_DIM + d0);
+      as[i][0] = in ? __ldcg(a) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      as[i][1] = in ? __ldcg(a + 1) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+#pragma unroll
+    for (int i = 0; i < IN_FLIGHT; ++i) {
+      if (s0 + i >= splits) break;
+      const Fold f = fold(m, l, ms[i], ls[i]);
+      const float a[8] = {as[i][0].x, as[i][0].y, as[i][0].z, as[i][0].w,
+                          as[i][1].x, as[i][1].y, as[i][1].z, as[i][1].w};
+#pragma unroll
+      for (int e = 0; e < 8; ++e) acc[e] = fold_acc(acc[e], f, a[e]);
+    }
+  }
+  uint4 v;
+  __nv_bfloat162* o2 = reinterpret_cast<__nv_bfloat162*>(&v);
+#pragma unroll
+  for (int e = 0; e < 4; ++e) o2[e] = __halves2bfloat162(__float2bfloat16_rn(acc[2 * e] / l), __float2bfloat16_rn(acc[2 * e + 1] / l));
+  return v;
 }
 
 }  // namespace attn_body

@@ -68,10 +68,11 @@ __device__ __forceinline__ void unpack8(const uint4& v, float (&f)[8]) {
 // A stage says what goes into shared memory for x: stage.begin(bg, nb) before each group of batch rows, row(b)
 // batch row b of x as it is in global memory (copied to shared memory by cp.async, see stage_rows), and, where
 // kTransforms, apply(b, v, raw, c) the staged form of the v-th 16-byte vector of row b (computed in place), c the
-// stage's constant for vector v (constant(v): StageNormed's norm_w, loaded before the copies are awaited).
-// Staging x as it is:
+// stage's constant for vector v (constant(v): StageNormed's norm_w, loaded before the copies are awaited). Where
+// kComputed, x is not copied at all: vector(b, v) computes the v-th vector of row b (gemv_residual_lr_merged's
+// stage merges attention's split states into o). Staging x as it is:
 struct StageRaw {
-  static constexpr bool kTransforms = false;
+  static constexpr bool kTransforms = false, kComputed = false;
   const bf16* x;
   int K;
   __device__ __forceinline__ void begin(int, int) const {}
@@ -99,7 +100,7 @@ __device__ __forceinline__ uint4 pack8(const float (&f)[8]) {
 // place (norm_w read-only).
 template <int WARPS, int BATCH, class Sync>
 struct StageNormed {
-  static constexpr bool kTransforms = true;
+  static constexpr bool kTransforms = true, kComputed = false;
   const bf16* x;
   const bf16* norm_w;
   float eps;
@@ -229,27 +230,34 @@ template <int THREADS, class Stage, class Slot, class Between, class Sync>
 __device__ __forceinline__ void stage_rows(const Stage& stage, uint4* __restrict__ dst, int bg, int nb, int v0, int cv,
                                            Slot slot, Between between, Sync sync, bool scales_staged = false) {
   const int t = threadIdx.x % THREADS;
-  const unsigned base = (unsigned)__cvta_generic_to_shared(dst);
-  for (int v = t; v < cv; v += THREADS)
-    for (int b = 0; b < nb; ++b)
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(base + 16u * (unsigned)slot(b, v)),
-                   "l"(reinterpret_cast<const uint4*>(stage.row(bg + b)) + v0 + v)
-                   : "memory");
-  asm volatile("cp.async.commit_group;" ::: "memory");
-  // The stage's constant for the thread's first vector is loaded now, so it is not a round trip of its own
-  // after the wait (a K of THREADS vectors, as in the decode step, has no other).
-  const uint4 first = Stage::kTransforms && t < cv ? stage.constant(v0 + t) : make_uint4(0u, 0u, 0u, 0u);
-  between();
-  asm volatile("cp.async.wait_group 0;" ::: "memory");
-  if (scales_staged && t == 0) pl_component::profile_mark(0);  // a call's first task: thread 0's copies of x in
-  if (scales_staged) stage.begin_staged(dst, slot, nb, cv);  // the stage's scales from the copied rows
-  if constexpr (Stage::kTransforms) {
-    for (int v = t; v < cv; v += THREADS) {
-      const uint4 c = v == t ? first : stage.constant(v0 + v);
-      for (int b = 0; b < nb; ++b) dst[slot(b, v)] = stage.apply(bg + b, v0 + v, dst[slot(b, v)], c);
+  if constexpr (Stage::kComputed) {  // x computed from the stage's inputs, vector by vector: nothing copied
+    for (int v = t; v < cv; v += THREADS)
+      for (int b = 0; b < nb; ++b) dst[slot(b, v)] = stage.vector(bg + b, v0 + v);
+    if (scales_staged && t == 0) pl_component::profile_mark(0);
+    sync();
+  } else {
+    const unsigned base = (unsigned)__cvta_generic_to_shared(dst);
+    for (int v = t; v < cv; v += THREADS)
+      for (int b = 0; b < nb; ++b)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(base + 16u * (unsigned)slot(b, v)),
+                     "l"(reinterpret_cast<const uint4*>(stage.row(bg + b)) + v0 + v)
+                     : "memory");
+    asm volatile("cp.async.commit_group;" ::: "memory");
+    // The stage's constant for the thread's first vector is loaded now, so it is not a round trip of its own
+    // after the wait (a K of THREADS vectors, as in the decode step, has no other).
+    const uint4 first = Stage::kTransforms && t < cv ? stage.constant(v0 + t) : make_uint4(0u, 0u, 0u, 0u);
+    between();
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+    if (scales_staged && t == 0) pl_component::profile_mark(0);  // a call's first task: thread 0's copies of x in
+    if (scales_staged) stage.begin_staged(dst, slot, nb, cv);  // the stage's scales from the copied rows
+    if constexpr (Stage::kTransforms) {
+      for (int v = t; v < cv; v += THREADS) {
+        const uint4 c = v == t ? first : stage.constant(v0 + v);
+        for (int b = 0; b < nb; ++b) dst[slot(b, v)] = stage.apply(bg + b, v0 + v, dst[slot(b, v)], c);
+      }
     }
+    sync();
   }
-  sync();
 }
 
 // All of x (B <= BATCH rows of kvecs vectors) resident in xs, chunk c of the B rows at c * B * CHUNK_VECS; the
