@@ -17,7 +17,7 @@ static_assert(attn_body::RECORD == 264, "contract gemv_residual_lr_merged: part'
 
 // x = o: vector v of row b is o[b, v / 8, (v % 8) * 8 ...], query head v / 8 (K = 32 * 64). MERGE_IN_FLIGHT
 // splits' loads a thread in flight (10 floats each): 8 made the decode step spill (a 72-byte frame at 168
-// registers), 4 links clean at 166.
+// registers, the most 9 warps an SM can have: registers go to warps in fours), 4 links clean at 166.
 struct StageMerged {
   static constexpr bool kTransforms = false, kComputed = true;
   const float* part;
