@@ -579,46 +579,57 @@ __device__ __forceinline__ void merge_records(const float* __restrict__ part, bf
   o[((long long)b * Q_HEADS + h * GROUP) * HEAD_DIM + t] = __float2bfloat16_rn(acc / l);
 }
 
-// merge_records for 8 consecutive elements of o: o[b, qh, d0 .. d0 + 7] (query head qh, d0 a multiple of 8) from
-// the `splits` records of (b, qh / GROUP), in split order with merge_records' arithmetic (fold), each divided by
-// l and rounded once to bf16 as merge_records rounds it, so the same bits; for a consumer that merges the states
-// itself instead of reading o. IN_FLIGHT splits' loads (two 16-byte vectors of acc, m, l) go out before any is
-// folded in. The records were written in this launch: loads through L2.
-template <int IN_FLIGHT>
-__device__ __forceinline__ uint4 merge_vector(const float* __restrict__ part, int b, int qh, int d0, int splits) {
-  const int h = qh / GROUP, g = qh % GROUP;
-  const float* rec = part + ((long long)b * KV_HEADS + h) * splits * RECORD;
+// merge_records for 8 consecutive elements of o in each of nb batch rows: o[b, qh, d0 .. d0 + 7] for b = b0 ..
+// b0 + nb - 1 (query head qh, d0 a multiple of 8), each from the `splits` records of (b, qh / GROUP) in split order
+// with merge_records' arithmetic (fold), divided by l and rounded once to bf16 as merge_records rounds it: the same
+// bits, for a consumer that merges the states itself instead of reading o. out(b, v) takes row b's 16 bytes. The
+// rows' records are one sequence (row by row, split by split) of which IN_FLIGHT records' loads (two 16-byte
+// vectors of acc, m, l) go out before any is folded in, so a row of few splits shares its round trip with the
+// next rows'. The records were written in this launch: loads through L2.
+template <int IN_FLIGHT, class Out>
+__device__ __forceinline__ void merge_vectors(const float* __restrict__ part, int b0, int nb, int qh, int d0,
+                                              int splits, Out out) {
+  const int h = qh / GROUP, g = qh % GROUP, n = nb * splits;
   float m = -CUDART_INF_F, l = 0.0f, acc[8];
 #pragma unroll
   for (int e = 0; e < 8; ++e) acc[e] = 0.0f;
-  for (int s0 = 0; s0 < splits; s0 += IN_FLIGHT, rec += IN_FLIGHT * RECORD) {
+  int b = b0, s = 0;  // the record the next fold takes
+  for (int j0 = 0; j0 < n; j0 += IN_FLIGHT) {
     float ms[IN_FLIGHT], ls[IN_FLIGHT];
     float4 as[IN_FLIGHT][2];
+    int lb = b, lsp = s;  // the record the next load takes
 #pragma unroll
     for (int i = 0; i < IN_FLIGHT; ++i) {
-      const bool in = s0 + i < splits;
-      const float* r = rec + i * RECORD;
+      const bool in = j0 + i < n;
+      const float* r = part + (((long long)lb * KV_HEADS + h) * splits + lsp) * RECORD;
       ms[i] = in ? __ldcg(r + GROUP * HEAD_DIM + g) : -CUDART_INF_F;
       ls[i] = in ? __ldcg(r + GROUP * HEAD_DIM + GROUP + g) : 0.0f;
       const float4* a = reinterpret_cast<const float4*>(r + g * HEAD_DIM + d0);
       as[i][0] = in ? __ldcg(a) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       as[i][1] = in ? __ldcg(a + 1) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (++lsp == splits) lsp = 0, ++lb;
     }
 #pragma unroll
     for (int i = 0; i < IN_FLIGHT; ++i) {
-      if (s0 + i >= splits) break;
+      if (j0 + i >= n) break;
       const Fold f = fold(m, l, ms[i], ls[i]);
       const float a[8] = {as[i][0].x, as[i][0].y, as[i][0].z, as[i][0].w,
                           as[i][1].x, as[i][1].y, as[i][1].z, as[i][1].w};
 #pragma unroll
       for (int e = 0; e < 8; ++e) acc[e] = fold_acc(acc[e], f, a[e]);
+      if (++s == splits) {  // row b's splits all folded in: its o, and a fresh state for the next row
+        uint4 v;
+        __nv_bfloat162* o2 = reinterpret_cast<__nv_bfloat162*>(&v);
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          o2[e] = __halves2bfloat162(__float2bfloat16_rn(acc[2 * e] / l), __float2bfloat16_rn(acc[2 * e + 1] / l));
+        out(b, v);
+        m = -CUDART_INF_F, l = 0.0f, s = 0, ++b;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) acc[e] = 0.0f;
+      }
     }
   }
-  uint4 v;
-  __nv_bfloat162* o2 = reinterpret_cast<__nv_bfloat162*>(&v);
-#pragma unroll
-  for (int e = 0; e < 4; ++e) o2[e] = __halves2bfloat162(__float2bfloat16_rn(acc[2 * e] / l), __float2bfloat16_rn(acc[2 * e + 1] / l));
-  return v;
 }
 
 }  // namespace attn_body

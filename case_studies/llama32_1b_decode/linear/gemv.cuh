@@ -69,8 +69,8 @@ __device__ __forceinline__ void unpack8(const uint4& v, float (&f)[8]) {
 // batch row b of x as it is in global memory (copied to shared memory by cp.async, see stage_rows), and, where
 // kTransforms, apply(b, v, raw, c) the staged form of the v-th 16-byte vector of row b (computed in place), c the
 // stage's constant for vector v (constant(v): StageNormed's norm_w, loaded before the copies are awaited). Where
-// kComputed, x is not copied at all: vector(b, v) computes the v-th vector of row b (gemv_residual_lr_merged's
-// stage merges attention's split states into o). Staging x as it is:
+// kComputed, x is not copied at all: column(bg, nb, v, out) computes the v-th vector of rows bg .. bg + nb - 1
+// and hands each to out(b, x) (gemv_residual_lr_merged's stage merges attention's split states into o). Staging x as it is:
 struct StageRaw {
   static constexpr bool kTransforms = false, kComputed = false;
   const bf16* x;
@@ -230,9 +230,9 @@ template <int THREADS, class Stage, class Slot, class Between, class Sync>
 __device__ __forceinline__ void stage_rows(const Stage& stage, uint4* __restrict__ dst, int bg, int nb, int v0, int cv,
                                            Slot slot, Between between, Sync sync, bool scales_staged = false) {
   const int t = threadIdx.x % THREADS;
-  if constexpr (Stage::kComputed) {  // x computed from the stage's inputs, vector by vector: nothing copied
+  if constexpr (Stage::kComputed) {  // x computed from the stage's inputs, a column of vectors at a time: nothing copied
     for (int v = t; v < cv; v += THREADS)
-      for (int b = 0; b < nb; ++b) dst[slot(b, v)] = stage.vector(bg + b, v0 + v);
+      stage.column(bg, nb, v0 + v, [&](int b, const uint4& x) { dst[slot(b - bg, v)] = x; });
     if (scales_staged && t == 0) pl_component::profile_mark(0);
     sync();
   } else {

@@ -15,16 +15,19 @@ static_assert(smem_sums_bytes >= gemv_body::sums_floats<WARPS, GEMV_ROWS> * 4, "
 static_assert(GEMV_ROWS * GEMV_RING_K * 2 == Ring::kSlotBytes, "contract gemv_residual_lr_merged: loader.slot_bytes is not the slot's");
 static_assert(attn_body::RECORD == 264, "contract gemv_residual_lr_merged: part's records are attention's");
 
-// x = o: vector v of row b is o[b, v / 8, (v % 8) * 8 ...], query head v / 8 (K = 32 * 64). MERGE_IN_FLIGHT
-// splits' loads a thread in flight (10 floats each): 8 made the decode step spill (a 72-byte frame at 168
-// registers, the most 9 warps an SM can have: registers go to warps in fours), 4 links clean at 166.
+// x = o: vector v of row b is o[b, v / 8, (v % 8) * 8 ...], query head v / 8 (K = 32 * 64); a thread merges its
+// vector of every batch row in one sequence of records. MERGE_IN_FLIGHT records' loads a thread in flight (10
+// floats each): 8, one round trip for the 8 splits of batch 1 at ctx 1024, links the decode step clean at 168
+// registers (the most 9 warps an SM can have: registers go to warps in fours); 16 spills 304 bytes.
 struct StageMerged {
   static constexpr bool kTransforms = false, kComputed = true;
   const float* part;
   int splits;
   __device__ __forceinline__ void begin(int, int) const {}
-  __device__ __forceinline__ uint4 vector(int b, int v) const {
-    return attn_body::merge_vector<MERGE_IN_FLIGHT>(part, b, v / (attn_body::HEAD_DIM / 8), (v % (attn_body::HEAD_DIM / 8)) * 8, splits);
+  template <class Out>
+  __device__ __forceinline__ void column(int bg, int nb, int v, Out out) const {
+    constexpr int VECS = attn_body::HEAD_DIM / 8;  // a query head's 16-byte vectors
+    attn_body::merge_vectors<MERGE_IN_FLIGHT>(part, bg, nb, v / VECS, (v % VECS) * 8, splits, out);
   }
 };
 
