@@ -37,20 +37,30 @@ ALLOWED = {
     "attn_head": set(),
     "attn_split_merge": set(),
     "embed": {TABLE},
+    "attn_o_merged": set(),  # the output projection merging the splits' records itself: W by the loader's bulk copies
 }
+# attn_split -> gemv_residual_lr_merged (decode_step_lrm.json's attention and output projection)
+ATTN_O_MERGED = {"pipeline": 1, "name": "attn_o_merged", "deal": "continue", "geometry": {"SPLIT_TASKS": 128},
+                 "calls": [{"name": "attn_split", "bind": {"part": "part"}},
+                           {"name": "o_proj", "component": "gemv_residual_lr_merged",
+                            "bind": {"w": "w_o", "part": "part", "r": "x", "y": "y", "K": "H"}, "after": ["attn_split"]}]}
 
 
 @pytest.fixture(scope="module")
 def kernels(tmp_path_factory):
     out = tmp_path_factory.mktemp("loads")
     objects = decode_parts.build_all(out, decode_parts.PARTS + decode_parts.ATTENTION_PARTS + decode_parts.MORE_PARTS
-                                     + decode_parts.NORMED_PARTS + decode_parts.EMBED_PARTS)
+                                     + decode_parts.NORMED_PARTS + decode_parts.EMBED_PARTS
+                                     + tuple(p for p in decode_parts.LOADER_PARTS if p.name == "gemv_residual_lr_merged"))
     linked = {name: decode_parts.link_alone(objects[name])
               for name in ("rmsnorm", "gemv_bf16", "gemv_residual", "qkv_rope", "gemv_swiglu", "qkv_rope_normed",
                            "gemv_swiglu_normed", "attn_head", "embed")}
     linked["norm_gemv"] = decode_parts.link_norm_gemv(objects)
     linked["attn_split_merge"] = decode_parts.link_attn_split(objects)
     linked["lm_head_argmax"] = decode_parts.link_lm_head_argmax(objects)
+    import pipelink
+    linked["attn_o_merged"] = pipelink.link([str(objects["attn_split"]), str(objects["gemv_residual_lr_merged"])],
+                                            pipeline=ATTN_O_MERGED)
     for name, result in linked.items():
         assert result.ok, (name, [d.render() for d in result.diagnostics])
     return linked
