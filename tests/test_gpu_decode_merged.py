@@ -4,8 +4,9 @@ linked as one kernel (a loader warp a CTA, the merge in each CTA's first o_proj 
 attn_merge (o) and then the plain gemv_residual of o: attention.cuh's merge_vector folds the records with
 attn_merge's arithmetic in the same order, and the ring GEMV multiplies as the plain one does. Fresh random inputs
 every run (the seed is in the failure message), outputs poisoned with NaN, batches 1, 3 and 8, contexts from one
-position to more than the 16 splits a row of batch 1 gets, the first launch on 8 CTAs (each CTA's later o_proj
-tasks reuse the o its first one merged) and the next on the whole GPU."""
+split to past where batch 1's splits stop growing (16 for 128 split tasks; 2 a row at batch 8, so a thread's 8
+rows take 16 records), the first launch on 8 CTAs (each CTA's later o_proj tasks reuse the o its first one
+merged) and the next on the whole GPU."""
 import os
 import sys
 from pathlib import Path
