@@ -105,6 +105,9 @@ MEGA_OPTIONS.update({f"{v}_nw": (base, {**fields, "geometry": {"SPLIT_TASKS": 12
 MEGA_OPTIONS.update({f"lr_ef_gap{n}": ("lr", {"load_ahead_when": "call_behind", "loader_l2": "evict_first",
                                               "load_ahead": n, "geometry": {"SPLIT_TASKS": 128, "LR_L2_ASKS": 1}})
                      for n in (2, 4)})
+# lrm_st64: the merged output projection's step with attention's splits sized for 64 tasks: each CTA's merge reads
+# half the records where the context is long enough for 16 splits a row (B = 1 from ctx 2048).
+MEGA_OPTIONS["lrm_st64"] = ("lrm", {"geometry": {"SPLIT_TASKS": 64}})
 # lr_l2normal: the loader step's copies without the hint, whatever decode_step_lr.json sets.
 MEGA_OPTIONS["lr_l2normal"] = ("lr", {"loader_l2": "normal"})
 # lr_last_*: the loader step with the splits merged by the last one (attn_last), dealt on, 128 splits, load_ahead N.
