@@ -39,11 +39,7 @@ ALLOWED = {
     "embed": {TABLE},
     "attn_o_merged": set(),  # the output projection merging the splits' records itself: W by the loader's bulk copies
 }
-# attn_split -> gemv_residual_lr_merged (decode_step_lrm.json's attention and output projection)
-ATTN_O_MERGED = {"pipeline": 1, "name": "attn_o_merged", "deal": "continue", "geometry": {"SPLIT_TASKS": 128},
-                 "calls": [{"name": "attn_split", "bind": {"part": "part"}},
-                           {"name": "o_proj", "component": "gemv_residual_lr_merged",
-                            "bind": {"w": "w_o", "part": "part", "r": "x", "y": "y", "K": "H"}, "after": ["attn_split"]}]}
+
 
 
 @pytest.fixture(scope="module")
@@ -58,9 +54,7 @@ def kernels(tmp_path_factory):
     linked["norm_gemv"] = decode_parts.link_norm_gemv(objects)
     linked["attn_split_merge"] = decode_parts.link_attn_split(objects)
     linked["lm_head_argmax"] = decode_parts.link_lm_head_argmax(objects)
-    import pipelink
-    linked["attn_o_merged"] = pipelink.link([str(objects["attn_split"]), str(objects["gemv_residual_lr_merged"])],
-                                            pipeline=ATTN_O_MERGED)
+    linked["attn_o_merged"] = decode_parts.link_attn_o_merged(objects)
     for name, result in linked.items():
         assert result.ok, (name, [d.render() for d in result.diagnostics])
     return linked

@@ -1,7 +1,7 @@
 """The output projection that merges attention's split states itself (linear/gemv_residual_lr_merged, the o_proj
 of case_studies/llama32_1b_decode/pipelines/decode_step_lrm.json), on a GPU: attn_split -> gemv_residual_lr_merged
 linked as one kernel (a loader warp a CTA, the merge in each CTA's first o_proj task), bit for bit attn_split ->
-attn_merge (o) and then the plain gemv_residual of o: attention.cuh's merge_vector folds the records with
+attn_merge (o) and then the plain gemv_residual of o: attention.cuh's merge_vectors folds the records with
 attn_merge's arithmetic in the same order, and the ring GEMV multiplies as the plain one does. Fresh random inputs
 every run (the seed is in the failure message), outputs poisoned with NaN, batches 1, 3 and 8, contexts from one
 split to past where batch 1's splits stop growing (16 for 128 split tasks; 2 a row at batch 8, so a thread's 8
@@ -20,11 +20,7 @@ import decode_parts  # noqa: E402
 from linear import packing  # noqa: E402
 
 pytestmark = pytest.mark.gpu
-GEOMETRY = {"SPLIT_TASKS": 128}  # the loader step's: one block an SM
-MERGED = {"pipeline": 1, "name": "attn_o_merged", "deal": "continue", "geometry": GEOMETRY, "calls": [
-    {"name": "attn_split", "bind": {"part": "part"}},
-    {"name": "o_proj", "component": "gemv_residual_lr_merged",
-     "bind": {"w": "w_o", "part": "part", "r": "x", "y": "y", "K": "H"}, "after": ["attn_split"]}]}
+GEOMETRY = decode_parts.ATTN_O_MERGED["geometry"]  # the loader step's split tasks: one block an SM
 SEPARATE = {"pipeline": 1, "name": "attn_split_merge", "components": ["attn_split", "attn_merge"],
             "schedule": "persistent", "dispatch": "static", "geometry": GEOMETRY}
 
@@ -35,13 +31,11 @@ def kernels(tmp_path_factory):
     parts = decode_parts.ATTENTION_PARTS + tuple(p for p in decode_parts.PARTS + decode_parts.LOADER_PARTS
                                                  if p.name in ("gemv_residual", "gemv_residual_lr_merged"))
     objects = decode_parts.build_all(tmp_path_factory.mktemp("merged"), parts)
-    out = {}
-    for name, names, pipeline in (("merged", ("attn_split", "gemv_residual_lr_merged"), MERGED),
-                                  ("separate", ("attn_split", "attn_merge"), SEPARATE),
-                                  ("gemv", ("gemv_residual",), None)):
-        linked = pipelink.link([str(objects[n]) for n in names], pipeline=pipeline)
-        assert linked.ok, [d.render() for d in linked.diagnostics]
-        out[name] = linked
+    out = {"merged": decode_parts.link_attn_o_merged(objects),
+           "separate": pipelink.link([str(objects["attn_split"]), str(objects["attn_merge"])], pipeline=SEPARATE),
+           "gemv": decode_parts.link_alone(objects["gemv_residual"])}
+    for name, linked in out.items():
+        assert linked.ok, (name, [d.render() for d in linked.diagnostics])
     assert out["merged"].manifest.block == (288, 1, 1) and out["merged"].manifest.resources.frame_bytes == 0
     assert "attn_split notifies ijk->:; o_proj waits i->0" in out["merged"].link_map
     kernels = {name: linked.kernel() for name, linked in out.items()}

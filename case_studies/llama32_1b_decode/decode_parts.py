@@ -159,6 +159,21 @@ def link_attn_split(objects: dict[str, Path]):
     return pipelink.link([str(objects[n]) for n in ATTN_PIPELINED], pipeline=str(ATTN_PIPELINE))
 
 
+# attn_split -> the output projection that merges the splits' records itself (gemv_residual_lr_merged), as in
+# pipelines/decode_step_lrm.json: the splits sized for its 128 CTAs, o_proj after every split task.
+ATTN_O_MERGED = {"pipeline": 1, "name": "attn_o_merged", "deal": "continue", "geometry": {"SPLIT_TASKS": 128},
+                 "calls": [{"name": "attn_split", "bind": {"part": "part"}},
+                           {"name": "o_proj", "component": "gemv_residual_lr_merged",
+                            "bind": {"w": "w_o", "part": "part", "r": "x", "y": "y", "K": "H"},
+                            "after": ["attn_split"]}]}
+
+
+def link_attn_o_merged(objects: dict[str, Path]):
+    """attn_split -> gemv_residual_lr_merged as one persistent kernel (ATTN_O_MERGED)."""
+    import pipelink
+    return pipelink.link([str(objects["attn_split"]), str(objects["gemv_residual_lr_merged"])], pipeline=ATTN_O_MERGED)
+
+
 MORE_PARTS = (Part("linear", "qkv_rope"), Part("linear", "gemv_swiglu"), Part("linear", "lm_head"),
               Part("linear", "argmax_merge"))
 MORE_ALONE = ("qkv_rope", "gemv_swiglu", "lm_head")  # each linked alone (lm_head: nobody waits for its event)

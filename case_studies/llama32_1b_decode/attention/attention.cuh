@@ -534,7 +534,7 @@ __device__ __forceinline__ Ahead attend_split_ahead(const bf16* __restrict__ k, 
 
 // One split's state folded into a running merge: (m, l) take the split's (ms, ls), and the returned weights scale
 // the running acc and the split's (fold_acc). The one form of the merge's arithmetic, for merge_records and
-// merge_vector alike, so that the two give o bit for bit.
+// merge_vectors alike, so that the two give o bit for bit.
 struct Fold {
   float c, w;  // the running state's weight, the split's
 };

@@ -1,7 +1,7 @@
 // gemv_residual_lr_merged: gemv_residual_lr (W through the kernel's loader ring) whose x is attention's output
 // o [B, 32 * 64], merged here from flash-decoding's split states (the attention team's records, `part`) instead
 // of read from a tensor an attn_merge call wrote: the call's first task on a CTA merges all of o into shared
-// memory with the attention team's arithmetic (attention.cuh's merge_vector: o bit for bit as attn_merge writes
+// memory with the attention team's arithmetic (attention.cuh's merge_vectors: o bit for bit as attn_merge writes
 // it) and the tasks that continue the call reuse it. One call and one hand-off fewer a layer; each CTA reads
 // every record (B * 8 * S * 1056 bytes) where attn_merge's tasks read them once.
 #include "gemv_residual_lr_merged.pipelink.h"
