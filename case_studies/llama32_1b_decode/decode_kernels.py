@@ -140,9 +140,14 @@ def pipeline_components(path: Path) -> list[str]:
     return names
 
 
+class LinkFailed(RuntimeError):
+    """A variant the linker refused (its diagnostics in the message): an answer about the inputs, not a fault of
+    the script, so callers report it without a traceback."""
+
+
 def _checked(result, what: str):
     if not result.ok:
-        raise RuntimeError(f"linking {what} failed:\n" + "\n".join(d.render() for d in result.diagnostics))
+        raise LinkFailed(f"linking {what} failed:\n" + "\n".join(d.render() for d in result.diagnostics))
     return result
 
 

@@ -74,7 +74,7 @@ def load_variants(objects, wanted, errors, pipelines: Path | None = None, load: 
     """{name: MegaStep or PartsStep} for the pipelink variants that link and load; failures into `errors`.
     `pipelines`: a folder of pipeline files the megakernels link with instead of pipelines/ (same names);
     `load`: False to link only (no GPU)."""
-    from decode_kernels import MegaStep, PartsStep
+    from decode_kernels import LinkFailed, MegaStep, PartsStep
     made = {}
     for name in wanted:
         try:
@@ -90,7 +90,8 @@ def load_variants(objects, wanted, errors, pipelines: Path | None = None, load: 
         except Exception as exc:
             errors[name] = f"{type(exc).__name__}: {exc}"
             log(f"{name}: not available: {errors[name]}")
-            traceback.print_exc()
+            if not isinstance(exc, LinkFailed):  # the linker's refusal is its diagnostics; anything else a fault
+                traceback.print_exc()
     return made
 
 
