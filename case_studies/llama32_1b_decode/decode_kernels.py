@@ -108,6 +108,9 @@ MEGA_OPTIONS.update({f"lr_ef_gap{n}": ("lr", {"load_ahead_when": "call_behind", 
 # lrm_st64: the merged output projection's step with attention's splits sized for 64 tasks: each CTA's merge reads
 # half the records where the context is long enough for 16 splits a row (B = 1 from ctx 2048).
 MEGA_OPTIONS["lrm_st64"] = ("lrm", {"geometry": {"SPLIT_TASKS": 64}})
+# lr_if_all: the loader step with no cap on the slots' copies on their way (decode_step_lr.json has 2 since
+# 2026-12-06): the step as it was before, the control for an A/B of the cap.
+MEGA_OPTIONS["lr_if_all"] = ("lr", {"loader_in_flight": 0})
 # lr_l2normal: the loader step's copies without the hint, whatever decode_step_lr.json sets.
 MEGA_OPTIONS["lr_l2normal"] = ("lr", {"loader_l2": "normal"})
 # lr_last_*: the loader step with the splits merged by the last one (attn_last), dealt on, 128 splits, load_ahead N.
