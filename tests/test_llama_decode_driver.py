@@ -387,3 +387,23 @@ def test_without_a_gpu_run_links_the_variants_and_says_what_they_launch(monkeypa
     text = out.out + out.err
     assert "pipelink_split: kernel decode_step, 256 threads," in text and "B frame" in text
     assert "no GPU here" in text
+
+
+@pytest.mark.parametrize("raised, traceback_shown", [("link", False), ("fault", True)])
+def test_a_variant_the_linker_refuses_is_reported_by_its_diagnostics_alone(monkeypatch, capsys, raised, traceback_shown):
+    """A variant that does not link (a ring too large for shared memory, PL042) is an answer about the inputs: the
+    run names it with the linker's diagnostics and goes on, no traceback; any other failure keeps its traceback."""
+    run = _decode_run()
+
+    def refuse(objects, variant, pipelines=None, load=True):
+        if raised == "link":
+            raise kernels.LinkFailed("linking decode_step_lr.json failed:\nerror[PL042]: the fused kernel needs more")
+        raise ValueError("a fault of the script")
+
+    monkeypatch.setattr(kernels, "MegaStep", refuse)
+    errors = {}
+    assert run.load_variants({}, ["pipelink_lr_s9"], errors, load=False) == {}
+    out = capsys.readouterr()
+    assert "pipelink_lr_s9" in errors and "pipelink_lr_s9: not available" in out.out
+    assert ("Traceback" in out.err) == traceback_shown
+    assert ("PL042" in errors["pipelink_lr_s9"]) == (raised == "link")
