@@ -1,8 +1,10 @@
 """A hand-off between all the CTAs of a persistent kernel, timed per round (handoff.cu): the counter protocol the
 glue uses (fence, add, one thread polling, then the staging), the same with a release add and a relaxed poll, the
 same with the count spread over 8 counters on lines of their own (8 lanes polling), and words that carry their round (the staging is the wait), alone and beside a weight stream of S bytes a CTA a round. Two CTAs an SM, 8 words a CTA a round.
+Then the counter protocol under a stream that runs through the hand-off (a warp bulk-copying slots of T bytes, two in
+flight, all the time, as the decode step's loader does), its count polled by one compute thread or by 4 waiter warps.
 
-    python bench/handoff/handoff.py [--rounds 2000] [--samples 15] [--stream 0 16384 65536]
+    python bench/handoff/handoff.py [--rounds 2000] [--samples 15] [--stream 0 16384 65536] [--through 0 32768]
 
 Writes bench/handoff/results.json and RESULTS.md (command, machine, date). Needs a GPU, CuPy and the pinned nvcc.
 """
@@ -38,6 +40,8 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=2000)
     ap.add_argument("--samples", type=int, default=15)
     ap.add_argument("--stream", type=int, nargs="+", default=[0, 16384, 65536])
+    ap.add_argument("--through", type=int, nargs="+", default=[0, 32768],
+                    help="slot bytes of the stream through the hand-off (two slots a CTA; 0: none)")
     ap.add_argument("--out", default=str(HERE))
     args = ap.parse_args(argv)
     import cupy as cp
@@ -50,11 +54,18 @@ def main(argv=None) -> int:
     mod = cp.RawModule(path=str(cubin))
     kernels = {"counter": mod.get_function("counter_rounds"), "release": mod.get_function("release_rounds"),
                "spread": mod.get_function("spread_rounds"), "tagged": mod.get_function("tagged_rounds")}
+    through_kernels = {"counter_bg": mod.get_function("counter_bg_rounds"),
+                       "waiter_bg": mod.get_function("waiter_bg_rounds")}
+    bg_threads = 256 + 32 * 5  # 8 compute warps, the stream warp, 4 waiter warps
     dev = cp.cuda.Device()
     sms = dev.attributes["MultiProcessorCount"]
     grid, threads, pad = 2 * sms, 256, 96 * 1024  # unused dynamic shared memory: two CTAs an SM, as the decode step
     for k in kernels.values():
         k.max_dynamic_shared_size_bytes = pad
+    if max(args.through) % 16 or 2 * max(args.through) > pad:
+        raise SystemExit(f"--through: slots of a multiple of 16 bytes, two a CTA within {pad} bytes")
+    for k in through_kernels.values():
+        k.max_dynamic_shared_size_bytes = 2 * max(args.through)
     n = grid * 8
     rng = np.random.default_rng()
     x0_host = rng.integers(0, 1 << 32, n, dtype=np.uint32)
@@ -73,7 +84,10 @@ def main(argv=None) -> int:
         x_plain.fill(0xFFFFFFFF)  # poisoned: every word must be written
         x_tagged.fill(0)
         start.record()
-        if name in ("counter", "release", "spread"):
+        if name in through_kernels:
+            through_kernels[name]((grid,), (bg_threads,), (x_plain, counter, x0, w, w_vecs, np.int32(stream),
+                                                          np.int32(args.rounds), sink), shared_mem=2 * stream)
+        elif name in ("counter", "release", "spread"):
             kernels[name]((grid,), (threads,), (x_plain, counter, x0, w, w_vecs, np.int32(stream),
                                                 np.int32(args.rounds), sink), shared_mem=pad)
         else:
@@ -83,7 +97,7 @@ def main(argv=None) -> int:
         stop.synchronize()
         ms = cp.cuda.get_elapsed_time(start, stop)
         last = args.rounds & 1
-        if name in ("counter", "release", "spread"):
+        if name in ("counter", "release", "spread") or name in through_kernels:
             got = cp.asnumpy(x_plain[last * n:(last + 1) * n])
         else:
             t = cp.asnumpy(x_tagged[last * n:(last + 1) * n])
@@ -111,11 +125,26 @@ def main(argv=None) -> int:
         print(f"stream {stream:6d} B/CTA/round: " + ", ".join(f"{k} {row[k]['median_us_per_round']:.3f}" for k in kernels)
               + " us/round", flush=True)
 
+    through = []
+    for slot in args.through:
+        for name in through_kernels:  # warm-up
+            launch(name, slot)
+        samples = {name: [] for name in through_kernels}
+        for _ in range(args.samples):  # alternating
+            for name in through_kernels:
+                samples[name].append(launch(name, slot))
+        row = {"slot_bytes": slot, "rounds": args.rounds, "samples": args.samples}
+        for name, s in samples.items():
+            row[name] = {"median_us_per_round": statistics.median(s), "min": min(s), "max": max(s)}
+        through.append(row)
+        print(f"through {slot:6d} B slots: " + ", ".join(f"{k} {row[k]['median_us_per_round']:.3f}"
+                                                        for k in through_kernels) + " us/round", flush=True)
+
     props = cp.cuda.runtime.getDeviceProperties(dev.id)
     doc = {"command": "python " + " ".join([str(Path(sys.argv[0]))] + sys.argv[1:]),
            "machine": f"{props['name'].decode()}, {sms} SMs",
            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-           "grid": grid, "words_per_cta": 8, "results": results}
+           "grid": grid, "words_per_cta": 8, "results": results, "through": through}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(doc, indent=1) + "\n")
@@ -128,6 +157,13 @@ def main(argv=None) -> int:
     for row in results:
         lines.append(f"| {row['stream_bytes_per_cta']} B | " + " | ".join(
             f"{row[k]['median_us_per_round']:.3f}" for k in kernels) + " |")
+    lines += ["", "Under a stream through the hand-off: a warp of each CTA bulk-copies slots of the large buffer into "
+              "shared memory, two in flight, until the rounds end; the count polled by one compute thread (the glue's "
+              "way) or by lane 0 of 4 waiter warps started 128 ns apart, the compute warps waiting on an mbarrier.", "",
+              "| slot (two a CTA) | counter, one poller us/round | 4 waiter warps us/round |", "| ---: | ---: | ---: |"]
+    for row in through:
+        lines.append(f"| {row['slot_bytes']} B | " + " | ".join(
+            f"{row[k]['median_us_per_round']:.3f}" for k in through_kernels) + " |")
     (out / "RESULTS.md").write_text("\n".join(lines) + "\n")
     return 0
 
