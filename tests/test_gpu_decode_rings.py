@@ -10,6 +10,8 @@ against the plain ones: the same products in the same order, only where W comes 
   asking L2 for the CTA's tasks two on (the W is the same; a request past the call's tasks would fault);
   `_lr_lines` likewise, its requests as line prefetches by the loader's lanes (LR_L2_ASKS 7).
   `_lr_if1`: linked with `loader_in_flight` 1, the loader issuing a slot's copy only once the one before landed.
+  `_lr_ifb1`: linked with `loader_in_flight_behind` 1, so paced only where the call's slots are filled the first time
+  on the CTA (their first `slots` positions), then all slots in flight.
   `_lr_ef`: linked with `loader_l2` evict_first, the ring's copies carrying that L2 cache hint.
 
 The first launch runs on 8 CTAs, so each walks many tasks through every slot and both mbarrier phases, partial
@@ -31,9 +33,10 @@ from linear import packing  # noqa: E402
 pytestmark = pytest.mark.gpu
 EPS = decode_parts.RMS_EPS
 PLAIN = ("gemv_residual", "gemv_swiglu_normed", "qkv_rope_normed", "lm_head")
-SUFFIXES = ("_ring", "_lr", "_lr_ahead", "_lr_lines", "_lr_if1", "_lr_ef")
+SUFFIXES = ("_ring", "_lr", "_lr_ahead", "_lr_lines", "_lr_if1", "_lr_ifb1", "_lr_ef")
 LINK_OPTIONS = {"_ahead": {"load_ahead": 2}, "_lines": {"load_ahead": 2, "geometry": {"LR_L2_ASKS": 7}},
-                "_if1": {"loader_in_flight": 1}, "_ef": {"loader_l2": "evict_first"}}  # suffix -> pipeline fields
+                "_if1": {"loader_in_flight": 1}, "_ifb1": {"loader_in_flight_behind": 1},
+                "_ef": {"loader_l2": "evict_first"}}  # suffix -> pipeline fields
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +51,7 @@ def kernels(tmp_path_factory):
         assert linked.ok and "PL189" not in {d.code for d in linked.diagnostics}, [d.render() for d in linked.diagnostics]
         assert ("tile.ahead = 1;" in linked.glue) == (option in ("_ahead", "_lines")), name
         assert ("pl_ring__in_flight = 1u;" in linked.glue) == (option == "_if1"), name
+        assert ("pl::ring::refills_until(" in linked.glue) == (option == "_ifb1"), name
         assert ("pl_ring__evict_first = 1u;" in linked.glue) == (option == "_ef"), name
         if "_lr" in name:  # a load entry makes a persistent kernel with a loader warp
             assert linked.manifest.schedule == "persistent" and linked.manifest.block == (288, 1, 1)

@@ -237,6 +237,38 @@ def test_loader_in_flight_caps_the_copies_on_their_way(in_flight, copies):
                                                                                            "sm_90")
 
 
+@pytest.mark.parametrize("in_flight,behind,cap,behind_cap", [(0, 0, 5, 5), (2, 0, 2, 2), (0, 1, 5, 1), (2, 1, 2, 1),
+                                                             (2, 2, 2, 2), (0, 9, 5, 5)])
+def test_loader_in_flight_behind_paces_the_refills_of_the_call_before(in_flight, behind, cap, behind_cap):
+    """loader_in_flight_behind B: where a call's slots last held the call before's data (its first `slots` positions
+    on the CTA), acquire waits for the copy issued B slots before; the loader writes where that ends at each call's
+    first task (pl::ring::refills_until) into a word after the ring's barriers. Where B caps as loader_in_flight does
+    (0, equal, or the slots or more), nothing of it is in the kernel: the two constants are one, the word and the
+    writes are not there, the layout is the one without it."""
+    from pipelink.linker.emit import link_map
+    ctx = run(dict(MLP_LAYERS, loader_slots=5, loader_in_flight=in_flight, loader_in_flight_behind=behind),
+              components(edit=with_loader), until="generate")
+    assert not ctx.sink.items, [d.render() for d in ctx.sink.items]
+    loader = ctx.resolved.loader
+    assert (loader.copies_in_flight, loader.copies_in_flight_behind) == (cap, behind_cap)
+    assert f"pl_ring__in_flight = {cap}u;" in ctx.glue and f"pl_ring__in_flight_behind = {behind_cap}u;" in ctx.glue
+    paced = behind_cap != cap
+    assert ("pl::ring::refills_until(pl_ring_pos + 5);" in ctx.glue) == paced
+    assert ctx.glue.count("pl::ring::refills_until(") == (2 if paced else 0)  # gate_up's and down's first tasks
+    bars = next(p.item for p in ctx.allocation.smem if p.item.key == "mbarrier pl_glue.ring_bars")
+    assert bars.size == 16 * 5 + 8 + (8 if paced else 0)
+    text = link_map(ctx.resolved, ctx.allocation, "sm_90")
+    assert (f"at most {behind_cap} where a call refills the slots of the call before (loader_in_flight_behind)"
+            in text) == paced
+
+
+@pytest.mark.parametrize("value", [-1, 65, 1.5, "2"])
+def test_loader_in_flight_behind_is_checked_by_the_schema(value):
+    sink = DiagnosticSink()
+    assert load_pipeline_dict(dict(MLP_LAYERS, loader_in_flight_behind=value), sink, "p.json") is None
+    assert [d.code for d in sink.errors] == ["PL133"] and "/loader_in_flight_behind" in sink.errors[0].render()
+
+
 @pytest.mark.parametrize("policy,flag", [("normal", 0), ("evict_first", 1)])
 def test_loader_l2_sets_the_copies_cache_hint(policy, flag):
     """loader_l2 evict_first: pl_ring__evict_first is 1 and pl::ring::copy takes the cache-hinted bulk copy (LTO

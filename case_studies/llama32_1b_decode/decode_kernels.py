@@ -111,6 +111,11 @@ MEGA_OPTIONS["lrm_st64"] = ("lrm", {"geometry": {"SPLIT_TASKS": 64}})
 # lr_if_all: the loader step with no cap on the slots' copies on their way (decode_step_lr.json has 2 since
 # 2026-12-06): the step as it was before, the control for an A/B of the cap.
 MEGA_OPTIONS["lr_if_all"] = ("lr", {"loader_in_flight": 0})
+# lr_ifbN / lr_if_all_bN: the refills of the call before's slots (a call's first 4 positions on the CTA, filled as
+# the call before ends and its hand-off goes out) at most N in flight (loader_in_flight_behind), the rest of the call
+# at the step's 2 or at all 4: whether those refills are what lengthens the hand-offs after the streaming calls.
+MEGA_OPTIONS.update({f"lr_ifb{n}": ("lr", {"loader_in_flight_behind": n}) for n in (1,)})
+MEGA_OPTIONS.update({f"lr_if_all_b{n}": ("lr", {"loader_in_flight": 0, "loader_in_flight_behind": n}) for n in (1, 2)})
 # lr_l2normal: the loader step's copies without the hint, whatever decode_step_lr.json sets.
 MEGA_OPTIONS["lr_l2normal"] = ("lr", {"loader_l2": "normal"})
 # lr_last_*: the loader step with the splits merged by the last one (attn_last), dealt on, 128 splits, load_ahead N.

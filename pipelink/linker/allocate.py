@@ -272,7 +272,10 @@ def _smem_items(r: Resolved, steps: dict[str, int], copies: dict[str, int], held
     if r.loader is not None:  # the loader warp's ring: slots, then full and empty mbarriers per slot and an abort word
         items.append(SmemItem("buffer pl_glue.ring", "buffer", "pl_glue", r.loader.slots * r.loader.slot_bytes,
                               ARENA_ALIGN, Lifetime(None)))
-        items.append(SmemItem("mbarrier pl_glue.ring_bars", "mbarrier", "pl_glue", 16 * r.loader.slots + 8, 8,
+        # ... and, with loader_in_flight_behind, a word: the ring position where the current call's refills of
+        # the call before's slots end (component.h, pl::ring::acquire)
+        behind = 8 if r.loader.copies_in_flight_behind != r.loader.copies_in_flight else 0
+        items.append(SmemItem("mbarrier pl_glue.ring_bars", "mbarrier", "pl_glue", 16 * r.loader.slots + 8 + behind, 8,
                               Lifetime(None)))
     for g in (r.roles.groups if r.roles is not None else ()):
         if g.instances > 1:  # one mbarrier per instance: whose turn it is on the owner's entries

@@ -123,10 +123,13 @@ def _constants(r: Resolved, a: Allocation) -> list[str]:
 def ring_constants(r: Resolved, a: Allocation) -> dict[str, int]:
     """The loader ring's place in the arena (pipelink/component.h): slots, then full[slots], empty[slots] and
     the abort word; the pipeline's load_ahead, for load entries that ask L2 for a long task's later slots; its
-    loader_in_flight, and its loader_l2 (1: the copies' L2 hint is evict_first)."""
+    loader_in_flight (and loader_in_flight_behind: the cap where a call refills the slots of the call before, the same
+    value where the pipeline sets none, so the test folds away), and its loader_l2 (1: the copies' L2 hint is
+    evict_first)."""
     return {"pl_ring__base": a.buffer_offset[("pl_glue", "ring")], "pl_ring__slot_bytes": r.loader.slot_bytes,
             "pl_ring__slots": r.loader.slots, "pl_ring__bars": a.mbar_offset[("pl_glue", "ring_bars")],
             "pl_ring__ahead": r.loader.ahead, "pl_ring__in_flight": r.loader.copies_in_flight,
+            "pl_ring__in_flight_behind": r.loader.copies_in_flight_behind,
             "pl_ring__evict_first": int(r.loader.evict_first)}
 
 
@@ -790,6 +793,9 @@ def _loader_walk(r: Resolved, a: Allocation, segments, indent: str) -> list[str]
             comp = r.component(name)
             stacked, bind = _stacked_args(r, name), (r.calls.bind.get(name) if r.calls else None)
             out += _deal_first(r, k, body)
+            if r.loader.copies_in_flight_behind != r.loader.copies_in_flight:
+                out.append(f"{body}pl::ring::refills_until(pl_ring_pos + {r.loader.slots});  // the call's slots below "
+                           "this held the call before's: loader_in_flight_behind")
             if r.loader.ahead and comp.contract.loader.ahead:
                 out.append(f"{body}int pl_asked_{k} = -1;  // the CTA's last task of the call asked of L2 ahead")
                 if r.loader.ahead_behind:

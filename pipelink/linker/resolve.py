@@ -110,11 +110,18 @@ class LoaderPlan:
     evict_first: bool = False    # the ring's copies hint L2 to evict their lines first (the pipeline's loader_l2)
     slots_at: Location | None = None  # where the pipeline sized the ring (its loader_slots), for diagnostics
     ahead_behind: bool = False   # asks ahead only while the ring holds an earlier call's slots (load_ahead_when)
+    in_flight_behind: int = 0    # the same while refilling slots that held an earlier call's (loader_in_flight_behind)
 
     @property
     def copies_in_flight(self) -> int:
         """The slots' copies the loader may have outstanding: loader_in_flight below the ring's slots, else all."""
         return self.in_flight if 0 < self.in_flight < self.slots else self.slots
+
+    @property
+    def copies_in_flight_behind(self) -> int:
+        """The copies outstanding at most while the loader refills slots that held an earlier call's data:
+        loader_in_flight_behind below the ring's slots, else what copies_in_flight allows."""
+        return self.in_flight_behind if 0 < self.in_flight_behind < self.slots else self.copies_in_flight
 
 
 def _schedule_set_at(spec: PipelineSpec) -> tuple[Location, ...]:
@@ -139,6 +146,7 @@ def plan_loader(comps: list, spec: PipelineSpec, schedule: str, role_structured:
                      hint="drop load_ahead, or link components whose contract's loader says ahead")
     if not loading:
         for name, does in (("loader_slots", "sizes the loader ring"), ("loader_in_flight", "paces the loader ring"),
+                           ("loader_in_flight_behind", "paces the loader ring's refills from an earlier call"),
                            ("loader_l2", "sets the L2 hint of the loader ring's copies")):
             if spec.changes(name):
                 sink.warning("PL193", f"{name} {does}, and no component of this link has a load "
@@ -166,7 +174,8 @@ def plan_loader(comps: list, spec: PipelineSpec, schedule: str, role_structured:
     return LoaderPlan(spec.loader_slots, max(c.contract.loader.slot_bytes for c in loading),
                       tuple(c.name for c in loading), spec.load_ahead if ahead else 0, spec.loader_in_flight,
                       spec.loader_l2 == "evict_first", spec.at("/loader_slots"),
-                      ahead_behind=bool(ahead) and spec.load_ahead_when == "call_behind")
+                      ahead_behind=bool(ahead) and spec.load_ahead_when == "call_behind",
+                      in_flight_behind=spec.loader_in_flight_behind)
 
 
 SAMPLE_SHAPES = (1, 2, 3, 17, 64, 100, 129, 1000, 4096, 5003)

@@ -97,6 +97,7 @@ extern "C" __device__ const unsigned pl_ring__slots;       // slots in the ring
 extern "C" __device__ const unsigned pl_ring__bars;        // full[slots], empty[slots], then the abort word
 extern "C" __device__ const unsigned pl_ring__ahead;       // the pipeline's load_ahead: tasks asked of L2 ahead
 extern "C" __device__ const unsigned pl_ring__in_flight;   // slots whose copies may be on their way at once
+extern "C" __device__ const unsigned pl_ring__in_flight_behind;  // the same where a call refills the call before's slots
 extern "C" __device__ const unsigned pl_ring__evict_first; // 1: the copies' lines are the first L2 evicts
 
 namespace pl {
@@ -114,6 +115,15 @@ __device__ __forceinline__ unsigned empty_bar(unsigned pos) {
 }
 __device__ __forceinline__ volatile unsigned long long* abort_word() {
   return reinterpret_cast<volatile unsigned long long*>(dynamic_smem() + pl_ring__bars + 16u * pl_ring__slots);
+}
+// With loader_in_flight_behind (its cap not loader_in_flight's): the ring position below which the loader's current
+// call refills slots that held the call before's data (the glue's loader writes it at each call's first task).
+__device__ __forceinline__ volatile unsigned* refills_end_word() {
+  return reinterpret_cast<volatile unsigned*>(dynamic_smem() + pl_ring__bars + 16u * pl_ring__slots + 8u);
+}
+__device__ __forceinline__ void refills_until(int end) {
+  *refills_end_word() = (unsigned)end;
+  __syncwarp();
 }
 
 // Slot i of the task (pl_ring__slot_bytes bytes, 128-byte aligned).
@@ -154,14 +164,18 @@ __device__ __forceinline__ void release(const Tile& tile, int i) {
 
 // The load entry (the loader warp): wait until slot i of the task is free (its previous task released it), and,
 // with the pipeline's loader_in_flight below the ring's slots, until the copy issued that many slots before has
-// landed (so fewer bytes are on their way to the SM at once); false when the compute warps left the kernel (a
-// debug build's event timeout): return without loading.
+// landed (so fewer bytes are on their way to the SM at once; loader_in_flight_behind's count where the slot held
+// the call before's data, as that call's last tasks and its hand-off run); false when the compute warps left the
+// kernel (a debug build's event timeout): return without loading.
 __device__ __forceinline__ bool acquire(const Tile& tile, int i) {
   const unsigned pos = position(tile, i);
   while (!try_wait(empty_bar(pos), phase(pos) ^ 1u))  // a slot's first use waits for nothing
     if (*abort_word()) return false;
-  if (pl_ring__in_flight < pl_ring__slots && pos >= pl_ring__in_flight) {
-    const unsigned landed = pos - pl_ring__in_flight;  // its full phase completes once, when its bytes are in
+  // link-time constants: without loader_in_flight_behind the two caps are one and the test folds away
+  const unsigned cap = pl_ring__in_flight_behind != pl_ring__in_flight && pos < *refills_end_word()
+                           ? pl_ring__in_flight_behind : pl_ring__in_flight;
+  if (cap < pl_ring__slots && pos >= cap) {
+    const unsigned landed = pos - cap;  // its full phase completes once, when its bytes are in
     while (!try_wait(full_bar(landed), phase(landed)))
       if (*abort_word()) return false;
   }
