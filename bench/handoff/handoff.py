@@ -108,17 +108,23 @@ def main(argv=None) -> int:
             raise SystemExit(f"{name}, stream {stream}: x after {args.rounds} rounds differs from the host's")
         return ms * 1000.0 / args.rounds
 
-    results = []
-    for stream in args.stream:
-        for name in kernels:  # warm-up
-            launch(name, stream)
-        samples = {name: [] for name in kernels}
+    def measure(names, arg: int, row: dict) -> dict:
+        """`row` with each kernel's median, min and max us a round at `arg`: one warm-up launch each, then
+        args.samples rounds alternating between them."""
+        for name in names:  # warm-up
+            launch(name, arg)
+        samples = {name: [] for name in names}
         for _ in range(args.samples):  # alternating
-            for name in kernels:
-                samples[name].append(launch(name, stream))
-        row = {"stream_bytes_per_cta": stream, "rounds": args.rounds, "samples": args.samples}
+            for name in names:
+                samples[name].append(launch(name, arg))
+        row.update(rounds=args.rounds, samples=args.samples)
         for name, s in samples.items():
             row[name] = {"median_us_per_round": statistics.median(s), "min": min(s), "max": max(s)}
+        return row
+
+    results = []
+    for stream in args.stream:
+        row = measure(kernels, stream, {"stream_bytes_per_cta": stream})
         if stream:
             row["stream_tb_s_counter"] = grid * stream / (row["counter"]["median_us_per_round"] * 1e-6) / 1e12
         results.append(row)
@@ -127,15 +133,7 @@ def main(argv=None) -> int:
 
     through = []
     for slot in args.through:
-        for name in through_kernels:  # warm-up
-            launch(name, slot)
-        samples = {name: [] for name in through_kernels}
-        for _ in range(args.samples):  # alternating
-            for name in through_kernels:
-                samples[name].append(launch(name, slot))
-        row = {"slot_bytes": slot, "rounds": args.rounds, "samples": args.samples}
-        for name, s in samples.items():
-            row[name] = {"median_us_per_round": statistics.median(s), "min": min(s), "max": max(s)}
+        row = measure(through_kernels, slot, {"slot_bytes": slot})
         through.append(row)
         print(f"through {slot:6d} B slots: " + ", ".join(f"{k} {row[k]['median_us_per_round']:.3f}"
                                                         for k in through_kernels) + " us/round", flush=True)

@@ -274,7 +274,7 @@ def _smem_items(r: Resolved, steps: dict[str, int], copies: dict[str, int], held
                               ARENA_ALIGN, Lifetime(None)))
         # ... and, with loader_in_flight_behind, a word: the ring position where the current call's refills of
         # the call before's slots end (component.h, pl::ring::acquire)
-        behind = 8 if r.loader.copies_in_flight_behind != r.loader.copies_in_flight else 0
+        behind = 8 if r.loader.paces_refills else 0
         items.append(SmemItem("mbarrier pl_glue.ring_bars", "mbarrier", "pl_glue", 16 * r.loader.slots + 8 + behind, 8,
                               Lifetime(None)))
     for g in (r.roles.groups if r.roles is not None else ()):

@@ -793,7 +793,7 @@ def _loader_walk(r: Resolved, a: Allocation, segments, indent: str) -> list[str]
             comp = r.component(name)
             stacked, bind = _stacked_args(r, name), (r.calls.bind.get(name) if r.calls else None)
             out += _deal_first(r, k, body)
-            if r.loader.copies_in_flight_behind != r.loader.copies_in_flight:
+            if r.loader.paces_refills:
                 out.append(f"{body}pl::ring::refills_until(pl_ring_pos + {r.loader.slots});  // the call's slots below "
                            "this held the call before's: loader_in_flight_behind")
             if r.loader.ahead and comp.contract.loader.ahead:

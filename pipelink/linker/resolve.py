@@ -123,6 +123,12 @@ class LoaderPlan:
         loader_in_flight_behind below the ring's slots, else what copies_in_flight allows."""
         return self.in_flight_behind if 0 < self.in_flight_behind < self.slots else self.copies_in_flight
 
+    @property
+    def paces_refills(self) -> bool:
+        """Whether the refills of the call before's slots have a cap of their own: then the kernel has the word
+        that says where they end and the loader's writes of it; else nothing of loader_in_flight_behind."""
+        return self.copies_in_flight_behind != self.copies_in_flight
+
 
 def _schedule_set_at(spec: PipelineSpec) -> tuple[Location, ...]:
     """Where the pipeline chose its schedule (the option or the file's field), for diagnostics about what that
