@@ -248,6 +248,16 @@ def test_report_main_writes_results_md(tmp_path, capsys):
     assert capsys.readouterr().out.startswith("summary: ")
 
 
+def test_a_run_under_another_name_leaves_results_md_alone(tmp_path):
+    (tmp_path / "RESULTS.md").write_text("the default command's page\n")
+    path = tmp_path / "ab_2026.json"
+    path.write_text(json.dumps(_results()))
+    assert report.main([str(path)]) == 0
+    assert (tmp_path / "RESULTS.md").read_text() == "the default command's page\n"
+    assert (tmp_path / "ab_2026.md").read_text().rstrip().endswith("greedy tokens identical 63/64")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["RESULTS.md", "ab_2026.json", "ab_2026.md"]
+
+
 def test_the_report_shows_the_fp32_reference_where_the_run_had_one():
     res = _results()
     c = res["correctness"]

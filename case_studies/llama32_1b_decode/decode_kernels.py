@@ -108,13 +108,13 @@ MEGA_OPTIONS.update({f"lr_ef_gap{n}": ("lr", {"load_ahead_when": "call_behind", 
 # lrm_st64: the merged output projection's step with attention's splits sized for 64 tasks: each CTA's merge reads
 # half the records where the context is long enough for 16 splits a row (B = 1 from ctx 2048).
 MEGA_OPTIONS["lrm_st64"] = ("lrm", {"geometry": {"SPLIT_TASKS": 64}})
-# lr_if_all: the loader step with no cap on the slots' copies on their way (decode_step_lr.json has 2 since
-# 2026-12-06): the step as it was before, the control for an A/B of the cap.
-MEGA_OPTIONS["lr_if_all"] = ("lr", {"loader_in_flight": 0})
-# lr_ifbN / lr_if_all_bN: the refills of the call before's slots (a call's first 4 positions on the CTA, filled as
-# the call before ends and its hand-off goes out) at most N in flight (loader_in_flight_behind), the rest of the call
-# at the step's 2 or at all 4: whether those refills are what lengthens the hand-offs after the streaming calls.
-MEGA_OPTIONS.update({f"lr_ifb{n}": ("lr", {"loader_in_flight_behind": n}) for n in (1,)})
+# lr_ifb_off: the loader step without pacing the refills of the call before's slots (decode_step_lr.json has
+# loader_in_flight_behind 1 since 2026-12-06), all of a call's copies at the step's 2 in flight: the control for an
+# A/B of that field. lr_if_all: neither cap, the step as it was before both.
+MEGA_OPTIONS["lr_ifb_off"] = ("lr", {"loader_in_flight_behind": 0})
+MEGA_OPTIONS["lr_if_all"] = ("lr", {"loader_in_flight": 0, "loader_in_flight_behind": 0})
+# lr_if_all_bN: the refills of the call before's slots (a call's first 4 positions on the CTA, filled as the call
+# before ends and its hand-off goes out) at most N in flight, the rest of the call with no cap.
 MEGA_OPTIONS.update({f"lr_if_all_b{n}": ("lr", {"loader_in_flight": 0, "loader_in_flight_behind": n}) for n in (1, 2)})
 # lr_l2normal: the loader step's copies without the hint, whatever decode_step_lr.json sets.
 MEGA_OPTIONS["lr_l2normal"] = ("lr", {"loader_l2": "normal"})

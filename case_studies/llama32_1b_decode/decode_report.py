@@ -275,15 +275,28 @@ def merged(results: dict, more: dict) -> dict:
     return out
 
 
+def markdown_path(results_json: Path) -> Path:
+    """Where the rendering of `results_json` goes: RESULTS.md beside the default command's decode.json, <name>.md
+    beside any other run's <name>.json, so that a run under another name never overwrites the case study's page."""
+    return results_json.parent / ("RESULTS.md" if results_json.name == "decode.json" else results_json.stem + ".md")
+
+
+def write_text_whole(path: Path, text: str) -> None:
+    """Write `text` to `path` all at once: a new file renamed over the old, never a half-written one."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
 def main(argv=None) -> int:
-    """decode_report.py [RESULTS.json [MORE.json ...]]: RESULTS.md next to the first, the others' latency merged in."""
+    """decode_report.py [RESULTS.json [MORE.json ...]]: the first rendered (markdown_path), the others' latency merged
+    in."""
     argv = sys.argv[1:] if argv is None else argv
     path = Path(argv[0]) if argv else HERE / "results" / "decode.json"
     results = json.loads(path.read_text())
     for other in argv[1:]:
         results = merged(results, json.loads(Path(other).read_text()))
-    md = render(results)
-    (path.parent / "RESULTS.md").write_text(md)
+    write_text_whole(markdown_path(path), render(results))
     print(summary_line(results))
     return 0
 

@@ -14,7 +14,8 @@ latency against the baselines, on one GPU.
    steps run through the reference in fp32 (the same weights upcast, exact; --no-fp32-reference: not): each
    variant's tokens and logits against it too, and the bf16 reference's own, where two bf16 implementations
    split near-ties differently.
-5. Writes results/<name>.json and renders results/RESULTS.md (decode_report.py).
+5. Writes results/<name>.json and renders it (decode_report.py): results/RESULTS.md for the default name
+   (decode), results/<name>.md for any other.
 """
 from __future__ import annotations
 
@@ -457,8 +458,8 @@ def main(argv=None) -> int:
 
     def save():
         path = out_dir / f"{args.name}.json"
-        path.write_text(json.dumps(results, indent=1) + "\n")
-        (out_dir / "RESULTS.md").write_text(report.render(results))
+        report.write_text_whole(path, json.dumps(results, indent=1) + "\n")
+        report.write_text_whole(report.markdown_path(path), report.render(results))
         return path
 
     # The latency first: each configuration's rows are saved as they come, whatever happens after them.
@@ -476,7 +477,7 @@ def main(argv=None) -> int:
                                              args.atol, args.rtol, errors, args.fp32_reference)
         save()
     path = save()
-    log(f"wrote {path} and {out_dir / 'RESULTS.md'}")
+    log(f"wrote {path} and {report.markdown_path(path)}")
     log(report.summary_line(results))
     for v in variants.values():
         v.unload()
