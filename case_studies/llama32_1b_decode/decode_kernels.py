@@ -113,6 +113,9 @@ MEGA_OPTIONS["lrm_st64"] = ("lrm", {"geometry": {"SPLIT_TASKS": 64}})
 # A/B of that field. lr_if_all: neither cap, the step as it was before both.
 MEGA_OPTIONS["lr_ifb_off"] = ("lr", {"loader_in_flight_behind": 0})
 MEGA_OPTIONS["lr_if_all"] = ("lr", {"loader_in_flight": 0, "loader_in_flight_behind": 0})
+# lr_ifN: the step with N slots' copies on their way instead of 2, its refills of the call before's slots still one
+# at a time (lr_if1: one everywhere, the two caps one).
+MEGA_OPTIONS.update({f"lr_if{n}": ("lr", {"loader_in_flight": n}) for n in (1, 3)})
 # lr_if_all_bN: the refills of the call before's slots (a call's first 4 positions on the CTA, filled as the call
 # before ends and its hand-off goes out) at most N in flight, the rest of the call with no cap.
 MEGA_OPTIONS.update({f"lr_if_all_b{n}": ("lr", {"loader_in_flight": 0, "loader_in_flight_behind": n}) for n in (1, 2)})
