@@ -36,7 +36,8 @@ MEGA_PIPELINES = {"split": HERE / "pipelines" / "decode_step.json",
 # Steps linked from one of those pipelines with other link options: variant -> (pipeline variant, fields).
 # X_per_task: every task adds to its call's whole-call events (the glue before they were counted per CTA).
 MEGA_OPTIONS = {f"{v}_per_task": (v, {"counts_per_cta": False}) for v in MEGA_PIPELINES}
-# lr_sN: the loader step with a ring of N slots (the pipeline's loader_slots).
+# lr_sN: the loader step with a ring of N slots (the pipeline's loader_slots; decode_step_lr.json has 5 since
+# 2026-12-06 09:09, so lr_s4 is the step before).
 MEGA_OPTIONS.update({f"lr_s{n}": ("lr", {"loader_slots": n}) for n in (2, 3, 4, 5, 8, 10)})
 # X_deal: the static walk deals each call's tasks on from where the previous call's ended (pipeline `deal`).
 MEGA_OPTIONS.update({f"{v}_deal": (v, {"deal": "continue"}) for v in ("split", "head", "lr")})
