@@ -22,6 +22,9 @@
 // time (the slot; two slots, both in flight) of the large buffer into shared memory, over and over, until the
 // rounds are done (`stream` 0: that warp idles), then 4 waiter warps:
 //   counter_bg: the counter protocol, its one polling thread among the compute warps (the waiter warps idle).
+//               With a gap (gap_ns > 0) the stream warp sleeps that long after each slot lands before it refills
+//               it: a slower stream, to ask how much background traffic a hand-off bears (each CTA's fills are
+//               counted, so the host has the stream's rate).
 //   waiter_bg:  the waiter warps wait for the count: lane 0 of each polls (relaxed loads, a fence.acq_rel by the
 //               one that sees the count), warp i from i * 128 ns on, so a poll reaches L2 about every round trip
 //               / 4 rather than once a round trip, and none of them holds the compute warps up: the poller that
@@ -157,8 +160,9 @@ __device__ __forceinline__ void mbar_arrive(unsigned long long* bar) {
 
 // The stream warp (lane 0): `slot` bytes of w into each of the two slots of `ring`, a bulk copy each, again as
 // each lands, until *stop; the copies' bytes are never read (the stream's cost is the memory's).
-__device__ void stream_through(const uint4* __restrict__ w, long long w_vecs, int slot, unsigned char* ring,
-                               unsigned long long* landed, volatile unsigned* stop) {
+__device__ void stream_through(const uint4* __restrict__ w, long long w_vecs, int slot, unsigned gap_ns,
+                               unsigned char* ring, unsigned long long* landed, volatile unsigned* stop,
+                               unsigned long long* __restrict__ fills_out) {
   static_assert(kSlots == 2, "stream_through: the two slots are taken in turn");
   if (slot == 0 || threadIdx.x % 32 != 0) return;
   const long long vecs = slot / 16, span = w_vecs - vecs;
@@ -166,9 +170,11 @@ __device__ void stream_through(const uint4* __restrict__ w, long long w_vecs, in
   // Slot i's copies so far (its landed mbarrier's phases): the next fill waits for the last one's phase.
   unsigned fills0 = 0u, fills1 = 0u;
   const auto fill = [&](int i, unsigned& fills) {
-    if (fills)
+    if (fills) {
       while (!mbar_done(landed + i, (fills - 1u) & 1u)) {
       }
+      if (gap_ns) __nanosleep(gap_ns);
+    }
     if (*stop) return false;
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(landed + i)), "r"(slot)
@@ -188,6 +194,7 @@ __device__ void stream_through(const uint4* __restrict__ w, long long w_vecs, in
   if (fills1)
     while (!mbar_done(landed + 1, (fills1 - 1u) & 1u)) {
     }
+  fills_out[blockIdx.x] = (unsigned long long)fills0 + fills1;
 }
 
 // kWaiter: the count is waited for by the waiter warps (lane 0 of each), the compute warps on their mbarrier;
@@ -195,7 +202,8 @@ __device__ void stream_through(const uint4* __restrict__ w, long long w_vecs, in
 template <bool kWaiter>
 __device__ void through_protocol(unsigned* __restrict__ x, unsigned long long* __restrict__ counter,
                                  const unsigned* __restrict__ x0, const uint4* __restrict__ w, long long w_vecs,
-                                 int stream, int rounds, unsigned* __restrict__ sink) {
+                                 int stream, int rounds, unsigned* __restrict__ sink, unsigned gap_ns,
+                                 unsigned long long* __restrict__ fills) {
   __shared__ unsigned xs[kMaxN];
   __shared__ unsigned red[kThreads / 32];
   __shared__ unsigned long long landed[kSlots], met;
@@ -212,7 +220,7 @@ __device__ void through_protocol(unsigned* __restrict__ x, unsigned long long* _
   }
   __syncthreads();  // the only barrier of all the warps
   if (warp == kComputeThreads / 32) {  // the stream warp
-    stream_through(w, w_vecs, stream, ring, landed, &stop);
+    stream_through(w, w_vecs, stream, gap_ns, ring, landed, &stop, fills);
     return;
   }
   if (warp > kComputeThreads / 32) {  // a waiter warp
@@ -317,10 +325,13 @@ tagged_rounds(unsigned long long* __restrict__ x, const unsigned* __restrict__ x
 
 // Dynamic shared memory: 2 * stream bytes (the stream warp's slots). Block: 8 compute warps, the stream warp and
 // kWaiterWarps waiter warps (416 threads).
-extern "C" __global__ void __launch_bounds__(kThreads + 32 * (1 + kWaiterWarps), 2) counter_bg_rounds(HANDOFF_PARAMS) {
-  through_protocol<false>(x, counter, x0, w, w_vecs, stream, rounds, sink);
+// gap_ns: the stream warp's sleep after a slot lands; fills: one u64 a CTA, its stream's copies.
+#define THROUGH_PARAMS HANDOFF_PARAMS, unsigned gap_ns, unsigned long long *__restrict__ fills
+
+extern "C" __global__ void __launch_bounds__(kThreads + 32 * (1 + kWaiterWarps), 2) counter_bg_rounds(THROUGH_PARAMS) {
+  through_protocol<false>(x, counter, x0, w, w_vecs, stream, rounds, sink, gap_ns, fills);
 }
 
-extern "C" __global__ void __launch_bounds__(kThreads + 32 * (1 + kWaiterWarps), 2) waiter_bg_rounds(HANDOFF_PARAMS) {
-  through_protocol<true>(x, counter, x0, w, w_vecs, stream, rounds, sink);
+extern "C" __global__ void __launch_bounds__(kThreads + 32 * (1 + kWaiterWarps), 2) waiter_bg_rounds(THROUGH_PARAMS) {
+  through_protocol<true>(x, counter, x0, w, w_vecs, stream, rounds, sink, gap_ns, fills);
 }

@@ -3,8 +3,11 @@ glue uses (fence, add, one thread polling, then the staging), the same with a re
 same with the count spread over 8 counters on lines of their own (8 lanes polling), and words that carry their round (the staging is the wait), alone and beside a weight stream of S bytes a CTA a round. Two CTAs an SM, 8 words a CTA a round.
 Then the counter protocol under a stream that runs through the hand-off (a warp bulk-copying slots of T bytes, two in
 flight, all the time, as the decode step's loader does), its count polled by one compute thread or by 4 waiter warps.
+Last, the glue's protocol under that stream slowed down (the stream warp sleeping G ns after each slot lands), with
+the stream's rate measured: how much background traffic a hand-off bears.
 
     python bench/handoff/handoff.py [--rounds 2000] [--samples 15] [--stream 0 16384 65536] [--through 0 32768]
+                                    [--gap-slot 32768] [--gaps 0 500 1000 2000 4000 8000]
 
 Writes bench/handoff/results.json and RESULTS.md (command, machine, date). Needs a GPU, CuPy and the pinned nvcc.
 """
@@ -42,6 +45,9 @@ def main(argv=None) -> int:
     ap.add_argument("--stream", type=int, nargs="+", default=[0, 16384, 65536])
     ap.add_argument("--through", type=int, nargs="+", default=[0, 32768],
                     help="slot bytes of the stream through the hand-off (two slots a CTA; 0: none)")
+    ap.add_argument("--gap-slot", type=int, default=32768, help="slot bytes of the slowed stream")
+    ap.add_argument("--gaps", type=int, nargs="*", default=[0, 500, 1000, 2000, 4000, 8000],
+                    help="ns the stream warp sleeps after each slot lands (none: no such table)")
     ap.add_argument("--out", default=str(HERE))
     args = ap.parse_args(argv)
     import cupy as cp
@@ -62,10 +68,12 @@ def main(argv=None) -> int:
     grid, threads, pad = 2 * sms, 256, 96 * 1024  # unused dynamic shared memory: two CTAs an SM, as the decode step
     for k in kernels.values():
         k.max_dynamic_shared_size_bytes = pad
-    if max(args.through) % 16 or 2 * max(args.through) > pad:
-        raise SystemExit(f"--through: slots of a multiple of 16 bytes, two a CTA within {pad} bytes")
+    slots = [*args.through, *([args.gap_slot] if args.gaps else [])]
+    if any(t < 0 or t % 16 or 2 * t > pad for t in slots) or any(g < 0 or g >= 1 << 20 for g in args.gaps):
+        raise SystemExit(f"--through/--gap-slot: slots of a multiple of 16 bytes, two a CTA within {pad} bytes; "
+                         "--gaps: 0 to 1048575 ns")
     for k in through_kernels.values():
-        k.max_dynamic_shared_size_bytes = 2 * max(args.through)
+        k.max_dynamic_shared_size_bytes = max(2 * max(slots), 16)
     n = grid * 8
     rng = np.random.default_rng()
     x0_host = rng.integers(0, 1 << 32, n, dtype=np.uint32)
@@ -77,16 +85,20 @@ def main(argv=None) -> int:
     x_plain = cp.zeros(2 * n, dtype=cp.uint32)
     x_tagged = cp.zeros(2 * n, dtype=cp.uint64)
     sink = cp.zeros(grid, dtype=cp.uint32)
+    fills = cp.zeros(grid, dtype=cp.uint64)
     start, stop = cp.cuda.Event(), cp.cuda.Event()
+    stream_tb_s: dict[str, list[float]] = {}  # a through kernel's stream rate, launch by launch
 
-    def launch(name: str, stream: int) -> float:
+    def launch(name: str, stream: int, gap: int = 0) -> float:
         counter.fill(0)
+        fills.fill(0)
         x_plain.fill(0xFFFFFFFF)  # poisoned: every word must be written
         x_tagged.fill(0)
         start.record()
         if name in through_kernels:
             through_kernels[name]((grid,), (bg_threads,), (x_plain, counter, x0, w, w_vecs, np.int32(stream),
-                                                          np.int32(args.rounds), sink), shared_mem=2 * stream)
+                                                          np.int32(args.rounds), sink, np.uint32(gap), fills),
+                                  shared_mem=2 * stream)
         elif name in ("counter", "release", "spread"):
             kernels[name]((grid,), (threads,), (x_plain, counter, x0, w, w_vecs, np.int32(stream),
                                                 np.int32(args.rounds), sink), shared_mem=pad)
@@ -106,20 +118,25 @@ def main(argv=None) -> int:
             got = (t & np.uint64(0xFFFFFFFF)).astype(np.uint32)
         if not np.array_equal(got, want):
             raise SystemExit(f"{name}, stream {stream}: x after {args.rounds} rounds differs from the host's")
+        if name in through_kernels:
+            stream_tb_s.setdefault(name, []).append(int(fills.sum().get()) * stream / (ms * 1e-3) / 1e12)
         return ms * 1000.0 / args.rounds
 
-    def measure(names, arg: int, row: dict) -> dict:
-        """`row` with each kernel's median, min and max us a round at `arg`: one warm-up launch each, then
-        args.samples rounds alternating between them."""
+    def measure(names, arg: int, row: dict, gap: int = 0) -> dict:
+        """`row` with each kernel's median, min and max us a round at `arg` (and `gap`): one warm-up launch
+        each, then args.samples rounds alternating between them; a through kernel's stream rate too."""
         for name in names:  # warm-up
-            launch(name, arg)
+            launch(name, arg, gap)
+        stream_tb_s.clear()
         samples = {name: [] for name in names}
         for _ in range(args.samples):  # alternating
             for name in names:
-                samples[name].append(launch(name, arg))
+                samples[name].append(launch(name, arg, gap))
         row.update(rounds=args.rounds, samples=args.samples)
         for name, s in samples.items():
             row[name] = {"median_us_per_round": statistics.median(s), "min": min(s), "max": max(s)}
+            if name in stream_tb_s:
+                row[name]["stream_tb_s"] = statistics.median(stream_tb_s[name])
         return row
 
     results = []
@@ -138,11 +155,19 @@ def main(argv=None) -> int:
         print(f"through {slot:6d} B slots: " + ", ".join(f"{k} {row[k]['median_us_per_round']:.3f}"
                                                         for k in through_kernels) + " us/round", flush=True)
 
+    slowed = []
+    for gap in args.gaps:
+        row = measure({"counter_bg": through_kernels["counter_bg"]}, args.gap_slot,
+                      {"slot_bytes": args.gap_slot, "gap_ns": gap}, gap)
+        slowed.append(row)
+        print(f"slowed {args.gap_slot:6d} B slots, gap {gap:6d} ns: stream {row['counter_bg']['stream_tb_s']:.2f} TB/s, "
+              f"counter_bg {row['counter_bg']['median_us_per_round']:.3f} us/round", flush=True)
+
     props = cp.cuda.runtime.getDeviceProperties(dev.id)
     doc = {"command": "python " + " ".join([str(Path(sys.argv[0]))] + sys.argv[1:]),
            "machine": f"{props['name'].decode()}, {sms} SMs",
            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-           "grid": grid, "words_per_cta": 8, "results": results, "through": through}
+           "grid": grid, "words_per_cta": 8, "results": results, "through": through, "slowed": slowed}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(doc, indent=1) + "\n")
@@ -162,6 +187,13 @@ def main(argv=None) -> int:
     for row in through:
         lines.append(f"| {row['slot_bytes']} B | " + " | ".join(
             f"{row[k]['median_us_per_round']:.3f}" for k in through_kernels) + " |")
+    if slowed:
+        lines += ["", f"The glue's protocol under a slower stream: slots of {args.gap_slot} B, two a CTA, each refilled "
+                  "a gap after it lands; the stream's rate is its bytes copied over the launch.", "",
+                  "| gap after a slot lands | stream TB/s | counter, one poller us/round |", "| ---: | ---: | ---: |"]
+        for row in slowed:
+            c = row["counter_bg"]
+            lines.append(f"| {row['gap_ns']} ns | {c['stream_tb_s']:.2f} | {c['median_us_per_round']:.3f} |")
     (out / "RESULTS.md").write_text("\n".join(lines) + "\n")
     return 0
 
