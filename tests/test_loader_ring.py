@@ -212,6 +212,44 @@ def test_load_ahead_when_is_checked_by_the_schema(value):
     assert [d.code for d in sink.errors] == ["PL133"] and "/load_ahead_when" in sink.errors[0].render()
 
 
+def test_load_ahead_gap_ns_pauses_before_each_request_ahead():
+    """load_ahead_gap_ns G: in the loop that asks L2 ahead, before each request the loader waits G ns or until the
+    slot it waits for is free (then it leaves the loop and fills the slot); the rest of the walk unchanged."""
+    from pipelink.linker.emit import link_map
+    ctx = run(dict(MLP_LAYERS, load_ahead=3, load_ahead_when="call_behind", load_ahead_gap_ns=4000),
+              components(edit=with_loader_ahead), until="compile")
+    assert not ctx.sink.items, [d.render() for d in ctx.sink.items]
+    assert ctx.resolved.loader.ahead_gap_ns == 4000
+    loader = ctx.glue[ctx.glue.index("// the loader warp"):ctx.glue.index("int pl_ring_pos = 0;  // the next task's")]
+    swiglu = loader[loader.index("// gate_up"):loader.index("// down")]
+    # the pause is the loop's first statement, before the task asked moves on
+    assert re.search(r"!pl::ring::free_now\(pl_ring_pos\)\) \{\n\s*if \(pl::ring::pause_unless_free\(pl_ring_pos, "
+                     r"4000u\)\) break;.*\n\s*pl_asked_\d+ \+= \(int\)gridDim\.x;", swiglu), swiglu
+    assert "pause_unless_free" not in loader[loader.index("// down"):]
+    assert ", each request after a pause of 4000 ns (load_ahead_gap_ns) (load_ahead) for gate_up" in \
+        link_map(ctx.resolved, ctx.allocation, "sm_90")
+    # 0, written or not, is the walk without the pause
+    unpaced = run(dict(MLP_LAYERS, load_ahead=3, load_ahead_when="call_behind", load_ahead_gap_ns=0),
+                  components(edit=with_loader_ahead), until="generate")
+    assert "pause_unless_free" not in unpaced.glue and not unpaced.sink.items
+    assert unpaced.glue == run(dict(MLP_LAYERS, load_ahead=3, load_ahead_when="call_behind"),
+                               components(edit=with_loader_ahead), until="generate").glue
+
+
+def test_load_ahead_gap_ns_without_load_ahead_warns():
+    ctx = run(dict(MLP_LAYERS, load_ahead_gap_ns=2000), components(edit=with_loader_ahead), until="generate")
+    assert [d.code for d in ctx.sink.items] == ["PL193"] and ctx.sink.items[0].severity == "warning"
+    assert "/load_ahead_gap_ns" in ctx.sink.items[0].render() and "pause_unless_free" not in ctx.glue
+    assert ctx.resolved.loader.ahead_gap_ns == 0
+
+
+@pytest.mark.parametrize("value", [-1, 1000001, 1.5, "2000", None])
+def test_load_ahead_gap_ns_is_checked_by_the_schema(value):
+    sink = DiagnosticSink()
+    assert load_pipeline_dict(dict(MLP_LAYERS, load_ahead_gap_ns=value), sink, "p.json") is None
+    assert [d.code for d in sink.errors] == ["PL133"] and "/load_ahead_gap_ns" in sink.errors[0].render()
+
+
 @pytest.mark.parametrize("value", [-1, 17, 1.5, "2"])
 def test_load_ahead_is_checked_by_the_schema(value):
     sink = DiagnosticSink()

@@ -68,6 +68,7 @@ class PipelineSpec:
     loader_slots: int = 4               # static: the loader ring's slots (components with a load entry)
     load_ahead: int = 0                 # static: tasks ahead the loader asks L2 for (loader.ahead components)
     load_ahead_when: str = "ring_full"  # static: ring full, or only while the ring holds an earlier call's slots
+    load_ahead_gap_ns: int = 0          # static: the loader's pause before each request ahead (0: none)
     loader_in_flight: int = 0           # static: the ring's slots the loader has in flight at most (0: all)
     loader_in_flight_behind: int = 0    # static: the same for slots refilled from an earlier call (0: as above)
     loader_l2: str = "normal"           # static: the L2 policy of the ring's copies ("evict_first": read once)
@@ -267,6 +268,7 @@ def read_pipeline(raw, file: str, sink: DiagnosticSink) -> PipelineSpec | None:
                         loader_slots=raw.get("loader_slots", default.loader_slots),
                         load_ahead=raw.get("load_ahead", default.load_ahead),
                         load_ahead_when=raw.get("load_ahead_when", default.load_ahead_when),
+                        load_ahead_gap_ns=raw.get("load_ahead_gap_ns", default.load_ahead_gap_ns),
                         loader_in_flight=raw.get("loader_in_flight", default.loader_in_flight),
                         loader_in_flight_behind=raw.get("loader_in_flight_behind", default.loader_in_flight_behind),
                         loader_l2=raw.get("loader_l2", default.loader_l2),

@@ -232,6 +232,8 @@ def link_map(r: Resolved, a: Allocation, arch: str, kernel_info: KernelInfo | No
                        + ("; copies hint L2 evict_first (loader_l2)" if r.loader.evict_first else "")
                        + (f"; L2 asked for up to {r.loader.ahead} tasks on while the ring is full"
                           + (" of an earlier call's slots (load_ahead_when call_behind)" if r.loader.ahead_behind else "")
+                          + (f", each request after a pause of {r.loader.ahead_gap_ns} ns (load_ahead_gap_ns)"
+                             if r.loader.ahead_gap_ns else "")
                           + f" (load_ahead) for {', '.join(ahead)}" if ahead else ""))
         calls = r.calls
         for name in r.events.order:

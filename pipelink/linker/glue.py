@@ -850,7 +850,11 @@ def _load_ahead(r: Resolved, k: int, name: str, stacked, bind, indent: str) -> l
     fill, `slots` positions back, came before this call's first): the compute warps are behind by a call (a
     hand-off, attention), the memory otherwise idle; not while they stream this call, where the requests lengthen
     the latency of the ring's own copies. Measured on the case study's decode step (H200, 2026-12-06): ring_full
-    12-23% slower, call_behind 3% (N = 2) and 7% (N = 4): the calls it overlaps wait longer on their own loads."""
+    12-23% slower, call_behind 3% (N = 2) and 7% (N = 4): the calls it overlaps wait longer on their own loads.
+    With load_ahead_gap_ns G, the loader waits G ns (or until the slot is free: then it fills it) before each
+    request: at most one a gap, none in a shorter stall, so the requests are a paced stream rather than every
+    CTA's burst at once (a hand-off under a stream that fills the memory's queues takes ten times as long:
+    bench/handoff)."""
     d, inner, comp = r.loader.ahead, indent + "  ", r.component(name)
     behind = f" && pl_ring_pos - {r.loader.slots} < pl_call_pos_{k}" if r.loader.ahead_behind else ""
     head = [f"{indent}{{  // ask L2 ahead while the ring is full"
@@ -858,6 +862,8 @@ def _load_ahead(r: Resolved, k: int, name: str, stacked, bind, indent: str) -> l
             f"{inner}if (pl_asked_{k} < t) pl_asked_{k} = t;",
             f"{inner}while (pl_asked_{k} + (int)gridDim.x <= t + {d} * (int)gridDim.x && "
             f"pl_asked_{k} + (int)gridDim.x < c{k}_tasks{behind} && !pl::ring::free_now(pl_ring_pos)) {{",
+            *([f"{inner}  if (pl::ring::pause_unless_free(pl_ring_pos, {r.loader.ahead_gap_ns}u)) break;  "
+               "// paced: load_ahead_gap_ns"] if r.loader.ahead_gap_ns else []),
             f"{inner}  pl_asked_{k} += (int)gridDim.x;",
             f"{inner}  const int t = pl_asked_{k};"]
     return head + _decode(r, k, name, inner + "  ", "0") + [

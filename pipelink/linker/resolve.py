@@ -111,6 +111,7 @@ class LoaderPlan:
     slots_at: Location | None = None  # where the pipeline sized the ring (its loader_slots), for diagnostics
     ahead_behind: bool = False   # asks ahead only while the ring holds an earlier call's slots (load_ahead_when)
     in_flight_behind: int = 0    # the same while refilling slots that held an earlier call's (loader_in_flight_behind)
+    ahead_gap_ns: int = 0        # the pause before each request ahead (load_ahead_gap_ns)
 
     @property
     def copies_in_flight(self) -> int:
@@ -142,9 +143,11 @@ def plan_loader(comps: list, spec: PipelineSpec, schedule: str, role_structured:
     dispatch can place: the loader must know the CTA's next tasks before they are claimed (PL186)."""
     loading = [c for c in comps if c.contract.entry.load]
     ahead = [c for c in loading if c.contract.loader.ahead]
-    if spec.changes("load_ahead_when") and not spec.load_ahead:
-        sink.warning("PL193", "load_ahead_when says when the loader asks L2 ahead, and load_ahead is 0: it has no effect",
-                     spec.at("/load_ahead_when"), hint="drop load_ahead_when, or set load_ahead")
+    for name, does in (("load_ahead_when", "says when the loader asks L2 ahead"),
+                       ("load_ahead_gap_ns", "paces the loader's requests to L2 ahead")):
+        if spec.changes(name) and not spec.load_ahead:
+            sink.warning("PL193", f"{name} {does}, and load_ahead is 0: it has no effect",
+                         spec.at(f"/{name}"), hint=f"drop {name}, or set load_ahead")
     if spec.load_ahead and not ahead:
         sink.warning("PL189", f"load_ahead is {spec.load_ahead}, but no component of this link has a load entry that "
                      "asks L2 ahead (loader.ahead): the loader asks for nothing ahead",
@@ -181,7 +184,8 @@ def plan_loader(comps: list, spec: PipelineSpec, schedule: str, role_structured:
                       tuple(c.name for c in loading), spec.load_ahead if ahead else 0, spec.loader_in_flight,
                       spec.loader_l2 == "evict_first", spec.at("/loader_slots"),
                       ahead_behind=bool(ahead) and spec.load_ahead_when == "call_behind",
-                      in_flight_behind=spec.loader_in_flight_behind)
+                      in_flight_behind=spec.loader_in_flight_behind,
+                      ahead_gap_ns=spec.load_ahead_gap_ns if ahead and spec.load_ahead else 0)
 
 
 SAMPLE_SHAPES = (1, 2, 3, 17, 64, 100, 129, 1000, 4096, 5003)

@@ -147,6 +147,23 @@ __device__ __forceinline__ bool free_now(unsigned pos) {
   return done != 0u;
 }
 
+// The glue's loader warp (all its lanes), before each request ahead with the pipeline's load_ahead_gap_ns: wait
+// `ns` nanoseconds, or until ring position `pos`'s slot is free, whichever is first; true when the slot is free
+// (then the loader fills it instead of asking). The lanes follow lane 0, so the warp stays converged.
+__device__ __forceinline__ bool pause_unless_free(unsigned pos, unsigned ns) {
+  unsigned long long t0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  t0 = __shfl_sync(0xffffffffu, t0, 0);
+  for (;;) {
+    unsigned long long now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    const int state = free_now(pos) ? 1 : (now - t0 >= ns ? 2 : 0);
+    const int lane0 = __shfl_sync(0xffffffffu, state, 0);
+    if (lane0) return lane0 == 1;
+    __nanosleep(128);
+  }
+}
+
 // The entry (every compute thread): wait until slot i of the task holds what the load entry copied there.
 __device__ __forceinline__ void wait(const Tile& tile, int i) {
   const unsigned pos = position(tile, i);
