@@ -106,12 +106,12 @@ MEGA_OPTIONS.update({f"{v}_nw": (base, {**fields, "geometry": {"SPLIT_TASKS": 12
 MEGA_OPTIONS.update({f"lr_ef_gap{n}": ("lr", {"load_ahead_when": "call_behind", "loader_l2": "evict_first",
                                               "load_ahead": n, "geometry": {"SPLIT_TASKS": 128, "LR_L2_ASKS": 1}})
                      for n in (2, 4)})
-# lr_gap2_pN: lr_ef_gap2 (L2 asked for up to 2 tasks on while the ring holds an earlier call's slots) with each
+# lr_gapD_pN: lr_ef_gapD (L2 asked for up to D tasks on while the ring holds an earlier call's slots) with each
 # request after a pause of N ns (load_ahead_gap_ns), so the asks during attention and the hand-offs go out as a paced
 # stream, one task's W (64 KB a gate/up task) an SM every N ns at most, rather than every CTA's burst at once.
-MEGA_OPTIONS.update({f"lr_gap2_p{n}": ("lr", {"load_ahead_when": "call_behind", "load_ahead": 2, "load_ahead_gap_ns": n,
-                                              "geometry": {"SPLIT_TASKS": 128, "LR_L2_ASKS": 1}})
-                     for n in (2000, 4000, 8000)})
+MEGA_OPTIONS.update({f"lr_gap{d}_p{n}": ("lr", {"load_ahead_when": "call_behind", "load_ahead": d, "load_ahead_gap_ns": n,
+                                                 "geometry": {"SPLIT_TASKS": 128, "LR_L2_ASKS": 1}})
+                     for d, n in ((2, 2000), (2, 4000), (2, 8000), (4, 2000), (4, 4000))})
 # lrm_st64: the merged output projection's step with attention's splits sized for 64 tasks: each CTA's merge reads
 # half the records where the context is long enough for 16 splits a row (B = 1 from ctx 2048).
 MEGA_OPTIONS["lrm_st64"] = ("lrm", {"geometry": {"SPLIT_TASKS": 64}})
