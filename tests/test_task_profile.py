@@ -218,6 +218,29 @@ def test_tails_measure_how_long_the_slowest_cta_holds_a_call():
     assert text.splitlines()[1].split() == ["a", "3", "0.60", "0.60"]
 
 
+def test_sm_speeds_find_the_sms_that_stream_slower_in_every_call():
+    # grid 2 on SMs 7 and 9; a: 2 layers of 6 tasks (tasks 0 and 1 of a layer each CTA's first), c: 6 tasks once
+    def rec(component, task, sm, run_ns):
+        return profile.TaskRecord(launch=1, component=component, task=task, sm=sm, start=0, ready=0, done=run_ns,
+                                  notified=run_ns)
+    runs_a = {7: 1000, 9: 1500}
+    recs = [rec("a", 6 * layer + t, (7, 9)[t % 2], (50_000 if t < 2 else runs_a[(7, 9)[t % 2]] + 10 * layer))
+            for layer in range(2) for t in range(6)]
+    recs += [rec("c", t, (7, 9)[t % 2], (9000 if t < 2 else (2000, 2600)[t % 2] + t)) for t in range(6)]
+    got = profile.sm_speeds(recs, 2, {"a"}, 2)
+    # the first tasks (50 us, 9 us) are left out; SM 7's later a tasks ran 1000, 1000, 1010, 1010 ns
+    assert got == {"a": {7: 1.005, 9: 1.505}, "c": {7: 2.003, 9: 2.604}}
+    assert profile.rank_correlation(got["a"], got["c"]) is None  # two SMs say nothing
+    three = {"a": {1: 1.0, 2: 2.0, 3: 3.0}, "c": {1: 5.0, 2: 6.0, 3: 7.0, 4: 1.0}, "d": {1: 3.0, 2: 2.0, 3: 1.0}}
+    assert profile.rank_correlation(three["a"], three["c"]) == pytest.approx(1.0)  # over SMs 1-3 only
+    assert profile.rank_correlation(three["a"], three["d"]) == pytest.approx(-1.0)
+    assert profile.rank_correlation({1: 1.0, 2: 1.0, 3: 1.0}, three["a"]) is None
+    text = profile.render_sm_speeds(three, slowest=2)
+    assert text.splitlines()[1].split() == ["a", "3", "1.00", "2.00", "3.00", "3.000", "3", "2"]
+    assert "rank correlation of the SMs' speeds, a and c: 1.00" in text
+    assert "rank correlation of the SMs' speeds, a and d: -1.00" in text
+
+
 def test_decode_refuses_a_ring_the_launch_overran():
     comps = ["c"]
     recs = [(1, "c", 0, t, (t, t, t, t)) for t in range(10)]

@@ -170,6 +170,10 @@ def main(argv=None) -> int:
         # static dispatch: how long each call's slowest CTA holds it up past the median one
         tails = profile.tails(records, dm.NL, layered, step.kernel.resident_blocks())
         print(profile.render_tails(tails))
+        # whether the tails come from SMs that stream slower all launch long (their share of the memory system):
+        # each SM's median later task, and whether the same SMs are slow in every call
+        speeds = profile.sm_speeds(records, dm.NL, layered, step.kernel.resident_blocks())
+        print(profile.render_sm_speeds(speeds))
         # inside the tasks: the GEMVs' marks (first tasks: 0 x's copies in, 1 x staged; 2 warp 0's first pass of
         # W in, 3 its walk over W done, 4 the sums stored) and attention's (0 the split walked), first tasks of a
         # call against later ones
@@ -191,6 +195,8 @@ def main(argv=None) -> int:
                                                       components=[c.__dict__ for c in per],
                                                       phases=[p.__dict__ for p in phases],
                                                       first_and_later=split, tails=tails, marks=marks,
+                                                      sm_speeds={c: {str(sm): us for sm, us in v.items()}
+                                                                 for c, v in speeds.items()},
                                                       loader=leads, loader_issue_tb_per_s=issue_mean,
                                                       loader_issue=[b.__dict__ for b in issue]), indent=1)
                                            + "\n")

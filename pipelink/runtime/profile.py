@@ -262,6 +262,63 @@ def tails(records: list[TaskRecord], layers: int, layered: set[str], grid: int) 
     return {c: (statistics.median(t), max(t), int(statistics.median(n))) for c, (t, n) in per.items()}
 
 
+def sm_speeds(records: list[TaskRecord], layers: int, layered: set[str], grid: int) -> dict[str, dict[int, float]]:
+    """Per component with tasks past a CTA's first of the call (static dispatch: a task numbered `grid` or more
+    within its layer), each SM's median run us over those later tasks: whether some SMs stream slower than others
+    for the whole launch (their share of the memory system), which a static order of equal tasks turns into a
+    call's tail. A component outside `layered`: its task numbers as they are."""
+    records = tasks_only(records)
+    runs: dict[str, dict[int, list]] = {}
+    for r, (_, t) in zip(records, _layer_and_task(records, layers, layered)):
+        if t >= grid:
+            runs.setdefault(r.component, {}).setdefault(r.sm, []).append(r.run_ns / 1000.0)
+    return {c: {sm: statistics.median(v) for sm, v in sorted(by_sm.items())} for c, by_sm in runs.items()}
+
+
+def _ranks(values: list[float]) -> list[float]:
+    order = sorted(range(len(values)), key=values.__getitem__)
+    ranks = [0.0] * len(values)
+    i = 0
+    while i < len(order):  # ties share their mean rank
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            ranks[order[k]] = (i + j) / 2.0
+        i = j + 1
+    return ranks
+
+
+def rank_correlation(a: dict[int, float], b: dict[int, float]) -> float | None:
+    """Spearman's rank correlation of two components' per-SM speeds over the SMs both ran (None under 3 SMs or
+    where one side has no spread): near 1, the same SMs are slow in both calls."""
+    sms = sorted(set(a) & set(b))
+    if len(sms) < 3:
+        return None
+    ra, rb = _ranks([a[s] for s in sms]), _ranks([b[s] for s in sms])
+    ma, mb = statistics.fmean(ra), statistics.fmean(rb)
+    cov = sum((x - ma) * (y - mb) for x, y in zip(ra, rb))
+    va, vb = sum((x - ma) ** 2 for x in ra), sum((y - mb) ** 2 for y in rb)
+    return cov / (va * vb) ** 0.5 if va and vb else None
+
+
+def render_sm_speeds(speeds: dict[str, dict[int, float]], slowest: int = 4) -> str:
+    lines = [f"{'component':24s} {'SMs':>4s} {'fastest us':>11s} {'median us':>10s} {'slowest us':>11s} "
+             f"{'slowest/fastest':>16s}  slowest SMs  (each SM's median run of its later tasks)"]
+    for c, by_sm in speeds.items():
+        v = sorted(by_sm.values())
+        worst = sorted(by_sm, key=by_sm.__getitem__, reverse=True)[:slowest]
+        lines.append(f"{c:24s} {len(v):4d} {v[0]:11.2f} {statistics.median(v):10.2f} {v[-1]:11.2f} "
+                     f"{v[-1] / v[0] if v[0] else float('nan'):16.3f}  {' '.join(map(str, worst))}")
+    names = list(speeds)
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            rho = rank_correlation(speeds[a], speeds[b])
+            if rho is not None:
+                lines.append(f"rank correlation of the SMs' speeds, {a} and {b}: {rho:.2f}")
+    return "\n".join(lines)
+
+
 def render_tails(t: dict[str, tuple]) -> str:
     lines = [f"{'component':24s} {'CTAs':>6s} {'median tail us':>15s} {'largest tail us':>16s}  "
              "(the call's last CTA out less its median CTA's end)"]
