@@ -1,13 +1,13 @@
 """A hand-off between all the CTAs of a persistent kernel, timed per round (handoff.cu): the counter protocol the
 glue uses (fence, add, one thread polling, then the staging), the same with a release add and a relaxed poll, the
-same with the count spread over 8 counters on lines of their own (8 lanes polling), and words that carry their round (the staging is the wait), alone and beside a weight stream of S bytes a CTA a round. Two CTAs an SM, 8 words a CTA a round.
+same with the count spread over 8 counters on lines of their own (8 lanes polling), and words that carry their round (the staging is the wait), alone and beside a weight stream of S bytes a CTA a round. Two CTAs an SM (or one: --ctas-per-sm), 8 words a CTA a round.
 Then the counter protocol under a stream that runs through the hand-off (a warp bulk-copying slots of T bytes, two in
 flight, all the time, as the decode step's loader does), its count polled by one compute thread or by 4 waiter warps.
 Last, the glue's protocol under that stream slowed down (the stream warp sleeping G ns after each slot lands), with
 the stream's rate measured: how much background traffic a hand-off bears.
 
     python bench/handoff/handoff.py [--rounds 2000] [--samples 15] [--stream 0 16384 65536] [--through 0 32768]
-                                    [--gap-slot 32768] [--gaps 0 500 1000 2000 4000 8000]
+                                    [--gap-slot 32768] [--gaps 0 500 1000 2000 4000 8000] [--ctas-per-sm 2]
 
 Writes bench/handoff/results.json and RESULTS.md (command, machine, date). Needs a GPU, CuPy and the pinned nvcc.
 """
@@ -48,6 +48,8 @@ def main(argv=None) -> int:
     ap.add_argument("--gap-slot", type=int, default=32768, help="slot bytes of the slowed stream")
     ap.add_argument("--gaps", type=int, nargs="*", default=[0, 500, 1000, 2000, 4000, 8000],
                     help="ns the stream warp sleeps after each slot lands (none: no such table)")
+    ap.add_argument("--ctas-per-sm", type=int, choices=(1, 2), default=2,
+                    help="CTAs an SM (the split step runs two, the loader step one)")
     ap.add_argument("--out", default=str(HERE))
     args = ap.parse_args(argv)
     import cupy as cp
@@ -65,7 +67,10 @@ def main(argv=None) -> int:
     bg_threads = 256 + 32 * 5  # 8 compute warps, the stream warp, 4 waiter warps
     dev = cp.cuda.Device()
     sms = dev.attributes["MultiProcessorCount"]
-    grid, threads, pad = 2 * sms, 256, 96 * 1024  # unused dynamic shared memory: two CTAs an SM, as the decode step
+    # unused dynamic shared memory that leaves room for just that many CTAs an SM (the SM has 228 KB)
+    grid, threads = args.ctas_per_sm * sms, 256
+    pad = 96 * 1024 if args.ctas_per_sm == 2 else 140 * 1024
+    through_pad = 0 if args.ctas_per_sm == 2 else pad
     for k in kernels.values():
         k.max_dynamic_shared_size_bytes = pad
     slots = [*args.through, *([args.gap_slot] if args.gaps else [])]
@@ -73,7 +78,7 @@ def main(argv=None) -> int:
         raise SystemExit(f"--through/--gap-slot: slots of a multiple of 16 bytes, two a CTA within {pad} bytes; "
                          "--gaps: 0 to 1048575 ns")
     for k in through_kernels.values():
-        k.max_dynamic_shared_size_bytes = max(2 * max(slots), 16)
+        k.max_dynamic_shared_size_bytes = max(2 * max(slots), through_pad, 16)
     n = grid * 8
     rng = np.random.default_rng()
     x0_host = rng.integers(0, 1 << 32, n, dtype=np.uint32)
@@ -98,7 +103,7 @@ def main(argv=None) -> int:
         if name in through_kernels:
             through_kernels[name]((grid,), (bg_threads,), (x_plain, counter, x0, w, w_vecs, np.int32(stream),
                                                           np.int32(args.rounds), sink, np.uint32(gap), fills),
-                                  shared_mem=2 * stream)
+                                  shared_mem=max(2 * stream, through_pad))
         elif name in ("counter", "release", "spread"):
             kernels[name]((grid,), (threads,), (x_plain, counter, x0, w, w_vecs, np.int32(stream),
                                                 np.int32(args.rounds), sink), shared_mem=pad)
@@ -167,12 +172,14 @@ def main(argv=None) -> int:
     doc = {"command": "python " + " ".join([str(Path(sys.argv[0]))] + sys.argv[1:]),
            "machine": f"{props['name'].decode()}, {sms} SMs",
            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-           "grid": grid, "words_per_cta": 8, "results": results, "through": through, "slowed": slowed}
+           "grid": grid, "ctas_per_sm": args.ctas_per_sm, "words_per_cta": 8, "results": results, "through": through,
+           "slowed": slowed}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(doc, indent=1) + "\n")
     lines = ["# Hand-off between all CTAs of a persistent kernel", "",
-             f"`{doc['command']}` on {doc['machine']}, {doc['date']}; {grid} CTAs (two an SM), 8 words a CTA a round, "
+             f"`{doc['command']}` on {doc['machine']}, {doc['date']}; {grid} CTAs ({('one', 'two')[args.ctas_per_sm - 1]} an "
+             "SM), 8 words a CTA a round, "
              f"{args.rounds} rounds a launch, median of {args.samples} alternating launches.", "",
              "| weight stream a CTA a round | counter (fence, add, poll, stage) us/round | release add, relaxed poll "
              "us/round | spread over 8 counters us/round | tagged words us/round |",
