@@ -211,6 +211,30 @@ def test_the_pieces_step_is_the_loader_step_with_down_waiting_in_its_entry(linke
     assert "pl::glue::compute_sync<256>();  // the in-entry wait contexts are written before the entry reads them" in glue
 
 
+def test_the_normed_head_step_is_the_loader_step_with_the_final_norm_in_the_lm_head(linked):
+    """decode_step_lr_hn.json: decode_step_lr.json without the final_norm call, its LM head the component that norms
+    the last layer's residual x itself (lm_head_normed_lr: x, norm_w for xn) after the last layer's down; every
+    other call and field the same: no rmsnorm in the link, and the kernel takes no xn."""
+    import json
+    lr = json.loads((CASE / "pipelines" / "decode_step_lr.json").read_text())
+    hn = json.loads((CASE / "pipelines" / "decode_step_lr_hn.json").read_text())
+    want = []
+    for c in lr["calls"]:
+        if c["name"] == "lm_head":
+            want.append(dict(c, component="lm_head_normed_lr", bind=dict(c["bind"], x="x", norm_w="final_norm_w"),
+                             after=["down"]))
+        elif c["name"] != "final_norm":
+            want.append(c)
+    assert [c["name"] for c in hn["calls"]] == [c["name"] for c in want]
+    assert hn["calls"] == want
+    assert {k: v for k, v in hn.items() if k not in ("calls", "name", "description")} == \
+        {k: v for k, v in lr.items() if k not in ("calls", "name", "description")}
+    m = linked["lr_hn"].manifest
+    params = {p.name for p in m.user_params}
+    assert {"x", "final_norm_w", "eps", "w_lm_packed"} <= params and "xn" not in params, params
+    assert "rmsnorm" not in linked["lr_hn"].link_map and "rmsnorm" in linked["lr"].link_map
+
+
 def test_the_merged_step_is_the_loader_step_with_the_merge_in_the_output_projection(linked):
     """decode_step_lrm.json: decode_step_lr.json without the attn_merge call, its output projection the component
     that merges attention's split states itself (gemv_residual_lr_merged: `part` for x) after every split task;

@@ -13,6 +13,7 @@ against the plain ones: the same products in the same order, only where W comes 
   `_lr_ifb1`: linked with `loader_in_flight_behind` 1, so paced only where the call's slots are filled the first time
   on the CTA (their first `slots` positions), then all slots in flight.
   `_lr_ef`: linked with `loader_l2` evict_first, the ring's copies carrying that L2 cache hint.
+- `lm_head_normed_lr`: the LM head with the final norm as its prologue, against rmsnorm followed by lm_head.
 
 The first launch runs on 8 CTAs, so each walks many tasks through every slot and both mbarrier phases, partial
 slots included (K = 40 and 2056). Fresh random inputs every run (the seed is in the failure message), outputs
@@ -42,7 +43,8 @@ LINK_OPTIONS = {"_ahead": {"load_ahead": 2}, "_lines": {"load_ahead": 2, "geomet
 @pytest.fixture(scope="module")
 def kernels(tmp_path_factory):
     parts = decode_parts.RING_PARTS + decode_parts.LOADER_PARTS + tuple(
-        p for p in decode_parts.PARTS + decode_parts.NORMED_PARTS + decode_parts.MORE_PARTS if p.name in PLAIN)
+        p for p in decode_parts.PARTS + decode_parts.NORMED_PARTS + decode_parts.MORE_PARTS
+        if p.name in PLAIN + ("rmsnorm",))
     objects = decode_parts.build_all(tmp_path_factory.mktemp("rings"), parts)
     out = {}
     for name in PLAIN + tuple(p + s for p in PLAIN for s in SUFFIXES):
@@ -55,6 +57,10 @@ def kernels(tmp_path_factory):
         assert ("pl_ring__evict_first = 1u;" in linked.glue) == (option == "_ef"), name
         if "_lr" in name:  # a load entry makes a persistent kernel with a loader warp
             assert linked.manifest.schedule == "persistent" and linked.manifest.block == (288, 1, 1)
+        out[name] = linked.kernel()
+    for name in ("rmsnorm", "lm_head_normed_lr"):  # the head with the final norm as its prologue, and its control
+        linked = decode_parts.link_alone(objects[name])
+        assert linked.ok, [d.render() for d in linked.diagnostics]
         out[name] = linked.kernel()
     yield out
     for k in out.values():
@@ -169,6 +175,34 @@ def test_lm_head(kernels, suffix, B, V, K):
     _same(outs["lm_head" + suffix][0], outs["lm_head"][0], f"{suffix} logits B={B} V={V} K={K} seed={seed}")
     assert torch.equal(outs["lm_head" + suffix][1], outs["lm_head"][1]), \
         f"{suffix} argmax keys B={B} V={V} K={K} seed={seed}"
+
+
+@pytest.mark.parametrize("B", [1, 3, 8, 11])
+@pytest.mark.parametrize("V,K", [(decode_parts.VOCAB, 2048), (1001, 40), (1001, 2056)], ids=str)
+def test_lm_head_normed_lr_is_rmsnorm_then_the_head(kernels, B, V, K):
+    """lm_head_normed_lr (the final norm as the head's prologue, W from the loader ring) against rmsnorm followed
+    by the plain lm_head, bit for bit: logits and argmax keys; launched on 16 CTAs, then on the whole grid."""
+    import torch
+    seed = int.from_bytes(os.urandom(4), "little")
+    g = _gen(seed)
+    w = (torch.randn(V, K, generator=g, device="cuda") / K ** 0.5).to(torch.bfloat16)
+    x = (3 * torch.randn(B, K, generator=g, device="cuda")).to(torch.bfloat16)
+    norm_w = (1 + 0.1 * torch.randn(K, generator=g, device="cuda")).to(torch.bfloat16)
+    shape = decode_parts.argmax_workspace_shape(B, V)
+    xn, want = _nan(B, K), _nan(B, V)
+    want_part = torch.full(shape, -1, dtype=torch.int64, device="cuda")
+    kernels["rmsnorm"].launch(x=x, weight=norm_w, xn=xn, eps=EPS, B=B, H=K)
+    kernels["lm_head"].launch(w=w, x=xn, logits=want, part=want_part.view(torch.uint64), B=B, V=V, K=K)
+    packed = packing.pack(w, "lm_head_lr", V)
+    for launch in range(2):
+        got = _nan(B, V)
+        part = torch.full(shape, -1, dtype=torch.int64, device="cuda")
+        kernels["lm_head_normed_lr"].launch(w=packed, x=x, norm_w=norm_w, eps=EPS, logits=got,
+                                            part=part.view(torch.uint64), B=B, V=V, K=K,
+                                            grid=16 if launch == 0 else None)
+        torch.cuda.synchronize()
+        _same(got, want, f"lm_head_normed_lr logits B={B} V={V} K={K} seed={seed} launch {launch}")
+        assert torch.equal(part, want_part), f"lm_head_normed_lr argmax keys B={B} V={V} K={K} seed={seed}"
 
 
 @pytest.mark.parametrize("component,n,K", [("gemv_residual_lr", 1000, 40), ("gemv_swiglu_normed_lr", 1001, 72),

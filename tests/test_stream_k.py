@@ -195,6 +195,8 @@ static void __stcg(float4* p, float4 v) { *p = v; }
 static float4 __ldcg(const float4* p) { return *p; }
 static void __threadfence() {}
 static void __syncwarp() {}
+static void __nanosleep(unsigned) {}
+template <class T> static T __shfl_sync(unsigned, T v, int) { return v; }
 static unsigned __cvta_generic_to_shared(const void*) { return 0; }
 #define asm(...) (void)0
 #include <pipelink/glue.h>

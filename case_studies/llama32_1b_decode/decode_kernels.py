@@ -32,6 +32,7 @@ MEGA_PIPELINES = {"split": HERE / "pipelines" / "decode_step.json",
                   "lr_last": HERE / "pipelines" / "decode_step_lr_last.json",
                   "lrp": HERE / "pipelines" / "decode_step_lrp.json",
                   "lrm": HERE / "pipelines" / "decode_step_lrm.json",
+                  "lr_hn": HERE / "pipelines" / "decode_step_lr_hn.json",
                   "pf": HERE / "pipelines" / "decode_step_pf.json"}
 # Steps linked from one of those pipelines with other link options: variant -> (pipeline variant, fields).
 # X_per_task: every task adds to its call's whole-call events (the glue before they were counted per CTA).

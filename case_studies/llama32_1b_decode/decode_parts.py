@@ -195,7 +195,8 @@ EMBED_COLS = provided(EMBED_PARTS[0], "EMBED_COLS")  # embed's columns per task:
 # The same GEMVs with W from the kernel's loader ring (entry.load; pipelines/decode_step_lr.json).
 LOADER_PARTS = (Part("linear", "gemv_residual_lr"), Part("linear", "gemv_swiglu_normed_lr"),
                 Part("linear", "qkv_rope_normed_lr"), Part("linear", "lm_head_lr"),
-                Part("linear", "gemv_residual_lr_pieces"), Part("linear", "gemv_residual_lr_merged"))
+                Part("linear", "gemv_residual_lr_pieces"), Part("linear", "gemv_residual_lr_merged"),
+                Part("linear", "lm_head_normed_lr"))
 # gemv_residual with its task's W asked of L2 before it waits (pipelines/decode_step_pf.json: the output projection).
 PF_PARTS = (Part("linear", "gemv_residual_pf"),)
 ALL_PARTS = EMBED_PARTS + PARTS + ATTENTION_PARTS + MORE_PARTS + NORMED_PARTS + RING_PARTS + LOADER_PARTS + PF_PARTS

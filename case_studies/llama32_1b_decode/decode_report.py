@@ -38,6 +38,7 @@ LABELS = {
     "pipelink_lrp": "pipelink megakernel, loader ring, the down projection waiting for gate/up's pieces of h in its entry (decode_step_lrp.json)",
     "pipelink_lr_last": "pipelink megakernel, loader ring, split-KV merged by the last split (decode_step_lr_last.json)",
     "pipelink_lrm": "pipelink megakernel, loader ring, split-KV merged by the output projection's tasks (decode_step_lrm.json)",
+    "pipelink_lr_hn": "pipelink megakernel, loader ring, the final norm as the LM head's prologue (decode_step_lr_hn.json)",
     "pipelink_lr_per_task": "pipelink megakernel, loader ring, every task adds to its call's events (counts_per_cta false)",
     "pipelink_split_per_task": "pipelink megakernel, split-KV, every task adds to its call's events (decode_step.json, counts_per_cta false)",
     "pipelink_head_per_task": "pipelink megakernel, whole-context attention, every task adds to its call's events (counts_per_cta false)",

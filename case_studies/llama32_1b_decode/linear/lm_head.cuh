@@ -6,17 +6,18 @@
 
 namespace lm_head_body {
 
-// keys: BATCH * ROWS u64 of shared memory; sync: the component's named barrier; W from `wsrc`.
-template <int WARPS, int ROWS, int KCHUNK, int BATCH, class WSrc, class Sync>
-__device__ __forceinline__ void task(int task, const WSrc& wsrc, const __nv_bfloat16* __restrict__ x,
-                                     __nv_bfloat16* __restrict__ logits, unsigned long long* __restrict__ part, int B,
-                                     int V, int K, uint4* __restrict__ xs, unsigned long long* keys,
-                                     float* __restrict__ sums, int continues, Sync sync) {
+// keys: BATCH * ROWS u64 of shared memory; sync: the component's named barrier; W from `wsrc`; x staged by
+// `stage` (gemv.cuh: StageRaw, or StageNormed for the final norm as the prologue).
+template <int WARPS, int ROWS, int KCHUNK, int BATCH, class WSrc, class Stage, class Sync>
+__device__ __forceinline__ void task_from(int task, const WSrc& wsrc, const Stage& stage,
+                                          __nv_bfloat16* __restrict__ logits, unsigned long long* __restrict__ part,
+                                          int B, int V, int K, uint4* __restrict__ xs, unsigned long long* keys,
+                                          float* __restrict__ sums, int continues, Sync sync) {
   const int n0 = task * ROWS;
   const int tasks = (V + ROWS - 1) / ROWS;
   const int t = threadIdx.x % (WARPS * 32);
   gemv_body::rows_from<WARPS, ROWS, KCHUNK, BATCH>(
-      wsrc, gemv_body::StageRaw{x, K}, B, K, xs, sums, continues, [=](int i) { return n0 + i < V ? n0 + i : -1; },
+      wsrc, stage, B, K, xs, sums, continues, [=](int i) { return n0 + i < V ? n0 + i : -1; },
       [=](int i, int bg, int b, float s) {
         const int n = n0 + i;
         unsigned long long key = 0ull;
@@ -38,6 +39,15 @@ __device__ __forceinline__ void task(int task, const WSrc& wsrc, const __nv_bflo
         sync();  // every thread has read the keys before the next batch group (or task) writes them
       },
       sync);
+}
+
+template <int WARPS, int ROWS, int KCHUNK, int BATCH, class WSrc, class Sync>
+__device__ __forceinline__ void task(int task, const WSrc& wsrc, const __nv_bfloat16* __restrict__ x,
+                                     __nv_bfloat16* __restrict__ logits, unsigned long long* __restrict__ part, int B,
+                                     int V, int K, uint4* __restrict__ xs, unsigned long long* keys,
+                                     float* __restrict__ sums, int continues, Sync sync) {
+  task_from<WARPS, ROWS, KCHUNK, BATCH>(task, wsrc, gemv_body::StageRaw{x, K}, logits, part, B, V, K, xs, keys, sums,
+                                        continues, sync);
 }
 
 }  // namespace lm_head_body
