@@ -282,11 +282,14 @@ def markdown_path(results_json: Path) -> Path:
     return results_json.parent / ("RESULTS.md" if results_json.name == "decode.json" else results_json.stem + ".md")
 
 
-def write_text_whole(path: Path, text: str) -> None:
-    """Write `text` to `path` all at once: a new file renamed over the old, never a half-written one."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+def write_whole(texts: dict[Path, str]) -> None:
+    """Write the files together, as pipelink writes its outputs (pipelink.formats.outputs.write_outputs: each staged
+    beside its target and renamed once all are written), so no reader sees half of one; OSError if one cannot be."""
+    from pipelink.core.diagnostics import DiagnosticSink
+    from pipelink.formats.outputs import write_outputs
+    sink = DiagnosticSink()
+    if not write_outputs({str(p): t.encode() for p, t in texts.items()}, sink):
+        raise OSError("\n".join(d.render() for d in sink.items))
 
 
 def main(argv=None) -> int:
@@ -297,7 +300,7 @@ def main(argv=None) -> int:
     results = json.loads(path.read_text())
     for other in argv[1:]:
         results = merged(results, json.loads(Path(other).read_text()))
-    write_text_whole(markdown_path(path), render(results))
+    write_whole({markdown_path(path): render(results)})
     print(summary_line(results))
     return 0
 

@@ -458,8 +458,7 @@ def main(argv=None) -> int:
 
     def save():
         path = out_dir / f"{args.name}.json"
-        report.write_text_whole(path, json.dumps(results, indent=1) + "\n")
-        report.write_text_whole(report.markdown_path(path), report.render(results))
+        report.write_whole({path: json.dumps(results, indent=1) + "\n", report.markdown_path(path): report.render(results)})
         return path
 
     # The latency first: each configuration's rows are saved as they come, whatever happens after them.

@@ -295,11 +295,10 @@ def rank_correlation(a: dict[int, float], b: dict[int, float]) -> float | None:
     sms = sorted(set(a) & set(b))
     if len(sms) < 3:
         return None
-    ra, rb = _ranks([a[s] for s in sms]), _ranks([b[s] for s in sms])
-    ma, mb = statistics.fmean(ra), statistics.fmean(rb)
-    cov = sum((x - ma) * (y - mb) for x, y in zip(ra, rb))
-    va, vb = sum((x - ma) ** 2 for x in ra), sum((y - mb) ** 2 for y in rb)
-    return cov / (va * vb) ** 0.5 if va and vb else None
+    try:  # Pearson's over the ranks (statistics' own ranked method needs Python 3.12)
+        return statistics.correlation(_ranks([a[s] for s in sms]), _ranks([b[s] for s in sms]))
+    except statistics.StatisticsError:  # one side the same everywhere
+        return None
 
 
 def render_sm_speeds(speeds: dict[str, dict[int, float]], slowest: int = 4) -> str:
