@@ -300,6 +300,41 @@ def test_loader_in_flight_behind_paces_the_refills_of_the_call_before(in_flight,
             in text) == paced
 
 
+@pytest.mark.parametrize("until,flag", [("call_slots", 0), ("first_release", 1)])
+def test_loader_in_flight_behind_until_ends_the_pacing_at_the_first_release(until, flag):
+    """loader_in_flight_behind_until first_release: pl_ring__behind_until_release is 1, so acquire paces a call's
+    refills only until the compute warps have released the call's first slot on the CTA (pl::ring::released on its
+    empty barrier), asked again while it waits; the link map says so. call_slots, the default: 0, and the pacing
+    runs through the call's first loader_slots positions, as before the field."""
+    from pipelink.linker.emit import link_map
+    ctx = run(dict(MLP_LAYERS, loader_slots=5, loader_in_flight=2, loader_in_flight_behind=1,
+                   loader_in_flight_behind_until=until), components(edit=with_loader), until="generate")
+    assert not ctx.sink.items, [d.render() for d in ctx.sink.items]
+    assert ctx.resolved.loader.paces_until_release == bool(flag)
+    assert f"pl_ring__behind_until_release = {flag}u;" in ctx.glue
+    assert "pl::ring::refills_until(pl_ring_pos + 5);" in ctx.glue  # the word the test reads is there either way
+    text = link_map(ctx.resolved, ctx.allocation, "sm_90")
+    assert ("until the call's first slot is released (loader_in_flight_behind_until)" in text) == bool(flag)
+
+
+def test_loader_in_flight_behind_until_without_pacing_is_a_warning():
+    """first_release where no refill is paced (loader_in_flight_behind 0, or a cap no tighter than the rest's)
+    changes nothing: PL193 at the field, and the constant stays 0."""
+    for fields in ({}, {"loader_in_flight": 2, "loader_in_flight_behind": 2}):
+        ctx = run(dict(MLP_LAYERS, loader_slots=5, loader_in_flight_behind_until="first_release", **fields),
+                  components(edit=with_loader), until="generate")
+        assert [(d.code, d.severity) for d in ctx.sink.items] == [("PL193", "warning")], fields
+        assert "/loader_in_flight_behind_until" in ctx.sink.items[0].render()
+        assert "pl_ring__behind_until_release = 0u;" in ctx.glue
+
+
+@pytest.mark.parametrize("value", ["released", 1, None, True])
+def test_loader_in_flight_behind_until_is_checked_by_the_schema(value):
+    sink = DiagnosticSink()
+    assert load_pipeline_dict(dict(MLP_LAYERS, loader_in_flight_behind_until=value), sink, "p.json") is None
+    assert [d.code for d in sink.errors] == ["PL133"] and "/loader_in_flight_behind_until" in sink.errors[0].render()
+
+
 @pytest.mark.parametrize("value", [-1, 65, 1.5, "2"])
 def test_loader_in_flight_behind_is_checked_by_the_schema(value):
     sink = DiagnosticSink()

@@ -350,6 +350,10 @@ def test_a_setting_with_no_effect_on_the_kernel_is_pl193():
     spec = PipelineSpec(name="k", source="p.json", loader_in_flight_behind=1, extra={"loader_in_flight_behind": 1})
     ctx = run_passes(options=LinkOptions(arch="sm_90", pipeline=spec), components=rowsum(), until="resolve")
     assert [(d.code, d.location.pointer) for d in ctx.sink.items] == [("PL193", "/loader_in_flight_behind")]
+    spec = PipelineSpec(name="k", source="p.json", loader_in_flight_behind_until="first_release",
+                        extra={"loader_in_flight_behind_until": "first_release"})
+    ctx = run_passes(options=LinkOptions(arch="sm_90", pipeline=spec), components=rowsum(), until="resolve")
+    assert [(d.code, d.location.pointer) for d in ctx.sink.items] == [("PL193", "/loader_in_flight_behind_until")]
     spec = PipelineSpec(name="k", source="p.json", loader_l2="evict_first", extra={"loader_l2": "evict_first"})
     ctx = run_passes(options=LinkOptions(arch="sm_90", pipeline=spec), components=rowsum(), until="resolve")
     assert [(d.code, d.location.pointer) for d in ctx.sink.items] == [("PL193", "/loader_l2")]

@@ -127,6 +127,12 @@ MEGA_OPTIONS.update({f"lr_if{n}": ("lr", {"loader_in_flight": n}) for n in (1, 3
 # lr_if_all_bN: the refills of the call before's slots (a call's first 4 positions on the CTA, filled as the call
 # before ends and its hand-off goes out) at most N in flight, the rest of the call with no cap.
 MEGA_OPTIONS.update({f"lr_if_all_b{n}": ("lr", {"loader_in_flight": 0, "loader_in_flight_behind": n}) for n in (1, 2)})
+# lr_ifb_fr: the refills of the call before's slots paced only until the compute warps release the call's first slot
+# on the CTA (loader_in_flight_behind_until first_release): a call whose task spans the ring (q/k/v's four slots,
+# down's eight) streams the rest of its first task two at a time once its hand-off is over, not one at a time;
+# lr_ifb_fr_if3: the same with three on their way after it.
+MEGA_OPTIONS["lr_ifb_fr"] = ("lr", {"loader_in_flight_behind_until": "first_release"})
+MEGA_OPTIONS["lr_ifb_fr_if3"] = ("lr", {"loader_in_flight_behind_until": "first_release", "loader_in_flight": 3})
 # lr_l2normal: the loader step's copies without the hint, whatever decode_step_lr.json sets.
 MEGA_OPTIONS["lr_l2normal"] = ("lr", {"loader_l2": "normal"})
 # lr_last_*: the loader step with the splits merged by the last one (attn_last), dealt on, 128 splits, load_ahead N.

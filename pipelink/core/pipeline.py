@@ -71,6 +71,8 @@ class PipelineSpec:
     load_ahead_gap_ns: int = 0          # static: the loader's pause before each request ahead (0: none)
     loader_in_flight: int = 0           # static: the ring's slots the loader has in flight at most (0: all)
     loader_in_flight_behind: int = 0    # static: the same for slots refilled from an earlier call (0: as above)
+    loader_in_flight_behind_until: str = "call_slots"  # static: those refills paced through the call's first
+                                        # loader_slots positions, or only until its first slot is released
     loader_l2: str = "normal"           # static: the L2 policy of the ring's copies ("evict_first": read once)
     deal: str = "restart"               # static: each call's first task on CTA 0, or after the previous call's last
     wait_backoff_ns: int = 64           # persistent: a waiting thread's sleep between two reads of a counter
@@ -271,6 +273,8 @@ def read_pipeline(raw, file: str, sink: DiagnosticSink) -> PipelineSpec | None:
                         load_ahead_gap_ns=raw.get("load_ahead_gap_ns", default.load_ahead_gap_ns),
                         loader_in_flight=raw.get("loader_in_flight", default.loader_in_flight),
                         loader_in_flight_behind=raw.get("loader_in_flight_behind", default.loader_in_flight_behind),
+                        loader_in_flight_behind_until=raw.get("loader_in_flight_behind_until",
+                                                              default.loader_in_flight_behind_until),
                         loader_l2=raw.get("loader_l2", default.loader_l2),
                         deal=raw.get("deal", default.deal),
                         wait_backoff_ns=raw.get("wait_backoff_ns", default.wait_backoff_ns),

@@ -228,6 +228,8 @@ def link_map(r: Resolved, a: Allocation, arch: str, kernel_info: KernelInfo | No
                           if r.loader.copies_in_flight < r.loader.slots else "")
                        + (f"; at most {r.loader.copies_in_flight_behind} where a call refills the slots of the call "
                           "before (loader_in_flight_behind)"
+                          + (", until the call's first slot is released (loader_in_flight_behind_until)"
+                             if r.loader.paces_until_release else "")
                           if r.loader.paces_refills else "")
                        + ("; copies hint L2 evict_first (loader_l2)" if r.loader.evict_first else "")
                        + (f"; L2 asked for up to {r.loader.ahead} tasks on while the ring is full"

@@ -124,12 +124,14 @@ def ring_constants(r: Resolved, a: Allocation) -> dict[str, int]:
     """The loader ring's place in the arena (pipelink/component.h): slots, then full[slots], empty[slots] and
     the abort word; the pipeline's load_ahead, for load entries that ask L2 for a long task's later slots; its
     loader_in_flight (and loader_in_flight_behind: the cap where a call refills the slots of the call before, the same
-    value where the pipeline sets none, so the test folds away), and its loader_l2 (1: the copies' L2 hint is
-    evict_first)."""
+    value where the pipeline sets none, so the test folds away; pl_ring__behind_until_release 1: that cap ends
+    once the call's first slot is released, loader_in_flight_behind_until first_release), and its loader_l2 (1:
+    the copies' L2 hint is evict_first)."""
     return {"pl_ring__base": a.buffer_offset[("pl_glue", "ring")], "pl_ring__slot_bytes": r.loader.slot_bytes,
             "pl_ring__slots": r.loader.slots, "pl_ring__bars": a.mbar_offset[("pl_glue", "ring_bars")],
             "pl_ring__ahead": r.loader.ahead, "pl_ring__in_flight": r.loader.copies_in_flight,
             "pl_ring__in_flight_behind": r.loader.copies_in_flight_behind,
+            "pl_ring__behind_until_release": int(r.loader.paces_until_release),
             "pl_ring__evict_first": int(r.loader.evict_first)}
 
 

@@ -111,6 +111,7 @@ class LoaderPlan:
     slots_at: Location | None = None  # where the pipeline sized the ring (its loader_slots), for diagnostics
     ahead_behind: bool = False   # asks ahead only while the ring holds an earlier call's slots (load_ahead_when)
     in_flight_behind: int = 0    # the same while refilling slots that held an earlier call's (loader_in_flight_behind)
+    behind_until_release: bool = False  # ... only until the call's first slot is released (first_release)
     ahead_gap_ns: int = 0        # the pause before each request ahead (load_ahead_gap_ns)
 
     @property
@@ -129,6 +130,12 @@ class LoaderPlan:
         """Whether the refills of the call before's slots have a cap of their own: then the kernel has the word
         that says where they end and the loader's writes of it; else nothing of loader_in_flight_behind."""
         return self.copies_in_flight_behind != self.copies_in_flight
+
+    @property
+    def paces_until_release(self) -> bool:
+        """Whether those refills stay paced only until the compute warps release the call's first slot on the
+        CTA (loader_in_flight_behind_until first_release), not through the call's first `slots` positions."""
+        return self.paces_refills and self.behind_until_release
 
 
 def _schedule_set_at(spec: PipelineSpec) -> tuple[Location, ...]:
@@ -156,6 +163,7 @@ def plan_loader(comps: list, spec: PipelineSpec, schedule: str, role_structured:
     if not loading:
         for name, does in (("loader_slots", "sizes the loader ring"), ("loader_in_flight", "paces the loader ring"),
                            ("loader_in_flight_behind", "paces the loader ring's refills from an earlier call"),
+                           ("loader_in_flight_behind_until", "says how long those refills stay paced"),
                            ("loader_l2", "sets the L2 hint of the loader ring's copies")):
             if spec.changes(name):
                 sink.warning("PL193", f"{name} {does}, and no component of this link has a load "
@@ -180,12 +188,19 @@ def plan_loader(comps: list, spec: PipelineSpec, schedule: str, role_structured:
                        f"warps are {warps}, and every one of them releases each ring slot it read",
                        c.contract.at("/threads"), hint=f"give '{c.name}' {warps} warps")
             return None
-    return LoaderPlan(spec.loader_slots, max(c.contract.loader.slot_bytes for c in loading),
+    plan = LoaderPlan(spec.loader_slots, max(c.contract.loader.slot_bytes for c in loading),
                       tuple(c.name for c in loading), spec.load_ahead if ahead else 0, spec.loader_in_flight,
                       spec.loader_l2 == "evict_first", spec.at("/loader_slots"),
                       ahead_behind=bool(ahead) and spec.load_ahead_when == "call_behind",
                       in_flight_behind=spec.loader_in_flight_behind,
+                      behind_until_release=spec.loader_in_flight_behind_until == "first_release",
                       ahead_gap_ns=spec.load_ahead_gap_ns if ahead and spec.load_ahead else 0)
+    if spec.changes("loader_in_flight_behind_until") and not plan.paces_refills:
+        sink.warning("PL193", "loader_in_flight_behind_until says how long the refills of the call before's slots "
+                     "stay paced, and this link paces none (loader_in_flight_behind is 0, or not below the cap of "
+                     "the rest): it has no effect", spec.at("/loader_in_flight_behind_until"),
+                     hint="drop loader_in_flight_behind_until, or set loader_in_flight_behind below loader_in_flight")
+    return plan
 
 
 SAMPLE_SHAPES = (1, 2, 3, 17, 64, 100, 129, 1000, 4096, 5003)

@@ -98,6 +98,7 @@ extern "C" __device__ const unsigned pl_ring__bars;        // full[slots], empty
 extern "C" __device__ const unsigned pl_ring__ahead;       // the pipeline's load_ahead: tasks asked of L2 ahead
 extern "C" __device__ const unsigned pl_ring__in_flight;   // slots whose copies may be on their way at once
 extern "C" __device__ const unsigned pl_ring__in_flight_behind;  // the same where a call refills the call before's slots
+extern "C" __device__ const unsigned pl_ring__behind_until_release;  // 1: that cap ends once the call's first slot is released
 extern "C" __device__ const unsigned pl_ring__evict_first; // 1: the copies' lines are the first L2 evicts
 
 namespace pl {
@@ -135,6 +136,16 @@ __device__ __forceinline__ bool try_wait(unsigned bar, unsigned parity) {
   unsigned done;
   asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [%1], %2;\n"
                " selp.u32 %0, 1, 0, p;\n}" : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+  return done != 0u;
+}
+
+// The loader, with loader_in_flight_behind_until first_release: whether the compute warps have released ring
+// position `pos` (the current call's first on the CTA, its hand-off over), without waiting. Exact while the loader
+// is below `pos` + slots: the release of `pos` is the only one that completes the phase it tests.
+__device__ __forceinline__ bool released(unsigned pos) {
+  unsigned done;
+  asm volatile("{\n .reg .pred p;\n mbarrier.test_wait.parity.acquire.cta.shared::cta.b64 p, [%1], %2;\n"
+               " selp.u32 %0, 1, 0, p;\n}" : "=r"(done) : "r"(empty_bar(pos)), "r"(phase(pos)) : "memory");
   return done != 0u;
 }
 
@@ -188,13 +199,17 @@ __device__ __forceinline__ bool acquire(const Tile& tile, int i) {
   const unsigned pos = position(tile, i);
   while (!try_wait(empty_bar(pos), phase(pos) ^ 1u))  // a slot's first use waits for nothing
     if (*abort_word()) return false;
-  // link-time constants: without loader_in_flight_behind the two caps are one and the test folds away
-  const unsigned cap = pl_ring__in_flight_behind != pl_ring__in_flight && pos < *refills_end_word()
-                           ? pl_ring__in_flight_behind : pl_ring__in_flight;
-  if (cap < pl_ring__slots && pos >= cap) {
+  // link-time constants: without loader_in_flight_behind the two caps are one and the test folds away; with
+  // first_release the cap is asked again while waiting, so the wait ends once the call's first slot is released
+  const unsigned refills_end = pl_ring__in_flight_behind != pl_ring__in_flight ? *refills_end_word() : 0u;
+  while (true) {
+    const bool paced = pos < refills_end &&
+                       !(pl_ring__behind_until_release && released(refills_end - pl_ring__slots));
+    const unsigned cap = paced ? pl_ring__in_flight_behind : pl_ring__in_flight;
+    if (cap >= pl_ring__slots || pos < cap) break;
     const unsigned landed = pos - cap;  // its full phase completes once, when its bytes are in
-    while (!try_wait(full_bar(landed), phase(landed)))
-      if (*abort_word()) return false;
+    if (try_wait(full_bar(landed), phase(landed))) break;
+    if (*abort_word()) return false;
   }
   // The compute warps read the slot with ordinary loads; the bulk copies that refill it are the async proxy's.
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
