@@ -417,3 +417,47 @@ def test_a_variant_the_linker_refuses_is_reported_by_its_diagnostics_alone(monke
     assert "pipelink_lr_s9" in errors and "pipelink_lr_s9: not available" in out.out
     assert ("Traceback" in out.err) == traceback_shown
     assert ("PL042" in errors["pipelink_lr_s9"]) == (raised == "link")
+
+
+# --- the rule to ship a change, set before the run ------------------------------------------------------
+
+def _ab(rows: dict) -> dict:
+    """A run's latency rows from {variant: {(B, ctx): us}}."""
+    return {"latency": [{"variant": v, "B": B, "ctx": ctx, "median_us": us}
+                        for v, sizes in rows.items() for (B, ctx), us in sizes.items()]}
+
+
+def test_a_variant_ships_only_faster_at_the_headline_and_nowhere_much_slower():
+    base = {(1, 1024): 1000.0, (8, 4096): 2000.0}
+    run = _ab({"pipelink_lr": base,
+               "pipelink_lr_good": {(1, 1024): 995.0, (8, 4096): 2006.0},     # 0.5% faster, 0.3% slower: ships
+               "pipelink_lr_small": {(1, 1024): 995.1, (8, 4096): 1900.0},    # short of 0.5% at the headline
+               "pipelink_lr_costly": {(1, 1024): 900.0, (8, 4096): 2006.2},   # over 0.3% slower elsewhere
+               "pipelink_lr_partial": {(1, 1024): 900.0},                     # not at every size: not judged
+               "pipelink_split": {(1, 1024): 900.0, (8, 4096): 1000.0}})      # another pipeline, not a variant
+    got = {v.variant: (v.ships, round(100 * v.faster[(1, 1024)], 2)) for v in report.verdicts(run)}
+    assert got == {"pipelink_lr_good": (True, 0.5), "pipelink_lr_small": (False, 0.49),
+                   "pipelink_lr_costly": (False, 10.0)}
+    md = report.render(run)
+    table = md.split("## Against `pipelink_lr`")[1].split("##")[0]
+    assert "| `pipelink_lr_good` | +0.50% | -0.30% | yes |" in table, table
+    assert "pipelink_split" not in table and "pipelink_lr_partial" not in table
+    # without the headline size nothing ships; without variants, no section
+    elsewhere = _ab({"pipelink_lr": {(8, 4096): 2000.0}, "pipelink_lr_fast": {(8, 4096): 1000.0}})
+    assert [v.ships for v in report.verdicts(elsewhere)] == [False]
+    assert "## Against" not in report.render(_ab({"pipelink_lr": base, "pipelink_split": base}))
+
+
+@pytest.mark.parametrize("run,shipping", [("knobs_ab_h100_2026-12-06.json", ["pipelink_lr_s5"]),
+                                          ("gap_hn_ab_h100_2026-12-06.json", [])])
+def test_the_committed_a_b_runs_decide_as_they_were_decided(run, shipping):
+    """The fifth slot shipped on the rule; the paced L2 asks and the normed head did not (PERFORMANCE.md)."""
+    results = json.loads((CASE / "results" / run).read_text())
+    assert [v.variant for v in report.verdicts(results) if v.ships] == shipping
+
+
+def test_the_report_prints_each_variants_verdict(tmp_path, capsys):
+    path = tmp_path / "ab.json"
+    path.write_text(json.dumps(_ab({"pipelink_lr": {(1, 1024): 1000.0}, "pipelink_lr_x": {(1, 1024): 990.0}})))
+    assert report.main([str(path)]) == 0
+    assert capsys.readouterr().out.splitlines()[1:] == ["pipelink_lr_x: ships by the rule (B = 1, ctx 1024: +1.00%)"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -27,6 +28,11 @@ HEADLINE = dict(B=1, ctx=1024)
 SUMMARY_VARIANT = "pipelink_lr"
 SEPARATE_GRAPHS = ("parts_graph", "parts_lr_graph")
 SWAP_CTX = 16384
+# What a change to the summary's megakernel must show to ship, fixed before its A/B runs (not chosen after): at
+# least SHIP_MIN_GAIN faster at the headline size, at most SHIP_MAX_LOSS slower at every size the run measured.
+# Changes are its variants (`pipelink_lr_*`: a field or a component of its pipeline changed) in the same run.
+SHIP_MIN_GAIN = 0.005
+SHIP_MAX_LOSS = 0.003
 
 LABELS = {
     "pipelink_split": "pipelink megakernel, split-KV attention (decode_step.json)",
@@ -100,6 +106,45 @@ def swap_ratio(results: dict, B: int = 1, ctx: int = SWAP_CTX) -> float | None:
     return None if not split or head is None else head / split
 
 
+@dataclass(frozen=True)
+class Verdict:
+    """One variant of the summary's megakernel against it in the same run: how much faster at each size both were
+    measured at (a fraction: 0.01 is 1% faster, negative slower), and whether that passes the rule to ship."""
+    variant: str
+    faster: dict          # (B, ctx) -> fraction
+    ships: bool
+
+
+def verdicts(results: dict, base: str = SUMMARY_VARIANT) -> list[Verdict]:
+    """Each `base`_* variant measured at every size `base` was, against `base` (the rule: SHIP_MIN_GAIN,
+    SHIP_MAX_LOSS; a run without the headline size decides nothing: ships False)."""
+    sizes = [c for c in _configs(results) if latency(results, base, *c) is not None]
+    out = []
+    for v in _variants(results):
+        if not v.startswith(base + "_") or any(latency(results, v, *c) is None for c in sizes) or not sizes:
+            continue
+        faster = {c: 1.0 - latency(results, v, *c) / latency(results, base, *c) for c in sizes}
+        head = faster.get((HEADLINE["B"], HEADLINE["ctx"]))
+        tie = 1e-9  # a change exactly at a bound passes, whichever way the division rounds
+        ships = head is not None and head >= SHIP_MIN_GAIN - tie and all(f >= -SHIP_MAX_LOSS - tie
+                                                                          for f in faster.values())
+        out.append(Verdict(v, faster, ships))
+    return out
+
+
+def _verdicts(results: dict) -> list[str]:
+    vs = verdicts(results)
+    if not vs:
+        return []
+    sizes = sorted(vs[0].faster)
+    out = [f"## Against `{SUMMARY_VARIANT}`", "",
+           f"Each of its variants in this run, % faster than it (negative: slower). The rule to ship, fixed before a "
+           f"run: at least {100 * SHIP_MIN_GAIN:g}% faster at B = {HEADLINE['B']}, ctx {HEADLINE['ctx']}, and at most "
+           f"{100 * SHIP_MAX_LOSS:g}% slower at every size measured.", ""]
+    rows = [[f"`{x.variant}`"] + [f"{100 * x.faster[c]:+.2f}%" for c in sizes] + ["yes" if x.ships else "no"] for x in vs]
+    return out + _table(["variant"] + [f"B = {B}, ctx {ctx}" for B, ctx in sizes] + ["ships"], rows) + [""]
+
+
 def summary_line(results: dict) -> str:
     """The issue's line: `summary: bs1 ctx1024 NNN us/step; vs reference graph A.AAx; vs separate-kernel graph
     B.BBx; greedy tokens identical K/64` (ratios > 1: the megakernel is faster)."""
@@ -130,6 +175,7 @@ def render(results: dict) -> str:
     out += _swap(results)
     out += _bandwidth(results)
     out += _all_latency(results)
+    out += _verdicts(results)
     out += _value_sets(results)
     errors = results.get("errors") or {}
     if errors:
@@ -302,6 +348,9 @@ def main(argv=None) -> int:
         results = merged(results, json.loads(Path(other).read_text()))
     write_whole({markdown_path(path): render(results)})
     print(summary_line(results))
+    for v in verdicts(results):
+        print(f"{v.variant}: {'ships' if v.ships else 'does not ship'} by the rule (B = {HEADLINE['B']}, ctx "
+              f"{HEADLINE['ctx']}: {100 * v.faster.get((HEADLINE['B'], HEADLINE['ctx']), float('nan')):+.2f}%)")
     return 0
 
 
