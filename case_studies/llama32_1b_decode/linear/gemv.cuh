@@ -250,6 +250,9 @@ __device__ __forceinline__ void stage_rows(const Stage& stage, uint4* __restrict
     asm volatile("cp.async.wait_group 0;" ::: "memory");
     if (scales_staged && t == 0) pl_component::profile_mark(0);  // a call's first task: thread 0's copies of x in
     if (scales_staged) stage.begin_staged(dst, slot, nb, cv);  // the stage's scales from the copied rows
+    // a call's first task of a transforming stage (StageNormed): the scales are in, norm_w's apply to come
+    if constexpr (Stage::kTransforms)
+      if (scales_staged && t == 0) pl_component::profile_mark(5);
     if constexpr (Stage::kTransforms) {
       for (int v = t; v < cv; v += THREADS) {
         const uint4 c = v == t ? first : stage.constant(v0 + v);
