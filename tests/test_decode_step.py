@@ -291,3 +291,22 @@ def test_counts_per_cta_adds_each_whole_call_event_once_per_cta(objects, linked)
     assert [ln for ln in glue.splitlines() if "add_one(" in ln and "'splits'" in ln]
     m = cta.manifest
     assert m.resources.frame_bytes == 0 and m.resources.registers <= 128
+
+
+def test_lr_l2_asks_bit_16_keeps_the_normed_gemvs_norm_w_in_l2(objects, linked):
+    """LR_L2_ASKS 19 (3 and bit 16, variant lr_nwl): the normed q/k/v and gate/up stages read norm_w with an L2
+    evict_last policy, so some of the step's read-only 16-byte loads carry a cache-policy descriptor that none of
+    the shipped step's (3) carries; the final norm (rmsnorm, no such value) and everything else stay as they are."""
+    import re
+    from pipelink import toolchain
+
+    def constant_descriptors(result):
+        sass = toolchain.disassemble(result.cubin)
+        return [m.group(1) for m in re.finditer(r"LDG\.E\.128\.CONSTANT R\d+, desc\[(UR\d+)\]", sass)]
+
+    shipped = constant_descriptors(linked["lr"])
+    kept = decode_kernels.link_mega(objects, "lr_nwl")
+    assert kept.ok, [d.render() for d in kept.diagnostics]
+    policy = constant_descriptors(kept)
+    assert len(policy) == len(shipped)
+    assert set(policy) - set(shipped), (shipped, policy)

@@ -133,6 +133,11 @@ MEGA_OPTIONS.update({f"lr_if_all_b{n}": ("lr", {"loader_in_flight": 0, "loader_i
 # lr_ifb_fr_if3: the same with three on their way after it.
 MEGA_OPTIONS["lr_ifb_fr"] = ("lr", {"loader_in_flight_behind_until": "first_release"})
 MEGA_OPTIONS["lr_ifb_fr_if3"] = ("lr", {"loader_in_flight_behind_until": "first_release", "loader_in_flight": 3})
+# lr_nwl: the normed GEMVs read norm_w with an L2 evict_last hint (LR_L2_ASKS 19: 3 and bit 16), so the layers'
+# norm weights stay in L2 across steps; the normed calls' first tasks take 1.25 us from x's copies in to x normed
+# where the plain projection's take 0.09 (PERFORMANCE.md). lr_ifb_fr_nwl: with the refills paced until the release.
+MEGA_OPTIONS["lr_nwl"] = ("lr", {"geometry": {"LR_L2_ASKS": 19}})
+MEGA_OPTIONS["lr_ifb_fr_nwl"] = ("lr", {"loader_in_flight_behind_until": "first_release", "geometry": {"LR_L2_ASKS": 19}})
 # lr_l2normal: the loader step's copies without the hint, whatever decode_step_lr.json sets.
 MEGA_OPTIONS["lr_l2normal"] = ("lr", {"loader_l2": "normal"})
 # lr_last_*: the loader step with the splits merged by the last one (attn_last), dealt on, 128 splits, load_ahead N.

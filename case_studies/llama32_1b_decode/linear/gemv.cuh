@@ -107,6 +107,7 @@ struct StageNormed {
   int K;
   float* scratch;  // [WARPS][BATCH] warp sums, then [BATCH] scales
   Sync sync;
+  bool keep_in_l2 = false;  // norm_w's loads hint L2 evict_last (the _lr components' LR_L2_ASKS bit 4)
 
   __device__ __forceinline__ void begin(int bg, int nb) const {
     constexpr int THREADS = WARPS * 32;
@@ -194,7 +195,18 @@ struct StageNormed {
   }
 
   __device__ __forceinline__ const bf16* row(int b) const { return x + (long long)b * K; }
-  __device__ __forceinline__ uint4 constant(int v) const { return __ldg(reinterpret_cast<const uint4*>(norm_w) + v); }
+  // norm_w, read-only. With keep_in_l2 the load hints L2 evict_last: the layers' norm weights (128 KB a step)
+  // stay in L2 from one step to the next while W, read once with evict_first, and the KV cache pass through.
+  __device__ __forceinline__ uint4 constant(int v) const {
+    const uint4* p = reinterpret_cast<const uint4*>(norm_w) + v;
+    if (!keep_in_l2) return __ldg(p);
+    uint4 r;
+    unsigned long long policy;
+    asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
+    asm("ld.global.nc.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p), "l"(policy));
+    return r;
+  }
   __device__ __forceinline__ uint4 apply(int b, int, const uint4& raw, const uint4& w) const {
     const float scale = scratch[WARPS * BATCH + (b % BATCH)];
     float f[8], g[8];
@@ -373,7 +385,8 @@ __device__ __forceinline__ int packed_k(int K) { return (K + 31) / 32 * 32; }
 // Bit 2: each request as line prefetches (prefetch.global.L2::evict_last, one 128-byte line a lane at a time)
 // instead of one bulk request through the SM's copy engine, which the ring's copies queue behind.
 // Bit 3: norm_w asked of L2 (norm_w_ahead) with or without load_ahead, and q/k/v's pos and inv_freq (constant_ahead).
-constexpr int kAsksAhead = 1, kAsksOwn = 2, kAsksLines = 4, kAsksConstants = 8;
+// Bit 4: a normed GEMV's stage reads norm_w with an L2 evict_last hint (StageNormed::keep_in_l2), whatever else.
+constexpr int kAsksAhead = 1, kAsksOwn = 2, kAsksLines = 4, kAsksConstants = 8, kKeepNormW = 16;
 
 template <int ROWS, int SLOT_K, int BATCH>
 __device__ __forceinline__ void load_slots(const pl::Tile& tile, const bf16* __restrict__ w_packed, long long task,

@@ -27,7 +27,8 @@ extern "C" __device__ void gemv_swiglu_normed_lr(pl::Tile tile, const __nv_bfloa
                                                  const __nv_bfloat16* __restrict__ norm_w, float eps,
                                                  __nv_bfloat16* __restrict__ h, int B, int I, int K) {
   const auto sync = [] { sync_stage(); };
-  const gemv_body::StageNormed<WARPS, GEMV_BATCH, decltype(sync)> stage{x, norm_w, eps, K, smem_norm<float>(), sync};
+  const gemv_body::StageNormed<WARPS, GEMV_BATCH, decltype(sync)> stage{x, norm_w, eps, K, smem_norm<float>(), sync,
+      (LR_L2_ASKS() & gemv_body::kKeepNormW) != 0};
   swiglu_body::task_from<WARPS, TASK_ROWS, GEMV_KCHUNK, GEMV_BATCH, SWIGLU_COLS>(
       tile.coord[0] * SWIGLU_COLS, Ring{tile}, stage, h, B, I, K, smem_xs<uint4>(), smem_res<float>(),
       smem_sums<float>(), tile.continues, sync);

@@ -27,7 +27,8 @@ extern "C" __device__ void lm_head_normed_lr(pl::Tile tile, const __nv_bfloat16*
                                              __nv_bfloat16* __restrict__ logits, unsigned long long* __restrict__ part,
                                              int B, int V, int K) {
   const auto sync = [] { sync_stage(); };
-  const gemv_body::StageNormed<WARPS, GEMV_BATCH, decltype(sync)> stage{x, norm_w, eps, K, smem_norm<float>(), sync};
+  const gemv_body::StageNormed<WARPS, GEMV_BATCH, decltype(sync)> stage{x, norm_w, eps, K, smem_norm<float>(), sync,
+      (LR_L2_ASKS() & gemv_body::kKeepNormW) != 0};
   lm_head_body::task_from<WARPS, LM_ROWS, GEMV_KCHUNK, GEMV_BATCH>(tile.coord[0], Ring{tile}, stage, logits, part, B,
                                                                    V, K, smem_xs<uint4>(), smem_keys<unsigned long long>(),
                                                                    smem_sums<float>(), tile.continues, sync);

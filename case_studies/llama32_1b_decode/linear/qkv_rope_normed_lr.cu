@@ -33,7 +33,8 @@ extern "C" __device__ void qkv_rope_normed_lr(pl::Tile tile, const __nv_bfloat16
                                               __nv_bfloat16* __restrict__ q, __nv_bfloat16* __restrict__ k_cache,
                                               __nv_bfloat16* __restrict__ v_cache, int B, int K, int Lmax) {
   const auto sync = [] { sync_stage(); };
-  const gemv_body::StageNormed<WARPS, GEMV_BATCH, decltype(sync)> stage{x, norm_w, eps, K, smem_norm<float>(), sync};
+  const gemv_body::StageNormed<WARPS, GEMV_BATCH, decltype(sync)> stage{x, norm_w, eps, K, smem_norm<float>(), sync,
+      (LR_L2_ASKS() & gemv_body::kKeepNormW) != 0};
   qkv_body::task_from<WARPS, QKV_ROWS, GEMV_KCHUNK, GEMV_BATCH>(tile.coord[0], tile.coord[1], Ring{tile}, stage, pos,
                                                                  inv_freq, q, k_cache, v_cache, B, K, Lmax,
                                                                  smem_xs<uint4>(), smem_res<float>(), smem_sums<float>(),
