@@ -13,7 +13,11 @@ against the plain ones: the same products in the same order, only where W comes 
   `_lr_ifb1`: linked with `loader_in_flight_behind` 1, so paced only where the call's slots are filled the first time
   on the CTA (their first `slots` positions), then all slots in flight.
   `_lr_ef`: linked with `loader_l2` evict_first, the ring's copies carrying that L2 cache hint.
-- `lm_head_normed_lr`: the LM head with the final norm as its prologue, against rmsnorm followed by lm_head.
+  `_lr_fr`: `loader_in_flight_behind` 1 until the call's first slot is released (`loader_in_flight_behind_until`
+  first_release), the cap asked again while the loader waits.
+  `_lr_nwl`: linked with `LR_L2_ASKS` 19, the normed stages reading norm_w with an L2 evict_last hint.
+- `lm_head_normed_lr` (and `_nwl`): the LM head with the final norm as its prologue, against rmsnorm followed by
+  lm_head.
 
 The first launch runs on 8 CTAs, so each walks many tasks through every slot and both mbarrier phases, partial
 slots included (K = 40 and 2056). Fresh random inputs every run (the seed is in the failure message), outputs
@@ -34,10 +38,12 @@ from linear import packing  # noqa: E402
 pytestmark = pytest.mark.gpu
 EPS = decode_parts.RMS_EPS
 PLAIN = ("gemv_residual", "gemv_swiglu_normed", "qkv_rope_normed", "lm_head")
-SUFFIXES = ("_ring", "_lr", "_lr_ahead", "_lr_lines", "_lr_if1", "_lr_ifb1", "_lr_ef")
+SUFFIXES = ("_ring", "_lr", "_lr_ahead", "_lr_lines", "_lr_if1", "_lr_ifb1", "_lr_ef", "_lr_fr", "_lr_nwl")
 LINK_OPTIONS = {"_ahead": {"load_ahead": 2}, "_lines": {"load_ahead": 2, "geometry": {"LR_L2_ASKS": 7}},
                 "_if1": {"loader_in_flight": 1}, "_ifb1": {"loader_in_flight_behind": 1},
-                "_ef": {"loader_l2": "evict_first"}}  # suffix -> pipeline fields
+                "_ef": {"loader_l2": "evict_first"},
+                "_fr": {"loader_in_flight_behind": 1, "loader_in_flight_behind_until": "first_release"},
+                "_nwl": {"geometry": {"LR_L2_ASKS": 19}}}  # suffix -> pipeline fields
 
 
 @pytest.fixture(scope="module")
@@ -53,13 +59,15 @@ def kernels(tmp_path_factory):
         assert linked.ok and "PL189" not in {d.code for d in linked.diagnostics}, [d.render() for d in linked.diagnostics]
         assert ("tile.ahead = 1;" in linked.glue) == (option in ("_ahead", "_lines")), name
         assert ("pl_ring__in_flight = 1u;" in linked.glue) == (option == "_if1"), name
-        assert ("pl::ring::refills_until(" in linked.glue) == (option == "_ifb1"), name
+        assert ("pl::ring::refills_until(" in linked.glue) == (option in ("_ifb1", "_fr")), name
+        assert ("pl_ring__behind_until_release = 1u;" in linked.glue) == (option == "_fr"), name
         assert ("pl_ring__evict_first = 1u;" in linked.glue) == (option == "_ef"), name
         if "_lr" in name:  # a load entry makes a persistent kernel with a loader warp
             assert linked.manifest.schedule == "persistent" and linked.manifest.block == (288, 1, 1)
         out[name] = linked.kernel()
-    for name in ("rmsnorm", "lm_head_normed_lr"):  # the head with the final norm as its prologue, and its control
-        linked = decode_parts.link_alone(objects[name])
+    for name in ("rmsnorm", "lm_head_normed_lr", "lm_head_normed_lr_nwl"):  # the normed head, and its control
+        linked = decode_parts.link_alone(objects[name.removesuffix("_nwl")], LINK_OPTIONS["_nwl"] if
+                                         name.endswith("_nwl") else None)
         assert linked.ok, [d.render() for d in linked.diagnostics]
         out[name] = linked.kernel()
     yield out
@@ -177,9 +185,10 @@ def test_lm_head(kernels, suffix, B, V, K):
         f"{suffix} argmax keys B={B} V={V} K={K} seed={seed}"
 
 
+@pytest.mark.parametrize("suffix", ["", "_nwl"])
 @pytest.mark.parametrize("B", [1, 3, 8, 11])
 @pytest.mark.parametrize("V,K", [(decode_parts.VOCAB, 2048), (1001, 40), (1001, 2056)], ids=str)
-def test_lm_head_normed_lr_is_rmsnorm_then_the_head(kernels, B, V, K):
+def test_lm_head_normed_lr_is_rmsnorm_then_the_head(kernels, suffix, B, V, K):
     """lm_head_normed_lr (the final norm as the head's prologue, W from the loader ring) against rmsnorm followed
     by the plain lm_head, bit for bit: logits and argmax keys; launched on 16 CTAs, then on the whole grid."""
     import torch
@@ -197,12 +206,12 @@ def test_lm_head_normed_lr_is_rmsnorm_then_the_head(kernels, B, V, K):
     for launch in range(2):
         got = _nan(B, V)
         part = torch.full(shape, -1, dtype=torch.int64, device="cuda")
-        kernels["lm_head_normed_lr"].launch(w=packed, x=x, norm_w=norm_w, eps=EPS, logits=got,
+        kernels["lm_head_normed_lr" + suffix].launch(w=packed, x=x, norm_w=norm_w, eps=EPS, logits=got,
                                             part=part.view(torch.uint64), B=B, V=V, K=K,
                                             grid=16 if launch == 0 else None)
         torch.cuda.synchronize()
-        _same(got, want, f"lm_head_normed_lr logits B={B} V={V} K={K} seed={seed} launch {launch}")
-        assert torch.equal(part, want_part), f"lm_head_normed_lr argmax keys B={B} V={V} K={K} seed={seed}"
+        _same(got, want, f"lm_head_normed_lr{suffix} logits B={B} V={V} K={K} seed={seed} launch {launch}")
+        assert torch.equal(part, want_part), f"lm_head_normed_lr{suffix} argmax keys B={B} V={V} K={K} seed={seed}"
 
 
 @pytest.mark.parametrize("component,n,K", [("gemv_residual_lr", 1000, 40), ("gemv_swiglu_normed_lr", 1001, 72),
