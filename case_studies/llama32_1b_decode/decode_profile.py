@@ -39,6 +39,12 @@ def call_weight_bytes(call: str, B: int) -> int:
     return total + (2 * B * s["w_lm"][1] if call == "embed" else 0)
 
 
+# What the components' profile marks stamp (linear/gemv.cuh, attention/attention.cuh), for the marks table.
+MARKS_LEGEND = ("marks: the GEMVs 0 x's copies in (a call's first task), 1 x staged (and normed), 2 the first pass of W "
+                "used, 3 W walked, 4 the sums stored, 5 the norm's scales in (a normed call's first task, before "
+                "norm_w is applied); attention's splits 0 the split walked")
+
+
 def profile_parts(step, schedule, stream, steps: int = 5) -> dict:
     """{call: dict(us, bytes, launches)} over `steps` eager steps (kernels in launch order = `schedule`)."""
     import torch
@@ -179,6 +185,7 @@ def main(argv=None) -> int:
         # call against later ones
         marks = profile.marks(records, dm.NL, layered, step.kernel.resident_blocks())
         print(profile.render_marks(marks))
+        print(MARKS_LEGEND)
         # the loader warp's records (a loader step): how long it waited for free slots, how far ahead of each task
         # it issued the task's copies
         loader = profile.loader_leads(records, dm.NL, layered)
