@@ -123,6 +123,25 @@ def test_loader_misuse(edit, what):
     assert errors and what in errors[0].message, [d.render() for d in sink.items]
 
 
+# Each loader and load-ahead field of a pipeline, with values its schema refuses: PL133 at the field.
+SCHEMA_REFUSES = [
+    *(("load_ahead_when", v) for v in ["always", 1, None]),
+    *(("load_ahead_gap_ns", v) for v in [-1, 1000001, 1.5, "2000", None]),
+    *(("load_ahead", v) for v in [-1, 17, 1.5, "2"]),
+    *(("loader_in_flight_behind_until", v) for v in ["released", 1, None, True]),
+    *(("loader_in_flight_behind", v) for v in [-1, 65, 1.5, "2"]),
+    *(("loader_l2", v) for v in ["evict_last", "", 1, None]),
+    *(("loader_in_flight", v) for v in [-1, 65, 1.5, "2"]),
+]
+
+
+@pytest.mark.parametrize("field,value", SCHEMA_REFUSES)
+def test_the_loader_fields_are_checked_by_the_schema(field, value):
+    sink = DiagnosticSink()
+    assert load_pipeline_dict(dict(MLP_LAYERS, **{field: value}), sink, "p.json") is None
+    assert [d.code for d in sink.errors] == ["PL133"] and f"/{field}" in sink.errors[0].render()
+
+
 def test_loader_slots_is_checked_by_the_schema():
     sink = DiagnosticSink()
     assert load_pipeline_dict(dict(MLP_LAYERS, loader_slots=1), sink, "p.json") is None
@@ -205,13 +224,6 @@ def test_load_ahead_when_without_load_ahead_warns():
     assert "/load_ahead_when" in ctx.sink.items[0].render() and "pl_call_pos" not in ctx.glue
 
 
-@pytest.mark.parametrize("value", ["always", 1, None])
-def test_load_ahead_when_is_checked_by_the_schema(value):
-    sink = DiagnosticSink()
-    assert load_pipeline_dict(dict(MLP_LAYERS, load_ahead_when=value), sink, "p.json") is None
-    assert [d.code for d in sink.errors] == ["PL133"] and "/load_ahead_when" in sink.errors[0].render()
-
-
 def test_load_ahead_gap_ns_pauses_before_each_request_ahead():
     """load_ahead_gap_ns G: in the loop that asks L2 ahead, before each request the loader waits G ns or until the
     slot it waits for is free (then it leaves the loop and fills the slot); the rest of the walk unchanged."""
@@ -241,20 +253,6 @@ def test_load_ahead_gap_ns_without_load_ahead_warns():
     assert [d.code for d in ctx.sink.items] == ["PL193"] and ctx.sink.items[0].severity == "warning"
     assert "/load_ahead_gap_ns" in ctx.sink.items[0].render() and "pause_unless_free" not in ctx.glue
     assert ctx.resolved.loader.ahead_gap_ns == 0
-
-
-@pytest.mark.parametrize("value", [-1, 1000001, 1.5, "2000", None])
-def test_load_ahead_gap_ns_is_checked_by_the_schema(value):
-    sink = DiagnosticSink()
-    assert load_pipeline_dict(dict(MLP_LAYERS, load_ahead_gap_ns=value), sink, "p.json") is None
-    assert [d.code for d in sink.errors] == ["PL133"] and "/load_ahead_gap_ns" in sink.errors[0].render()
-
-
-@pytest.mark.parametrize("value", [-1, 17, 1.5, "2"])
-def test_load_ahead_is_checked_by_the_schema(value):
-    sink = DiagnosticSink()
-    assert load_pipeline_dict(dict(MLP_LAYERS, load_ahead=value), sink, "p.json") is None
-    assert [d.code for d in sink.errors] == ["PL133"] and "/load_ahead" in sink.errors[0].render()
 
 
 @pytest.mark.parametrize("in_flight,copies", [(0, 5), (1, 1), (2, 2), (4, 4), (5, 5), (9, 5)])
@@ -328,20 +326,6 @@ def test_loader_in_flight_behind_until_without_pacing_is_a_warning():
         assert "pl_ring__behind_until_release = 0u;" in ctx.glue
 
 
-@pytest.mark.parametrize("value", ["released", 1, None, True])
-def test_loader_in_flight_behind_until_is_checked_by_the_schema(value):
-    sink = DiagnosticSink()
-    assert load_pipeline_dict(dict(MLP_LAYERS, loader_in_flight_behind_until=value), sink, "p.json") is None
-    assert [d.code for d in sink.errors] == ["PL133"] and "/loader_in_flight_behind_until" in sink.errors[0].render()
-
-
-@pytest.mark.parametrize("value", [-1, 65, 1.5, "2"])
-def test_loader_in_flight_behind_is_checked_by_the_schema(value):
-    sink = DiagnosticSink()
-    assert load_pipeline_dict(dict(MLP_LAYERS, loader_in_flight_behind=value), sink, "p.json") is None
-    assert [d.code for d in sink.errors] == ["PL133"] and "/loader_in_flight_behind" in sink.errors[0].render()
-
-
 @pytest.mark.parametrize("policy,flag", [("normal", 0), ("evict_first", 1)])
 def test_loader_l2_sets_the_copies_cache_hint(policy, flag):
     """loader_l2 evict_first: pl_ring__evict_first is 1 and pl::ring::copy takes the cache-hinted bulk copy (LTO
@@ -356,20 +340,6 @@ def test_loader_l2_sets_the_copies_cache_hint(policy, flag):
     # the map's warps list the loader warp after the compute warps
     warps = text.split("## warps")[1].split("##")[0]
     assert "  8-8    pl_glue (loader for gate_up, down 8-8)" in warps, warps
-
-
-@pytest.mark.parametrize("value", ["evict_last", "", 1, None])
-def test_loader_l2_is_checked_by_the_schema(value):
-    sink = DiagnosticSink()
-    assert load_pipeline_dict(dict(MLP_LAYERS, loader_l2=value), sink, "p.json") is None
-    assert [d.code for d in sink.errors] == ["PL133"] and "/loader_l2" in sink.errors[0].render()
-
-
-@pytest.mark.parametrize("value", [-1, 65, 1.5, "2"])
-def test_loader_in_flight_is_checked_by_the_schema(value):
-    sink = DiagnosticSink()
-    assert load_pipeline_dict(dict(MLP_LAYERS, loader_in_flight=value), sink, "p.json") is None
-    assert [d.code for d in sink.errors] == ["PL133"] and "/loader_in_flight" in sink.errors[0].render()
 
 
 def test_loader_ahead_is_a_boolean():

@@ -139,24 +139,22 @@ __device__ __forceinline__ bool try_wait(unsigned bar, unsigned parity) {
   return done != 0u;
 }
 
-// The loader, with loader_in_flight_behind_until first_release: whether the compute warps have released ring
-// position `pos` (the current call's first on the CTA, its hand-off over), without waiting. Exact while the loader
-// is below `pos` + slots: the release of `pos` is the only one that completes the phase it tests.
-__device__ __forceinline__ bool released(unsigned pos) {
+// Whether the phase of parity `parity` of mbarrier `bar` has completed, without waiting (test_wait never
+// suspends the thread, where try_wait may).
+__device__ __forceinline__ bool test_wait(unsigned bar, unsigned parity) {
   unsigned done;
   asm volatile("{\n .reg .pred p;\n mbarrier.test_wait.parity.acquire.cta.shared::cta.b64 p, [%1], %2;\n"
-               " selp.u32 %0, 1, 0, p;\n}" : "=r"(done) : "r"(empty_bar(pos)), "r"(phase(pos)) : "memory");
+               " selp.u32 %0, 1, 0, p;\n}" : "=r"(done) : "r"(bar), "r"(parity) : "memory");
   return done != 0u;
 }
 
-// The glue's loader: whether ring position `pos`'s slot is free now (its previous use released), without waiting
-// (test_wait never suspends the thread, where try_wait may).
-__device__ __forceinline__ bool free_now(unsigned pos) {
-  unsigned done;
-  asm volatile("{\n .reg .pred p;\n mbarrier.test_wait.parity.acquire.cta.shared::cta.b64 p, [%1], %2;\n"
-               " selp.u32 %0, 1, 0, p;\n}" : "=r"(done) : "r"(empty_bar(pos)), "r"(phase(pos) ^ 1u) : "memory");
-  return done != 0u;
-}
+// The loader, with loader_in_flight_behind_until first_release: whether the compute warps have released ring
+// position `pos` (the current call's first on the CTA, its hand-off over). Exact while the loader is below
+// `pos` + slots: the release of `pos` is the only one that completes the phase it tests.
+__device__ __forceinline__ bool released(unsigned pos) { return test_wait(empty_bar(pos), phase(pos)); }
+
+// The glue's loader: whether ring position `pos`'s slot is free now (its previous use released).
+__device__ __forceinline__ bool free_now(unsigned pos) { return test_wait(empty_bar(pos), phase(pos) ^ 1u); }
 
 // The glue's loader warp (all its lanes), before each request ahead with the pipeline's load_ahead_gap_ns: wait
 // `ns` nanoseconds, or until ring position `pos`'s slot is free, whichever is first; true when the slot is free
